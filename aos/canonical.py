@@ -1,0 +1,82 @@
+"""Canonical byte encoding of an event, independent of Arrow.
+
+The chain hashes these bytes, never Arrow's, so a stream can be re-encoded
+(other compression, other batch sizes) and another language can recompute
+every hash from the column values alone. docs/FORMAT.md states it to the byte.
+
+    encoding = u64 seq | i64 wall_ns | i64 mono_ns
+             | lp(kind) | opt(step) | lp(attrs_json) | opt(data)
+    lp(b)    = u64 len(b) | b
+    opt(b)   = 0x00                       (null)
+             | 0x01 | lp(b)               (present, possibly empty)
+
+Integers are little-endian; text is UTF-8.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+__all__ = ["canonical_json", "encode_event", "encoded_parts"]
+
+_HEAD = struct.Struct("<Qqq")
+_U64 = struct.Struct("<Q")
+
+
+def canonical_json(obj: Any) -> str:
+    """The one JSON text for an attrs object: sorted keys, no spaces, UTF-8.
+
+    Raises ValueError for values JSON cannot state exactly (NaN, infinities)
+    and TypeError for a non-object or a non-JSON value.
+    """
+    if not isinstance(obj, dict):
+        raise TypeError(f"attrs must be a JSON object, not {type(obj).__name__}")
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _lp(b: bytes) -> bytes:
+    return _U64.pack(len(b)) + b
+
+
+def encoded_parts(
+    seq: int,
+    wall_ns: int,
+    mono_ns: int,
+    kind: str,
+    step: str | None,
+    attrs_json: str,
+    data: bytes | None,
+) -> tuple[bytes, bytes | None, int]:
+    """The encoding split as (everything before data's bytes, data, total length).
+
+    Hashing the prefix and then ``data`` separately avoids copying large chunks.
+    """
+    parts = [_HEAD.pack(seq, wall_ns, mono_ns), _lp(kind.encode("utf-8"))]
+    if step is None:
+        parts.append(b"\x00")
+    else:
+        parts.append(b"\x01" + _lp(step.encode("utf-8")))
+    parts.append(_lp(attrs_json.encode("utf-8")))
+    if data is None:
+        parts.append(b"\x00")
+        prefix = b"".join(parts)
+        return prefix, None, len(prefix)
+    parts.append(b"\x01" + _U64.pack(len(data)))
+    prefix = b"".join(parts)
+    return prefix, data, len(prefix) + len(data)
+
+
+def encode_event(
+    seq: int,
+    wall_ns: int,
+    mono_ns: int,
+    kind: str,
+    step: str | None,
+    attrs_json: str,
+    data: bytes | None,
+) -> bytes:
+    """The whole canonical encoding as one byte string (for vectors and tests)."""
+    prefix, data_part, _ = encoded_parts(seq, wall_ns, mono_ns, kind, step, attrs_json, data)
+    return prefix if data_part is None else prefix + data_part

@@ -1,0 +1,58 @@
+"""The event: one row of an AOS stream, and the kinds the format knows."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["KINDS", "Event"]
+
+#: Kinds named by DESIGN.md. Writers may add others; readers must accept any.
+KINDS: frozenset[str] = frozenset(
+    {
+        "stream.open",
+        "process.start",
+        "stdout",
+        "stderr",
+        "step.start",
+        "step.end",
+        "receipt",
+        "receipt.invalid",
+        "artifact",
+        "artifact.chunk",
+        "process.exit",
+        "checkpoint",
+        "verdict",
+        "seal",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One recorded event, exactly as stored.
+
+    ``attrs_json`` is the canonical JSON text that was hashed; ``attrs`` is it
+    parsed. ``hash`` is the 32-byte chain hash of this event.
+    """
+
+    seq: int
+    wall_ns: int
+    mono_ns: int
+    kind: str
+    step: str | None
+    attrs_json: str
+    data: bytes | None
+    hash: bytes
+    _attrs: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The attrs object (parsed once, on first use)."""
+        cached = self._attrs
+        if cached is None:
+            parsed = json.loads(self.attrs_json)
+            cached = parsed if isinstance(parsed, dict) else {}
+            object.__setattr__(self, "_attrs", cached)
+        return cached

@@ -1,0 +1,380 @@
+"""The append-only stream writer.
+
+One ``write()`` per batch, never a seek: a recorder killed at any moment leaves
+a file whose complete batches read and verify. Events are hashed into the chain
+as they are appended; a batch is flushed when it is full, when its oldest event
+is ``flush_interval`` old (a background thread sees to that while events
+arrive), or on demand. A ``checkpoint`` event closes the first batch flushed
+after each ``checkpoint_interval``. The ``seal`` event goes in a batch of its
+own and commits to the chain head, the event count and the BLAKE3 digest of
+every file byte before its batch.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from blake3 import blake3
+
+from aos.canonical import canonical_json
+from aos.chain import checkpoint_message, genesis, link, seal_message
+from aos.refusals import StreamWrite
+from aos.signing import Signer
+
+__all__ = ["FsyncPolicy", "SealInfo", "StreamWriter", "new_stream_id"]
+
+FsyncPolicy = Literal["never", "batch", "seal"]
+
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+def new_stream_id() -> str:
+    """A fresh stream id: 32 lowercase hex digits (a random UUID)."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class SealInfo:
+    """What a seal committed to."""
+
+    stream_id: str
+    path: Path
+    seq: int
+    head: str
+    events: int
+    bytes: int
+    file_blake3: str
+    signature: str | None
+    key_id: str | None
+
+
+class StreamWriter:
+    """Writes one AOS stream. Thread-safe; ``append`` may be called from any thread."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        stream_id: str | None = None,
+        signer: Signer | None = None,
+        flush_interval: float = 0.1,
+        checkpoint_interval: float = 1.0,
+        batch_max_bytes: int = 4 << 20,
+        batch_max_events: int = 8192,
+        fsync: FsyncPolicy = "seal",
+        compression_level: int = 1,
+        background_flush: bool = True,
+        exclusive: bool = True,
+    ) -> None:
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+
+        from aos.schema import arrow_schema
+
+        self._pa = pa
+        self.path = Path(path)
+        self.stream_id = stream_id or new_stream_id()
+        self.signer = signer
+        self.flush_interval = flush_interval
+        self.checkpoint_interval = checkpoint_interval
+        self.batch_max_bytes = batch_max_bytes
+        self.batch_max_events = batch_max_events
+        self.fsync = fsync
+        self._schema = arrow_schema(self.stream_id)
+        self._lock = threading.RLock()
+        self._prev = genesis(self.stream_id)
+        self._seq = 0
+        self._sealed: SealInfo | None = None
+        self._closed = False
+        self.failure: StreamWrite | None = None
+        self._digest = blake3()
+        self._bytes = 0
+        self._clear_pending()
+        self._last_checkpoint = time.monotonic()
+        self._last_checkpoint_seq: int | None = None
+
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
+        try:
+            self._fd: int | None = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as exc:
+            raise StreamWrite(f"cannot create {self.path}: {exc.strerror or exc}") from exc
+        schema_bytes = self._schema.serialize().to_pybytes()
+        self._skip = len(schema_bytes)
+        self._sink = bytearray()
+        self._ipc = ipc.new_stream(
+            _Sink(self._sink),
+            self._schema,
+            options=ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level)),
+        )
+        self._write_bytes(schema_bytes)
+
+        self._stop = threading.Event()
+        self._flusher: threading.Thread | None = None
+        if background_flush and flush_interval > 0:
+            self._flusher = threading.Thread(target=self._flush_loop, name="aos-flush", daemon=True)
+            self._flusher.start()
+
+    # -- appending -----------------------------------------------------------------
+
+    @property
+    def head(self) -> bytes:
+        """The hash of the last appended event (the genesis before any)."""
+        return self._prev
+
+    @property
+    def events(self) -> int:
+        """How many events have been appended."""
+        return self._seq
+
+    @property
+    def bytes_written(self) -> int:
+        return self._bytes
+
+    @property
+    def sealed(self) -> SealInfo | None:
+        return self._sealed
+
+    def append(
+        self,
+        kind: str,
+        attrs: dict[str, Any] | None = None,
+        data: bytes | None = None,
+        step: str | None = None,
+        *,
+        wall_ns: int | None = None,
+        mono_ns: int | None = None,
+    ) -> int:
+        """Append one event; returns its seq. Raises ``StreamWrite`` once writing failed."""
+        attrs_json = canonical_json(attrs if attrs is not None else {})
+        if data is not None and not isinstance(data, bytes):
+            data = bytes(data)
+        with self._lock:
+            if self._sealed is not None or self._closed:
+                raise StreamWrite(f"{self.path} is already sealed; nothing can follow the seal")
+            if self.failure is not None:
+                raise self.failure
+            seq = self._add(kind, step, attrs_json, data, wall_ns, mono_ns)
+            if (
+                self._pending_bytes >= self.batch_max_bytes
+                or len(self._p_seq) >= self.batch_max_events
+                or time.monotonic() - self._pending_since >= self.flush_interval
+            ):
+                self._flush_locked(allow_checkpoint=True)
+            return seq
+
+    def _add(
+        self,
+        kind: str,
+        step: str | None,
+        attrs_json: str,
+        data: bytes | None,
+        wall_ns: int | None,
+        mono_ns: int | None,
+    ) -> int:
+        seq = self._seq
+        w = time.time_ns() if wall_ns is None else wall_ns
+        m = time.monotonic_ns() if mono_ns is None else mono_ns
+        h = link(self._prev, seq, w, m, kind, step, attrs_json, data)
+        if not self._p_seq:
+            self._pending_since = time.monotonic()
+        self._p_seq.append(seq)
+        self._p_wall.append(w)
+        self._p_mono.append(m)
+        self._p_kind.append(kind)
+        self._p_step.append(step)
+        self._p_attrs.append(attrs_json)
+        self._p_data.append(data)
+        self._p_hash.append(h)
+        self._pending_bytes += len(attrs_json) + (len(data) if data else 0) + 64
+        self._prev = h
+        self._seq = seq + 1
+        return seq
+
+    def _clear_pending(self) -> None:
+        self._p_seq: list[int] = []
+        self._p_wall: list[int] = []
+        self._p_mono: list[int] = []
+        self._p_kind: list[str] = []
+        self._p_step: list[str | None] = []
+        self._p_attrs: list[str] = []
+        self._p_data: list[bytes | None] = []
+        self._p_hash: list[bytes] = []
+        self._pending_bytes = 0
+        self._pending_since = time.monotonic()
+
+    # -- flushing ------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write every pending event now (one batch)."""
+        with self._lock:
+            if self.failure is not None:
+                raise self.failure
+            self._flush_locked(allow_checkpoint=True)
+
+    def _checkpoint_attrs(self) -> dict[str, Any]:
+        attrs: dict[str, Any] = {"head": self._prev.hex(), "events": self._seq}
+        if self.signer is not None:
+            attrs["signature"] = self.signer.sign(checkpoint_message(self.stream_id, self._prev, self._seq))
+            attrs["key_id"] = self.signer.key_id
+        return attrs
+
+    def _flush_locked(self, *, allow_checkpoint: bool) -> None:
+        if not self._p_seq:
+            return
+        now = time.monotonic()
+        if allow_checkpoint and now - self._last_checkpoint >= self.checkpoint_interval:
+            self._last_checkpoint = now
+            self._last_checkpoint_seq = self._seq
+            self._add("checkpoint", None, canonical_json(self._checkpoint_attrs()), None, None, None)
+        pa = self._pa
+        batch = pa.record_batch(
+            [
+                pa.array(self._p_seq, pa.uint64()),
+                pa.array(self._p_wall, pa.int64()),
+                pa.array(self._p_mono, pa.int64()),
+                pa.array(self._p_kind, pa.string()),
+                pa.array(self._p_step, pa.string()),
+                pa.array(self._p_attrs, pa.string()),
+                pa.array(self._p_data, pa.binary()),
+                pa.array(self._p_hash, pa.binary(32)),
+            ],
+            schema=self._schema,
+        )
+        self._clear_pending()
+        self._ipc.write_batch(batch)
+        self._drain_sink()
+        if self.fsync == "batch":
+            self._sync()
+
+    def _drain_sink(self) -> None:
+        buf = self._sink
+        if self._skip:
+            # pyarrow repeats the schema message we wrote at open; drop it.
+            cut = min(self._skip, len(buf))
+            del buf[:cut]
+            self._skip -= cut
+        if buf:
+            out = bytes(buf)
+            buf.clear()
+            self._write_bytes(out)
+
+    def _write_bytes(self, out: bytes) -> None:
+        if self._fd is None:
+            raise StreamWrite(f"{self.path} is closed")
+        view = memoryview(out)
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+        except OSError as exc:
+            self.failure = StreamWrite(f"cannot write {self.path}: {exc.strerror or exc}")
+            raise self.failure from exc
+        self._digest.update(out)
+        self._bytes += len(out)
+
+    def _sync(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            self.failure = StreamWrite(f"cannot sync {self.path}: {exc.strerror or exc}")
+            raise self.failure from exc
+
+    def _flush_loop(self) -> None:
+        tick = max(self.flush_interval / 4, 0.005)
+        while not self._stop.wait(tick):
+            with self._lock:
+                if self._closed or self._sealed is not None or self.failure is not None:
+                    return
+                if self._p_seq and time.monotonic() - self._pending_since >= self.flush_interval:
+                    try:
+                        self._flush_locked(allow_checkpoint=True)
+                    except StreamWrite:
+                        return
+
+    # -- sealing -------------------------------------------------------------------
+
+    def seal(self) -> SealInfo:
+        """Flush, append the seal in a batch of its own, end the stream and close."""
+        with self._lock:
+            if self._sealed is not None:
+                return self._sealed
+            if self.failure is not None:
+                raise self.failure
+            self._flush_locked(allow_checkpoint=False)
+            self._drain_sink()
+            head, events, nbytes = self._prev, self._seq, self._bytes
+            file_digest = self._digest.digest()
+            attrs: dict[str, Any] = {
+                "head": head.hex(),
+                "events": events,
+                "bytes": nbytes,
+                "file_blake3": file_digest.hex(),
+            }
+            signature = key = None
+            if self.signer is not None:
+                signature = self.signer.sign(seal_message(self.stream_id, head, events, nbytes, file_digest))
+                key = self.signer.key_id
+                attrs["signature"], attrs["key_id"] = signature, key
+            seq = self._add("seal", None, canonical_json(attrs), None, None, None)
+            self._flush_locked(allow_checkpoint=False)
+            self._ipc.close()
+            self._drain_sink()
+            if self.fsync != "never":
+                self._sync()
+            self._sealed = SealInfo(
+                self.stream_id, self.path, seq, head.hex(), events, nbytes, file_digest.hex(), signature, key
+            )
+        self.close()
+        return self._sealed
+
+    def close(self) -> None:
+        """Stop the flusher and close the file. Pending events are flushed (unsealed)."""
+        self._stop.set()
+        if self._flusher is not None and self._flusher is not threading.current_thread():
+            self._flusher.join()
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self._sealed is None and self.failure is None:
+                    self._flush_locked(allow_checkpoint=False)
+            finally:
+                self._closed = True
+                if self._fd is not None:
+                    os.close(self._fd)
+                    self._fd = None
+
+    def __enter__(self) -> StreamWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Sink:
+    """A file-like object that collects what pyarrow writes, so one batch is one write."""
+
+    def __init__(self, buf: bytearray) -> None:
+        self._buf = buf
+        self.closed = False
+
+    def write(self, b: Any) -> int:
+        self._buf += b
+        return len(b)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def writable(self) -> bool:
+        return True

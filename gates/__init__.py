@@ -1,0 +1,1 @@
+"""gates: the policy engine, the built-in gates and their verdicts."""

@@ -1,0 +1,1 @@
+"""observe: the recorder and the ``alpha`` command line."""
