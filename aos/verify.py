@@ -1,0 +1,201 @@
+"""The verifier: is this stream intact, sealed, and (given a key) signed?
+
+Checks, in file order, stopping at the first failure:
+
+1. the file exists (``stream-missing``) and is an AOS v1 stream (``stream-schema``);
+2. for each complete batch, for each event: ``seq`` is the next integer
+   (``stream-order``), its hash follows from the one before (``stream-chain``),
+   a ``checkpoint`` names the chain head and count before it (``stream-chain``)
+   and, with a key, carries a good signature (``stream-signature``);
+3. a ``seal`` stands alone in the last batch and names the head, the count,
+   the byte length and the BLAKE3 digest of every file byte before its batch
+   (``stream-seal``); with a key, its signature is good (``stream-signature``);
+4. after the seal's batch comes at most the end-of-stream marker
+   (``stream-seal``: bytes follow it);
+5. damage after the last complete batch: ``stream-truncated``; no seal at all:
+   ``stream-unsealed``. Both name the last intact seq and checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from blake3 import blake3
+
+from aos.chain import checkpoint_message, genesis, link, seal_message
+from aos.event import Event
+from aos.reader import EOS, StreamFile, batch_events
+from aos.refusals import (
+    Refusal,
+    StreamChain,
+    StreamOrder,
+    StreamSeal,
+    StreamSignature,
+    StreamTruncated,
+    StreamUnsealed,
+    StreamVerdict,
+)
+from aos.signing import Verifier
+
+__all__ = ["Verification", "require_verdict", "verify_stream"]
+
+
+@dataclass
+class Verification:
+    """What an intact, sealed stream committed to."""
+
+    path: Path
+    stream_id: str
+    events: int
+    head: str
+    seal: dict[str, Any]
+    signed: bool
+    key_id: str | None
+    signature_checked: bool
+    verdict: dict[str, Any] | None
+    verdict_seq: int | None
+    checkpoints: int
+    file_blake3: str
+    kinds: dict[str, int] = field(default_factory=dict)
+
+
+def _where(last_seq: int | None, last_checkpoint: int | None) -> str:
+    seq = "none" if last_seq is None else str(last_seq)
+    cp = "none" if last_checkpoint is None else f"seq {last_checkpoint}"
+    return f"last intact seq {seq}, last checkpoint {cp}"
+
+
+def verify_stream(path: str | os.PathLike[str], public_key: Verifier | None = None) -> Verification:
+    """Verify a stream end to end; raise the first ``Refusal`` found."""
+    whole = blake3(max_threads=blake3.AUTO)
+    with StreamFile(path) as f:
+        view = f.view
+        sid = f.stream_id
+        prev = genesis(sid)
+        expected = 0
+        last_cp: int | None = None
+        checkpoints = 0
+        verdict: Event | None = None
+        seal: Event | None = None
+        seal_end = 0
+        digest = blake3()
+        digest.update(view[: f.schema_end])
+        kinds: dict[str, int] = {}
+
+        for raw in f.batches():
+            if seal is not None:
+                raise StreamSeal(f"a batch follows the seal (at byte {raw.start})", last_seq=seal.seq)
+            try:
+                events = batch_events(raw.batch)
+            except Exception as exc:  # noqa: BLE001 - values that do not convert are damage
+                raise StreamChain(
+                    f"the batch at byte {raw.start} does not decode ({exc}); {_where(expected - 1 if expected else None, last_cp)}"
+                ) from exc
+            for i, ev in enumerate(events):
+                if ev.seq != expected:
+                    raise StreamOrder(
+                        f"seq {ev.seq} where {expected} was expected (batch at byte {raw.start}); "
+                        f"{_where(expected - 1 if expected else None, last_cp)}",
+                        first_bad_seq=expected,
+                    )
+                h = link(prev, ev.seq, ev.wall_ns, ev.mono_ns, ev.kind, ev.step, ev.attrs_json, ev.data)
+                if h != ev.hash:
+                    raise StreamChain(
+                        f"the hash of seq {ev.seq} does not follow from seq {ev.seq - 1}"
+                        if ev.seq
+                        else "the hash of seq 0 does not follow from the stream id",
+                        first_bad_seq=ev.seq,
+                    )
+                kinds[ev.kind] = kinds.get(ev.kind, 0) + 1
+                if ev.kind == "checkpoint":
+                    _check_checkpoint(ev, sid, prev, public_key)
+                    last_cp = ev.seq
+                    checkpoints += 1
+                elif ev.kind == "verdict":
+                    verdict = ev
+                elif ev.kind == "seal":
+                    if i != len(events) - 1 or len(events) != 1:
+                        raise StreamSeal(f"the seal (seq {ev.seq}) does not stand alone in the last batch")
+                    _check_seal(ev, sid, prev, raw.start, digest.digest(), public_key)
+                    seal = ev
+                    seal_end = raw.end
+                prev = h
+                expected += 1
+            digest.update(view[raw.start : raw.end])
+
+        last_seq = expected - 1 if expected else None
+        if seal is None:
+            if f.damage is not None:
+                raise type(f.damage)(f"{f.damage.detail}; {_where(last_seq, last_cp)}", last_seq=last_seq)
+            raise StreamUnsealed(f"no seal; {_where(last_seq, last_cp)}", last_seq=last_seq, last_checkpoint=last_cp)
+        tail = bytes(view[seal_end:])
+        if f.damage is not None and tail and len(tail) < 8 and EOS.startswith(tail):
+            raise StreamTruncated(f"the end-of-stream marker after the seal is cut short ({len(tail)} of 8 bytes)")
+        if f.damage is not None:
+            raise StreamSeal(f"bytes follow the seal: {f.damage.detail}")
+        rest = f.size - seal_end
+        if rest not in (0, 8):
+            raise StreamSeal(f"{rest} bytes follow the seal")
+        whole.update(view)
+
+        attrs = seal.attrs
+        return Verification(
+            path=f.path,
+            stream_id=sid,
+            events=seal.seq + 1,
+            head=seal.hash.hex(),
+            seal=attrs,
+            signed="signature" in attrs,
+            key_id=attrs.get("key_id"),
+            signature_checked=public_key is not None,
+            verdict=verdict.attrs if verdict is not None else None,
+            verdict_seq=verdict.seq if verdict is not None else None,
+            checkpoints=checkpoints,
+            file_blake3=whole.hexdigest(),
+            kinds=kinds,
+        )
+
+
+def _check_checkpoint(ev: Event, sid: str, prev: bytes, key: Verifier | None) -> None:
+    a = ev.attrs
+    if a.get("head") != prev.hex() or a.get("events") != ev.seq:
+        raise StreamChain(f"the checkpoint at seq {ev.seq} does not name the chain before it", first_bad_seq=ev.seq)
+    if key is not None and not key.check(checkpoint_message(sid, prev, ev.seq), a.get("signature")):
+        raise StreamSignature(f"the checkpoint at seq {ev.seq} is not signed by key {key.key_id}")
+
+
+def _check_seal(ev: Event, sid: str, prev: bytes, start: int, file_digest: bytes, key: Verifier | None) -> None:
+    a = ev.attrs
+    if a.get("head") != prev.hex():
+        raise StreamSeal(f"the seal (seq {ev.seq}) names head {a.get('head')}, the chain's is {prev.hex()}")
+    if a.get("events") != ev.seq:
+        raise StreamSeal(f"the seal (seq {ev.seq}) counts {a.get('events')} events, the chain has {ev.seq}")
+    if a.get("bytes") != start:
+        raise StreamSeal(f"the seal counts {a.get('bytes')} bytes before it, the file has {start}")
+    if a.get("file_blake3") != file_digest.hex():
+        raise StreamSeal("the file's bytes before the seal do not match the seal's digest")
+    if key is not None:
+        if "signature" not in a:
+            raise StreamSignature("the seal is not signed, and a key was given")
+        message = seal_message(sid, prev, ev.seq, start, file_digest)
+        if not key.check(message, a.get("signature")):
+            raise StreamSignature(f"the seal's signature is not by key {key.key_id}")
+
+
+def require_verdict(v: Verification) -> dict[str, Any]:
+    """The sealed verdict's attrs, or ``stream-verdict`` when the stream has none."""
+    if v.verdict is None:
+        raise StreamVerdict(f"{v.path} is intact and sealed but holds no verdict")
+    return v.verdict
+
+
+def refusal_of(path: str | os.PathLike[str], public_key: Verifier | None = None) -> Refusal | None:
+    """The refusal ``verify`` would print, or None for an intact sealed stream."""
+    try:
+        verify_stream(path, public_key)
+    except Refusal as exc:
+        return exc
+    return None
