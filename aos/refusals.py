@@ -7,6 +7,7 @@ tools match on them. A refusal prints as ``refused: NAME: detail``.
 from __future__ import annotations
 
 __all__ = [
+    "ArtifactMissing",
     "Refusal",
     "StreamChain",
     "StreamMissing",
@@ -94,6 +95,12 @@ class StreamVerdict(Refusal):
     name = "stream-verdict"
 
 
+class ArtifactMissing(Refusal):
+    """The stream holds no artifact at that path (or its bytes were omitted)."""
+
+    name = "artifact-missing"
+
+
 class StreamWrite(Refusal):
     """The stream could not be written (unwritable path, full disk)."""
 
@@ -111,6 +118,7 @@ _ALL: tuple[type[Refusal], ...] = (
     StreamSignature,
     StreamVerdict,
     StreamWrite,
+    ArtifactMissing,
 )
 
 
