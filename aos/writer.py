@@ -18,6 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Literal
 
 from blake3 import blake3
@@ -71,6 +72,7 @@ class StreamWriter:
         compression_level: int = 1,
         background_flush: bool = True,
         exclusive: bool = True,
+        clock: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
         import pyarrow as pa
         import pyarrow.ipc as ipc
@@ -86,6 +88,7 @@ class StreamWriter:
         self.batch_max_bytes = batch_max_bytes
         self.batch_max_events = batch_max_events
         self.fsync = fsync
+        self._clock = clock
         self._schema = arrow_schema(self.stream_id)
         self._lock = threading.RLock()
         self._prev = genesis(self.stream_id)
@@ -178,6 +181,10 @@ class StreamWriter:
         mono_ns: int | None,
     ) -> int:
         seq = self._seq
+        if (wall_ns is None or mono_ns is None) and self._clock is not None:
+            cw, cm = self._clock()
+            wall_ns = cw if wall_ns is None else wall_ns
+            mono_ns = cm if mono_ns is None else mono_ns
         w = time.time_ns() if wall_ns is None else wall_ns
         m = time.monotonic_ns() if mono_ns is None else mono_ns
         h = link(self._prev, seq, w, m, kind, step, attrs_json, data)

@@ -1,0 +1,140 @@
+"""Generate the format test vectors in samples/vectors/ (deterministic, byte for byte).
+
+    python samples/vectors/make_vectors.py [OUTDIR]
+
+Writes sealed.aos (unsigned), signed.aos with test-key.pub (its private key
+test-key.key is published here on purpose: it signs test vectors and nothing
+else), and vectors.json: for every event its canonical encoding and hash, the
+genesis, and what each seal commits to. tests/test_vectors.py regenerates these
+files and checks they are identical, and verifies them with an independent
+implementation written from docs/FORMAT.md alone.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from aos.canonical import encode_event
+from aos.chain import genesis
+from aos.reader import read_stream
+from aos.signing import Signer
+from aos.writer import StreamWriter
+
+SEED = bytes(range(32))  # the published test key's seed
+BASE_WALL = 1_795_000_000_000_000_000
+BASE_MONO = 5_000_000_000
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.tick = 0
+
+    def __call__(self) -> tuple[int, int]:
+        self.tick += 1
+        return BASE_WALL + self.tick * 1_000_000, BASE_MONO + self.tick * 1_000_000
+
+
+def _write(path: Path, stream_id: str, signer: Signer | None) -> None:
+    path.unlink(missing_ok=True)
+    w = StreamWriter(
+        path,
+        stream_id=stream_id,
+        signer=signer,
+        flush_interval=3600,
+        checkpoint_interval=0,
+        background_flush=False,
+        clock=_Clock(),
+    )
+    w.append(
+        "stream.open",
+        {
+            "stream_id": stream_id,
+            "tool": "alpha-observe",
+            "version": "0.1.0",
+            "argv": ["sh", "-c", "echo hello; printf '\\000\\377' >&2"],
+            "recorder_argv": ["alpha", "observe", "record", "--", "sh", "-c", "..."],
+            "cwd": "/work",
+            "env": {"HOME": "/root", "API_TOKEN": "[REDACTED]"},
+            "host": "vectors",
+            "gate": None,
+            "labels": {"lane": "vectors", "unicode": "\u00e9\u4e2d\U0001f600"},
+        },
+    )
+    w.append("process.start", {"pid": 4242, "argv": ["sh", "-c", "..."]})
+    w.append("stdout", {}, b"hello\n")
+    w.append("stderr", {}, b"\x00\xff")
+    w.flush()  # first batch, closed by a checkpoint
+    w.append("step.start", {"name": "build", "argv": ["make"], "parent": None}, step="s1")
+    w.append("stdout", {}, b"", step="s1")
+    w.append("receipt", {"name": "static-build", "status": "pass", "fields": {"role": "coordinator", "n": 1.5}}, step="s1")
+    w.append("receipt.invalid", {"reason": "not JSON"}, b"{oops\n", step="s1")
+    w.append("step.end", {"name": "build", "argv": ["make"], "parent": None, "exit_code": 0, "signal": None, "duration_ns": 1000}, step="s1")
+    w.flush()
+    content = b"artifact bytes\n"
+    import hashlib
+
+    from blake3 import blake3
+
+    w.append(
+        "artifact",
+        {
+            "path": "out/a.txt",
+            "size": len(content),
+            "mode": "0644",
+            "sha256": hashlib.sha256(content).hexdigest(),
+            "blake3": blake3(content).hexdigest(),
+            "content": "inline",
+            "kind": "file",
+        },
+    )
+    w.append("artifact.chunk", {"path": "out/a.txt", "offset": 0}, content)
+    w.append("process.exit", {"exit_code": 0, "signal": None, "timed_out": False, "duration_ns": 2_000_000, "rusage": {}})
+    w.append("verdict", {"gate": "exit-zero", "verdict": "pass", "scope": "command", "checks": [{"name": "exit-code", "status": "pass", "reason": "exit 0", "evidence": [11]}]})
+    w.seal()
+
+
+def _describe(path: Path) -> dict[str, object]:
+    c = read_stream(path)
+    events = []
+    for ev in c.events:
+        enc = encode_event(ev.seq, ev.wall_ns, ev.mono_ns, ev.kind, ev.step, ev.attrs_json, ev.data)
+        events.append({"seq": ev.seq, "kind": ev.kind, "encoding_hex": enc.hex(), "hash": ev.hash.hex()})
+    seal = c.events[-1].attrs
+    return {
+        "file": path.name,
+        "stream_id": c.stream_id,
+        "genesis": genesis(c.stream_id).hex(),
+        "file_bytes": path.stat().st_size,
+        "events": events,
+        "seal": seal,
+    }
+
+
+def main(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    private = Ed25519PrivateKey.from_private_bytes(SEED)
+    (out / "test-key.key").write_bytes(
+        private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    (out / "test-key.pub").write_bytes(
+        private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    _write(out / "sealed.aos", "00112233445566778899aabbccddeeff", None)
+    _write(out / "signed.aos", "ffeeddccbbaa99887766554433221100", Signer(private))
+    raw_pub = private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    doc = {
+        "format": "AOS",
+        "version": "1",
+        "public_key_raw_hex": raw_pub.hex(),
+        "streams": [_describe(out / "sealed.aos"), _describe(out / "signed.aos")],
+    }
+    (out / "vectors.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent)
