@@ -16,6 +16,7 @@ Damage is classified by what the bytes after the last good batch are:
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
@@ -112,7 +113,7 @@ class StreamFile:
             message = self._reader.read_next_message()
         except StopIteration:
             raise StreamSchema(f"{self.path} holds no schema") from None
-        except Exception as exc:  # noqa: BLE001 - any pyarrow failure here means "not a stream"
+        except Exception as exc:
             if self._short(0):
                 raise StreamTruncated(f"{self.path}: the schema message is cut short ({self.size} bytes)") from exc
             raise StreamSchema(f"{self.path}: unreadable schema message: {exc}") from exc
@@ -120,14 +121,16 @@ class StreamFile:
             raise StreamSchema(f"{self.path}: the first message is a {message.type}, not a schema")
         try:
             schema = self._ipc.read_schema(message)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise StreamSchema(f"{self.path}: unreadable schema: {exc}") from exc
         meta = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in (schema.metadata or {}).items()}
         if meta.get(META_FORMAT.decode()) != FORMAT_NAME:
             raise StreamSchema(f"{self.path} is an Arrow stream but not an AOS stream (no aos.format=AOS)")
         version = meta.get(META_VERSION.decode())
         if version != FORMAT_VERSION:
-            raise StreamSchema(f"{self.path}: AOS version {version!r} is not supported (this reader knows {FORMAT_VERSION})")
+            raise StreamSchema(
+                f"{self.path}: AOS version {version!r} is not supported (this reader knows {FORMAT_VERSION})"
+            )
         stream_id = meta.get(META_STREAM_ID.decode())
         if not stream_id:
             raise StreamSchema(f"{self.path}: no aos.stream_id in the schema metadata")
@@ -151,7 +154,7 @@ class StreamFile:
         if bytes(self.view[pos : pos + 4]) != _CONT:
             return False
         (meta_len,) = _I32.unpack(self.view[pos + 4 : pos + 8])
-        return meta_len > 0 and pos + 8 + meta_len > self.size
+        return bool(meta_len > 0 and pos + 8 + meta_len > self.size)
 
     def batches(self) -> Iterator[RawBatch]:
         """Each complete batch in order; stops at the end or at the first damage."""
@@ -202,10 +205,8 @@ class StreamFile:
         except (BufferError, ValueError):  # pragma: no cover - a batch still holds the buffer
             return
         if self._mm is not None:
-            try:
+            with contextlib.suppress(BufferError):  # arrow may still reference the map; GC closes it
                 self._mm.close()
-            except BufferError:  # pragma: no cover - arrow still references the map
-                pass
             self._mm = None
 
     def __enter__(self) -> StreamFile:

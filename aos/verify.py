@@ -90,10 +90,9 @@ def verify_stream(path: str | os.PathLike[str], public_key: Verifier | None = No
                 raise StreamSeal(f"a batch follows the seal (at byte {raw.start})", last_seq=seal.seq)
             try:
                 events = batch_events(raw.batch)
-            except Exception as exc:  # noqa: BLE001 - values that do not convert are damage
-                raise StreamChain(
-                    f"the batch at byte {raw.start} does not decode ({exc}); {_where(expected - 1 if expected else None, last_cp)}"
-                ) from exc
+            except Exception as exc:
+                where = _where(expected - 1 if expected else None, last_cp)
+                raise StreamChain(f"the batch at byte {raw.start} does not decode ({exc}); {where}") from exc
             for i, ev in enumerate(events):
                 if ev.seq != expected:
                     raise StreamOrder(

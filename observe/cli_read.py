@@ -28,7 +28,9 @@ def _key(path: str | None):  # type: ignore[no-untyped-def]
 
 @click.command("verify")
 @click.argument("stream", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--key", "key", type=click.Path(dir_okay=False), help="Ed25519 public key (PEM) the seal must be signed by.")
+@click.option(
+    "--key", "key", type=click.Path(dir_okay=False), help="Ed25519 public key (PEM) the seal must be signed by."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was verified as JSON.")
 def verify_cmd(stream: Path, key: str | None, as_json: bool) -> None:
     """Check a stream: intact chain, sealed, and signed when --key is given.

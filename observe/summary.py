@@ -130,7 +130,9 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
             open_steps[ev.step] = entry
             s.steps.append(entry)
         elif ev.kind == "step.end" and ev.step in open_steps:
-            open_steps[ev.step].update(exit_code=a.get("exit_code"), signal=a.get("signal"), duration_ns=a.get("duration_ns"))
+            open_steps[ev.step].update(
+                exit_code=a.get("exit_code"), signal=a.get("signal"), duration_ns=a.get("duration_ns")
+            )
         elif ev.kind == "receipt":
             s.receipts.append({"name": a.get("name"), "status": a.get("status")})
         elif ev.kind == "receipt.invalid":
@@ -196,7 +198,9 @@ def format_summary(s: Summary) -> str:
     lines.append(f"steps      {len(s.steps)}")
     for st in s.steps:
         code = st.get("exit_code")
-        state = "running/unfinished" if st.get("duration_ns") is None else f"exit {code}, {_secs(st.get('duration_ns'))}"
+        state = (
+            "running/unfinished" if st.get("duration_ns") is None else f"exit {code}, {_secs(st.get('duration_ns'))}"
+        )
         lines.append(f"  {'  ' * int(st['depth'])}{st['name']}  ({state})")
     counts: dict[str, int] = {}
     for r in s.receipts:
@@ -215,6 +219,8 @@ def format_summary(s: Summary) -> str:
         checks = v.get("checks") or []
         failing = [c.get("name") for c in checks if c.get("status") != "pass"]
         tail = f"; not passing: {', '.join(map(str, failing))}" if failing else ""
-        lines.append(f"verdict    {v.get('verdict')} (gate {v.get('gate')}, scope {v.get('scope')}, {len(checks)} checks{tail})")
+        lines.append(
+            f"verdict    {v.get('verdict')} (gate {v.get('gate')}, scope {v.get('scope')}, {len(checks)} checks{tail})"
+        )
     lines.append(f"integrity  {s.integrity}")
     return "\n".join(lines)

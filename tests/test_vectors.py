@@ -36,7 +36,8 @@ def _independent_verify(path: Path, raw_public_key: bytes | None) -> list[dict[s
     reader = ipc.MessageReader.open_stream(source)
     schema = ipc.read_schema(reader.read_next_message())
     meta = schema.metadata
-    assert meta[b"aos.format"] == b"AOS" and meta[b"aos.version"] == b"1"
+    assert meta[b"aos.format"] == b"AOS"
+    assert meta[b"aos.version"] == b"1"
     stream_id = meta[b"aos.stream_id"].decode()
     prev = blake3(b"AOS1/genesis\x00" + _lp(stream_id.encode())).digest()
     out: list[dict[str, Any]] = []
@@ -67,12 +68,12 @@ def _independent_verify(path: Path, raw_public_key: bytes | None) -> list[dict[s
             if row["kind"] == "seal":
                 assert len(rows) == 1
                 digest = blake3(data[:start]).digest()
-                assert attrs["head"] == prev.hex() and attrs["events"] == row["seq"]
-                assert attrs["bytes"] == start and attrs["file_blake3"] == digest.hex()
+                assert attrs["head"] == prev.hex()
+                assert attrs["events"] == row["seq"]
+                assert attrs["bytes"] == start
+                assert attrs["file_blake3"] == digest.hex()
                 if raw_public_key is not None:
-                    msg = (
-                        b"AOS1/seal\x00" + _lp(stream_id.encode()) + prev + _u64(row["seq"]) + _u64(start) + digest
-                    )
+                    msg = b"AOS1/seal\x00" + _lp(stream_id.encode()) + prev + _u64(row["seq"]) + _u64(start) + digest
                     Ed25519PublicKey.from_public_bytes(raw_public_key).verify(bytes.fromhex(attrs["signature"]), msg)
                 seal_seen = True
             out.append({"seq": row["seq"], "kind": row["kind"], "encoding_hex": enc.hex(), "hash": h.hex()})

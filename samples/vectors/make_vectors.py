@@ -71,9 +71,15 @@ def _write(path: Path, stream_id: str, signer: Signer | None) -> None:
     w.flush()  # first batch, closed by a checkpoint
     w.append("step.start", {"name": "build", "argv": ["make"], "parent": None}, step="s1")
     w.append("stdout", {}, b"", step="s1")
-    w.append("receipt", {"name": "static-build", "status": "pass", "fields": {"role": "coordinator", "n": 1.5}}, step="s1")
+    w.append(
+        "receipt", {"name": "static-build", "status": "pass", "fields": {"role": "coordinator", "n": 1.5}}, step="s1"
+    )
     w.append("receipt.invalid", {"reason": "not JSON"}, b"{oops\n", step="s1")
-    w.append("step.end", {"name": "build", "argv": ["make"], "parent": None, "exit_code": 0, "signal": None, "duration_ns": 1000}, step="s1")
+    w.append(
+        "step.end",
+        {"name": "build", "argv": ["make"], "parent": None, "exit_code": 0, "signal": None, "duration_ns": 1000},
+        step="s1",
+    )
     w.flush()
     content = b"artifact bytes\n"
     import hashlib
@@ -93,8 +99,18 @@ def _write(path: Path, stream_id: str, signer: Signer | None) -> None:
         },
     )
     w.append("artifact.chunk", {"path": "out/a.txt", "offset": 0}, content)
-    w.append("process.exit", {"exit_code": 0, "signal": None, "timed_out": False, "duration_ns": 2_000_000, "rusage": {}})
-    w.append("verdict", {"gate": "exit-zero", "verdict": "pass", "scope": "command", "checks": [{"name": "exit-code", "status": "pass", "reason": "exit 0", "evidence": [11]}]})
+    w.append(
+        "process.exit", {"exit_code": 0, "signal": None, "timed_out": False, "duration_ns": 2_000_000, "rusage": {}}
+    )
+    w.append(
+        "verdict",
+        {
+            "gate": "exit-zero",
+            "verdict": "pass",
+            "scope": "command",
+            "checks": [{"name": "exit-code", "status": "pass", "reason": "exit 0", "evidence": [11]}],
+        },
+    )
     w.seal()
 
 
@@ -119,7 +135,9 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     private = Ed25519PrivateKey.from_private_bytes(SEED)
     (out / "test-key.key").write_bytes(
-        private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
     )
     (out / "test-key.pub").write_bytes(
         private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
