@@ -1,0 +1,444 @@
+"""Generate the named known-bad AOS streams in this folder, reproducibly.
+
+Run ``python tests/assets/make_assets.py`` from the repository root; it rewrites
+every ``*.aos``, the test keys and ``MANIFEST.json``. The output is the same
+byte for byte on every run: stream ids are fixed, the writer runs on a fake
+clock, batches are cut by count, and the Ed25519 keys come from fixed seeds
+(Ed25519 signatures are deterministic).
+
+The byte surgery used here (split a stream into its messages, re-encode a
+batch, recompute the chain) is also what the tamper tests use; ``conftest.py``
+serves this module as the ``surgery`` fixture.
+
+``MANIFEST.json`` names, for each asset, the refusal ``verify`` must give
+(``null`` for a stream that verifies), the public key to verify with (if
+any), the last intact seq the refusal must name (if it names one), and what is
+wrong with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+from blake3 import blake3
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+import aos.writer
+from aos.canonical import canonical_json
+from aos.chain import genesis, link, seal_message
+from aos.reader import EOS, StreamFile
+from aos.schema import arrow_schema
+from aos.signing import Signer
+from aos.writer import StreamWriter
+
+HERE = Path(__file__).resolve().parent
+
+STREAM_ID = "0123456789abcdef0123456789abcdef"
+OTHER_STREAM_ID = "fedcba9876543210fedcba9876543210"
+ROWS = ("seq", "wall_ns", "mono_ns", "kind", "step", "attrs", "data", "hash")
+
+# -- byte surgery ------------------------------------------------------------------------
+
+
+@dataclass
+class Parts:
+    """A stream file cut at its message boundaries: schema, each complete batch, the rest."""
+
+    head: bytes
+    batches: list[bytes]
+    tail: bytes
+    stream_id: str
+    starts: list[int] = field(default_factory=list)
+
+    def join(self) -> bytes:
+        """The file these parts make, in order."""
+        return self.head + b"".join(self.batches) + self.tail
+
+
+def split(path: str | os.PathLike[str]) -> Parts:
+    """Cut the file at ``path`` into schema, batches (as ``StreamFile`` finds them) and tail."""
+    data = Path(path).read_bytes()
+    with StreamFile(path) as f:
+        spans = [(raw.start, raw.end) for raw in f.batches()]
+        end = spans[-1][1] if spans else f.schema_end
+        return Parts(
+            data[: f.schema_end], [data[s:e] for s, e in spans], data[end:], f.stream_id, [s for s, _ in spans]
+        )
+
+
+def split_bytes(data: bytes, tmp: Path) -> Parts:
+    """``split`` for bytes in memory (goes through a file in ``tmp``)."""
+    p = tmp / "split.aos"
+    p.write_bytes(data)
+    return split(p)
+
+
+def encode_batch(rows: list[dict[str, Any]], stream_id: str = STREAM_ID) -> bytes:
+    """The bytes of one zstd-compressed record batch message holding ``rows`` (as the writer encodes it)."""
+    schema = arrow_schema(stream_id)
+    batch = pa.record_batch(
+        [pa.array([r[name] for r in rows], schema.field(name).type) for name in ROWS], schema=schema
+    )
+    sink = io.BytesIO()
+    writer = ipc.new_stream(sink, schema, options=ipc.IpcWriteOptions(compression=pa.Codec("zstd", 1)))
+    writer.write_batch(batch)
+    return sink.getvalue()[len(schema.serialize().to_pybytes()) :]
+
+
+def schema_bytes(stream_id: str = STREAM_ID, metadata: dict[bytes, bytes] | None = None) -> bytes:
+    """The schema message of a stream (with its metadata replaced by ``metadata`` when given)."""
+    schema = arrow_schema(stream_id)
+    if metadata is not None:
+        schema = schema.with_metadata(metadata)
+    return bytes(schema.serialize().to_pybytes())
+
+
+def decode_batch(message: bytes, stream_id: str = STREAM_ID) -> list[dict[str, Any]]:
+    """The rows of one record batch message, as dicts of column values."""
+    schema = arrow_schema(stream_id)
+    reader = ipc.open_stream(schema.serialize().to_pybytes() + message + EOS)
+    return reader.read_all().to_pylist()
+
+
+def rehash(rows: list[dict[str, Any]], prev: bytes) -> bytes:
+    """Recompute the ``hash`` of each row in place from ``prev``; return the new head."""
+    for r in rows:
+        r["hash"] = link(prev, r["seq"], r["wall_ns"], r["mono_ns"], r["kind"], r["step"], r["attrs"], r["data"])
+        prev = r["hash"]
+    return prev
+
+
+def all_rows(parts: Parts) -> list[list[dict[str, Any]]]:
+    """The rows of every batch of ``parts``."""
+    return [decode_batch(b, parts.stream_id) for b in parts.batches]
+
+
+def reseal(parts: Parts, signer: Signer | None = None, *, key_id: str | None = None) -> Parts:
+    """What a forger without the key can do: recompute the chain and a fresh seal over ``parts``.
+
+    The last batch must be the seal; every batch before it is re-encoded with its
+    hashes recomputed, and the seal is rebuilt over the new bytes (signed by
+    ``signer`` when given, under ``key_id`` if that is given too).
+    """
+    batches = all_rows(parts)
+    assert batches[-1][-1]["kind"] == "seal"
+    prev = genesis(parts.stream_id)
+    out: list[bytes] = []
+    for rows in batches[:-1]:
+        prev = rehash(rows, prev)
+        out.append(encode_batch(rows, parts.stream_id))
+    seal = batches[-1][-1]
+    events = seal["seq"]
+    before = parts.head + b"".join(out)
+    digest = blake3(before).digest()
+    attrs: dict[str, Any] = {
+        "head": prev.hex(),
+        "events": events,
+        "bytes": len(before),
+        "file_blake3": digest.hex(),
+    }
+    if signer is not None:
+        attrs["signature"] = signer.sign(seal_message(parts.stream_id, prev, events, len(before), digest))
+        attrs["key_id"] = key_id or signer.key_id
+    seal["attrs"] = canonical_json(attrs)
+    rehash([seal], prev)
+    out.append(encode_batch([seal], parts.stream_id))
+    return Parts(parts.head, out, parts.tail, parts.stream_id)
+
+
+# -- deterministic sample streams --------------------------------------------------------
+
+
+class FakeClock:
+    """Stands in for the ``time`` module inside ``aos.writer``: every reading is 1 ms later."""
+
+    def __init__(self) -> None:
+        self._ns = 1_780_000_000_000_000_000
+
+    def _tick(self) -> int:
+        self._ns += 1_000_000
+        return self._ns
+
+    def time_ns(self) -> int:
+        return self._tick()
+
+    def monotonic_ns(self) -> int:
+        return self._tick() - 1_700_000_000_000_000_000
+
+    def monotonic(self) -> float:
+        return self.monotonic_ns() / 1e9
+
+
+@contextlib.contextmanager
+def fake_clock() -> Iterator[None]:
+    """Run the writer on a ``FakeClock`` (its only source of nondeterminism)."""
+    real = aos.writer.time
+    aos.writer.time = FakeClock()  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        aos.writer.time = real
+
+
+def seeded_signer(seed: str) -> Signer:
+    """An Ed25519 signer whose private key is BLAKE3 of ``seed`` (test keys only)."""
+    return Signer(Ed25519PrivateKey.from_private_bytes(blake3(seed.encode()).digest()))
+
+
+def write_keys(signer: Signer, prefix: Path) -> None:
+    """Write ``prefix.key`` (PKCS#8, 0600) and ``prefix.pub`` for ``signer``."""
+    key = prefix.with_suffix(".key")
+    key.write_bytes(
+        signer.private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    key.chmod(0o600)
+    prefix.with_suffix(".pub").write_bytes(
+        signer.private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+def sample_events() -> list[tuple[str, dict[str, Any], bytes | None, str | None]]:
+    """A small recording: open, start, output, a step, a receipt, an artifact, exit and a verdict."""
+    return [
+        ("stream.open", {"stream_id": STREAM_ID, "argv": ["make", "test"], "cwd": "/src", "env": {"HOME": "/root"}}, None, None),
+        ("process.start", {"pid": 4242, "argv": ["make", "test"]}, None, None),
+        ("stdout", {}, b"building...\n", None),
+        ("step.start", {"name": "unit", "argv": ["pytest", "-q"]}, None, "unit"),
+        ("stdout", {}, b"..........                                [100%]\n", "unit"),
+        ("stderr", {}, b"warning: \xff\xfe not utf-8\n", "unit"),
+        ("step.end", {"name": "unit", "exit_code": 0, "signal": None, "duration_ns": 1234567}, None, "unit"),
+        ("receipt", {"name": "unit", "status": "pass", "fields": {"tests": 10, "big": 2**80}}, None, None),
+        ("stdout", {}, b"", None),
+        ("artifact", {"path": "out/r\u00e9sum\u00e9.txt", "size": 5, "content": "inline"}, None, None),
+        ("artifact.chunk", {"path": "out/r\u00e9sum\u00e9.txt", "offset": 0}, b"hello", None),
+        ("process.exit", {"exit_code": 0, "signal": None, "timed_out": False, "duration_ns": 99}, None, None),
+        ("verdict", {"gate": "exit-zero", "verdict": "fail", "scope": "static", "checks": []}, None, None),
+    ]
+
+
+def write_sample(
+    path: Path,
+    *,
+    stream_id: str = STREAM_ID,
+    signer: Signer | None = None,
+    seal: bool = True,
+    batch_max_events: int = 3,
+) -> None:
+    """Write the sample recording to ``path``: a checkpoint closes each batch, the seal stands alone."""
+    path.unlink(missing_ok=True)
+    with fake_clock():
+        w = StreamWriter(
+            path,
+            stream_id=stream_id,
+            signer=signer,
+            flush_interval=1e9,
+            checkpoint_interval=0.0,
+            batch_max_events=batch_max_events,
+            background_flush=False,
+        )
+        for kind, attrs, data, step in sample_events():
+            w.append(kind, attrs, data, step)
+        if seal:
+            w.seal()
+        else:
+            w.close()
+
+
+# -- the assets --------------------------------------------------------------------------
+
+
+def _last_seq(rows_by_batch: list[list[dict[str, Any]]], nbatches: int) -> int:
+    return int(rows_by_batch[nbatches - 1][-1]["seq"])
+
+
+def _padding_flip(parts: Parts, index: int) -> int:
+    """An offset inside batch ``index`` whose flip leaves every decoded value unchanged."""
+    message = parts.batches[index]
+    want = decode_batch(message)
+    for i in range(len(message) - 1, 0, -1):
+        b = bytearray(message)
+        b[i] ^= 0x01
+        try:
+            if decode_batch(bytes(b)) == want:
+                return i
+        except Exception:  # noqa: BLE001, S112 - a flip that breaks decoding is not the one wanted
+            continue
+    raise AssertionError("no harmless byte in the batch")
+
+
+def build(out: Path) -> dict[str, dict[str, Any]]:
+    """Write every asset into ``out``; return the manifest."""
+    signer, other = seeded_signer("aos-test-signer"), seeded_signer("aos-test-forger")
+    write_keys(signer, out / "signer")
+    write_keys(other, out / "forger")
+    manifest: dict[str, dict[str, Any]] = {}
+
+    def put(name: str, data: bytes, refusal: str | None, what: str, **extra: Any) -> None:
+        (out / name).write_bytes(data)
+        manifest[name] = {"refusal": refusal, "what": what, **extra}
+
+    good_path = out / "good.aos"
+    write_sample(good_path)
+    good = split(good_path)
+    rows = all_rows(good)
+    assert len(good.batches) >= 5 and good.tail == EOS
+    manifest["good.aos"] = {"refusal": None, "what": "an intact sealed stream with a verdict (the base of the others)"}
+
+    write_sample(out / "good-signed.aos", signer=signer)
+    manifest["good-signed.aos"] = {"refusal": None, "key": "signer.pub", "what": "an intact stream sealed and checkpointed with signer.key"}
+
+    cut = good.starts[2] + len(good.batches[2]) // 2
+    data = good.join()
+    put("truncated-mid-batch.aos", data[:cut], "stream-truncated",
+        "cut in the middle of the third batch (a recorder killed mid-write)", last_intact_seq=_last_seq(rows, 2))
+    put("truncated-at-batch.aos", data[: good.starts[3]], "stream-unsealed",
+        "cut exactly after the third batch: intact but never sealed", last_intact_seq=_last_seq(rows, 3))
+
+    b = bytearray(data)
+    b[good.starts[1] + len(good.batches[1]) // 2] ^= 0x10
+    put("flipped-byte.aos", bytes(b), "stream-chain", "one bit flipped inside the compressed body of the second batch")
+
+    i = _padding_flip(good, 1)
+    b = bytearray(data)
+    b[good.starts[1] + i] ^= 0x01
+    put("flipped-padding-byte.aos", bytes(b), "stream-seal",
+        "one bit flipped where it changes no decoded value: only the seal's file digest catches it")
+
+    p = Parts(good.head, [good.batches[0], good.batches[2], good.batches[1], *good.batches[3:]], good.tail, STREAM_ID)
+    put("reordered-batches.aos", p.join(), "stream-order", "the second and third batches swapped",
+        last_intact_seq=_last_seq(rows, 1))
+    p = Parts(good.head, [good.batches[0], *good.batches[2:]], good.tail, STREAM_ID)
+    put("deleted-batch.aos", p.join(), "stream-order", "the second batch removed", last_intact_seq=_last_seq(rows, 1))
+    p = Parts(good.head, [*good.batches[:2], good.batches[1], *good.batches[2:]], good.tail, STREAM_ID)
+    put("duplicated-batch.aos", p.join(), "stream-order", "the second batch written twice",
+        last_intact_seq=_last_seq(rows, 2))
+
+    other_path = out / "other.tmp"
+    write_sample(other_path, stream_id=OTHER_STREAM_ID)
+    foreign = split(other_path)
+    other_path.unlink()
+    p = Parts(good.head, [good.batches[0], foreign.batches[1], *good.batches[2:]], good.tail, STREAM_ID)
+    put("spliced-from-other-stream.aos", p.join(), "stream-chain",
+        "the second batch taken from another stream with the same events (same seqs, other genesis)",
+        first_bad_seq=int(rows[1][0]["seq"]))
+    p = Parts(good.head, foreign.batches, foreign.tail, STREAM_ID)
+    put("foreign-batches.aos", p.join(), "stream-chain",
+        "every batch of another stream under this stream's schema (its id in the metadata)", first_bad_seq=0)
+
+    write_sample(out / "unsealed.aos", seal=False)
+    last = all_rows(split(out / "unsealed.aos"))[-1][-1]["seq"]
+    manifest["unsealed.aos"] = {"refusal": "stream-unsealed", "what": "closed without a seal", "last_intact_seq": last}
+
+    signed = split(out / "good-signed.aos")
+    forged = reseal(signed, other, key_id=signer.key_id)
+    put("forged-seal.aos", forged.join(), "stream-signature",
+        "signed stream whose seal was re-signed by another key under the signer's key id; "
+        "verifies without a key (the chain alone does not stop a forger)", key="signer.pub")
+
+    put("bytes-after-seal.aos", data + b"extra bytes after the end\n", "stream-seal",
+        "text appended after the end-of-stream marker")
+    put("batch-after-eos.aos", data + good.batches[1], "stream-seal", "a copy of a batch appended after the end-of-stream marker")
+
+    seal_row = rows[-1][0]
+    verdict = {"seq": seal_row["seq"] + 1, "wall_ns": seal_row["wall_ns"] + 1, "mono_ns": seal_row["mono_ns"] + 1,
+               "kind": "verdict", "step": None,
+               "attrs": canonical_json({"gate": "exit-zero", "verdict": "pass", "scope": "static", "checks": []}),
+               "data": None}
+    rehash([verdict], seal_row["hash"])
+    p = Parts(good.head, [*good.batches, encode_batch([verdict])], EOS, STREAM_ID)
+    put("verdict-after-seal.aos", p.join(), "stream-seal",
+        "a well-chained passing verdict appended in a batch after the seal")
+
+    edited = [dict(r) for r in rows[-2]]
+    (vi,) = [i for i, r in enumerate(edited) if r["kind"] == "verdict"]
+    vattrs = json.loads(edited[vi]["attrs"])
+    vattrs["verdict"] = "pass"
+    edited[vi]["attrs"] = canonical_json(vattrs)
+    p = Parts(good.head, [*good.batches[:-2], encode_batch(edited), good.batches[-1]], good.tail, STREAM_ID)
+    put("edited-verdict.aos", p.join(), "stream-chain",
+        "the verdict's attrs changed from fail to pass, its hash left as it was",
+        first_bad_seq=int(edited[vi]["seq"]))
+
+    batches = all_rows(good)
+    batches[-2][vi]["attrs"] = canonical_json(vattrs)
+    prev = batches[-3][-1]["hash"]
+    rehash(batches[-1], rehash(batches[-2], prev))
+    p = Parts(good.head, [*good.batches[:-2], *(encode_batch(r) for r in batches[-2:])], good.tail, STREAM_ID)
+    put("rehashed-verdict.aos", p.join(), "stream-seal",
+        "the verdict changed to pass and every hash from it on recomputed, the seal's attrs left as they were")
+
+    put("not-arrow.aos", b"2026-11-29 make test: this is a log file, not an Arrow stream\n", "stream-schema",
+        "plain text")
+    sink = io.BytesIO()
+    plain = pa.schema([pa.field("x", pa.int64())])
+    with ipc.new_stream(sink, plain) as w:
+        w.write_batch(pa.record_batch([pa.array([1, 2, 3])], schema=plain))
+    put("arrow-not-aos.aos", sink.getvalue(), "stream-schema", "a valid Arrow IPC stream with no AOS metadata")
+
+    meta = {k: v for k, v in arrow_schema(STREAM_ID).metadata.items()}
+    meta[b"aos.version"] = b"2"
+    put("future-version.aos", schema_bytes(STREAM_ID, meta) + b"".join(good.batches) + EOS, "stream-schema",
+        "the sample's batches under a schema that says aos.version 2")
+    bad_cols = pa.schema([*arrow_schema(STREAM_ID)][:-1], metadata=arrow_schema(STREAM_ID).metadata)
+    put("wrong-columns.aos", bytes(bad_cols.serialize().to_pybytes()) + EOS, "stream-schema",
+        "AOS metadata, but the hash column is missing")
+    put("empty.aos", b"", "stream-truncated", "zero bytes: the schema was never written")
+    put("schema-cut-short.aos", good.head[: len(good.head) // 2], "stream-truncated", "cut inside the schema message")
+    put("schema-only.aos", good.head, "stream-unsealed", "the schema and nothing else", last_intact_seq="none")
+    put("eos-cut-short.aos", data[:-3], "stream-truncated", "the end-of-stream marker after the seal cut short")
+
+    merged = [*rows[-2], rows[-1][0]]
+    p = Parts(good.head, [*good.batches[:-2], encode_batch(merged)], EOS, STREAM_ID)
+    put("seal-not-alone.aos", p.join(), "stream-seal", "the seal shares its batch with the events before it")
+
+    batches = all_rows(good)
+    (ci,) = [i for i, r in enumerate(batches[1]) if r["kind"] == "checkpoint"]
+    cattrs = json.loads(batches[1][ci]["attrs"])
+    cattrs["events"] += 1
+    batches[1][ci]["attrs"] = canonical_json(cattrs)
+    prev = batches[0][-1]["hash"]
+    for rows_ in batches[1:]:
+        prev = rehash(rows_, prev)
+    p = Parts(good.head, [good.batches[0], *(encode_batch(r) for r in batches[1:])], EOS, STREAM_ID)
+    put("checkpoint-wrong-count.aos", p.join(), "stream-chain",
+        "a checkpoint that miscounts the events before it (chain recomputed around it)",
+        first_bad_seq=int(batches[1][ci]["seq"]))
+
+    batches = all_rows(good)
+    prev = batches[0][-1]["hash"]
+    for rows_ in batches[1:]:
+        for r in rows_:
+            r["seq"] += 1
+        prev = rehash(rows_, prev)
+    p = Parts(good.head, [good.batches[0], *(encode_batch(r) for r in batches[1:])], EOS, STREAM_ID)
+    put("seq-gap.aos", p.join(), "stream-order", "one seq skipped after the first batch (hashes recomputed)",
+        last_intact_seq=_last_seq(rows, 1))
+
+    (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def main() -> None:
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = build(out)
+    print(f"wrote {len(manifest)} assets to {out}")
+
+
+if __name__ == "__main__":
+    main()

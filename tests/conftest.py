@@ -1,0 +1,50 @@
+"""Shared fixtures. Keep each one small and documented; append new ones in their own section."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+
+# -- format assets (tests/assets, made by tests/assets/make_assets.py) ---------------------
+
+
+def _load_make_assets() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("aos_test_make_assets", ASSETS / "make_assets.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def asset() -> Callable[[str], Path]:
+    """``asset(name)``: the path of a committed known-good or known-bad file in tests/assets."""
+
+    def _asset(name: str) -> Path:
+        path = ASSETS / name
+        if not path.is_file():
+            raise FileNotFoundError(f"no asset {name!r} in {ASSETS} (run tests/assets/make_assets.py)")
+        return path
+
+    return _asset
+
+
+@pytest.fixture(scope="session")
+def asset_manifest() -> dict[str, dict[str, Any]]:
+    """tests/assets/MANIFEST.json: for each asset, the refusal ``verify`` must give and what is wrong."""
+    manifest: dict[str, dict[str, Any]] = json.loads((ASSETS / "MANIFEST.json").read_text())
+    return manifest
+
+
+@pytest.fixture(scope="session")
+def surgery() -> ModuleType:
+    """The byte-surgery helpers of make_assets.py (split, encode_batch, rehash, reseal, write_sample, ...)."""
+    return _load_make_assets()
