@@ -1,0 +1,82 @@
+"""Named refusals of a lane role, printed as ``refused: NAME: detail``.
+
+The three names the device gates match on are ``device-uuid``,
+``nvidia-plan-host`` and ``checkpoint-chunk`` (docs/GATES.md, "Lane receipts").
+Each refusal has its own exit code so a lane script can tell them apart.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EXIT_CODES",
+    "CheckpointChunk",
+    "CheckpointEpoch",
+    "CheckpointLearner",
+    "DeviceUuid",
+    "LaneRefusal",
+    "NvidiaPlanHost",
+    "PeerIdentity",
+]
+
+
+class LaneRefusal(Exception):
+    """A named, expected refusal; ``name`` is stable, ``detail`` is for people."""
+
+    name = "refused"
+    exit_code = 1
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+    def diagnostics(self) -> str:
+        """The one line printed on stderr."""
+        return f"refused: {self.name}: {self.detail}"
+
+
+class DeviceUuid(LaneRefusal):
+    """The device at the bound minor is not the bound UUID (or there is none)."""
+
+    name = "device-uuid"
+    exit_code = 20
+
+
+class NvidiaPlanHost(LaneRefusal):
+    """The device at the bound minor is not the product the role was built for."""
+
+    name = "nvidia-plan-host"
+    exit_code = 21
+
+
+class CheckpointChunk(LaneRefusal):
+    """A checkpoint chunk is unreadable, non-finite or fails its checksum."""
+
+    name = "checkpoint-chunk"
+    exit_code = 22
+
+
+class PeerIdentity(LaneRefusal):
+    """A peer's first message names a different learner, rate or membership."""
+
+    name = "peer-identity"
+    exit_code = 23
+
+
+class CheckpointEpoch(LaneRefusal):
+    """A resume does not advance the membership epoch past the checkpoint's."""
+
+    name = "checkpoint-epoch"
+    exit_code = 24
+
+
+class CheckpointLearner(LaneRefusal):
+    """A checkpoint written by another learner (or lane)."""
+
+    name = "checkpoint-learner"
+    exit_code = 25
+
+
+EXIT_CODES: dict[str, int] = {
+    cls.name: cls.exit_code
+    for cls in (DeviceUuid, NvidiaPlanHost, CheckpointChunk, PeerIdentity, CheckpointEpoch, CheckpointLearner)
+}
