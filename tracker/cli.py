@@ -1,0 +1,471 @@
+"""The tracker's command line: ``alpha tracker ...`` and ``alpha observe attach``.
+
+A thin layer over :mod:`tracker.records`, :mod:`tracker.attach`,
+:mod:`tracker.status` and :mod:`tracker.audit`. Refusals (the database's
+included) print ``refused: NAME: detail`` on stderr and exit 1; usage errors
+exit 2; ``audit`` exits 1 when it finds anything wrong. Every read command
+takes ``--json``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sqlite3
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from aos.refusals import Refusal
+
+__all__ = ["attach", "tracker"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_DB_HELP = "The tracker database (default ./progress.sqlite3, or $ALPHA_TRACKER_DB)."
+
+
+def _refusals(fn: F) -> F:
+    """Print a refusal the one way the CLI prints them, and exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Refusal as exc:
+            click.echo(exc.diagnostics(), err=True)
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@contextmanager
+def _open(ctx: click.Context) -> Iterator[sqlite3.Connection]:
+    from tracker.db import connect
+
+    conn = connect(ctx.obj["db"])
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+# -- alpha observe attach ------------------------------------------------------------
+
+
+@click.command("attach")
+@click.argument("stream", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--tracker",
+    "db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default="progress.sqlite3",
+    show_default=True,
+    envvar="ALPHA_TRACKER_DB",
+    help="The tracker database.",
+)
+@click.option("--run", "run", type=int, required=True, help="The run (id) the stream is evidence for.")
+@json_option
+@_refusals
+def attach(stream: Path, db: Path, run: int, as_json: bool) -> None:
+    """Verify a sealed stream and attach it to a run in the tracker.
+
+    The stream must be intact and sealed (and signed by a trusted key when the
+    tracker holds any: `alpha tracker key add`). Its stream id, path, seal head,
+    file digest and sealed verdict are recorded. Attaching it again unchanged
+    changes nothing; a stream whose file no longer matches what was recorded is
+    refused (tracker-stream-changed).
+    """
+    from tracker.attach import attach as attach_stream
+    from tracker.db import connect
+
+    conn = connect(db)
+    try:
+        a = attach_stream(conn, stream, run)
+    finally:
+        conn.close()
+    if as_json:
+        _json(a.as_dict())
+        return
+    verdict = f"verdict {a.verdict}" + (f", scope {a.scope}" if a.scope else "") if a.verdict else "no verdict"
+    gate = f" (gate {a.gate})" if a.gate else ""
+    what = "attached" if a.new else "already attached, unchanged:"
+    click.echo(f"{what} stream {a.stream_id} to run {a.run_id}: {verdict}{gate}")
+
+
+# -- alpha tracker -------------------------------------------------------------------
+
+
+@click.group("tracker")
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default="progress.sqlite3",
+    show_default=True,
+    envvar="ALPHA_TRACKER_DB",
+    help=_DB_HELP,
+)
+@click.pass_context
+def tracker(ctx: click.Context, db: Path) -> None:
+    """The progress tracker: work items, runs, and the sealed streams that are their evidence.
+
+    The rules live in the database (SQLite triggers), so every client is held to
+    them: a terminal run never changes; an item is verified only with passing
+    evidence from a completed run, a hardware item only with a sealed pass of
+    scope physical; a physical pass needs such a stream on the run.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["db"] = db
+
+
+@tracker.command("init")
+@click.pass_context
+@_refusals
+def init_cmd(ctx: click.Context) -> None:
+    """Create the tracker database (or bring its schema up to date)."""
+    from tracker.db import init, schema_version
+
+    conn = init(ctx.obj["db"])
+    try:
+        version = schema_version(conn)
+    finally:
+        conn.close()
+    click.echo(f"tracker {ctx.obj['db']}: schema version {version}")
+
+
+@tracker.command("status")
+@json_option
+@click.pass_context
+@_refusals
+def status_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Counts per status and per milestone, runs, and evidence, at a glance."""
+    from tracker.status import format_status, status
+
+    with _open(ctx) as conn:
+        s = status(conn)
+    _json(s) if as_json else click.echo(format_status(s))
+
+
+@tracker.command("next")
+@json_option
+@click.pass_context
+@_refusals
+def next_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Work items not yet done whose dependencies are all done (implemented or verified)."""
+    from tracker.status import format_next, next_items
+
+    with _open(ctx) as conn:
+        items = next_items(conn)
+    _json(items) if as_json else click.echo(format_next(items))
+
+
+@tracker.command("show")
+@click.argument("ref", metavar="ID")
+@json_option
+@click.pass_context
+@_refusals
+def show_cmd(ctx: click.Context, ref: str, as_json: bool) -> None:
+    """Show a work item (N10), a run (3) or an attached stream (its id), with its evidence."""
+    from tracker.status import format_show, show
+
+    with _open(ctx) as conn:
+        d = show(conn, ref)
+    _json(d) if as_json else click.echo(format_show(d))
+
+
+@tracker.command("audit")
+@json_option
+@click.pass_context
+@_refusals
+def audit_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Re-verify every attached stream and the database's rules; exit 1 on any finding.
+
+    A stream whose file is gone is `missing`; one that no longer verifies, or
+    whose seal head or whole-file BLAKE3 differs from what attach recorded, is
+    `changed`.
+    """
+    from tracker.audit import audit, format_audit
+
+    with _open(ctx) as conn:
+        report = audit(conn)
+    _json(report.as_dict()) if as_json else click.echo(format_audit(report))
+    if not report.ok:
+        sys.exit(1)
+
+
+# -- milestones and items --------------------------------------------------------------
+
+
+@tracker.group("milestone")
+def milestone_group() -> None:
+    """Milestones: the groups work items belong to."""
+
+
+@milestone_group.command("add")
+@click.argument("milestone_id", metavar="ID")
+@click.argument("title")
+@click.option("--position", type=int, help="Sort position (default: after the last).")
+@click.pass_context
+@_refusals
+def milestone_add(ctx: click.Context, milestone_id: str, title: str, position: int | None) -> None:
+    """Add a milestone."""
+    from tracker.records import add_milestone
+
+    with _open(ctx) as conn:
+        add_milestone(conn, milestone_id, title, position)
+    click.echo(f"milestone {milestone_id} added")
+
+
+@tracker.group("item")
+def item_group() -> None:
+    """Work items: add, change, list."""
+
+
+_STATUS = click.Choice(["planned", "in-progress", "implemented", "verified"])
+
+
+@item_group.command("add")
+@click.argument("item_id", metavar="ID")
+@click.argument("title")
+@click.option("--milestone", "-m", required=True, help="The milestone it belongs to.")
+@click.option("--hardware", is_flag=True, help="Verifying it needs a physical pass on real hardware.")
+@click.option("--status", type=_STATUS, default="planned", show_default=True)
+@click.option("--depends-on", "-d", "depends_on", multiple=True, metavar="ID", help="A dependency (repeatable).")
+@click.pass_context
+@_refusals
+def item_add(
+    ctx: click.Context, item_id: str, title: str, milestone: str, hardware: bool, status: str, depends_on: tuple[str, ...]
+) -> None:
+    """Add a work item (id like N10: never all digits)."""
+    from tracker.records import add_item
+
+    with _open(ctx) as conn:
+        add_item(conn, item_id, title, milestone, hardware=hardware, status=status, depends_on=depends_on)
+    click.echo(f"item {item_id} added")
+
+
+@item_group.command("set")
+@click.argument("item_id", metavar="ID")
+@click.option("--status", type=_STATUS)
+@click.option("--title")
+@click.option("--hardware/--no-hardware", default=None, help="Change the hardware flag.")
+@click.option("--depends-on", "-d", "depends_on", multiple=True, metavar="ID", help="Add a dependency (repeatable).")
+@click.option("--evidence", "-e", multiple=True, metavar="STREAM_ID", help="Link an attached stream (repeatable).")
+@click.option("--run", "runs", type=int, multiple=True, metavar="RUN", help="Link every stream of a run (repeatable).")
+@click.pass_context
+@_refusals
+def item_set(
+    ctx: click.Context,
+    item_id: str,
+    status: str | None,
+    title: str | None,
+    hardware: bool | None,
+    depends_on: tuple[str, ...],
+    evidence: tuple[str, ...],
+    runs: tuple[int, ...],
+) -> None:
+    """Change a work item, linking evidence first; all or nothing.
+
+    `--status verified` is accepted only with passing evidence from a completed
+    run linked (tracker-evidence-required); for a hardware item, a sealed pass
+    of scope physical (tracker-hardware-evidence).
+    """
+    from tracker.records import set_item
+
+    with _open(ctx) as conn:
+        set_item(
+            conn,
+            item_id,
+            status=status,
+            title=title,
+            hardware=hardware,
+            depends_on=depends_on,
+            evidence=evidence,
+            runs=runs,
+        )
+        row = conn.execute("SELECT status FROM items WHERE id = ?", (item_id,)).fetchone()
+    click.echo(f"item {item_id}: {row[0]}")
+
+
+@item_group.command("list")
+@click.option("--milestone", "-m", help="Only this milestone's items.")
+@click.option("--status", type=_STATUS, help="Only items with this status.")
+@json_option
+@click.pass_context
+@_refusals
+def item_list(ctx: click.Context, milestone: str | None, status: str | None, as_json: bool) -> None:
+    """List work items."""
+    with _open(ctx) as conn:
+        rows = [
+            {"id": r["id"], "title": r["title"], "milestone": r["milestone_id"], "hardware": bool(r["hardware"]),
+             "status": r["status"]}
+            for r in conn.execute(
+                "SELECT i.* FROM items i JOIN milestones m ON m.id = i.milestone_id"
+                " WHERE (?1 IS NULL OR i.milestone_id = ?1) AND (?2 IS NULL OR i.status = ?2)"
+                " ORDER BY m.position, m.id, i.id",
+                (milestone, status),
+            )
+        ]
+    if as_json:
+        _json(rows)
+        return
+    width = max((len(r["id"]) for r in rows), default=0)
+    for r in rows:
+        hw = ", hardware" if r["hardware"] else ""
+        click.echo(f"{r['id']:<{width}}  [{r['status']}] {r['title']} ({r['milestone']}{hw})")
+
+
+# -- experiments, devices, runs, measurements, keys ---------------------------------------
+
+
+@tracker.group("experiment")
+def experiment_group() -> None:
+    """Experiments: named series of runs, optionally for a work item."""
+
+
+@experiment_group.command("add")
+@click.argument("name")
+@click.option("--item", help="The work item it is for.")
+@click.option("--description")
+@click.pass_context
+@_refusals
+def experiment_add(ctx: click.Context, name: str, item: str | None, description: str | None) -> None:
+    """Add an experiment; prints its id."""
+    from tracker.records import add_experiment
+
+    with _open(ctx) as conn:
+        click.echo(add_experiment(conn, name, item=item, description=description))
+
+
+@tracker.group("device")
+def device_group() -> None:
+    """Devices: GPUs by UUID."""
+
+
+@device_group.command("add")
+@click.option("--product", required=True, help="e.g. 'NVIDIA GeForce RTX 3090'.")
+@click.option("--uuid", "uuid", required=True, help="The device UUID (GPU-...).")
+@click.option("--driver", help="Driver release, e.g. 580.65.06.")
+@click.pass_context
+@_refusals
+def device_add(ctx: click.Context, product: str, uuid: str, driver: str | None) -> None:
+    """Add a device; prints its id."""
+    from tracker.records import add_device
+
+    with _open(ctx) as conn:
+        click.echo(add_device(conn, product, uuid, driver))
+
+
+@tracker.group("run")
+def run_group() -> None:
+    """Runs: start one, attach its streams (alpha observe attach), finish it."""
+
+
+@run_group.command("start")
+@click.option("--experiment", help="Experiment name (or id).")
+@click.option("--lane", help="The lane, e.g. distributed-device.")
+@click.option("--device", "devices", multiple=True, metavar="UUID", help="A device it runs on (repeatable).")
+@click.option("--note")
+@click.pass_context
+@_refusals
+def run_start(
+    ctx: click.Context, experiment: str | None, lane: str | None, devices: tuple[str, ...], note: str | None
+) -> None:
+    """Start a run; prints the new run's id alone on stdout."""
+    from tracker.records import start_run
+
+    with _open(ctx) as conn:
+        click.echo(start_run(conn, experiment=experiment, lane=lane, devices=devices, note=note))
+
+
+@run_group.command("finish")
+@click.argument("run", type=int)
+@click.option(
+    "--state", required=True, type=click.Choice(["completed", "failed", "inconclusive"]), help="The terminal state."
+)
+@click.option(
+    "--physical-pass",
+    is_flag=True,
+    help="Record a physical pass: needs --state completed and an attached sealed pass of scope physical.",
+)
+@click.option("--note")
+@click.pass_context
+@_refusals
+def run_finish(ctx: click.Context, run: int, state: str, physical_pass: bool, note: str | None) -> None:
+    """Finish a run; from then on it and its evidence never change."""
+    from tracker.records import finish_run
+
+    with _open(ctx) as conn:
+        finish_run(conn, run, state, physical_pass=physical_pass, note=note)
+    click.echo(f"run {run}: {state}" + ("; physical pass recorded" if physical_pass else ""))
+
+
+@run_group.command("list")
+@json_option
+@click.pass_context
+@_refusals
+def run_list(ctx: click.Context, as_json: bool) -> None:
+    """List runs with their evidence counts."""
+    with _open(ctx) as conn:
+        rows = [
+            dict(r)
+            for r in conn.execute(
+                "SELECT r.id, x.name AS experiment, r.lane, r.state, r.physical_pass, r.started_at, r.finished_at,"
+                " (SELECT count(*) FROM evidence e WHERE e.run_id = r.id) AS streams"
+                " FROM runs r LEFT JOIN experiments x ON x.id = r.experiment_id ORDER BY r.id"
+            )
+        ]
+    for r in rows:
+        r["physical_pass"] = bool(r["physical_pass"])
+    if as_json:
+        _json(rows)
+        return
+    for r in rows:
+        pp = ", physical pass" if r["physical_pass"] else ""
+        what = " ".join(x for x in (r["experiment"], r["lane"]) if x) or "-"
+        click.echo(f"{r['id']:>4}  {r['state']:<12} {what}: {r['streams']} stream(s){pp}")
+
+
+@tracker.command("measure")
+@click.argument("run", type=int)
+@click.argument("name")
+@click.argument("value", type=float)
+@click.option("--unit")
+@click.pass_context
+@_refusals
+def measure_cmd(ctx: click.Context, run: int, name: str, value: float, unit: str | None) -> None:
+    """Record a measurement on a running run."""
+    from tracker.records import add_measurement
+
+    with _open(ctx) as conn:
+        add_measurement(conn, run, name, value, unit)
+    click.echo(f"run {run}: {name} = {value:g}" + (f" {unit}" if unit else ""))
+
+
+@tracker.group("key")
+def key_group() -> None:
+    """Trusted public keys: with any, attached streams must be signed by one."""
+
+
+@key_group.command("add")
+@click.argument("pub", type=click.Path(dir_okay=False, path_type=Path))
+@click.pass_context
+@_refusals
+def key_add(ctx: click.Context, pub: Path) -> None:
+    """Trust an Ed25519 public key (PEM, as written by `alpha observe keygen`)."""
+    from tracker.records import add_key
+
+    with _open(ctx) as conn:
+        key_id = add_key(conn, pub)
+    click.echo(f"trusted key {key_id}")

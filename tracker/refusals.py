@@ -1,0 +1,180 @@
+"""The tracker's named refusals.
+
+Each is a :class:`aos.refusals.Refusal`, printed by the CLI as
+``refused: NAME: detail`` (exit 1). The database's triggers raise the same names
+(``RAISE(ABORT, 'NAME: detail')``), and :func:`from_sqlite_error` maps such an
+error back to its class, so a rule refused in SQL reads the same as one refused
+in Python.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+
+from aos.refusals import Refusal
+
+__all__ = [
+    "TrackerDatabase",
+    "TrackerDependencyCycle",
+    "TrackerEvidenceImmutable",
+    "TrackerEvidenceRequired",
+    "TrackerExists",
+    "TrackerHardwareEvidence",
+    "TrackerInvalid",
+    "TrackerKeyUntrusted",
+    "TrackerMissing",
+    "TrackerPhysicalPass",
+    "TrackerRefusal",
+    "TrackerRunImmutable",
+    "TrackerSchema",
+    "TrackerStreamAttached",
+    "TrackerStreamChanged",
+    "TrackerUnknown",
+    "from_sqlite_error",
+    "tracker_refusal_by_name",
+]
+
+
+class TrackerRefusal(Refusal):
+    """Base of the tracker's refusals."""
+
+    name = "tracker-refused"
+
+
+class TrackerMissing(TrackerRefusal):
+    """No tracker database at the path (run ``alpha tracker init``)."""
+
+    name = "tracker-missing"
+
+
+class TrackerSchema(TrackerRefusal):
+    """Not a tracker database, one newer than this tool, or one whose rules were removed."""
+
+    name = "tracker-schema"
+
+
+class TrackerDatabase(TrackerRefusal):
+    """The database could not be read or written (locked past the busy timeout, I/O)."""
+
+    name = "tracker-database"
+
+
+class TrackerUnknown(TrackerRefusal):
+    """An id that names no milestone, item, run, device, experiment or evidence."""
+
+    name = "tracker-unknown"
+
+
+class TrackerExists(TrackerRefusal):
+    """An id that is already taken."""
+
+    name = "tracker-exists"
+
+
+class TrackerInvalid(TrackerRefusal):
+    """A value the schema does not allow (a status, an id, a state)."""
+
+    name = "tracker-invalid"
+
+
+class TrackerDependencyCycle(TrackerRefusal):
+    """A dependency that would make an item depend on itself."""
+
+    name = "tracker-dependency-cycle"
+
+
+class TrackerRunImmutable(TrackerRefusal):
+    """A change to a terminal run, or to its evidence, measurements or devices."""
+
+    name = "tracker-run-immutable"
+
+
+class TrackerEvidenceRequired(TrackerRefusal):
+    """An item marked verified without passing evidence from a completed run."""
+
+    name = "tracker-evidence-required"
+
+
+class TrackerHardwareEvidence(TrackerRefusal):
+    """A hardware item marked verified without a sealed physical pass from a completed run."""
+
+    name = "tracker-hardware-evidence"
+
+
+class TrackerPhysicalPass(TrackerRefusal):
+    """A physical pass recorded on a run without a linked sealed pass of scope physical."""
+
+    name = "tracker-physical-pass"
+
+
+class TrackerStreamChanged(TrackerRefusal):
+    """A stream attached again, or audited, whose file no longer matches its recorded seal."""
+
+    name = "tracker-stream-changed"
+
+
+class TrackerStreamAttached(TrackerRefusal):
+    """A stream that is already evidence for another run."""
+
+    name = "tracker-stream-attached"
+
+
+class TrackerEvidenceImmutable(TrackerRefusal):
+    """An edit of attached evidence or of an evidence link."""
+
+    name = "tracker-evidence-immutable"
+
+
+class TrackerKeyUntrusted(TrackerRefusal):
+    """A stream not signed by a key the tracker trusts, where it trusts some."""
+
+    name = "tracker-key-untrusted"
+
+
+_ALL: tuple[type[TrackerRefusal], ...] = (
+    TrackerMissing,
+    TrackerSchema,
+    TrackerDatabase,
+    TrackerUnknown,
+    TrackerExists,
+    TrackerInvalid,
+    TrackerDependencyCycle,
+    TrackerRunImmutable,
+    TrackerEvidenceRequired,
+    TrackerHardwareEvidence,
+    TrackerPhysicalPass,
+    TrackerStreamChanged,
+    TrackerStreamAttached,
+    TrackerEvidenceImmutable,
+    TrackerKeyUntrusted,
+)
+
+_BY_NAME = {cls.name: cls for cls in _ALL}
+_TRIGGER_MESSAGE = re.compile(r"^(tracker-[a-z-]+): (.*)$", re.DOTALL)
+
+
+def tracker_refusal_by_name(name: str) -> type[TrackerRefusal]:
+    """The refusal class for a tracker refusal name (KeyError when unknown)."""
+    return _BY_NAME[name]
+
+
+def from_sqlite_error(exc: sqlite3.Error, context: str = "") -> Refusal:
+    """The refusal a database error stands for.
+
+    A trigger's ``NAME: detail`` becomes that refusal; a UNIQUE conflict is
+    ``tracker-exists``; any other constraint is ``tracker-invalid``. ``context``
+    (e.g. ``"run 3"``) is prefixed to the detail.
+    """
+    message = str(exc)
+    prefix = f"{context}: " if context else ""
+    match = _TRIGGER_MESSAGE.match(message)
+    if match and match.group(1) in _BY_NAME:
+        return _BY_NAME[match.group(1)](prefix + match.group(2))
+    if "UNIQUE constraint failed" in message:
+        return TrackerExists(prefix + message)
+    if isinstance(exc, sqlite3.IntegrityError):
+        return TrackerInvalid(prefix + message)
+    if isinstance(exc, sqlite3.DatabaseError) and "not a database" in message:
+        return TrackerSchema(prefix + message)
+    return TrackerDatabase(prefix + message)
