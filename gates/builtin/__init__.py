@@ -1,0 +1,1 @@
+"""The built-in gates, written in the gate language (one TOML file each)."""

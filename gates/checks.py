@@ -1,0 +1,206 @@
+"""Named Python checks, for what the gate language cannot say.
+
+A gate file refers to one with ``[[check]] name = "..." uses = "..."``.
+Register your own with ``@register("name")``; a check gets the evidence index
+and the rule's ``args`` table and returns an ``Outcome``. Like every rule, a
+check must answer ``inconclusive`` where evidence is missing and ``fail``
+where evidence contradicts a claim.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gates.evidence import Artifact, Evidence, Receipt, glob_match
+from gates.typing import CheckFunction, Findings, Outcome
+
+__all__ = ["CHECKS", "DEFAULT_DRIVER", "DEFAULT_PRODUCTS", "register"]
+
+#: Every registered check, by name.
+CHECKS: dict[str, CheckFunction] = {}
+
+#: The preflight allow-lists when the lane config names none (docs/GATES.md).
+DEFAULT_PRODUCTS: tuple[str, ...] = ("NVIDIA GeForce RTX 3070", "NVIDIA GeForce RTX 3090")
+DEFAULT_DRIVER: tuple[str, ...] = ("580",)
+
+
+def register(name: str) -> Callable[[CheckFunction], CheckFunction]:
+    """Register a check under ``name`` (a decorator)."""
+
+    def deco(fn: CheckFunction) -> CheckFunction:
+        CHECKS[name] = fn
+        return fn
+
+    return deco
+
+
+def _last(ev: Evidence, name: str, f: Findings) -> Receipt | None:
+    rs = ev.receipts_named(name)
+    if not rs:
+        late = " (one arrived after the command exited and does not count)" if ev.late_named(name) else ""
+        f.inconclusive(f"no {name!r} receipt{late}")
+        return None
+    f.use(r.seq for r in rs)
+    if len(rs) > 1:
+        f.fail(f"{len(rs)} {name!r} receipts; the lane reports one")
+    return rs[-1]
+
+
+def _json_artifact(ev: Evidence, path: str, f: Findings, what: str) -> tuple[Artifact | None, Any]:
+    art = ev.artifact(path)
+    if art is None:
+        f.inconclusive(f"{what} {path} was not captured as an artifact")
+        return None, None
+    f.use(art.seqs)
+    try:
+        return art, art.json()
+    except ValueError as exc:
+        f.add("inconclusive" if "not captured" in str(exc) else "fail", f"{what} {art.path} is not JSON: {exc}")
+        return art, None
+
+
+def _gpus(receipt: Receipt, f: Findings) -> list[dict[str, Any]] | None:
+    gpus = receipt.fields.get("gpus")
+    if not isinstance(gpus, list) or not gpus or not all(isinstance(g, dict) for g in gpus):
+        f.fail(f"preflight (seq {receipt.seq}) has no list of GPUs")
+        return None
+    return gpus
+
+
+def _allowed(value: Any, default: tuple[str, ...]) -> tuple[str, ...]:
+    if value is None:
+        return default
+    if isinstance(value, str | int | float):
+        return (str(value),)
+    if isinstance(value, list):
+        return tuple(str(v) for v in value)
+    return default
+
+
+@register("device-preflight")
+def device_preflight(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
+    """Preflight rules: one binding per role, unique minors and UUIDs, allowed products and driver, no other compute process."""
+    f = Findings()
+    receipt = _last(ev, "preflight", f)
+    config_glob = str(args.get("config", "**/lane-config.json"))
+    configs = ev.artifacts_matching(config_glob)
+    products, drivers = DEFAULT_PRODUCTS, DEFAULT_DRIVER
+    if not configs:
+        f.inconclusive(f"the lane config ({config_glob}) was not captured, so the allow-lists are unknown")
+    else:
+        cfg_art = configs[-1]
+        f.use(cfg_art.seqs)
+        try:
+            cfg = cfg_art.json()
+        except ValueError as exc:
+            cfg = None
+            f.fail(f"lane config {cfg_art.path} is not JSON: {exc}")
+        if isinstance(cfg, dict):
+            products = _allowed(cfg.get("products"), DEFAULT_PRODUCTS)
+            drivers = _allowed(cfg.get("driver"), DEFAULT_DRIVER)
+        elif cfg is not None:
+            f.fail(f"lane config {cfg_art.path} is not a JSON object")
+    if receipt is None:
+        return f.outcome("")
+    gpus = _gpus(receipt, f)
+    if gpus is None:
+        return f.outcome("")
+    roles = sorted({str(r.fields.get("role")) for r in ev.receipts_named("static-build")})
+    f.use(r.seq for r in ev.receipts_named("static-build"))
+    if roles and len(gpus) != len(roles):
+        f.fail(f"preflight binds {len(gpus)} GPU(s) for {len(roles)} role(s) ({', '.join(roles)})")
+    minors = [g.get("minor") for g in gpus]
+    uuids = [g.get("uuid") for g in gpus]
+    if len(set(map(str, minors))) != len(minors):
+        f.fail(f"device minors are not unique: {minors}")
+    if any(not isinstance(u, str) or not u for u in uuids):
+        f.fail(f"a binding lacks its UUID: {uuids}")
+    elif len(set(uuids)) != len(uuids):
+        f.fail(f"device UUIDs are not distinct: {uuids}")
+    for g in gpus:
+        product, driver = g.get("product"), str(g.get("driver", ""))
+        if product not in products:
+            f.fail(f"GPU {g.get('uuid')} is a {product!r}, not one of {list(products)}")
+        release = driver.split(".", 1)[0]
+        if release not in drivers and driver not in drivers:
+            f.fail(f"GPU {g.get('uuid')} runs driver {driver!r}, not release {'/'.join(drivers)}")
+    procs = receipt.fields.get("compute_processes")
+    if not isinstance(procs, list):
+        f.inconclusive("preflight does not list the compute processes")
+    elif procs:
+        names = ", ".join(f"{p.get('name')} (pid {p.get('pid')})" for p in procs if isinstance(p, dict))
+        f.inconclusive(f"the device is busy: other compute process(es) {names}")
+    return f.outcome(
+        f"{len(gpus)} GPU(s) {', '.join(str(g.get('product')) for g in gpus)}; products and driver allowed by "
+        f"{'the lane config' if configs else 'the defaults'}; minors and UUIDs distinct; no other compute process"
+    )
+
+
+@register("preflight-binding")
+def preflight_binding(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
+    """The captured binding.json names exactly the GPUs the preflight receipt reports."""
+    f = Findings()
+    receipt = _last(ev, "preflight", f)
+    if receipt is None:
+        return f.outcome("")
+    path = receipt.fields.get("binding")
+    if not isinstance(path, str) or not path:
+        f.fail(f"preflight (seq {receipt.seq}) does not name its binding file")
+        return f.outcome("")
+    _art, doc = _json_artifact(ev, path, f, "binding")
+    gpus = _gpus(receipt, f)
+    if doc is not None and gpus is not None:
+        captured = doc.get("gpus") if isinstance(doc, dict) else None
+        if captured != gpus:
+            f.fail(f"the captured {path} names GPUs {captured!r}, the preflight receipt {gpus!r}")
+    return f.outcome(f"the captured {path} names the receipt's {len(gpus or [])} GPU(s)")
+
+
+@register("qualification-files")
+def qualification_files(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
+    """Every file qualification.json names is captured with that SHA-256, and every captured file beside it is named."""
+    f = Findings()
+    receipt = _last(ev, "qualification", f)
+    if receipt is None:
+        return f.outcome("")
+    path = receipt.fields.get("path")
+    if not isinstance(path, str) or not path:
+        f.fail(f"qualification (seq {receipt.seq}) does not name qualification.json")
+        return f.outcome("")
+    art, doc = _json_artifact(ev, path, f, "qualification record")
+    if art is None or doc is None:
+        return f.outcome("")
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, list) or not files:
+        f.fail(f"{art.path} names no files")
+        return f.outcome("")
+    base = posixpath.dirname(art.path)
+    named: set[str] = set()
+    for entry in files:
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            f.fail(f"{art.path} holds a malformed entry {entry!r}")
+            continue
+        rel = posixpath.normpath(posixpath.join(base, entry["path"])) if base else posixpath.normpath(entry["path"])
+        named.add(rel)
+        claimed = entry.get("sha256")
+        captured = ev.artifact(rel)
+        if captured is None:
+            f.inconclusive(f"{art.path} names {rel}, which was not captured")
+            continue
+        f.use(captured.seqs)
+        actual, how = captured.sha256()
+        if actual is None:
+            f.add("fail" if "hash to" in how else "inconclusive", f"{rel}: {how}")
+        elif not isinstance(claimed, str) or claimed.lower() != actual:
+            f.fail(f"{art.path} says {rel} has sha256 {claimed} but the captured file hashes to {actual}")
+    exempt = [str(g) for g in args.get("exempt", ["**/lane-config.json"])]
+    for other in ev.artifacts:
+        p = other.path
+        if p == art.path or p in named or any(glob_match(g, p) for g in exempt):
+            continue
+        if base and not p.startswith(base + "/"):
+            continue
+        f.inconclusive(f"{p} was captured beside {art.path} but it does not name it")
+    return f.outcome(f"{art.path} names {len(named)} file(s), each captured with that SHA-256")

@@ -1,0 +1,480 @@
+"""The policy engine: a ``Gate`` over a stream's events gives a ``Verdict``.
+
+Each rule becomes one check. A rule never passes on a claim alone where the
+stream holds independent evidence to check it against: receipts are checked
+against step exit codes, step stderr and captured artifact bytes. A rule
+whose own code raises is ``inconclusive``, never a pass.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aos.event import Event
+from gates.evidence import Evidence, Receipt, Step
+from gates.language import (
+    ArtifactRule,
+    CheckRule,
+    Condition,
+    EachRule,
+    EqualRule,
+    ExitRule,
+    Gate,
+    OrderRule,
+    ReceiptRule,
+    Rule,
+    StepRule,
+)
+from gates.typing import Findings, Outcome
+from gates.verdict import Check, Verdict
+
+__all__ = ["evaluate", "evaluate_evidence", "holds", "schema_errors"]
+
+_MISSING = object()
+
+
+def holds(cond: Condition | None, ev: Evidence) -> bool:
+    """Whether a condition held when the recording started."""
+    if cond is None:
+        return True
+    if cond.env is not None:
+        if not ev.env_set(cond.env):
+            return False
+        if cond.equals is not None and str(ev.env.get(cond.env)) != cond.equals:
+            return False
+    if cond.env_unset is not None and ev.env_set(cond.env_unset):
+        return False
+    if cond.label is not None:
+        if cond.label not in ev.labels:
+            return False
+        if cond.equals is not None and str(ev.labels.get(cond.label)) != cond.equals:
+            return False
+    return True
+
+
+def evaluate(gate: Gate, events: Sequence[Event]) -> Verdict:
+    """Evaluate ``gate`` over a stream's events."""
+    return evaluate_evidence(gate, Evidence(events))
+
+
+def evaluate_evidence(gate: Gate, ev: Evidence) -> Verdict:
+    """Evaluate ``gate`` over an evidence index."""
+    checks: list[Check] = []
+    scope = gate.scope
+    skipped: list[str] = []
+    applied: list[str] = []
+    if ev.open is None:
+        checks.append(Check("stream-open", "inconclusive", "the stream has no stream.open event: no recording start"))
+    for part in gate.parts:
+        if not holds(part.when, ev):
+            reason = part.skipped
+            if part.when is not None:
+                reason += f" (needs {part.when.describe()})"
+            skipped.append(reason)
+            continue
+        if part.when is not None:
+            applied.append(part.name)
+        if part.scope is not None:
+            scope = part.scope
+        for rule in part.rules:
+            if holds(rule.when, ev):
+                checks.append(_run(rule, ev))
+    if gate.uses_receipts:
+        checks.append(_late_receipts(ev))
+        checks.append(_invalid_receipts(ev))
+    verdict = Verdict.of(gate.name, scope, checks)
+    counts = {s: sum(1 for c in checks if c.status == s) for s in ("pass", "fail", "inconclusive")}
+    head = f"{verdict.verdict} (scope {scope}): {counts['pass']}/{len(checks)} checks passed"
+    if counts["fail"]:
+        head += f", {counts['fail']} failed"
+    if counts["inconclusive"]:
+        head += f", {counts['inconclusive']} inconclusive"
+    summary = "; ".join([head, *skipped])
+    return Verdict(verdict.gate, verdict.verdict, scope, verdict.checks, summary, {"not_run": skipped})
+
+
+def _run(rule: Rule, ev: Evidence) -> Check:
+    try:
+        out = _EVALUATORS[type(rule)](rule, ev)
+    except Exception as exc:  # noqa: BLE001 - a broken rule must never pass, nor lose the verdict
+        out = Outcome("inconclusive", f"the check itself raised {type(exc).__name__}: {exc}")
+    return Check(rule.id, out.status, out.reason, tuple(sorted(set(out.evidence))))
+
+
+# -- exit ------------------------------------------------------------------------------
+
+
+def _exit(rule: ExitRule, ev: Evidence) -> Outcome:
+    if ev.exit is None:
+        return Outcome("inconclusive", "the command never finished: no process.exit event")
+    seqs = (ev.exit.seq,)
+    a = ev.exit.attrs
+    if a.get("timed_out") or a.get("signal"):
+        return Outcome(rule.unfinished, f"{ev.describe_exit()}; required exit {rule.code}", seqs)
+    code = ev.exit_code()
+    if code == rule.code:
+        return Outcome("pass", f"the command exited {code}", seqs)
+    return Outcome(rule.otherwise, f"the command exited {code}; required exit {rule.code}", seqs)
+
+
+# -- steps -----------------------------------------------------------------------------
+
+
+def _exit_ok(expected: int | str, step: Step) -> bool:
+    if expected == "any":
+        return True
+    if step.signal or step.exit_code is None:
+        return False
+    if expected == "nonzero":
+        return step.exit_code != 0
+    return step.exit_code == expected
+
+
+def _step(rule: StepRule, ev: Evidence) -> Outcome:
+    f = Findings()
+    steps = ev.steps_named(rule.name)
+    for s in steps:
+        f.use(s.seqs)
+    _count(f, len(steps), rule.count, f"step {rule.name!r}")
+    for s in steps:
+        if not s.finished:
+            f.inconclusive(f"step {rule.name!r} (seq {s.start.seq}) never finished")
+            continue
+        if not _exit_ok(rule.exit, s):
+            f.fail(f"step {rule.name!r} {s.describe_exit()}; expected exit {rule.exit}")
+        for text in rule.stderr_contains:
+            f.use(s.output_seqs)
+            if text.encode() not in s.stderr:
+                f.fail(f"step {rule.name!r}'s stderr does not show {text!r}")
+    return f.outcome(f"step {rule.name!r} ran {len(steps)}x, " + ", ".join(s.describe_exit() for s in steps))
+
+
+def _count(f: Findings, n: int, count: Any, what: str, late: int = 0) -> None:
+    if n < count.min:
+        extra = f" ({late} more arrived after the command exited and do not count)" if late else ""
+        f.inconclusive(f"{what}: {n} recorded, {count.describe()} required{extra}")
+    elif count.max is not None and n > count.max:
+        f.fail(f"{what}: {n} recorded, {count.describe()} allowed")
+
+
+# -- receipts --------------------------------------------------------------------------
+
+
+def _field(obj: Mapping[str, Any], path: str) -> Any:
+    cur: Any = obj
+    for part in path.split("."):
+        if isinstance(cur, Mapping) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return _MISSING
+    return cur
+
+
+def _selected(receipts: list[Receipt], where: Mapping[str, Any]) -> list[Receipt]:
+    return [r for r in receipts if all(_field(r.fields, k) == v for k, v in where.items())]
+
+
+def schema_errors(schema: Mapping[str, Any], value: Any) -> list[str]:
+    """Every way ``value`` fails a JSON Schema, as ``path: message`` lines."""
+    from jsonschema import Draft202012Validator
+
+    errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
+    out = []
+    for e in errors:
+        where = ".".join(str(p) for p in e.absolute_path) or "(top)"
+        out.append(f"{where}: {e.message}")
+    return out
+
+
+def _status_finding(f: Findings, r: Receipt, allowed: Sequence[str], what: str) -> None:
+    if r.status in allowed:
+        return
+    msg = f"{what} (seq {r.seq}) has status {r.status!r}, needs {'/'.join(allowed)}"
+    f.add("fail" if r.status == "fail" else "inconclusive", msg)
+
+
+def _step_for(ev: Evidence, r: Receipt, name: str) -> Step | None:
+    """The step named ``name`` that the receipt was emitted in (by span, else by position)."""
+    own = ev.step_of_span(r.span)
+    if own is not None and own.name == name:
+        return own
+    for s in ev.steps_named(name):
+        if s.start.seq < r.seq and (s.end is None or r.seq < s.end.seq):
+            return s
+    return None
+
+
+def _receipt(rule: ReceiptRule, ev: Evidence) -> Outcome:
+    f = Findings()
+    what = f"receipt {rule.name!r}" + (f" where {dict(rule.where)}" if rule.where else "")
+    found = _selected(ev.receipts_named(rule.name), rule.where)
+    late = _selected(ev.late_named(rule.name), rule.where)
+    f.use(r.seq for r in found)
+    f.use(r.seq for r in late)
+    _count(f, len(found), rule.count, what, late=len(late))
+    checked_artifacts: list[str] = []
+    for r in found:
+        _status_finding(f, r, rule.status, what)
+        if rule.schema is not None:
+            for err in schema_errors(rule.schema, r.fields)[:3]:
+                f.fail(f"{what} (seq {r.seq}) fields fail its schema at {err}")
+        for a, b in rule.equal:
+            va, vb = _field(r.fields, a), _field(r.fields, b)
+            if va is _MISSING or vb is _MISSING:
+                f.inconclusive(f"{what} (seq {r.seq}) lacks {a if va is _MISSING else b!r}")
+            elif va != vb:
+                f.fail(f"{what} (seq {r.seq}): {a} {va!r} != {b} {vb!r}")
+        if rule.step is not None:
+            _receipt_step(f, rule, ev, r, what)
+        for spec in rule.artifacts:
+            done = _receipt_artifact(f, ev, r, spec.path, spec.sha256, spec.required, what)
+            if done:
+                checked_artifacts.append(done)
+    passed = f"{len(found)} {what} recorded, status {'/'.join(sorted({r.status for r in found})) or '-'}"
+    if rule.schema is not None:
+        passed += ", fields match schema"
+    if checked_artifacts:
+        passed += f"; checked against captured {', '.join(sorted(set(checked_artifacts)))}"
+    return f.outcome(passed)
+
+
+def _receipt_step(f: Findings, rule: ReceiptRule, ev: Evidence, r: Receipt, what: str) -> None:
+    assert rule.step is not None
+    step = _step_for(ev, r, rule.step)
+    if step is None:
+        if ev.steps_named(rule.step):
+            f.fail(f"{what} (seq {r.seq}) was not emitted inside step {rule.step!r}")
+        else:
+            f.inconclusive(f"{what} (seq {r.seq}): step {rule.step!r} was never recorded")
+        return
+    f.use(step.seqs)
+    if not (rule.step_exit or rule.step_stderr):
+        return
+    if not step.finished:
+        f.inconclusive(f"step {rule.step!r} never finished, so {what} cannot be checked against it")
+        return
+    if rule.step_exit:
+        claimed = _field(r.fields, rule.step_exit)
+        if claimed is _MISSING:
+            f.fail(f"{what} (seq {r.seq}) lacks {rule.step_exit!r}")
+        elif step.signal or claimed != step.exit_code:
+            f.fail(f"{what} claims {rule.step_exit} {claimed!r} but step {rule.step!r} {step.describe_exit()}")
+    for key in rule.step_stderr:
+        claimed = _field(r.fields, key)
+        f.use(step.output_seqs)
+        if not isinstance(claimed, str) or not claimed:
+            f.fail(f"{what} (seq {r.seq}) lacks a text {key!r}")
+        elif claimed.encode() not in step.stderr:
+            f.fail(f"{what} claims {key} {claimed!r} but step {rule.step!r}'s stderr does not show it")
+
+
+def _receipt_artifact(
+    f: Findings, ev: Evidence, r: Receipt, path_key: str, sha_key: str | None, required: bool, what: str
+) -> str | None:
+    path = _field(r.fields, path_key)
+    if not isinstance(path, str) or not path:
+        f.fail(f"{what} (seq {r.seq}) lacks a path {path_key!r}")
+        return None
+    art = ev.artifact(path)
+    if art is None:
+        if required:
+            f.inconclusive(f"{path} ({what} {path_key}) was not captured as an artifact")
+        else:
+            f.note(f"{path} not captured, so not cross-checked")
+        return None
+    f.use(art.seqs)
+    actual, how = art.sha256()
+    if actual is None:
+        if "hash to" in how:
+            f.fail(f"artifact {art.path}: {how}")
+        else:
+            f.inconclusive(f"artifact {art.path}: {how}")
+        return None
+    if sha_key is not None:
+        claimed = _field(r.fields, sha_key)
+        if not isinstance(claimed, str):
+            f.fail(f"{what} (seq {r.seq}) lacks a digest {sha_key!r}")
+            return None
+        if claimed.lower() != actual:
+            f.fail(f"{what} says {sha_key} {claimed} but captured {art.path} hashes to {actual}")
+            return None
+    return art.path
+
+
+# -- artifacts -------------------------------------------------------------------------
+
+
+def _receipt_ref(ev: Evidence, ref: str) -> tuple[list[tuple[Receipt, Any]], str]:
+    name, _, key = ref.partition(".")
+    return [(r, _field(r.fields, key)) for r in ev.receipts_named(name)], key
+
+
+def _artifact(rule: ArtifactRule, ev: Evidence) -> Outcome:
+    f = Findings()
+    arts = ev.artifacts_matching(rule.glob)
+    for a in arts:
+        f.use(a.seqs)
+    _count(f, len(arts), rule.count, f"artifacts matching {rule.glob!r}")
+    claims: list[tuple[Receipt, Any]] = []
+    if rule.sha256_from is not None:
+        claims, _key = _receipt_ref(ev, rule.sha256_from)
+        f.use(r.seq for r, _ in claims)
+        if not claims:
+            f.inconclusive(f"no receipt gives {rule.sha256_from}")
+    for a in arts:
+        actual, how = a.sha256()
+        if actual is None:
+            f.add("fail" if "hash to" in how else "inconclusive", f"artifact {a.path}: {how}")
+            continue
+        for r, claimed in claims:
+            if not isinstance(claimed, str) or claimed.lower() != actual:
+                f.fail(f"{rule.sha256_from} (seq {r.seq}) is {claimed!r} but captured {a.path} hashes to {actual}")
+        if rule.schema is not None:
+            try:
+                doc = a.json()
+            except ValueError as exc:
+                f.fail(f"artifact {a.path} is not JSON: {exc}")
+                continue
+            for err in schema_errors(rule.schema, doc)[:3]:
+                f.fail(f"artifact {a.path} fails its schema at {err}")
+    return f.outcome(f"{len(arts)} artifact(s) matching {rule.glob!r}: {', '.join(sorted(a.path for a in arts))}")
+
+
+# -- cross-receipt rules ---------------------------------------------------------------
+
+
+def _equal(rule: EqualRule, ev: Evidence) -> Outcome:
+    f = Findings()
+    seen: list[tuple[str, Receipt, Any]] = []
+    for ref in rule.values:
+        pairs, key = _receipt_ref(ev, ref)
+        if not pairs:
+            f.inconclusive(f"no receipt {ref.partition('.')[0]!r} to give {ref}")
+        for r, value in pairs:
+            f.use([r.seq])
+            if value is _MISSING:
+                f.inconclusive(f"receipt {r.name!r} (seq {r.seq}) lacks {key!r}")
+            else:
+                seen.append((ref, r, value))
+    if seen:
+        first_ref, first_r, first = seen[0]
+        for ref, r, value in seen[1:]:
+            if value != first:
+                f.fail(f"{ref} (seq {r.seq}) is {value!r} but {first_ref} (seq {first_r.seq}) is {first!r}")
+    value_text = json.dumps(seen[0][2]) if seen else "-"
+    return f.outcome(f"{' == '.join(rule.values)} == {value_text}")
+
+
+def _each(rule: EachRule, ev: Evidence) -> Outcome:
+    f = Findings()
+    lefts = ev.receipts_named(rule.receipt)
+    if not lefts:
+        f.inconclusive(f"no receipt {rule.receipt!r} to match")
+    rights = ev.receipts_named(rule.needs)
+    for left in lefts:
+        f.use([left.seq])
+        key = {k: _field(left.fields, k) for k in rule.on}
+        label = ", ".join(f"{k} {v!r}" for k, v in key.items())
+        if any(v is _MISSING for v in key.values()):
+            f.fail(f"receipt {rule.receipt!r} (seq {left.seq}) lacks {list(rule.on)}")
+            continue
+        cands = [r for r in rights if all(_field(r.fields, k) == v for k, v in key.items())]
+        f.use(r.seq for r in cands)
+        if not cands:
+            f.inconclusive(f"{rule.receipt} {label} has no {rule.needs!r} receipt")
+            continue
+        problems: list[str] = []
+        good = False
+        for c in cands:
+            bad = []
+            if c.status not in rule.status:
+                bad.append(f"status {c.status!r}")
+            bad += [f"{k} {_field(c.fields, k)!r}" for k, v in rule.where.items() if _field(c.fields, k) != v]
+            bad += [
+                f"{b} {_field(c.fields, b)!r} != {rule.receipt}.{a} {_field(left.fields, a)!r}"
+                for a, b in rule.equal
+                if _field(left.fields, a) != _field(c.fields, b) or _field(c.fields, b) is _MISSING
+            ]
+            if bad:
+                problems.append(f"{rule.needs} (seq {c.seq}): " + ", ".join(bad))
+            else:
+                good = True
+        if not good:
+            f.fail(f"{rule.receipt} {label} has no good {rule.needs!r}: " + "; ".join(problems))
+    return f.outcome(f"each of {len(lefts)} {rule.receipt!r} receipt(s) has a good {rule.needs!r}")
+
+
+def _order(rule: OrderRule, ev: Evidence) -> Outcome:
+    f = Findings()
+    spans: list[tuple[str, int, int]] = []
+    for item in rule.sequence:
+        kind, _, name = item.partition(":")
+        if kind == "step":
+            steps = ev.steps_named(name)
+            if not steps:
+                f.inconclusive(f"{item} was never recorded, so its order cannot be checked")
+                continue
+            f.use(s.start.seq for s in steps)
+            spans.append((item, min(s.start.seq for s in steps), max(s.last_seq for s in steps)))
+        else:
+            rs = ev.receipts_named(name)
+            if not rs:
+                f.inconclusive(f"{item} was never recorded, so its order cannot be checked")
+                continue
+            f.use(r.seq for r in rs)
+            spans.append((item, min(r.seq for r in rs), max(r.seq for r in rs)))
+    for (a, _a0, a1), (b, b0, _b1) in zip(spans, spans[1:], strict=False):
+        if not a1 < b0:
+            f.fail(f"{b} began (seq {b0}) before {a} ended (seq {a1})")
+    return f.outcome(f"in order: {' < '.join(s[0] for s in spans)}")
+
+
+def _check(rule: CheckRule, ev: Evidence) -> Outcome:
+    from gates.checks import CHECKS
+
+    return CHECKS[rule.uses](ev, rule.args)
+
+
+_EVALUATORS: dict[type, Any] = {
+    ExitRule: _exit,
+    StepRule: _step,
+    ReceiptRule: _receipt,
+    ArtifactRule: _artifact,
+    EqualRule: _equal,
+    EachRule: _each,
+    OrderRule: _order,
+    CheckRule: _check,
+}
+
+
+# -- automatic receipt checks ----------------------------------------------------------
+
+
+def _late_receipts(ev: Evidence) -> Check:
+    if ev.late_receipts:
+        names = sorted({r.name for r in ev.late_receipts})
+        return Check(
+            "receipts-after-exit",
+            "inconclusive",
+            f"{len(ev.late_receipts)} receipt(s) ({', '.join(names)}) arrived after the command exited "
+            f"({ev.describe_exit()}): something outlived the command; they do not count",
+            tuple(r.seq for r in ev.late_receipts) + ((ev.exit.seq,) if ev.exit else ()),
+        )
+    return Check("receipts-after-exit", "pass", "no receipt arrived after the command exited")
+
+
+def _invalid_receipts(ev: Evidence) -> Check:
+    if ev.invalid_receipts:
+        first = ev.invalid_receipts[0]
+        return Check(
+            "receipts-invalid",
+            "inconclusive",
+            f"{len(ev.invalid_receipts)} receipt line(s) were not valid receipts "
+            f"(first: {first.attrs.get('reason', '?')}); what they meant to report is missing",
+            tuple(e.seq for e in ev.invalid_receipts),
+        )
+    return Check("receipts-invalid", "pass", "every receipt line was a valid receipt")

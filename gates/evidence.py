@@ -1,0 +1,377 @@
+"""An index over a recorded stream's events: what a gate can rely on.
+
+Everything a rule looks at is found here, with the seq of each event, so a
+check can name its evidence:
+
+- the recording's start (``stream.open``: its env and labels) and the
+  command's end (``process.exit``);
+- steps (``step.start``/``step.end`` pairs) with their exit codes and the
+  stderr and stdout bytes recorded inside them;
+- receipts: only those recorded before ``process.exit`` count; any later one
+  is kept apart as evidence of a problem (something outlived the command);
+- artifacts, reassembled from their ``artifact.chunk`` events, with the
+  SHA-256 of the bytes actually captured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from aos.event import Event
+
+__all__ = ["Artifact", "Evidence", "Receipt", "Step", "glob_match", "normalise_path"]
+
+
+def normalise_path(path: str) -> str:
+    """A path as artifact events record it: ``/`` separated, no ``./``, no ``..``."""
+    p = posixpath.normpath(path.replace("\\", "/"))
+    return "" if p == "." else p
+
+
+@lru_cache(maxsize=256)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            j = pattern.find("]", i + 1)
+            if j == -1:
+                out.append(re.escape(c))
+            else:
+                body = pattern[i + 1 : j].replace("\\", "\\\\")
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append(f"[{body}]")
+                i = j
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def glob_match(pattern: str, path: str) -> bool:
+    """Shell-style glob over ``/`` paths: ``*`` and ``?`` stay inside one
+    component, ``**/`` matches any number of leading folders."""
+    return _glob_regex(pattern).match(path) is not None
+
+
+@dataclass
+class Step:
+    """One ``step.start`` and (when it finished) its ``step.end``."""
+
+    name: str
+    span: str
+    start: Event
+    end: Event | None = None
+    stderr: bytearray = field(default_factory=bytearray)
+    stdout: bytearray = field(default_factory=bytearray)
+    output_seqs: list[int] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.end is not None
+
+    @property
+    def exit_code(self) -> int | None:
+        if self.end is None:
+            return None
+        code = self.end.attrs.get("exit_code")
+        return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+    @property
+    def signal(self) -> str | None:
+        if self.end is None:
+            return None
+        sig = self.end.attrs.get("signal")
+        return None if sig is None else str(sig)
+
+    @property
+    def seqs(self) -> list[int]:
+        return [self.start.seq] + ([self.end.seq] if self.end is not None else [])
+
+    @property
+    def last_seq(self) -> int:
+        return self.end.seq if self.end is not None else self.start.seq
+
+    def describe_exit(self) -> str:
+        if self.end is None:
+            return "never finished (no step.end)"
+        if self.signal:
+            return f"was killed by {self.signal}"
+        return f"exited {self.exit_code}"
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """One ``receipt`` event."""
+
+    event: Event
+    name: str
+    status: str
+    fields: dict[str, Any]
+
+    @property
+    def seq(self) -> int:
+        return self.event.seq
+
+    @property
+    def span(self) -> str | None:
+        return self.event.step
+
+
+@dataclass
+class Artifact:
+    """One captured file: its ``artifact`` event and the bytes its chunks hold."""
+
+    event: Event
+    path: str
+    chunks: list[Event] = field(default_factory=list)
+
+    @property
+    def recorded_sha256(self) -> str | None:
+        sha = self.event.attrs.get("sha256")
+        return sha.lower() if isinstance(sha, str) else None
+
+    @property
+    def inline(self) -> bool:
+        return self.event.attrs.get("content", "inline") == "inline"
+
+    @property
+    def size(self) -> int | None:
+        size = self.event.attrs.get("size")
+        return size if isinstance(size, int) else None
+
+    @property
+    def content(self) -> bytes | None:
+        """The captured bytes, or None when the content was omitted or is incomplete."""
+        if not self.inline:
+            return None
+        out = bytearray()
+        for ch in sorted(self.chunks, key=lambda e: int(e.attrs.get("offset", 0))):
+            if int(ch.attrs.get("offset", -1)) != len(out):
+                return None
+            out += ch.data or b""
+        if self.size is not None and self.size != len(out):
+            return None
+        return bytes(out)
+
+    @property
+    def seqs(self) -> list[int]:
+        return [self.event.seq] + [c.seq for c in self.chunks]
+
+    def sha256(self) -> tuple[str | None, str]:
+        """The SHA-256 the stream supports for this file, and how it was established.
+
+        Inline content is hashed from the captured bytes (and must agree with the
+        recorded digest); omitted content falls back on the recorder's digest.
+        Returns ``(None, why)`` when the stream supports no digest.
+        """
+        data = self.content
+        recorded = self.recorded_sha256
+        if data is not None:
+            actual = hashlib.sha256(data).hexdigest()
+            if recorded is not None and recorded != actual:
+                return None, f"its captured bytes hash to {actual} but the artifact event says {recorded}"
+            return actual, "hashed from the captured bytes"
+        if not self.inline and recorded is not None:
+            return recorded, "the recorder's digest (content omitted)"
+        return None, "its captured bytes are incomplete"
+
+    def json(self) -> Any:
+        """The captured bytes parsed as JSON (ValueError when they are not)."""
+        data = self.content
+        if data is None:
+            raise ValueError(f"{self.path}: content not captured")
+        return json.loads(data)
+
+
+class Evidence:
+    """An index over the events of one stream."""
+
+    def __init__(self, events: Sequence[Event]) -> None:
+        self.events = list(events)
+        self.open: Event | None = None
+        self.exit: Event | None = None
+        self.steps: list[Step] = []
+        self.receipts: list[Receipt] = []
+        self.late_receipts: list[Receipt] = []
+        self.invalid_receipts: list[Event] = []
+        self.artifacts: list[Artifact] = []
+        self._index()
+
+    # -- building ------------------------------------------------------------------
+
+    def _index(self) -> None:
+        open_spans: dict[str, Step] = {}
+        by_span: dict[str, Step] = {}
+        pending_artifacts: dict[str, Artifact] = {}
+        for ev in self.events:
+            kind = ev.kind
+            if kind == "stream.open" and self.open is None:
+                self.open = ev
+            elif kind == "process.exit" and self.exit is None:
+                self.exit = ev
+            elif kind == "step.start":
+                name = str(ev.attrs.get("name", ""))
+                span = ev.step or str(ev.attrs.get("span") or ev.attrs.get("id") or name)
+                step = Step(name, span, ev)
+                self.steps.append(step)
+                open_spans[span] = step
+                by_span[span] = step
+            elif kind == "step.end":
+                name = str(ev.attrs.get("name", ""))
+                span = ev.step or str(ev.attrs.get("span") or ev.attrs.get("id") or name)
+                step_or_none = open_spans.pop(span, None)
+                if step_or_none is None:
+                    # fall back on the last unfinished step of that name
+                    for cand in reversed(self.steps):
+                        if cand.end is None and cand.name == name:
+                            step_or_none = cand
+                            open_spans.pop(cand.span, None)
+                            break
+                if step_or_none is not None:
+                    step_or_none.end = ev
+            elif kind in ("stderr", "stdout"):
+                target = by_span.get(ev.step) if ev.step is not None else None
+                if target is None and ev.step is None:
+                    # untagged output: attribute it to the innermost step running
+                    running = [s for s in open_spans.values()]
+                    target = running[-1] if len(running) == 1 else None
+                if target is not None and ev.data:
+                    (target.stderr if kind == "stderr" else target.stdout).extend(ev.data)
+                    target.output_seqs.append(ev.seq)
+            elif kind == "receipt":
+                status = ev.attrs.get("status", "info")
+                fields = ev.attrs.get("fields", {})
+                r = Receipt(
+                    ev,
+                    str(ev.attrs.get("name", "")),
+                    status if isinstance(status, str) else str(status),
+                    fields if isinstance(fields, dict) else {},
+                )
+                (self.late_receipts if self.exit is not None else self.receipts).append(r)
+            elif kind == "receipt.invalid":
+                self.invalid_receipts.append(ev)
+            elif kind == "artifact":
+                art = Artifact(ev, normalise_path(str(ev.attrs.get("path", ""))))
+                self.artifacts.append(art)
+                pending_artifacts[art.path] = art
+            elif kind == "artifact.chunk":
+                path = normalise_path(str(ev.attrs.get("path", "")))
+                owner = pending_artifacts.get(path)
+                if owner is not None:
+                    owner.chunks.append(ev)
+
+    # -- queries -------------------------------------------------------------------
+
+    @property
+    def env(self) -> dict[str, Any]:
+        """The environment recorded at the start (secrets redacted, names kept)."""
+        env = self.open.attrs.get("env", {}) if self.open is not None else {}
+        return env if isinstance(env, dict) else {}
+
+    @property
+    def labels(self) -> dict[str, Any]:
+        labels = self.open.attrs.get("labels", {}) if self.open is not None else {}
+        return labels if isinstance(labels, dict) else {}
+
+    @property
+    def cwd(self) -> str | None:
+        cwd = self.open.attrs.get("cwd") if self.open is not None else None
+        return cwd if isinstance(cwd, str) else None
+
+    def env_set(self, name: str) -> bool:
+        """True when ``name`` was set, non-empty, when the recording started."""
+        value = self.env.get(name)
+        return value is not None and value != ""
+
+    def steps_named(self, name: str) -> list[Step]:
+        return [s for s in self.steps if s.name == name]
+
+    def step_of_span(self, span: str | None) -> Step | None:
+        if span is None:
+            return None
+        for s in self.steps:
+            if s.span == span:
+                return s
+        return None
+
+    def receipts_named(self, name: str) -> list[Receipt]:
+        return [r for r in self.receipts if r.name == name]
+
+    def late_named(self, name: str) -> list[Receipt]:
+        return [r for r in self.late_receipts if r.name == name]
+
+    def artifact(self, path: str) -> Artifact | None:
+        """The last capture of ``path`` (normalised; relative to the recording's cwd)."""
+        want = self._relative(path)
+        found = None
+        for a in self.artifacts:
+            if a.path == want:
+                found = a
+        return found
+
+    def artifacts_matching(self, pattern: str) -> list[Artifact]:
+        latest: dict[str, Artifact] = {}
+        for a in self.artifacts:
+            if glob_match(pattern, a.path):
+                latest[a.path] = a
+        return list(latest.values())
+
+    def _relative(self, path: str) -> str:
+        p = normalise_path(path)
+        cwd = self.cwd
+        if cwd and posixpath.isabs(p):
+            base = normalise_path(cwd)
+            if p.startswith(base.rstrip("/") + "/"):
+                return p[len(base.rstrip("/")) + 1 :]
+        return p
+
+    def exit_code(self) -> int | None:
+        if self.exit is None:
+            return None
+        code = self.exit.attrs.get("exit_code")
+        return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+    def describe_exit(self) -> str:
+        if self.exit is None:
+            return "the command never finished (no process.exit)"
+        a = self.exit.attrs
+        if a.get("timed_out"):
+            return "the command timed out"
+        if a.get("signal"):
+            return f"the command was killed by {a.get('signal')}"
+        return f"the command exited {a.get('exit_code')}"
+
+
+def seqs_of(items: Iterable[Receipt | Step | Artifact | Event]) -> list[int]:
+    """Every seq the given evidence rests on."""
+    out: list[int] = []
+    for it in items:
+        if isinstance(it, Receipt):
+            out.append(it.seq)
+        elif isinstance(it, Step | Artifact):
+            out.extend(it.seqs)
+        else:
+            out.append(it.seq)
+    return out

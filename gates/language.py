@@ -1,0 +1,591 @@
+"""The gate language: a TOML file read into a ``Gate`` and its rules.
+
+docs/GATES.md documents every table and key. In short::
+
+    [gate]      name, description, scope
+    [exit]      code, otherwise, unfinished
+    [[step]]    name, exit, min/max/count, stderr_contains
+    [[receipt]] name, where, min/max/count, status, schema, step, equal,
+                artifacts, step_exit, step_stderr
+    [[artifact]] glob, min/max/count, sha256_from, schema
+    [[equal]]   values = ["RECEIPT.FIELD", ...]
+    [[each]]    receipt, needs, on, where, status, equal
+    [[order]]   sequence = ["step:NAME" | "receipt:NAME", ...]
+    [[check]]   name, uses, args        (a named Python check, gates/checks.py)
+    [[part]]    name, when, scope, skipped, and any of the rule tables above
+
+Every rule may carry ``id`` (the check's name in the verdict) and ``when``
+(a condition over the recording's start; see ``Condition``). A malformed
+file raises ``GateFileError`` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aos.refusals import Refusal
+
+__all__ = [
+    "ArtifactRule",
+    "CheckRule",
+    "Condition",
+    "EachRule",
+    "EqualRule",
+    "ExitRule",
+    "Gate",
+    "GateFileError",
+    "OrderRule",
+    "Part",
+    "ReceiptArtifact",
+    "ReceiptRule",
+    "Rule",
+    "StepRule",
+    "load_gate",
+    "parse_gate",
+]
+
+_FAILURE_STATUSES = ("fail", "inconclusive")
+RECEIPT_STATUSES = ("pass", "fail", "skip", "inconclusive", "info")
+
+
+class GateFileError(Refusal):
+    """A gate file that is not valid in the gate language."""
+
+    name = "gate-file"
+
+
+# -- conditions ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Condition:
+    """When a part or rule applies, judged on ``stream.open`` (the recording's start).
+
+    ``env``: that variable was set and non-empty; with ``equals``, set to that
+    value. ``env_unset``: that variable was not set (or empty). ``label``: that
+    ``--label`` was given (with ``equals``, with that value). All given keys must hold.
+    """
+
+    env: str | None = None
+    env_unset: str | None = None
+    label: str | None = None
+    equals: str | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.env:
+            parts.append(f"{self.env}={self.equals!r}" if self.equals is not None else f"{self.env} set")
+        if self.env_unset:
+            parts.append(f"{self.env_unset} unset")
+        if self.label:
+            parts.append(f"label {self.label}={self.equals!r}" if self.equals is not None else f"label {self.label}")
+        return " and ".join(parts) + " at recording start"
+
+
+# -- rules ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Count:
+    min: int = 1
+    max: int | None = None
+
+    def describe(self) -> str:
+        if self.max is None:
+            return f"at least {self.min}"
+        if self.max == self.min:
+            return f"exactly {self.min}"
+        return f"{self.min} to {self.max}"
+
+
+@dataclass(frozen=True)
+class ExitRule:
+    """The command's exit code."""
+
+    id: str = "exit-code"
+    code: int = 0
+    otherwise: str = "fail"
+    unfinished: str = "fail"
+    when: Condition | None = None
+
+    def describe(self) -> str:
+        return f"the command exits {self.code} (otherwise {self.otherwise}; killed or timed out: {self.unfinished})"
+
+
+@dataclass(frozen=True)
+class StepRule:
+    """A step that must have run, and how it must have ended."""
+
+    id: str
+    name: str
+    exit: int | str = 0  # an int, "nonzero" or "any"
+    count: _Count = field(default_factory=_Count)
+    stderr_contains: tuple[str, ...] = ()
+    when: Condition | None = None
+
+    def describe(self) -> str:
+        text = f"step {self.name!r} ran {self.count.describe()} time(s), exit {self.exit}"
+        if self.stderr_contains:
+            text += f", stderr shows {list(self.stderr_contains)}"
+        return text
+
+
+@dataclass(frozen=True)
+class ReceiptArtifact:
+    """A receipt field naming a file, cross-checked against its captured bytes."""
+
+    path: str
+    sha256: str | None = None
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class ReceiptRule:
+    """Receipts that must have been recorded, and what their fields must say."""
+
+    id: str
+    name: str
+    where: Mapping[str, Any] = field(default_factory=dict)
+    count: _Count = field(default_factory=_Count)
+    status: tuple[str, ...] = ("pass",)
+    schema: Mapping[str, Any] | None = None
+    step: str | None = None
+    equal: tuple[tuple[str, str], ...] = ()
+    artifacts: tuple[ReceiptArtifact, ...] = ()
+    step_exit: str | None = None
+    step_stderr: tuple[str, ...] = ()
+    when: Condition | None = None
+
+    def describe(self) -> str:
+        sel = f" where {dict(self.where)}" if self.where else ""
+        text = f"receipt {self.name!r}{sel}: {self.count.describe()}, status {'/'.join(self.status)}"
+        if self.schema is not None:
+            text += ", fields match schema"
+        if self.step:
+            text += f", emitted in step {self.step!r}"
+        for a, b in self.equal:
+            text += f", {a} == {b}"
+        for art in self.artifacts:
+            need = "" if art.required else " where captured"
+            text += f", {art.path} captured{need}" + (f" with sha256 {art.sha256}" if art.sha256 else "")
+        if self.step_exit:
+            text += f", {self.step_exit} == step exit code"
+        if self.step_stderr:
+            text += f", step stderr shows {list(self.step_stderr)}"
+        return text
+
+
+@dataclass(frozen=True)
+class ArtifactRule:
+    """Captured files matching a glob."""
+
+    id: str
+    glob: str
+    count: _Count = field(default_factory=_Count)
+    sha256_from: str | None = None
+    schema: Mapping[str, Any] | None = None
+    when: Condition | None = None
+
+    def describe(self) -> str:
+        text = f"artifact {self.glob!r}: {self.count.describe()} captured"
+        if self.sha256_from:
+            text += f", sha256 == {self.sha256_from}"
+        if self.schema is not None:
+            text += ", JSON content matches schema"
+        return text
+
+
+@dataclass(frozen=True)
+class EqualRule:
+    """Receipt fields (``RECEIPT.FIELD``) that must all hold one value."""
+
+    id: str
+    values: tuple[str, ...]
+    when: Condition | None = None
+
+    def describe(self) -> str:
+        return " == ".join(self.values)
+
+
+@dataclass(frozen=True)
+class EachRule:
+    """Every ``receipt`` is matched, on fields ``on``, by a good ``needs`` receipt."""
+
+    id: str
+    receipt: str
+    needs: str
+    on: tuple[str, ...]
+    where: Mapping[str, Any] = field(default_factory=dict)
+    status: tuple[str, ...] = ("pass",)
+    equal: tuple[tuple[str, str], ...] = ()
+    when: Condition | None = None
+
+    def describe(self) -> str:
+        text = f"every {self.receipt!r} has a {'/'.join(self.status)} {self.needs!r} with the same {list(self.on)}"
+        for a, b in self.equal:
+            text += f", {self.receipt}.{a} == {self.needs}.{b}"
+        return text
+
+
+@dataclass(frozen=True)
+class OrderRule:
+    """Steps and receipts that must come in this order."""
+
+    id: str
+    sequence: tuple[str, ...]
+    when: Condition | None = None
+
+    def describe(self) -> str:
+        return " < ".join(self.sequence)
+
+
+@dataclass(frozen=True)
+class CheckRule:
+    """A named Python check (registered in gates/checks.py)."""
+
+    id: str
+    uses: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    when: Condition | None = None
+
+    def describe(self) -> str:
+        from gates.checks import CHECKS
+
+        doc = (CHECKS[self.uses].__doc__ or "").strip().splitlines()
+        return f"python check {self.uses!r}" + (f": {doc[0]}" if doc else "")
+
+
+Rule = ExitRule | StepRule | ReceiptRule | ArtifactRule | EqualRule | EachRule | OrderRule | CheckRule
+
+
+@dataclass(frozen=True)
+class Part:
+    """A group of rules that applies when its condition holds."""
+
+    name: str
+    rules: tuple[Rule, ...]
+    when: Condition | None = None
+    scope: str | None = None
+    skipped: str = ""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A named policy: its parts (the first is unconditional) and their rules."""
+
+    name: str
+    description: str
+    scope: str
+    parts: tuple[Part, ...]
+    source: str = ""
+
+    @property
+    def rules(self) -> list[Rule]:
+        return [r for p in self.parts for r in p.rules]
+
+    @property
+    def uses_receipts(self) -> bool:
+        return any(isinstance(r, ReceiptRule | EachRule | EqualRule) for r in self.rules)
+
+
+# -- parsing -------------------------------------------------------------------------
+
+
+class _Table:
+    """A TOML table being read: every key must be known and well typed."""
+
+    def __init__(self, data: Any, where: str, source: str) -> None:
+        if not isinstance(data, dict):
+            raise GateFileError(f"{source}: {where} must be a table")
+        self.data: dict[str, Any] = data
+        self.where = where
+        self.source = source
+        self.used: set[str] = set()
+
+    def error(self, msg: str) -> GateFileError:
+        return GateFileError(f"{self.source}: {self.where}: {msg}")
+
+    def get(self, key: str, typ: type | tuple[type, ...], default: Any = None, *, required: bool = False) -> Any:
+        self.used.add(key)
+        if key not in self.data:
+            if required:
+                raise self.error(f"missing required key {key!r}")
+            return default
+        value = self.data[key]
+        if typ is int and isinstance(value, bool):
+            raise self.error(f"{key!r} must be an integer")
+        if not isinstance(value, typ):
+            names = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
+            raise self.error(f"{key!r} must be {names}, not {type(value).__name__}")
+        return value
+
+    def strings(self, key: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+        value = self.get(key, (str, list), None)
+        if value is None:
+            return default
+        if isinstance(value, str):
+            return (value,)
+        if not all(isinstance(v, str) for v in value):
+            raise self.error(f"{key!r} must be a string or a list of strings")
+        return tuple(value)
+
+    def pairs(self, key: str) -> tuple[tuple[str, str], ...]:
+        value = self.get(key, list, [])
+        if not all(isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) for s in p) for p in value):
+            raise self.error(f"{key!r} must be a list of [FIELD, FIELD] pairs")
+        return tuple((p[0], p[1]) for p in value)
+
+    def count(self) -> _Count:
+        count = self.get("count", int)
+        lo = self.get("min", int)
+        hi = self.get("max", int)
+        if count is not None:
+            if lo is not None or hi is not None:
+                raise self.error("give either 'count' or 'min'/'max', not both")
+            lo = hi = count
+        lo = 1 if lo is None else lo
+        if lo < 0 or (hi is not None and hi < lo):
+            raise self.error(f"bad count: min {lo}, max {hi}")
+        return _Count(lo, hi)
+
+    def status_of(self, key: str, default: str) -> str:
+        value = self.get(key, str, default)
+        if value not in _FAILURE_STATUSES:
+            raise self.error(f"{key!r} must be 'fail' or 'inconclusive'")
+        return str(value)
+
+    def schema(self, key: str = "schema") -> Mapping[str, Any] | None:
+        value = self.get(key, dict)
+        if value is None:
+            return None
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            Draft202012Validator.check_schema(value)
+        except SchemaError as exc:
+            raise self.error(f"{key!r} is not a valid JSON Schema: {exc.message}") from None
+        return value
+
+    def when(self) -> Condition | None:
+        value = self.get("when", dict)
+        if value is None:
+            return None
+        t = _Table(value, f"{self.where}.when", self.source)
+        cond = Condition(
+            env=t.get("env", str),
+            env_unset=t.get("env_unset", str),
+            label=t.get("label", str),
+            equals=t.get("equals", str),
+        )
+        t.done()
+        if not (cond.env or cond.env_unset or cond.label):
+            raise t.error("needs one of 'env', 'env_unset', 'label'")
+        return cond
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            raise self.error(f"unknown key(s) {', '.join(repr(k) for k in unknown)}")
+
+
+def _statuses(t: _Table, key: str) -> tuple[str, ...]:
+    statuses = t.strings(key, ("pass",))
+    bad = [s for s in statuses if s not in RECEIPT_STATUSES]
+    if bad:
+        raise t.error(f"{key!r}: unknown status {bad[0]!r} (one of {', '.join(RECEIPT_STATUSES)})")
+    return statuses
+
+
+def _exit(t: _Table) -> ExitRule:
+    rule = ExitRule(
+        id=t.get("id", str, "exit-code"),
+        code=t.get("code", int, 0),
+        otherwise=t.status_of("otherwise", "fail"),
+        unfinished=t.status_of("unfinished", "fail"),
+        when=t.when(),
+    )
+    t.done()
+    return rule
+
+
+def _step(t: _Table) -> StepRule:
+    name = t.get("name", str, required=True)
+    exit_ = t.get("exit", (int, str), 0)
+    if isinstance(exit_, str) and exit_ not in ("nonzero", "any"):
+        raise t.error("'exit' must be an integer, 'nonzero' or 'any'")
+    rule = StepRule(
+        id=t.get("id", str, f"step:{name}"),
+        name=name,
+        exit=exit_,
+        count=t.count(),
+        stderr_contains=t.strings("stderr_contains"),
+        when=t.when(),
+    )
+    t.done()
+    return rule
+
+
+def _receipt(t: _Table) -> ReceiptRule:
+    name = t.get("name", str, required=True)
+    arts = []
+    for i, raw in enumerate(t.get("artifacts", list, [])):
+        a = _Table(raw, f"{t.where}.artifacts[{i}]", t.source)
+        arts.append(ReceiptArtifact(a.get("path", str, required=True), a.get("sha256", str), a.get("required", bool, True)))
+        a.done()
+    rule = ReceiptRule(
+        id=t.get("id", str, f"receipt:{name}"),
+        name=name,
+        where=t.get("where", dict, {}),
+        count=t.count(),
+        status=_statuses(t, "status"),
+        schema=t.schema(),
+        step=t.get("step", str),
+        equal=t.pairs("equal"),
+        artifacts=tuple(arts),
+        step_exit=t.get("step_exit", str),
+        step_stderr=t.strings("step_stderr"),
+        when=t.when(),
+    )
+    if (rule.step_exit or rule.step_stderr) and not rule.step:
+        raise t.error("'step_exit' and 'step_stderr' need 'step'")
+    t.done()
+    return rule
+
+
+def _artifact(t: _Table) -> ArtifactRule:
+    glob = t.get("glob", str, required=True)
+    src = t.get("sha256_from", str)
+    if src is not None and "." not in src:
+        raise t.error("'sha256_from' must be RECEIPT.FIELD")
+    rule = ArtifactRule(
+        id=t.get("id", str, f"artifact:{glob}"),
+        glob=glob,
+        count=t.count(),
+        sha256_from=src,
+        schema=t.schema(),
+        when=t.when(),
+    )
+    t.done()
+    return rule
+
+
+def _equal(t: _Table) -> EqualRule:
+    values = t.strings("values")
+    if len(values) < 2 or not all("." in v for v in values):
+        raise t.error("'values' must list at least two RECEIPT.FIELD references")
+    rule = EqualRule(id=t.get("id", str, "equal:" + "=".join(values)), values=values, when=t.when())
+    t.done()
+    return rule
+
+
+def _each(t: _Table) -> EachRule:
+    receipt = t.get("receipt", str, required=True)
+    needs = t.get("needs", str, required=True)
+    rule = EachRule(
+        id=t.get("id", str, f"each:{receipt}->{needs}"),
+        receipt=receipt,
+        needs=needs,
+        on=t.strings("on"),
+        where=t.get("where", dict, {}),
+        status=_statuses(t, "status"),
+        equal=t.pairs("equal"),
+        when=t.when(),
+    )
+    if not rule.on:
+        raise t.error("'on' must name at least one field")
+    t.done()
+    return rule
+
+
+def _order(t: _Table) -> OrderRule:
+    seq = t.strings("sequence")
+    bad = [s for s in seq if not (s.startswith("step:") or s.startswith("receipt:"))]
+    if len(seq) < 2 or bad:
+        raise t.error("'sequence' must list at least two 'step:NAME' or 'receipt:NAME' items")
+    rule = OrderRule(id=t.get("id", str, "order"), sequence=seq, when=t.when())
+    t.done()
+    return rule
+
+
+def _check(t: _Table) -> CheckRule:
+    from gates.checks import CHECKS
+
+    uses = t.get("uses", str)
+    name = t.get("name", str, required=True)
+    uses = uses or name
+    if uses not in CHECKS:
+        raise t.error(f"no Python check named {uses!r} (known: {', '.join(sorted(CHECKS))})")
+    rule = CheckRule(id=name, uses=uses, args=t.get("args", dict, {}), when=t.when())
+    t.done()
+    return rule
+
+
+_RULE_TABLES = {
+    "step": _step,
+    "receipt": _receipt,
+    "artifact": _artifact,
+    "equal": _equal,
+    "each": _each,
+    "order": _order,
+    "check": _check,
+}
+
+
+def _rules(t: _Table) -> list[Rule]:
+    rules: list[Rule] = []
+    for key, parse in _RULE_TABLES.items():
+        items = t.get(key, list, [])
+        for i, raw in enumerate(items):
+            rules.append(parse(_Table(raw, f"{t.where}{key}[{i}]", t.source)))
+    return rules
+
+
+def parse_gate(data: Mapping[str, Any], source: str = "<gate>") -> Gate:
+    """A ``Gate`` from a parsed TOML document (``GateFileError`` when malformed)."""
+    top = _Table(dict(data), "", source)
+    head = _Table(top.get("gate", dict, required=True), "[gate]", source)
+    name = head.get("name", str, required=True)
+    if not name or any(c.isspace() for c in name):
+        raise head.error(f"bad gate name {name!r}")
+    description = head.get("description", str, "")
+    scope = head.get("scope", str, "command")
+    head.done()
+    base: list[Rule] = []
+    if "exit" in top.data:
+        base.append(_exit(_Table(top.get("exit", dict), "[exit]", source)))
+    base.extend(_rules(top))
+    parts = [Part("always", tuple(base))]
+    for i, raw in enumerate(top.get("part", list, [])):
+        pt = _Table(raw, f"part[{i}].", source)
+        pname = pt.get("name", str, f"part {i}")
+        when = pt.when()
+        pscope = pt.get("scope", str)
+        skipped = pt.get("skipped", str, f"{pname} did not run")
+        prules = _rules(pt)
+        pt.done()
+        parts.append(Part(pname, tuple(prules), when, pscope, skipped))
+    top.done()
+    ids = [r.id for p in parts for r in p.rules]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise GateFileError(f"{source}: two rules share the check name(s) {', '.join(dup)}: give one an 'id'")
+    return Gate(name, description, scope, tuple(parts), source)
+
+
+def load_gate(path: str | Path) -> Gate:
+    """Read one gate file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GateFileError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise GateFileError(f"{p}: not valid TOML: {exc}") from None
+    return parse_gate(data, str(p))

@@ -1,0 +1,51 @@
+"""Where gates come from: the built-ins shipped as TOML, and ``--gate-file``."""
+
+from __future__ import annotations
+
+import tomllib
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from gates.language import Gate, GateFileError, load_gate, parse_gate
+
+__all__ = ["UnknownGate", "builtin_gates", "gate_names", "resolve_gate"]
+
+
+class UnknownGate(GateFileError):
+    """No gate has that name."""
+
+    name = "gate-unknown"
+
+
+@cache
+def builtin_gates() -> dict[str, Gate]:
+    """The built-in gates, by name (read once from ``gates/builtin/*.toml``)."""
+    out: dict[str, Gate] = {}
+    folder = resources.files("gates.builtin")
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            gate = parse_gate(tomllib.loads(entry.read_text(encoding="utf-8")), f"builtin:{entry.name}")
+            out[gate.name] = gate
+    return out
+
+
+def gate_names() -> list[str]:
+    return sorted(builtin_gates())
+
+
+def resolve_gate(name: str, gate_files: tuple[str | Path, ...] | list[str | Path] = ()) -> Gate:
+    """The gate ``name``: from the given gate files first, else a built-in.
+
+    Raises ``GateFileError`` for a malformed file and ``UnknownGate`` when no
+    gate has that name.
+    """
+    loaded = [load_gate(p) for p in gate_files]
+    for gate in loaded:
+        if gate.name == name:
+            return gate
+    builtin = builtin_gates().get(name)
+    if builtin is not None:
+        return builtin
+    known = sorted({*builtin_gates(), *(g.name for g in loaded)})
+    raise UnknownGate(f"no gate named {name!r} (known: {', '.join(known)})")

@@ -1,0 +1,300 @@
+"""Helpers to test gates without running anything: synthetic streams.
+
+``SyntheticStream`` is an editable list of events (kind, attrs, data, step)
+with helpers to build and to break them; ``events()`` gives ``aos.Event``
+objects in memory and ``write(path)`` a real sealed (or unsealed) stream.
+``device_lane(gate)`` builds a complete, right device lane, so a test can
+break exactly one thing in it and see which check notices::
+
+    lane = device_lane("distributed-device")
+    lane.receipt("split-run")["attrs"]["fields"]["epoch_after"] = 3
+    verdict = lane.evaluate()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from aos.canonical import canonical_json
+from aos.event import Event
+
+if TYPE_CHECKING:
+    from aos.writer import SealInfo
+    from gates.verdict import Verdict
+
+__all__ = ["DEVICE_CONFIG_VARS", "SyntheticStream", "device_lane", "sha256"]
+
+#: The lane config variable of each device gate.
+DEVICE_CONFIG_VARS = {
+    "distributed-device": "ALPHA_PARTITIONED_DEVICE_CONFIG",
+    "coordinate-device": "ALPHA_COORDINATE_DEVICE_CONFIG",
+    "independent-device": "ALPHA_INDEPENDENT_DEVICE_CONFIG",
+}
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+Op = dict[str, Any]
+
+
+class SyntheticStream:
+    """An editable list of events, in stream order."""
+
+    def __init__(self, env: dict[str, str] | None = None, *, cwd: str = "/lane", gate: str | None = None) -> None:
+        self.ops: list[Op] = []
+        self.add(
+            "stream.open",
+            {
+                "stream_id": "0" * 32,
+                "version": "test",
+                "argv": ["lane.sh"],
+                "recorder_argv": ["alpha", "observe", "gate"],
+                "cwd": cwd,
+                "env": dict(env or {}),
+                "host": "test",
+                "gate": gate,
+                "labels": {},
+            },
+        )
+        self.add("process.start", {"pid": 1, "argv": ["lane.sh"]})
+
+    # -- building --------------------------------------------------------------------
+
+    def add(self, kind: str, attrs: dict[str, Any] | None = None, data: bytes | None = None, step: str | None = None) -> Op:
+        op: Op = {"kind": kind, "attrs": dict(attrs or {}), "data": data, "step": step}
+        self.ops.append(op)
+        return op
+
+    def step_start(self, name: str) -> Op:
+        return self.add("step.start", {"name": name, "argv": [name]}, step=name)
+
+    def step_end(self, name: str, exit_code: int | None = 0, signal: str | None = None) -> Op:
+        return self.add(
+            "step.end", {"name": name, "argv": [name], "exit_code": exit_code, "signal": signal, "duration_ns": 1}, step=name
+        )
+
+    def output(self, kind: str, data: bytes, step: str | None = None) -> Op:
+        return self.add(kind, {}, data, step)
+
+    def receipt(self, name: str, status: str = "pass", step: str | None = None, **fields: Any) -> Op:
+        return self.add("receipt", {"name": name, "status": status, "fields": fields}, step=step)
+
+    def artifact(self, path: str, content: bytes, step: str | None = None, chunk: int = 1 << 16) -> Op:
+        op = self.add(
+            "artifact",
+            {"path": path, "size": len(content), "mode": 0o644, "sha256": sha256(content), "content": "inline"},
+            step=step,
+        )
+        for off in range(0, max(len(content), 1), chunk):
+            if content:
+                self.add("artifact.chunk", {"path": path, "offset": off}, content[off : off + chunk], step)
+        return op
+
+    def exit(self, code: int | None = 0, signal: str | None = None, timed_out: bool = False) -> Op:
+        return self.add(
+            "process.exit",
+            {"exit_code": code, "signal": signal, "timed_out": timed_out, "duration_ns": 1, "rusage": {}},
+        )
+
+    # -- finding and breaking ----------------------------------------------------------
+
+    def find(self, kind: str, name: str | None = None, **fields: Any) -> list[Op]:
+        """Ops of a kind (and ``attrs.name``, and receipt fields) in order."""
+        out = []
+        for op in self.ops:
+            if op["kind"] != kind:
+                continue
+            if name is not None and op["attrs"].get("name", op["attrs"].get("path")) != name:
+                continue
+            got = op["attrs"].get("fields", {})
+            if all(got.get(k) == v for k, v in fields.items()):
+                out.append(op)
+        return out
+
+    def one(self, kind: str, name: str | None = None, **fields: Any) -> Op:
+        found = self.find(kind, name, **fields)
+        if len(found) != 1:
+            raise LookupError(f"{len(found)} {kind} {name} {fields}")
+        return found[0]
+
+    def receipt_op(self, name: str, **fields: Any) -> Op:
+        """The one receipt named ``name`` (matching ``fields``)."""
+        return self.one("receipt", name, **fields)
+
+    def fields(self, name: str, **where: Any) -> dict[str, Any]:
+        """The fields of the one receipt ``name`` (edit them in place)."""
+        fields: dict[str, Any] = self.receipt_op(name, **where)["attrs"]["fields"]
+        return fields
+
+    def drop(self, ops: Iterable[Op]) -> None:
+        ids = {id(o) for o in ops}
+        self.ops = [o for o in self.ops if id(o) not in ids]
+
+    def drop_step(self, name: str) -> None:
+        """Remove a step and everything recorded inside it."""
+        self.ops = [o for o in self.ops if o["step"] != name]
+
+    def set_artifact(self, path: str, content: bytes) -> None:
+        """Replace a captured file's bytes (its artifact event agrees with them)."""
+        art = self.one("artifact", path)
+        i = self.ops.index(art)
+        self.drop(o for o in self.ops if o["kind"] == "artifact.chunk" and o["attrs"]["path"] == path)
+        art["attrs"].update(size=len(content), sha256=sha256(content))
+        self.ops.insert(i + 1, {"kind": "artifact.chunk", "attrs": {"path": path, "offset": 0}, "data": content, "step": art["step"]})
+
+    def move_after_exit(self, ops: Iterable[Op]) -> None:
+        """Move ops after ``process.exit`` (as if something outlived the command)."""
+        moving = list(ops)
+        self.drop(moving)
+        self.ops.extend(moving)
+
+    # -- output ----------------------------------------------------------------------
+
+    def events(self) -> list[Event]:
+        """The ops as ``aos.Event`` objects (dense seqs; hashes are not a chain)."""
+        out = []
+        for seq, op in enumerate(self.ops):
+            out.append(
+                Event(seq, 1_000 + seq, 1_000 + seq, op["kind"], op["step"], canonical_json(op["attrs"]), op["data"], b"\0" * 32)
+            )
+        return out
+
+    def write(self, path: str | os.PathLike[str], *, seal: bool = True) -> SealInfo | None:
+        """Write the ops as a real stream (sealed unless ``seal=False``)."""
+        from aos.writer import StreamWriter
+
+        w = StreamWriter(path, background_flush=False)
+        for op in self.ops:
+            w.append(op["kind"], op["attrs"], op["data"], op["step"])
+        if not seal:
+            w.close()
+            return None
+        return w.seal()
+
+    def evaluate(self, gate: str | Any = None) -> Verdict:
+        """Evaluate a gate (a name, a ``Gate``, or the one named in ``stream.open``)."""
+        from gates.engine import evaluate
+        from gates.registry import resolve_gate
+
+        if gate is None:
+            gate = self.ops[0]["attrs"].get("gate") or "exit-zero"
+        g = resolve_gate(gate) if isinstance(gate, str) else gate
+        return evaluate(g, self.events())
+
+
+def device_lane(gate: str = "distributed-device", *, physical: bool = True, roles: tuple[str, ...] = ("alpha", "beta")) -> SyntheticStream:
+    """A complete, right device lane for ``gate`` (static only with ``physical=False``)."""
+    var = DEVICE_CONFIG_VARS[gate]
+    env = {"PATH": "/usr/bin", "HOME": "/home/ci"}
+    if physical:
+        env[var] = "/etc/alpha/lane.json"
+    s = SyntheticStream(env, gate=gate)
+    out = "out"
+    produced: dict[str, bytes] = {}
+
+    def art(rel: str, data: bytes, step: str) -> str:
+        path = f"{out}/{rel}"
+        s.artifact(path, data, step)
+        produced[rel] = data
+        return path
+
+    static = {r: f"static binary {r}\n".encode() for r in roles}
+    s.step_start("static-build")
+    for r in roles:
+        path = art(f"static/{r}", static[r], "static-build")
+        s.receipt("static-build", step="static-build", role=r, target=path, sha256=sha256(static[r]))
+    s.step_end("static-build")
+    s.step_start("static-check")
+    for r in roles:
+        s.receipt(
+            "static-check", step="static-check", role=r, check="elf-header", result="pass",
+            target=f"{out}/static/{r}", sha256=sha256(static[r]),
+        )
+    s.step_end("static-check")
+    if not physical:
+        s.exit(0)
+        return s
+
+    s.step_start("preflight")
+    config = {"owner": "ci", "pod_ids": ["p1"], "host": "gpu-host", "port": 22, "ssh_key": "/k", "minors": [0, 1],
+              "remote_root": "/srv/lane", "transport": "ssh"}
+    s.artifact(f"{out}/lane-config.json", json.dumps(config).encode(), "preflight")
+    gpus = [
+        {"minor": i, "uuid": f"GPU-{i:04d}-{r}", "product": "NVIDIA GeForce RTX 3090", "driver": "580.95.05"}
+        for i, r in enumerate(roles)
+    ]
+    binding = art("binding.json", json.dumps({"gpus": gpus}).encode(), "preflight")
+    s.receipt("preflight", step="preflight", gpus=gpus, compute_processes=[], binding=binding)
+    s.step_end("preflight")
+
+    s.step_start("build")
+    for r in roles:
+        exe = f"device binary {r}\n".encode()
+        path = art(f"build/{r}", exe, "build")
+        s.receipt("build", step="build", role=r, target=path, sha256_local=sha256(exe), sha256_remote=sha256(exe))
+    s.step_end("build")
+
+    for control, expected, step in (
+        ("wrong-uuid", "device-uuid", "refusal-wrong-uuid"),
+        ("wrong-product", "nvidia-plan-host", "refusal-wrong-product"),
+    ):
+        s.step_start(step)
+        s.output("stderr", f"refused: {expected}: the binding does not match this device\n".encode(), step)
+        s.step_end(step, exit_code=3)
+        s.receipt(
+            "refusal-control", step=step, control=control, expected=expected, exit_code=3, exit_name=expected,
+            checkpoint_written=False, output_bytes=0,
+        )
+
+    checkpoint = b"checkpoint after 5 updates\n" * 4
+    s.step_start("uninterrupted-run")
+    cp1 = art("uninterrupted/checkpoint.bin", checkpoint, "uninterrupted-run")
+    s.receipt("uninterrupted-run", step="uninterrupted-run", updates=5, checkpoint=cp1, checkpoint_sha256=sha256(checkpoint))
+    s.step_end("uninterrupted-run")
+
+    s.step_start("split-run")
+    cp2 = art("split/checkpoint.bin", checkpoint, "split-run")
+    s.receipt(
+        "split-run", step="split-run", updates_before=3, updates_after=2, checkpoint=cp2,
+        resumed_checkpoint_sha256=sha256(checkpoint), epoch_before=1, epoch_after=2,
+    )
+    s.step_end("split-run")
+
+    if gate != "distributed-device":
+        s.step_start("host-shadow-control")
+        cp3 = art("shadow/checkpoint.bin", checkpoint, "host-shadow-control")
+        traj = sha256(b"trajectory")
+        s.receipt(
+            "host-shadow-control", step="host-shadow-control", trajectory_sha256=traj, shadow_trajectory_sha256=traj,
+            checkpoint_sha256=sha256(checkpoint), shadow_checkpoint_sha256=sha256(checkpoint), shadow_checkpoint=cp3,
+        )
+        s.step_end("host-shadow-control")
+
+    s.step_start("fresh-evaluation")
+    output = art("eval/output.json", b'{"loss": 0.25}\n', "fresh-evaluation")
+    s.receipt(
+        "fresh-evaluation", step="fresh-evaluation", device="gpu", checkpoint=cp2,
+        checkpoint_sha256=sha256(checkpoint), output=output,
+    )
+    s.step_end("fresh-evaluation")
+
+    s.step_start("corrupted-checkpoint")
+    s.output("stderr", b"refused: checkpoint-chunk: chunk 2 does not match its digest\n", "corrupted-checkpoint")
+    s.step_end("corrupted-checkpoint", exit_code=4)
+    s.receipt("corrupted-checkpoint", step="corrupted-checkpoint", exit_code=4, exit_name="checkpoint-chunk")
+
+    s.step_start("qualification")
+    record = {"lane": gate, "files": [{"path": p, "sha256": sha256(d)} for p, d in sorted(produced.items())]}
+    qdata = json.dumps(record, indent=1).encode()
+    qpath = f"{out}/qualification.json"
+    s.artifact(qpath, qdata, "qualification")
+    s.receipt("qualification", step="qualification", path=qpath, sha256=sha256(qdata))
+    s.step_end("qualification")
+    s.exit(0)
+    return s
