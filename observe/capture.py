@@ -1,0 +1,277 @@
+"""The recorder's event loop: read the command's output, serve the channel, watch the clock.
+
+One thread, one selector. Output pipes are always read before channel messages,
+so bytes written before a receipt or a span boundary are recorded before it.
+When the main process exits, what is already in the pipes and the receipts
+files is recorded, then ``process.exit``; a background process still holding
+the pipes is drained for a bounded time afterwards (its output follows
+``process.exit``), then recorded as a stray writer.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from observe.ingest import Control
+from observe.masking import Masker
+from observe.output import Echo, Sink
+from observe.spawn import Spawned, exit_status, signal_name
+
+__all__ = ["Capture", "Outcome"]
+
+READ_SIZE = 1 << 20
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass
+class _Source:
+    fd: int
+    name: str  # "stdout" or "stderr": the event kind
+    masker: Masker
+    open: bool = True
+
+
+@dataclass
+class Outcome:
+    """How the command ended."""
+
+    exit_code: int | None = None
+    signal: str | None = None
+    shell_code: int = 125
+    timed_out: bool = False
+    interrupted: str | None = None
+    duration_ns: int = 0
+    rusage: dict[str, Any] = field(default_factory=dict)
+    stray: list[str] = field(default_factory=list)
+    late_interrupt: str | None = None  # a signal that arrived after process.exit
+
+
+def _rusage(ru: Any) -> dict[str, Any]:
+    return {
+        "utime_ns": int(ru.ru_utime * 1e9),
+        "stime_ns": int(ru.ru_stime * 1e9),
+        "maxrss_kb": int(ru.ru_maxrss),
+        "minflt": int(ru.ru_minflt),
+        "majflt": int(ru.ru_majflt),
+        "inblock": int(ru.ru_inblock),
+        "oublock": int(ru.ru_oublock),
+        "nvcsw": int(ru.ru_nvcsw),
+        "nivcsw": int(ru.ru_nivcsw),
+    }
+
+
+class Capture:
+    """Runs one spawned command to its end, recording as it goes."""
+
+    def __init__(
+        self,
+        spawned: Spawned,
+        sink: Sink,
+        echo: Echo,
+        control: Control,
+        secrets: list[bytes],
+        *,
+        timeout: float | None,
+        kill_grace: float,
+        drain_seconds: float,
+        started_ns: int,
+    ) -> None:
+        self.spawned = spawned
+        self.sink = sink
+        self.echo = echo
+        self.control = control
+        self.timeout = timeout
+        self.kill_grace = kill_grace
+        self.drain_seconds = drain_seconds
+        self.started_ns = started_ns
+        self.sources = [_Source(spawned.out_fd, "stdout", Masker(secrets))]
+        if spawned.err_fd is not None:
+            self.sources.append(_Source(spawned.err_fd, "stderr", Masker(secrets)))
+        self.outcome = Outcome()
+        self.exited = False
+        self._sel = selectors.DefaultSelector()
+        self._drain_until: float | None = None
+        control.drain = self.drain_pipes
+
+    # -- output --------------------------------------------------------------------
+
+    def _read(self, src: _Source, budget: int) -> None:
+        """Read what ``src`` has now (up to ``budget`` bytes), recording and echoing it."""
+        got = 0
+        while src.open and got < budget:
+            try:
+                chunk = os.read(src.fd, READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno != errno.EIO:  # EIO: a pseudo-terminal's end of file
+                    self.sink.append("recorder.error", {"error": f"reading {src.name}: {exc}"})
+                chunk = b""
+            if not chunk:
+                self._close(src)
+                return
+            got += len(chunk)
+            out = src.masker.feed(chunk)
+            if out:
+                self.echo.write(src.name, out)
+                self.sink.append(src.name, {}, out)
+
+    def _close(self, src: _Source) -> None:
+        rest = src.masker.finish()
+        if rest:
+            self.echo.write(src.name, rest)
+            self.sink.append(src.name, {}, rest)
+        src.open = False
+        try:
+            self._sel.unregister(src.fd)
+        except (KeyError, ValueError):
+            pass
+        os.close(src.fd)
+
+    def drain_pipes(self, budget: int = 8 << 20) -> None:
+        """Record everything already waiting in the pipes (bounded, against endless writers)."""
+        for src in self.sources:
+            self._read(src, budget)
+
+    # -- signals -------------------------------------------------------------------
+
+    def _forward(self, signum: int, _frame: object) -> None:
+        name = signal_name(signum)
+        if self.exited:
+            self.outcome.late_interrupt = self.outcome.late_interrupt or name
+            self._drain_until = time.monotonic()  # stop waiting for stray writers
+            return
+        if self.outcome.interrupted is None:
+            self.outcome.interrupted = name
+        self._killpg(signum)
+
+    def _killpg(self, signum: int) -> None:
+        try:
+            os.killpg(self.spawned.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    # -- the loop ------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        sel = self._sel
+        for src in self.sources:
+            sel.register(src.fd, selectors.EVENT_READ, ("pipe", src))
+        self.control.register(sel)
+        waker = self._exit_waker()
+        sel.register(waker, selectors.EVENT_READ, ("exit", None))
+        previous = self._install_handlers()
+        start = time.monotonic()
+        deadline = start + self.timeout if self.timeout is not None else None
+        kill_at: float | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                if not self.exited:
+                    if deadline is not None and now >= deadline and not self.outcome.timed_out:
+                        self.outcome.timed_out = True
+                        self._killpg(signal.SIGTERM)
+                        kill_at = now + self.kill_grace
+                    if kill_at is not None and now >= kill_at:
+                        self._killpg(signal.SIGKILL)
+                        kill_at = None
+                else:
+                    if not any(s.open for s in self.sources):
+                        break
+                    if self._drain_until is not None and now >= self._drain_until:
+                        break
+                wait = 0.02
+                for t in (deadline if not self.outcome.timed_out else None, kill_at, self._drain_until):
+                    if t is not None:
+                        wait = min(wait, max(t - now, 0.0))
+                ready = sel.select(wait)
+                ready.sort(key=lambda kv: {"pipe": 0, "accept": 1, "conn": 2, "exit": 3}[kv[0].data[0]])
+                for key, _ in ready:
+                    what, obj = key.data
+                    if what == "pipe":
+                        if obj.open:
+                            self._read(obj, 4 << 20)
+                    elif what == "accept":
+                        self.control.accept(sel)
+                    elif what == "conn":
+                        if obj.sock.fileno() in self.control.conns:
+                            self.control.readable(obj, sel)
+                    elif what == "exit" and not self.exited:
+                        sel.unregister(waker)
+                        self._on_exit()
+                self.control.poll_receipts()
+        finally:
+            self._restore_handlers(previous)
+            try:
+                os.close(waker)
+            except OSError:
+                pass
+        self.outcome.stray = [s.name for s in self.sources if s.open]
+        for src in self.sources:
+            if src.open:
+                self._close(src)
+        return self.outcome
+
+    def _on_exit(self) -> None:
+        pid = self.spawned.pid
+        _, status, ru = os.wait4(pid, 0)
+        self.spawned.proc.returncode = status  # reaped here; keep Popen from waiting again
+        self.exited = True
+        o = self.outcome
+        o.duration_ns = time.monotonic_ns() - self.started_ns
+        o.exit_code, o.signal, o.shell_code = exit_status(status)
+        o.rusage = _rusage(ru)
+        # Everything the command wrote before it exited is in the pipes and files now.
+        self.drain_pipes(64 << 20)
+        self.control.poll_receipts(force=True)
+        stray = any(s.open for s in self.sources)
+        self.sink.append(
+            "process.exit",
+            {
+                "exit_code": o.exit_code,
+                "signal": o.signal,
+                "timed_out": o.timed_out,
+                "duration_ns": o.duration_ns,
+                "rusage": o.rusage,
+                "interrupted": o.interrupted,
+                "stray_writers": stray,
+            },
+        )
+        self._drain_until = time.monotonic() + self.drain_seconds
+
+    def _exit_waker(self) -> int:
+        """An fd that becomes readable when the command exits (a pidfd, or a pipe fed by a thread)."""
+        pid = self.spawned.pid
+        try:
+            return os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            r, w = os.pipe2(os.O_CLOEXEC)
+
+            def _wait() -> None:
+                try:
+                    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+                finally:
+                    os.write(w, b"x")
+                    os.close(w)
+
+            threading.Thread(target=_wait, name="aos-wait", daemon=True).start()
+            return r
+
+    def _install_handlers(self) -> dict[int, Any]:
+        previous: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return previous
+        for sig in FORWARDED:
+            previous[sig] = signal.signal(sig, self._forward)
+        return previous
+
+    def _restore_handlers(self, previous: dict[int, Any]) -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,183 @@
+"""The AOS_RECEIPTS channel: what a recorded command may say to its recorder.
+
+Two paths, both set up by the recorder for its command:
+
+- ``$AOS_RECEIPTS``, a regular file. Anyone appends one JSON object per line
+  (``echo '{"name": "x"}' >> "$AOS_RECEIPTS"`` works). Appends with ``O_APPEND``
+  are atomic per ``write``, so many concurrent writers never interleave inside a
+  line; the recorder tails the file and keeps a partial last line until its
+  newline arrives. A line is ``{"name": STR, "status": STR, "fields": OBJ}``.
+- ``$AOS_CONTROL``, a Unix stream socket for requests that need an answer:
+  ``step`` (span start/end and the sub-command's output bytes) and ``artifact``
+  (capture now). Frames are a 1-byte type, a big-endian u32 length, a payload.
+
+This module is imported by the light client path: no pyarrow, nothing heavy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = [
+    "ENV_CONTROL",
+    "ENV_RECEIPTS",
+    "ENV_STDERR_ID",
+    "ENV_STDOUT_ID",
+    "ENV_STEP",
+    "ENV_STREAM",
+    "ENV_STREAM_ID",
+    "FRAME_ERR",
+    "FRAME_ERR_ECHO",
+    "FRAME_JSON",
+    "FRAME_OUT",
+    "FRAME_OUT_ECHO",
+    "STATUSES",
+    "FrameReader",
+    "ReceiptTail",
+    "encode_frame",
+    "encode_json",
+    "fd_identity",
+    "parse_receipt_line",
+    "receipt_line",
+]
+
+ENV_STREAM = "AOS_STREAM"
+ENV_STREAM_ID = "AOS_STREAM_ID"
+ENV_RECEIPTS = "AOS_RECEIPTS"
+ENV_CONTROL = "AOS_CONTROL"
+ENV_STEP = "AOS_STEP"
+#: ``dev:ino`` of the pipe (or terminal) whose bytes the recorder echoes, per fd.
+ENV_STDOUT_ID = "AOS_STDOUT_ID"
+ENV_STDERR_ID = "AOS_STDERR_ID"
+
+STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "inconclusive", "info")
+_KEYS = frozenset({"name", "status", "fields"})
+
+FRAME_JSON = b"J"
+FRAME_OUT = b"o"  # stdout bytes, record only (the client wrote them itself)
+FRAME_ERR = b"e"
+FRAME_OUT_ECHO = b"O"  # stdout bytes the recorder records and echoes
+FRAME_ERR_ECHO = b"E"
+_HEADER = struct.Struct(">cI")
+MAX_FRAME = 16 << 20
+
+
+def receipt_line(name: str, status: str = "info", fields: dict[str, Any] | None = None) -> bytes:
+    """One receipt line, newline-terminated, as the channel expects it."""
+    obj: dict[str, Any] = {"name": name, "status": status, "fields": fields or {}}
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode() + b"\n"
+
+
+def parse_receipt_line(raw: bytes) -> tuple[str, dict[str, Any]]:
+    """``("receipt", attrs)`` for a valid line, else ``("receipt.invalid", {"reason": ...})``.
+
+    ``raw`` is one line without its newline. The attrs of a valid receipt are
+    exactly ``{name, status, fields}``.
+    """
+    try:
+        obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        return "receipt.invalid", {"reason": "not UTF-8"}
+    except (ValueError, RecursionError) as exc:
+        return "receipt.invalid", {"reason": f"not JSON: {exc}"}
+    if not isinstance(obj, dict):
+        return "receipt.invalid", {"reason": f"not a JSON object but {type(obj).__name__}"}
+    extra = sorted(set(obj) - _KEYS)
+    if extra:
+        return "receipt.invalid", {"reason": f"unknown key {extra[0]!r}; a receipt has name, status, fields"}
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return "receipt.invalid", {"reason": "name missing or not a non-empty string"}
+    status = obj.get("status", "info")
+    if status not in STATUSES:
+        return "receipt.invalid", {"reason": f"status {status!r} is not one of {', '.join(STATUSES)}"}
+    fields = obj.get("fields", {})
+    if fields is None:
+        fields = {}
+    if not isinstance(fields, dict):
+        return "receipt.invalid", {"reason": "fields is not a JSON object"}
+    return "receipt", {"name": name, "status": status, "fields": fields}
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+class ReceiptTail:
+    """Follows one receipts file, yielding complete lines as they are appended."""
+
+    __slots__ = ("_buf", "_fd", "path", "step")
+
+    def __init__(self, path: str, step: str | None) -> None:
+        self.path = path
+        self.step = step
+        self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._buf = b""
+
+    def lines(self) -> Iterator[bytes]:
+        """Every complete line appended since the last call (newline stripped)."""
+        while True:
+            chunk = os.read(self._fd, 1 << 20)
+            if not chunk:
+                break
+            self._buf += chunk
+            if b"\n" in chunk:
+                *done, self._buf = self._buf.split(b"\n")
+                yield from done
+
+    def rest(self) -> bytes | None:
+        """At the end: a final line that never got its newline, if any."""
+        rest, self._buf = self._buf, b""
+        return rest or None
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def encode_frame(kind: bytes, payload: bytes) -> bytes:
+    """One control-socket frame."""
+    return _HEADER.pack(kind, len(payload)) + payload
+
+
+def encode_json(obj: dict[str, Any]) -> bytes:
+    """A JSON control frame."""
+    return encode_frame(FRAME_JSON, json.dumps(obj, separators=(",", ":")).encode())
+
+
+class FrameReader:
+    """Splits a byte stream into frames."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Add received bytes; yield every complete ``(type, payload)``."""
+        self._buf += data
+        buf = self._buf
+        pos = 0
+        while len(buf) - pos >= _HEADER.size:
+            kind, length = _HEADER.unpack_from(buf, pos)
+            if length > MAX_FRAME:
+                raise ValueError(f"control frame of {length} bytes is too large")
+            end = pos + _HEADER.size + length
+            if end > len(buf):
+                break
+            yield kind, bytes(buf[pos + _HEADER.size : end])
+            pos = end
+        if pos:
+            del buf[:pos]
+
+
+def fd_identity(fd: int) -> str | None:
+    """``dev:ino`` of what an fd refers to (a pipe, a terminal), or None."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return f"{st.st_dev}:{st.st_ino}"

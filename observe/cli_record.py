@@ -1,0 +1,179 @@
+"""Recording commands: record, step, receipt, artifact, tail.
+
+Importing this module loads click only. ``receipt``, ``step`` and ``artifact``
+run inside recordings, often hundreds of times, so their path
+(``observe.client``) never imports pyarrow; ``record`` and ``tail`` load the
+writer and reader when they run.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from observe.recorder import RecordOptions
+
+__all__ = ["COMMANDS", "options_from_click", "recording_options"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_PASSTHROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def _parse_label(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not K=V")
+        labels[key] = value
+    return labels
+
+
+def recording_options(func: F) -> F:
+    """Add the recording options that ``record`` and ``gate`` share (DESIGN.md)."""
+    options = [
+        click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="Stream file to write (default: a new file under ./aos/)."),
+        click.option("--artifact", "artifact", multiple=True, metavar="PATH_OR_GLOB",
+                     help="Capture these files after the command ends (repeatable; directories recurse)."),
+        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+                     help="SIGTERM the command's process group after SECONDS (then SIGKILL); exit 124."),
+        click.option("--pty", is_flag=True, default=False, help="Run under a pseudo-terminal."),
+        click.option("--sign-key", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+                     help="Ed25519 private key to sign checkpoints and the seal."),
+        click.option("--mask", multiple=True, metavar="VALUE", help="Mask VALUE in everything recorded (repeatable)."),
+        click.option("--label", multiple=True, metavar="K=V", callback=_parse_label,
+                     help="Label recorded in stream.open (repeatable)."),
+        click.option("--quiet", is_flag=True, default=False, help="Do not echo the command's output."),
+        click.option("--artifact-max-bytes", type=click.IntRange(min=0), default=None, metavar="N",
+                     help="Record only the hashes of artifacts larger than N bytes."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def options_from_click(**kwargs: Any) -> RecordOptions:
+    """The ``RecordOptions`` for the parameters ``recording_options`` added (others are ignored)."""
+    from observe.recorder import RecordOptions
+
+    labels = kwargs.get("label") or {}
+    if not isinstance(labels, dict):  # called with raw K=V strings
+        labels = _parse_label(None, None, tuple(labels))  # type: ignore[arg-type]
+    return RecordOptions(
+        out=kwargs.get("out"),
+        artifacts=tuple(kwargs.get("artifact") or ()),
+        timeout=kwargs.get("timeout"),
+        pty=bool(kwargs.get("pty")),
+        sign_key=kwargs.get("sign_key"),
+        masks=tuple(kwargs.get("mask") or ()),
+        labels=labels,
+        quiet=bool(kwargs.get("quiet")),
+        artifact_max_bytes=kwargs.get("artifact_max_bytes"),
+        gate=kwargs.get("gate"),
+    )
+
+
+@click.command(context_settings=_PASSTHROUGH)
+@recording_options
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def record(command: tuple[str, ...], **kwargs: Any) -> None:
+    """Record COMMAND as a sealed AOS stream; exit with its exit code.
+
+    Exit codes: the command's own; 128+N if killed by signal N; 124 on --timeout;
+    126 cannot execute; 127 not found; 125 the recorder itself failed.
+    """
+    from aos.refusals import Refusal
+    from observe.cli import refuse
+    from observe.recorder import record as run_record
+
+    options = options_from_click(**kwargs)
+    try:
+        result = run_record(command, options)
+    except Refusal as exc:
+        refuse(exc, 125)
+    sys.exit(result.exit_code)
+
+
+@click.command(context_settings=_PASSTHROUGH)
+@click.argument("name")
+@click.option("--standalone", is_flag=True, default=False, help="Outside a recording, run COMMAND anyway.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def step(name: str, standalone: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND as a named span of the enclosing recording; exit with its exit code."""
+    from observe import client
+
+    argv = list(command)
+    if argv[:1] == ["--"]:  # NAME -- CMD: click keeps the "--" after the first argument
+        argv = argv[1:]
+    if not argv:
+        raise click.UsageError("step needs a command after NAME")
+    sys.exit(client.step(name, argv, standalone=standalone))
+
+
+def _field(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[tuple[str, str]]:
+    out = []
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not K=V")
+        out.append((key, value))
+    return out
+
+
+@click.command()
+@click.argument("name")
+@click.option("--status", default="info", show_default=True,
+              type=click.Choice(["pass", "fail", "skip", "inconclusive", "info"]))
+@click.option("--field", "fields", multiple=True, metavar="K=V", callback=_field,
+              help="A field (repeatable); V is parsed as JSON when it parses, else kept as a string.")
+@click.option("--json", "json_obj", default=None, metavar="OBJ", help="Fields as one JSON object (--field wins).")
+def receipt(name: str, status: str, fields: list[tuple[str, str]], json_obj: str | None) -> None:
+    """Report a fact to the enclosing recording as a receipt event."""
+    from observe import client
+
+    try:
+        merged = client.build_fields(fields, json_obj)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--json") from exc
+    sys.exit(client.receipt(name, status, merged))
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+def artifact(paths: tuple[str, ...]) -> None:
+    """Capture PATHs (files, directories, globs) into the enclosing recording now."""
+    from observe import client
+
+    sys.exit(client.artifact(list(paths)))
+
+
+@click.command()
+@click.argument("stream", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--idle", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Give up after SECONDS without new events (default: wait for the seal).")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Give up after SECONDS in all.")
+def tail(stream: Path, idle: float | None, timeout: float | None) -> None:
+    """Follow STREAM while it is written, printing its stdout and stderr; stop at the seal.
+
+    Exits 0 at the seal, 1 when it gave up (--idle, --timeout) or the stream is damaged.
+    """
+    from aos.refusals import Refusal
+    from observe.cli import refuse
+    from observe.tail import follow
+
+    try:
+        sealed = follow(stream, idle=idle, timeout=timeout)
+    except Refusal as exc:
+        refuse(exc, 1)
+    sys.exit(0 if sealed else 1)
+
+
+COMMANDS: list[click.Command] = [record, step, receipt, artifact, tail]

@@ -1,0 +1,278 @@
+"""The recorder's side of the channel: tailing receipts files and serving the control socket.
+
+Everything here runs on the recorder's one event loop, so events are recorded
+in the order they are handled. Before a receipt, a span boundary or an artifact
+is recorded, the output pipes are drained (``drain`` callback): whatever the
+command printed before it spoke on the channel is recorded before what it said.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from observe import artifacts
+from observe.channel import (
+    ENV_CONTROL,
+    ENV_RECEIPTS,
+    FRAME_ERR,
+    FRAME_ERR_ECHO,
+    FRAME_JSON,
+    FRAME_OUT,
+    FRAME_OUT_ECHO,
+    FrameReader,
+    ReceiptTail,
+    encode_json,
+    parse_receipt_line,
+)
+from observe.masking import Masker, mask_bytes, mask_text
+from observe.output import Echo, Sink
+
+__all__ = ["Control"]
+
+_DATA_FRAMES = {
+    FRAME_OUT: ("stdout", False),
+    FRAME_ERR: ("stderr", False),
+    FRAME_OUT_ECHO: ("stdout", True),
+    FRAME_ERR_ECHO: ("stderr", True),
+}
+
+
+@dataclass
+class _Conn:
+    sock: socket.socket
+    reader: FrameReader = field(default_factory=FrameReader)
+    span: str | None = None
+    start: dict[str, Any] = field(default_factory=dict)
+    tail: ReceiptTail | None = None
+    maskers: dict[str, Masker] = field(default_factory=dict)
+    ended: bool = False
+
+
+class Control:
+    """Receipts files plus the control socket, in ``directory``."""
+
+    def __init__(
+        self,
+        directory: str,
+        sink: Sink,
+        echo: Echo,
+        secrets: list[bytes],
+        *,
+        cwd: str,
+        artifact_max_bytes: int | None,
+        drain: Callable[[], None],
+    ) -> None:
+        self.directory = directory
+        self.sink = sink
+        self.echo = echo
+        self.secrets = secrets
+        self.cwd = cwd
+        self.artifact_max_bytes = artifact_max_bytes
+        self.drain = drain
+        self.receipts_path = os.path.join(directory, "receipts")
+        self.control_path = os.path.join(directory, "control")
+        self.tails: list[ReceiptTail] = [ReceiptTail(self._new_file(self.receipts_path), None)]
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.control_path)
+        self.listener.listen(1024)
+        self.listener.setblocking(False)
+        self.conns: dict[int, _Conn] = {}
+        self._last_poll = 0.0
+
+    def env(self) -> dict[str, str]:
+        """What the command needs to find the channel."""
+        return {ENV_RECEIPTS: self.receipts_path, ENV_CONTROL: self.control_path}
+
+    @staticmethod
+    def _new_file(path: str) -> str:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        return path
+
+    # -- receipts files --------------------------------------------------------------
+
+    def poll_receipts(self, *, force: bool = False, interval: float = 0.02) -> None:
+        """Record every complete line appended to any receipts file (at most every ``interval``)."""
+        now = time.monotonic()
+        if not force and now - self._last_poll < interval:
+            return
+        self._last_poll = now
+        drained = False
+        for tail in self.tails:
+            for line in tail.lines():
+                if not drained:
+                    self.drain()
+                    drained = True
+                self._receipt(line, tail.step)
+
+    def _receipt(self, line: bytes, step: str | None) -> None:
+        line = mask_bytes(line, self.secrets) if self.secrets else line
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if not line.strip():
+            return  # a blank line says nothing; not a receipt
+        kind, attrs = parse_receipt_line(line)
+        self.sink.append(kind, attrs, line if kind == "receipt.invalid" else None, step)
+
+    def finish_receipts(self) -> None:
+        """At the end: every remaining line, and final lines without a newline."""
+        self.poll_receipts(force=True)
+        for tail in self.tails:
+            rest = tail.rest()
+            if rest is not None:
+                self._receipt(rest, tail.step)
+
+    # -- the control socket ----------------------------------------------------------
+
+    def register(self, sel: selectors.BaseSelector) -> None:
+        sel.register(self.listener, selectors.EVENT_READ, ("accept", None))
+
+    def accept(self, sel: selectors.BaseSelector) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            sock.setblocking(False)
+            conn = _Conn(sock)
+            self.conns[sock.fileno()] = conn
+            sel.register(sock, selectors.EVENT_READ, ("conn", conn))
+
+    def readable(self, conn: _Conn, sel: selectors.BaseSelector) -> None:
+        try:
+            data = conn.sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(conn, sel)
+            return
+        try:
+            for kind, payload in conn.reader.feed(data):
+                self._frame(conn, kind, payload)
+        except (ValueError, TypeError, KeyError) as exc:
+            self.sink.append("recorder.error", {"error": f"bad control message: {exc}"}, None, conn.span)
+            self._close(conn, sel)
+
+    def _frame(self, conn: _Conn, kind: bytes, payload: bytes) -> None:
+        if kind in _DATA_FRAMES:
+            name, echo = _DATA_FRAMES[kind]
+            masker = conn.maskers.setdefault(name, Masker(self.secrets))
+            out = masker.feed(payload)
+            if out:
+                if echo:
+                    self.echo.write(name, out)
+                self.sink.append(name, {}, out, conn.span)
+            return
+        if kind != FRAME_JSON:
+            raise ValueError(f"unknown frame type {kind!r}")
+        msg = json.loads(payload)
+        op = msg.get("op")
+        if op == "step.start":
+            self._step_start(conn, msg)
+        elif op == "step.end":
+            self._step_end(conn, msg)
+        elif op == "artifact":
+            self._artifact(conn, msg)
+        else:
+            raise ValueError(f"unknown op {op!r}")
+
+    def _reply(self, conn: _Conn, obj: dict[str, Any]) -> None:
+        conn.sock.setblocking(True)
+        conn.sock.settimeout(5.0)
+        try:
+            conn.sock.sendall(encode_json(obj))
+        except OSError:
+            pass
+        finally:
+            conn.sock.setblocking(False)
+
+    def _step_start(self, conn: _Conn, msg: dict[str, Any]) -> None:
+        span = str(msg["span"])
+        self.drain()
+        self.poll_receipts(force=True)
+        argv = [mask_text(str(a), self.secrets) for a in msg.get("argv", [])]
+        parent = msg.get("parent")
+        conn.span = span
+        conn.start = {"name": mask_text(str(msg["name"]), self.secrets), "argv": argv, "parent": parent}
+        self.sink.append("step.start", dict(conn.start), None, span)
+        path = os.path.join(self.directory, f"receipts-{len(self.tails)}")
+        conn.tail = ReceiptTail(self._new_file(path), span)
+        self.tails.append(conn.tail)
+        self._reply(conn, {"ok": True, "receipts": path})
+
+    def _flush_maskers(self, conn: _Conn) -> None:
+        for name, masker in conn.maskers.items():
+            rest = masker.finish()
+            if rest:
+                self.echo.write(name, rest)  # held back only while it could start a secret
+                self.sink.append(name, {}, rest, conn.span)
+
+    def _step_end(self, conn: _Conn, msg: dict[str, Any], *, incomplete: bool = False) -> None:
+        self._flush_maskers(conn)
+        self.drain()
+        self.poll_receipts(force=True)
+        attrs = dict(conn.start)
+        attrs.update(
+            exit_code=msg.get("exit_code"),
+            signal=msg.get("signal"),
+            duration_ns=msg.get("duration_ns"),
+        )
+        if msg.get("error"):
+            attrs["error"] = mask_text(str(msg["error"]), self.secrets)
+        if incomplete:
+            attrs["incomplete"] = True
+        self.sink.append("step.end", attrs, None, conn.span)
+        conn.ended = True
+        if not incomplete:
+            self._reply(conn, {"ok": True})
+
+    def _artifact(self, conn: _Conn, msg: dict[str, Any]) -> None:
+        self.drain()
+        self.poll_receipts(force=True)
+        step = msg.get("step")
+        recorded = artifacts.capture(
+            self._append_artifact,
+            [str(p) for p in msg.get("paths", [])],
+            cwd=str(msg.get("cwd") or self.cwd),
+            base=self.cwd,
+            max_bytes=self.artifact_max_bytes,
+            step=step if isinstance(step, str) else None,
+        )
+        self._reply(conn, {"ok": not self.sink.failed, "paths": recorded})
+
+    def _append_artifact(self, kind: str, attrs: dict[str, Any], data: bytes | None, step: str | None) -> None:
+        self.sink.append(kind, attrs, data, step)
+
+    def _close(self, conn: _Conn, sel: selectors.BaseSelector | None) -> None:
+        if conn.span is not None and not conn.ended:
+            self._step_end(conn, {"error": "the step's client went away before the step ended"}, incomplete=True)
+        if sel is not None:
+            try:
+                sel.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+        self.conns.pop(conn.sock.fileno(), None)
+        conn.sock.close()
+
+    def close(self, sel: selectors.BaseSelector | None = None) -> None:
+        """Stop listening; close (and end as incomplete) any connection left."""
+        for conn in list(self.conns.values()):
+            self._close(conn, sel)
+        if sel is not None:
+            try:
+                sel.unregister(self.listener)
+            except (KeyError, ValueError):
+                pass
+        self.listener.close()
+        for tail in self.tails:
+            tail.close()

@@ -1,0 +1,264 @@
+"""Recording a command as an AOS stream: the library entry point behind ``alpha observe record``.
+
+    result = record(["make", "test"], RecordOptions(out=Path("run.aos")))
+
+The stream holds, in order: ``stream.open``; ``process.start``; the command's
+output (``stdout``/``stderr``), receipts, steps and artifacts it sent through the
+channel, as they happened; ``process.exit``; anything stray background writers
+produced after that; the ``--artifact`` captures; whatever ``before_seal`` adds
+(a gate's verdict); the ``seal``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from observe import artifacts
+from observe.channel import ENV_STDERR_ID, ENV_STDOUT_ID, ENV_STEP, ENV_STREAM, ENV_STREAM_ID
+from observe.masking import env_secrets, mask_text, redact_env
+from observe.output import Echo, Sink
+
+if TYPE_CHECKING:
+    from aos.writer import SealInfo, StreamWriter
+
+__all__ = ["BeforeSeal", "RecordOptions", "RecordResult", "default_out", "record"]
+
+#: Seconds between ``--timeout``'s SIGTERM and the SIGKILL that follows
+#: (``ALPHA_OBSERVE_KILL_GRACE`` overrides).
+KILL_GRACE = 5.0
+#: Seconds the output of stray background writers is still recorded after the
+#: command exits (``ALPHA_OBSERVE_DRAIN`` overrides).
+DRAIN_SECONDS = 2.0
+
+TOOL = "alpha-observe"
+
+
+@dataclass(frozen=True)
+class RecordOptions:
+    """The recording options shared by ``record`` and ``gate``."""
+
+    out: Path | None = None
+    artifacts: tuple[str, ...] = ()
+    timeout: float | None = None
+    pty: bool = False
+    sign_key: Path | None = None
+    masks: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    quiet: bool = False
+    artifact_max_bytes: int | None = None
+    gate: str | None = None
+
+
+@dataclass(frozen=True)
+class RecordResult:
+    """What happened, and the exit code ``alpha observe record`` exits with."""
+
+    path: Path
+    stream_id: str
+    exit_code: int
+    command_exit: int | None
+    signal: str | None
+    timed_out: bool
+    recorder_failed: bool
+    seal: SealInfo | None
+
+
+BeforeSeal = Callable[[Path, "StreamWriter"], None]
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(TOOL)
+    except Exception:  # noqa: BLE001 - a missing dist-info must not stop a recording
+        return "unknown"
+
+
+def default_out(cwd: str, stream_id: str) -> Path:
+    """``./aos/<UTC time>-<stream id>.aos`` (the directory is created)."""
+    directory = Path(cwd) / "aos"
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    return directory / f"{stamp}-{stream_id}.aos"
+
+
+def _float_env(name: str, default: float) -> float:
+    try:
+        return float(os.environ[name])
+    except (KeyError, ValueError):
+        return default
+
+
+def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSeal | None = None) -> RecordResult:
+    """Run ``argv`` and record it as a sealed AOS stream.
+
+    Problems of the command (not found, cannot execute, killed, timed out) are
+    never exceptions: they are exit codes, recorded in the stream. Only a
+    recording that cannot *start* raises, before the command runs:
+    ``aos.refusals.StreamWrite`` when ``--out`` cannot be created (it exists,
+    its directory does not, ...), ``aos.refusals.StreamSignature`` when the
+    signing key cannot be loaded. The CLI prints ``refused: NAME: detail`` and
+    exits 125 for both. A write failure after the start (a full disk) never
+    stops the command or its echo; it ends in ``exit_code`` 125 with
+    ``recorder_failed`` set.
+
+    ``before_seal(path, writer)`` runs after everything is recorded and before
+    the seal; if it raises, a ``recorder.error`` event records why, the stream
+    is still sealed and the result is a recorder failure (125).
+    """
+    from aos.signing import load_signer
+    from aos.writer import StreamWriter, new_stream_id
+
+    argv = list(argv)
+    cwd = os.getcwd()
+    stream_id = new_stream_id()
+    signer = load_signer(options.sign_key) if options.sign_key is not None else None
+    path = Path(options.out) if options.out is not None else default_out(cwd, stream_id)
+    secrets = env_secrets(os.environ) + [m.encode("utf-8", "surrogateescape") for m in options.masks if m]
+    writer = StreamWriter(path, stream_id=stream_id, signer=signer)
+    sink = Sink(writer)
+    echo = Echo(not options.quiet)
+    channel_dir = tempfile.mkdtemp(prefix="aos-")
+    try:
+        outcome = _run(argv, options, path, stream_id, cwd, sink, echo, secrets, channel_dir)
+        failed_hook = False
+        if before_seal is not None and not sink.failed:
+            try:
+                before_seal(path, writer)
+            except Exception as exc:  # noqa: BLE001 - any failure of the hook is recorded, then sealed
+                failed_hook = True
+                sink.append("recorder.error", {"error": f"before_seal failed: {type(exc).__name__}: {exc}"})
+        seal = sink.seal()
+    finally:
+        writer.close()
+        shutil.rmtree(channel_dir, ignore_errors=True)
+    failed = sink.failed or failed_hook or seal is None
+    if options.out is None:
+        sys.stderr.write(f"alpha observe: stream {path}\n")
+        sys.stderr.flush()
+    code = 125 if failed else (124 if outcome.timed_out else outcome.shell_code)
+    return RecordResult(
+        path=path,
+        stream_id=stream_id,
+        exit_code=code,
+        command_exit=outcome.exit_code,
+        signal=outcome.signal,
+        timed_out=outcome.timed_out,
+        recorder_failed=failed,
+        seal=seal,
+    )
+
+
+def _run(
+    argv: list[str],
+    options: RecordOptions,
+    path: Path,
+    stream_id: str,
+    cwd: str,
+    sink: Sink,
+    echo: Echo,
+    secrets: list[bytes],
+    channel_dir: str,
+) -> Any:
+    from observe.capture import Capture, Outcome
+    from observe.ingest import Control
+    from observe.spawn import SpawnFailure, spawn
+
+    def masked(values: Sequence[str]) -> list[str]:
+        return [mask_text(v, secrets) for v in values]
+
+    sink.append(
+        "stream.open",
+        {
+            "stream_id": stream_id,
+            "tool": TOOL,
+            "version": _version(),
+            "argv": masked(argv),
+            "recorder_argv": masked(sys.argv),
+            "cwd": cwd,
+            "env": {k: mask_text(v, secrets) for k, v in redact_env(os.environ).items()},
+            "host": socket.gethostname(),
+            "gate": options.gate,
+            "labels": {str(k): mask_text(str(v), secrets) for k, v in dict(options.labels).items()},
+            "pid": os.getpid(),
+            "pty": options.pty,
+            "timeout": options.timeout,
+        },
+    )
+    control = Control(
+        channel_dir,
+        sink,
+        echo,
+        secrets,
+        cwd=cwd,
+        artifact_max_bytes=options.artifact_max_bytes,
+        drain=lambda: None,
+    )
+    env = dict(os.environ)
+    for name in (ENV_STEP, ENV_STDOUT_ID, ENV_STDERR_ID):
+        env.pop(name, None)
+    env.update(control.env())
+    env[ENV_STREAM] = str(path.resolve())
+    env[ENV_STREAM_ID] = stream_id
+    started_ns = time.monotonic_ns()
+    spawned = spawn(argv, env, pty=options.pty)
+    if isinstance(spawned, SpawnFailure):
+        outcome = Outcome(exit_code=spawned.exit_code, shell_code=spawned.exit_code)
+        sink.append(
+            "process.exit",
+            {
+                "exit_code": spawned.exit_code,
+                "signal": None,
+                "timed_out": False,
+                "duration_ns": time.monotonic_ns() - started_ns,
+                "rusage": None,
+                "interrupted": None,
+                "stray_writers": False,
+                "error": mask_text(spawned.error, secrets),
+            },
+        )
+        if not options.quiet:
+            sys.stderr.write(f"alpha observe: {spawned.error}\n")
+    else:
+        sink.append("process.start", {"pid": spawned.pid, "argv": masked(argv)})
+        capture = Capture(
+            spawned,
+            sink,
+            echo,
+            control,
+            secrets,
+            timeout=options.timeout,
+            kill_grace=_float_env("ALPHA_OBSERVE_KILL_GRACE", KILL_GRACE),
+            drain_seconds=_float_env("ALPHA_OBSERVE_DRAIN", DRAIN_SECONDS),
+            started_ns=started_ns,
+        )
+        outcome = capture.run()
+        if outcome.stray:
+            sink.append(
+                "process.stray",
+                {"still_open": outcome.stray, "drained_ns": int(_float_env("ALPHA_OBSERVE_DRAIN", DRAIN_SECONDS) * 1e9)},
+            )
+        if outcome.late_interrupt:
+            sink.append("recorder.interrupted", {"signal": outcome.late_interrupt})
+    control.finish_receipts()
+    if options.artifacts:
+        artifacts.capture(
+            lambda kind, attrs, data, step: sink.append(kind, attrs, data, step),
+            options.artifacts,
+            cwd=cwd,
+            max_bytes=options.artifact_max_bytes,
+        )
+    control.finish_receipts()
+    control.close()
+    return outcome

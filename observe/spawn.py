@@ -1,0 +1,155 @@
+"""Starting the recorded command: its own process group, pipes or a pseudo-terminal.
+
+A command that cannot start is not an exception for the caller: :func:`spawn`
+returns a :class:`SpawnFailure` carrying the exit code the GNU conventions give
+it (127 not found, 126 cannot execute).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from observe.channel import ENV_STDERR_ID, ENV_STDOUT_ID
+
+__all__ = ["SpawnFailure", "Spawned", "exit_status", "signal_name", "spawn"]
+
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+
+@dataclass
+class Spawned:
+    """A running command. ``err_fd`` is None under a pseudo-terminal (one stream)."""
+
+    proc: subprocess.Popen[bytes]
+    out_fd: int
+    err_fd: int | None
+    out_id: str
+    err_id: str
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+@dataclass(frozen=True)
+class SpawnFailure:
+    """The command never ran."""
+
+    exit_code: int
+    error: str
+
+
+def signal_name(signum: int) -> str:
+    """``SIGTERM`` for 15; ``SIG<n>`` for numbers Python has no name for."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIG{signum}"
+
+
+def exit_status(status: int) -> tuple[int | None, str | None, int]:
+    """``(exit_code, signal_name, shell_code)`` from a ``wait`` status."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return None, signal_name(sig), 128 + sig
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 125
+    return code, None, code
+
+
+def _identity(fd: int) -> str:
+    st = os.fstat(fd)
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def _pipe(size: int) -> tuple[int, int]:
+    r, w = os.pipe2(os.O_CLOEXEC)
+    try:  # a bigger pipe means fewer wake-ups when output floods
+        fcntl.fcntl(r, _F_SETPIPE_SZ, size)
+    except OSError:
+        pass
+    return r, w
+
+
+def _failure(argv: Sequence[str], exc: OSError) -> SpawnFailure:
+    what = argv[0] if argv else ""
+    if isinstance(exc, FileNotFoundError) or exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return SpawnFailure(127, f"{what}: command not found ({exc.strerror or exc})")
+    return SpawnFailure(126, f"{what}: cannot execute ({exc.strerror or exc})")
+
+
+def spawn(
+    argv: Sequence[str], env: Mapping[str, str], *, pty: bool = False, pipe_size: int = 1 << 20
+) -> Spawned | SpawnFailure:
+    """Start ``argv`` in a process group of its own, its output going to fresh pipes.
+
+    The command's environment also gets ``AOS_STDOUT_ID``/``AOS_STDERR_ID``, the
+    identities of those pipes, so ``alpha observe step`` can tell whether its own
+    output goes straight to the recorder.
+    """
+    if not argv:
+        return SpawnFailure(127, "no command given")
+    if pty:
+        return _spawn_pty(argv, env)
+    out_r, out_w = _pipe(pipe_size)
+    err_r, err_w = _pipe(pipe_size)
+    out_id, err_id = _identity(out_w), _identity(err_w)
+    env = {**env, ENV_STDOUT_ID: out_id, ENV_STDERR_ID: err_id}
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - running the user's command is the point
+            list(argv), stdout=out_w, stderr=err_w, env=env, process_group=0, close_fds=True
+        )
+    except OSError as exc:
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        return _failure(argv, exc)
+    except ValueError as exc:  # embedded NUL and the like
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        return SpawnFailure(126, f"cannot execute: {exc}")
+    os.close(out_w)
+    os.close(err_w)
+    for fd in (out_r, err_r):
+        os.set_blocking(fd, False)
+    return Spawned(proc, out_r, err_r, out_id, err_id)
+
+
+def _spawn_pty(argv: Sequence[str], env: Mapping[str, str]) -> Spawned | SpawnFailure:
+    import pty as _pty
+    import termios
+
+    master, slave = _pty.openpty()
+    os.set_inheritable(master, False)
+    slave_id = _identity(slave)
+    env = {**env, ENV_STDOUT_ID: slave_id, ENV_STDERR_ID: slave_id}
+
+    def _controlling_tty() -> None:  # runs in the child, after setsid
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    try:
+        proc = subprocess.Popen(  # noqa: S603
+            list(argv),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_controlling_tty,  # noqa: PLW1509 - needed to own the terminal
+            close_fds=True,
+        )
+    except OSError as exc:
+        os.close(master)
+        os.close(slave)
+        return _failure(argv, exc)
+    except (ValueError, subprocess.SubprocessError) as exc:
+        os.close(master)
+        os.close(slave)
+        return SpawnFailure(126, f"cannot execute: {exc}")
+    os.close(slave)
+    os.set_blocking(master, False)
+    return Spawned(proc, master, None, slave_id, slave_id)
