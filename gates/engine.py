@@ -92,7 +92,8 @@ def evaluate_evidence(gate: Gate, ev: Evidence) -> Verdict:
     if counts["inconclusive"]:
         head += f", {counts['inconclusive']} inconclusive"
     summary = "; ".join([head, *skipped])
-    return Verdict(verdict.gate, verdict.verdict, scope, verdict.checks, summary, {"not_run": skipped})
+    extra = {"not_run": skipped, "gate_source": gate.source, "gate_sha256": gate.digest}
+    return Verdict(verdict.gate, verdict.verdict, scope, verdict.checks, summary, extra)
 
 
 def _run(rule: Rule, ev: Evidence) -> Check:

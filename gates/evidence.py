@@ -89,7 +89,8 @@ class Step:
 
     @property
     def finished(self) -> bool:
-        return self.end is not None
+        """True when the step ended and its client reported how (not ``incomplete``)."""
+        return self.end is not None and not self.end.attrs.get("incomplete")
 
     @property
     def exit_code(self) -> int | None:
@@ -116,6 +117,8 @@ class Step:
     def describe_exit(self) -> str:
         if self.end is None:
             return "never finished (no step.end)"
+        if self.end.attrs.get("incomplete"):
+            return f"never finished ({self.end.attrs.get('error', 'incomplete')})"
         if self.signal:
             return f"was killed by {self.signal}"
         return f"exited {self.exit_code}"
@@ -252,11 +255,9 @@ class Evidence:
                 if step_or_none is not None:
                     step_or_none.end = ev
             elif kind in ("stderr", "stdout"):
+                # Only output recorded with the step's span is the step's own: the
+                # lane script's output around it proves nothing about the step.
                 target = by_span.get(ev.step) if ev.step is not None else None
-                if target is None and ev.step is None:
-                    # untagged output: attribute it to the innermost step running
-                    running = [s for s in open_spans.values()]
-                    target = running[-1] if len(running) == 1 else None
                 if target is not None and ev.data:
                     (target.stderr if kind == "stderr" else target.stdout).extend(ev.data)
                     target.output_seqs.append(ev.seq)

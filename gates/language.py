@@ -21,6 +21,7 @@ file raises ``GateFileError`` naming the file and the key.
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ __all__ = [
     "StepRule",
     "load_gate",
     "parse_gate",
+    "parse_gate_text",
 ]
 
 _FAILURE_STATUSES = ("fail", "inconclusive")
@@ -170,8 +172,8 @@ class ReceiptRule:
         for a, b in self.equal:
             text += f", {a} == {b}"
         for art in self.artifacts:
-            need = "" if art.required else " where captured"
-            text += f", {art.path} captured{need}" + (f" with sha256 {art.sha256}" if art.sha256 else "")
+            text += f", file {art.path} " + ("captured" if art.required else "(where captured)")
+            text += f" with sha256 == {art.sha256}" if art.sha256 else ""
         if self.step_exit:
             text += f", {self.step_exit} == step exit code"
         if self.step_stderr:
@@ -282,6 +284,7 @@ class Gate:
     scope: str
     parts: tuple[Part, ...]
     source: str = ""
+    digest: str = ""
 
     @property
     def rules(self) -> list[Rule]:
@@ -545,7 +548,7 @@ def _rules(t: _Table) -> list[Rule]:
     return rules
 
 
-def parse_gate(data: Mapping[str, Any], source: str = "<gate>") -> Gate:
+def parse_gate(data: Mapping[str, Any], source: str = "<gate>", digest: str = "") -> Gate:
     """A ``Gate`` from a parsed TOML document (``GateFileError`` when malformed)."""
     top = _Table(dict(data), "", source)
     head = _Table(top.get("gate", dict, required=True), "[gate]", source)
@@ -574,7 +577,7 @@ def parse_gate(data: Mapping[str, Any], source: str = "<gate>") -> Gate:
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise GateFileError(f"{source}: two rules share the check name(s) {', '.join(dup)}: give one an 'id'")
-    return Gate(name, description, scope, tuple(parts), source)
+    return Gate(name, description, scope, tuple(parts), source, digest)
 
 
 def load_gate(path: str | Path) -> Gate:
@@ -584,8 +587,13 @@ def load_gate(path: str | Path) -> Gate:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise GateFileError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    return parse_gate_text(text, str(p))
+
+
+def parse_gate_text(text: str, source: str) -> Gate:
+    """A ``Gate`` from TOML text; its digest is the SHA-256 of that text."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise GateFileError(f"{p}: not valid TOML: {exc}") from None
-    return parse_gate(data, str(p))
+        raise GateFileError(f"{source}: not valid TOML: {exc}") from None
+    return parse_gate(data, source, hashlib.sha256(text.encode()).hexdigest())

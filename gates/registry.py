@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import tomllib
 from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from gates.language import Gate, GateFileError, load_gate, parse_gate
+from gates.language import Gate, GateFileError, load_gate, parse_gate_text
 
 __all__ = ["UnknownGate", "builtin_gates", "gate_names", "resolve_gate"]
 
@@ -25,7 +24,7 @@ def builtin_gates() -> dict[str, Gate]:
     folder = resources.files("gates.builtin")
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".toml"):
-            gate = parse_gate(tomllib.loads(entry.read_text(encoding="utf-8")), f"builtin:{entry.name}")
+            gate = parse_gate_text(entry.read_text(encoding="utf-8"), f"builtin:{entry.name}")
             out[gate.name] = gate
     return out
 
@@ -41,6 +40,9 @@ def resolve_gate(name: str, gate_files: tuple[str | Path, ...] | list[str | Path
     gate has that name.
     """
     loaded = [load_gate(p) for p in gate_files]
+    for gate in loaded:
+        if gate.name in builtin_gates():
+            raise GateFileError(f"{gate.source}: gate {gate.name!r} would shadow the built-in gate of that name")
     for gate in loaded:
         if gate.name == name:
             return gate
