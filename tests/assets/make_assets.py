@@ -238,8 +238,9 @@ def write_sample(
     signer: Signer | None = None,
     seal: bool = True,
     batch_max_events: int = 3,
+    events: list[tuple[str, dict[str, Any], bytes | None, str | None]] | None = None,
 ) -> None:
-    """Write the sample recording to ``path``: a checkpoint closes each batch, the seal stands alone."""
+    """Write ``events`` (default: the sample recording) to ``path``: a checkpoint closes each batch."""
     path.unlink(missing_ok=True)
     with fake_clock():
         w = StreamWriter(
@@ -251,7 +252,7 @@ def write_sample(
             batch_max_events=batch_max_events,
             background_flush=False,
         )
-        for kind, attrs, data, step in sample_events():
+        for kind, attrs, data, step in sample_events() if events is None else events:
             w.append(kind, attrs, data, step)
         if seal:
             w.seal()
