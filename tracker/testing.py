@@ -8,13 +8,16 @@ writes a stream as a gate would leave it, without running any command.
 from __future__ import annotations
 
 import os
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from aos.signing import Signer
     from aos.writer import SealInfo
 
-__all__ = ["flip_byte", "sealed_stream"]
+__all__ = ["ExampleTracker", "example_tracker", "flip_byte", "sealed_stream"]
 
 
 def sealed_stream(
@@ -63,3 +66,59 @@ def flip_byte(path: str | os.PathLike[str], offset: int | None = None) -> int:
         f.seek(at)
         f.write(bytes([b[0] ^ 0xFF]))
     return at
+
+
+@dataclass
+class ExampleTracker:
+    """A small tracker in a known state (see :func:`example_tracker`)."""
+
+    db: Path
+    conn: sqlite3.Connection
+    static_run: int
+    physical_run: int
+    open_run: int
+    streams: dict[str, Path] = field(default_factory=dict)
+    stream_ids: dict[str, str] = field(default_factory=dict)
+
+
+def example_tracker(db: str | os.PathLike[str], workdir: str | os.PathLike[str]) -> ExampleTracker:
+    """Build a tracker at ``db`` with streams under ``workdir``.
+
+    Milestones M1 (static) and M2 (physical). Items: N1 implemented; N2 in
+    progress, needs N1; N3 planned, needs N2; H1 hardware, planned, needs N1.
+    Runs: ``static_run`` completed with a passing static-scope stream;
+    ``physical_run`` completed, a physical pass with a passing physical-scope
+    stream; ``open_run`` still running, with a passing static-scope stream.
+    """
+    from tracker import records
+    from tracker.attach import attach
+    from tracker.db import init
+
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    conn = init(db)
+    records.add_milestone(conn, "M1", "Static lanes")
+    records.add_milestone(conn, "M2", "Physical qualification")
+    records.add_item(conn, "N1", "Build every role", "M1", status="implemented")
+    records.add_item(conn, "N2", "Check every executable", "M1", status="in-progress", depends_on=["N1"])
+    records.add_item(conn, "N3", "Publish the static report", "M1", depends_on=["N2"])
+    records.add_item(conn, "H1", "Two GPUs, distributed lane", "M2", hardware=True, depends_on=["N1"])
+    records.add_experiment(conn, "distributed", item="H1")
+    streams: dict[str, Path] = {}
+    ids: dict[str, str] = {}
+
+    def stream(name: str, scope: str) -> Path:
+        path = work / f"{name}.aos"
+        info = sealed_stream(path, verdict="pass", scope=scope)
+        streams[name], ids[name] = path, info.stream_id
+        return path
+
+    static_run = records.start_run(conn, experiment="distributed", lane="distributed-device")
+    attach(conn, stream("static", "static"), static_run)
+    records.finish_run(conn, static_run, "completed")
+    physical_run = records.start_run(conn, experiment="distributed", lane="distributed-device")
+    attach(conn, stream("physical", "physical"), physical_run)
+    records.finish_run(conn, physical_run, "completed", physical_pass=True)
+    open_run = records.start_run(conn, experiment="distributed", lane="distributed-device")
+    attach(conn, stream("open", "static"), open_run)
+    return ExampleTracker(Path(db), conn, static_run, physical_run, open_run, streams, ids)

@@ -1,0 +1,289 @@
+"""The tracker's rules hold in the database itself: plain sqlite3 clients, no CLI, are held to them."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tracker.testing import ExampleTracker, example_tracker
+
+_EVIDENCE = (
+    "INSERT INTO evidence (run_id, stream_id, path, seal_head, file_digest, size, events, verdict, scope, gate)"
+    " VALUES (?, ?, '/nowhere.aos', ?, ?, 100, 5, ?, ?, 'distributed-device')"
+)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tracker in the example state, built once; each test gets a copy."""
+    work = tmp_path_factory.mktemp("tracker")
+    t = example_tracker(work / "progress.sqlite3", work)
+    t.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    t.conn.close()
+    return work
+
+
+@pytest.fixture
+def t(built: Path, tmp_path: Path) -> Iterator[ExampleTracker]:
+    """A fresh copy of the example tracker (runs: 1 static completed, 2 physical pass, 3 running)."""
+    db = tmp_path / "progress.sqlite3"
+    shutil.copy(built / "progress.sqlite3", db)
+    conn = sqlite3.connect(db)  # plain: no foreign keys, no busy timeout, default transactions
+    ids = {r[0]: r[1] for r in conn.execute("SELECT CASE run_id WHEN 1 THEN 'static' WHEN 2 THEN 'physical'"
+                                                 " ELSE 'open' END, stream_id FROM evidence")}
+    yield ExampleTracker(db, conn, 1, 2, 3, {}, ids)
+    conn.close()
+
+
+def refused(conn: sqlite3.Connection, sql: str, args: tuple[object, ...] = ()) -> str:
+    """Run ``sql`` expecting the database to refuse it; return the refusal's message."""
+    with pytest.raises(sqlite3.IntegrityError) as info:
+        conn.execute(sql, args)
+    conn.rollback()
+    return str(info.value)
+
+
+def link(conn: sqlite3.Connection, item: str, run: int) -> None:
+    conn.execute("INSERT INTO item_evidence (item_id, evidence_id) SELECT ?, id FROM evidence WHERE run_id = ?", (item, run))
+
+
+def digest(c: str) -> str:
+    return c * 64
+
+
+class TestRunImmutable:
+    def test_terminal_run_cannot_be_updated(self, t: ExampleTracker) -> None:
+        """No column of a completed run can change, its state included."""
+        for sql in (
+            "UPDATE runs SET state = 'failed' WHERE id = 1",
+            "UPDATE runs SET note = 'edited' WHERE id = 1",
+            "UPDATE runs SET physical_pass = 0 WHERE id = 2",
+            "UPDATE runs SET state = 'running', finished_at = NULL WHERE id = 2",
+        ):
+            assert refused(t.conn, sql).startswith("tracker-run-immutable: ")
+
+    def test_terminal_run_cannot_be_deleted(self, t: ExampleTracker) -> None:
+        """A completed run cannot be deleted."""
+        assert refused(t.conn, "DELETE FROM runs WHERE id = 1").startswith("tracker-run-immutable: ")
+
+    def test_terminal_runs_evidence_cannot_change(self, t: ExampleTracker) -> None:
+        """The evidence of a terminal run is neither edited, deleted nor added to."""
+        assert refused(t.conn, "UPDATE evidence SET verdict = 'fail' WHERE run_id = 1").startswith("tracker-run-immutable")
+        assert refused(t.conn, "UPDATE evidence SET path = '/elsewhere' WHERE run_id = 2").startswith(
+            "tracker-run-immutable"
+        )
+        assert refused(t.conn, "DELETE FROM evidence WHERE run_id = 2").startswith("tracker-run-immutable")
+        message = refused(t.conn, _EVIDENCE, (1, "f" * 32, digest("a"), digest("b"), "pass", "physical"))
+        assert message.startswith("tracker-run-immutable")
+
+    def test_terminal_runs_measurements_and_devices_freeze(self, t: ExampleTracker) -> None:
+        """Measurements and devices of a terminal run are part of its record."""
+        t.conn.execute("INSERT INTO devices (product, uuid) VALUES ('RTX 3090', 'GPU-1')")
+        t.conn.execute("INSERT INTO run_devices (run_id, device_id) VALUES (3, 1)")
+        t.conn.execute("INSERT INTO measurements (run_id, name, value) VALUES (3, 'updates', 5)")
+        t.conn.commit()
+        t.conn.execute("UPDATE runs SET state = 'failed', finished_at = 'now' WHERE id = 3")
+        t.conn.commit()
+        assert refused(t.conn, "INSERT INTO measurements (run_id, name, value) VALUES (3, 'x', 1)").startswith(
+            "tracker-run-immutable"
+        )
+        assert refused(t.conn, "UPDATE measurements SET value = 6").startswith("tracker-run-immutable")
+        assert refused(t.conn, "DELETE FROM run_devices").startswith("tracker-run-immutable")
+        assert refused(t.conn, "UPDATE devices SET driver = '999'").startswith("tracker-run-immutable")
+
+    def test_running_run_can_change(self, t: ExampleTracker) -> None:
+        """A running run may be edited and finished (once)."""
+        t.conn.execute("UPDATE runs SET note = 'retry' WHERE id = 3")
+        t.conn.execute("UPDATE runs SET state = 'inconclusive', finished_at = 'now' WHERE id = 3")
+        t.conn.commit()
+        assert refused(t.conn, "UPDATE runs SET state = 'completed' WHERE id = 3").startswith("tracker-run-immutable")
+
+    def test_a_run_starts_running(self, t: ExampleTracker) -> None:
+        """A run cannot be inserted already terminal."""
+        sql = "INSERT INTO runs (state, finished_at) VALUES ('completed', 'now')"
+        assert refused(t.conn, sql).startswith("tracker-invalid: ")
+
+
+class TestVerified:
+    def test_item_needs_evidence(self, t: ExampleTracker) -> None:
+        """An item without linked evidence cannot become verified."""
+        message = refused(t.conn, "UPDATE items SET status = 'verified' WHERE id = 'N2'")
+        assert message.startswith("tracker-evidence-required: ")
+
+    def test_item_cannot_be_inserted_verified(self, t: ExampleTracker) -> None:
+        """An item cannot be born verified."""
+        sql = "INSERT INTO items (id, title, milestone_id, status) VALUES ('N9', 't', 'M1', 'verified')"
+        assert refused(t.conn, sql).startswith("tracker-evidence-required: ")
+
+    def test_evidence_of_a_running_run_does_not_verify(self, t: ExampleTracker) -> None:
+        """Evidence counts only once its run completed."""
+        link(t.conn, "N2", t.open_run)
+        assert refused(t.conn, "UPDATE items SET status = 'verified' WHERE id = 'N2'").startswith(
+            "tracker-evidence-required"
+        )
+
+    def test_failing_evidence_does_not_verify(self, t: ExampleTracker) -> None:
+        """A sealed fail is evidence, but not of acceptance."""
+        t.conn.execute("INSERT INTO runs (id) VALUES (9)")
+        t.conn.execute(_EVIDENCE, (9, "e" * 32, digest("a"), digest("b"), "fail", "static"))
+        t.conn.execute("UPDATE runs SET state = 'completed', finished_at = 'now' WHERE id = 9")
+        link(t.conn, "N2", 9)
+        assert refused(t.conn, "UPDATE items SET status = 'verified' WHERE id = 'N2'").startswith(
+            "tracker-evidence-required"
+        )
+
+    def test_passing_evidence_verifies(self, t: ExampleTracker) -> None:
+        """A passing static stream from a completed run verifies a non-hardware item."""
+        link(t.conn, "N2", t.static_run)
+        t.conn.execute("UPDATE items SET status = 'verified' WHERE id = 'N2'")
+        t.conn.commit()
+        assert "verified" == t.conn.execute("SELECT status FROM items WHERE id = 'N2'").fetchone()[0]
+
+    def test_hardware_item_refuses_static_pass(self, t: ExampleTracker) -> None:
+        """A hardware item is not verified by a static-scope pass."""
+        link(t.conn, "H1", t.static_run)
+        message = refused(t.conn, "UPDATE items SET status = 'verified' WHERE id = 'H1'")
+        assert message.startswith("tracker-hardware-evidence: ")
+
+    def test_hardware_item_accepts_physical_pass(self, t: ExampleTracker) -> None:
+        """A hardware item is verified by a physical pass from a completed run."""
+        link(t.conn, "H1", t.physical_run)
+        t.conn.execute("UPDATE items SET status = 'verified' WHERE id = 'H1'")
+        t.conn.commit()
+
+    def test_verified_item_cannot_become_hardware(self, t: ExampleTracker) -> None:
+        """Turning a statically verified item into a hardware item is refused: its evidence no longer suffices."""
+        link(t.conn, "N2", t.static_run)
+        t.conn.execute("UPDATE items SET status = 'verified' WHERE id = 'N2'")
+        t.conn.commit()
+        message = refused(t.conn, "UPDATE items SET hardware = 1 WHERE id = 'N2'")
+        assert message.startswith("tracker-hardware-evidence: ")
+
+    def test_verified_item_keeps_its_evidence(self, t: ExampleTracker) -> None:
+        """The evidence link of a verified item cannot be removed or edited."""
+        link(t.conn, "N2", t.static_run)
+        t.conn.execute("UPDATE items SET status = 'verified' WHERE id = 'N2'")
+        t.conn.commit()
+        assert refused(t.conn, "DELETE FROM item_evidence WHERE item_id = 'N2'").startswith("tracker-evidence-required")
+        assert refused(t.conn, "UPDATE item_evidence SET evidence_id = 3").startswith("tracker-evidence-immutable")
+        assert refused(t.conn, "DELETE FROM items WHERE id = 'N2'").startswith("tracker-invalid")
+
+
+class TestPhysicalPass:
+    def test_needs_a_physical_stream(self, t: ExampleTracker) -> None:
+        """A run with only a static pass attached cannot be recorded as a physical pass."""
+        sql = "UPDATE runs SET state = 'completed', finished_at = 'now', physical_pass = 1 WHERE id = 3"
+        assert refused(t.conn, sql).startswith("tracker-physical-pass: ")
+
+    def test_needs_completed(self, t: ExampleTracker) -> None:
+        """A physical pass is recorded only on a completed run."""
+        t.conn.execute(_EVIDENCE, (3, "d" * 32, digest("a"), digest("b"), "pass", "physical"))
+        for state in ("failed", "inconclusive", "running"):
+            finished = "NULL" if state == "running" else "'now'"
+            sql = f"UPDATE runs SET state = '{state}', finished_at = {finished}, physical_pass = 1 WHERE id = 3"
+            with pytest.raises(sqlite3.IntegrityError, match="^tracker-physical-pass: "):
+                t.conn.execute(sql)
+
+    def test_physical_stream_must_pass(self, t: ExampleTracker) -> None:
+        """An inconclusive physical-scope stream is not a physical pass."""
+        t.conn.execute(_EVIDENCE, (3, "d" * 32, digest("a"), digest("b"), "inconclusive", "physical"))
+        sql = "UPDATE runs SET state = 'completed', finished_at = 'now', physical_pass = 1 WHERE id = 3"
+        assert refused(t.conn, sql).startswith("tracker-physical-pass: ")
+
+    def test_cannot_be_inserted(self, t: ExampleTracker) -> None:
+        """A run cannot be inserted as a physical pass."""
+        assert refused(t.conn, "INSERT INTO runs (physical_pass) VALUES (1)").startswith("tracker-physical-pass: ")
+
+    def test_with_a_physical_stream(self, t: ExampleTracker) -> None:
+        """With a passing physical stream attached, completing as a physical pass is accepted."""
+        t.conn.execute(_EVIDENCE, (3, "d" * 32, digest("a"), digest("b"), "pass", "physical"))
+        t.conn.execute("UPDATE runs SET state = 'completed', finished_at = 'now', physical_pass = 1 WHERE id = 3")
+        t.conn.commit()
+
+
+class TestStreamSeal:
+    def test_same_stream_different_head_refused(self, t: ExampleTracker) -> None:
+        """A stream id attached before cannot come back with another seal head."""
+        sid = t.stream_ids["open"]
+        digest_now = t.conn.execute("SELECT file_digest FROM evidence WHERE stream_id = ?", (sid,)).fetchone()[0]
+        message = refused(t.conn, _EVIDENCE, (3, sid, digest("0"), digest_now, "pass", "static"))
+        assert message.startswith("tracker-stream-changed: ")
+
+    def test_same_stream_different_file_digest_refused(self, t: ExampleTracker) -> None:
+        """A stream id attached before cannot come back with another file digest."""
+        sid = t.stream_ids["open"]
+        head = t.conn.execute("SELECT seal_head FROM evidence WHERE stream_id = ?", (sid,)).fetchone()[0]
+        message = refused(t.conn, _EVIDENCE, (3, sid, head, digest("0"), "pass", "static"))
+        assert message.startswith("tracker-stream-changed: ")
+
+    def test_same_stream_other_run_refused(self, t: ExampleTracker) -> None:
+        """A stream is evidence for one run only."""
+        row = t.conn.execute("SELECT seal_head, file_digest FROM evidence WHERE run_id = 3").fetchone()
+        t.conn.execute("INSERT INTO runs (id) VALUES (4)")
+        message = refused(t.conn, _EVIDENCE, (4, t.stream_ids["open"], row[0], row[1], "pass", "static"))
+        assert message.startswith("tracker-stream-attached: ")
+
+    def test_same_stream_unchanged_is_a_no_op(self, t: ExampleTracker) -> None:
+        """Attaching the identical stream to the same run again inserts nothing."""
+        row = t.conn.execute("SELECT stream_id, seal_head, file_digest FROM evidence WHERE run_id = 3").fetchone()
+        cur = t.conn.execute(_EVIDENCE, (3, row[0], row[1], row[2], "pass", "static"))
+        assert 0 == cur.rowcount
+        assert 3 == t.conn.execute("SELECT count(*) FROM evidence").fetchone()[0]
+
+    def test_evidence_is_never_edited(self, t: ExampleTracker) -> None:
+        """Evidence of a running run is not edited either (detach and attach again instead)."""
+        message = refused(t.conn, "UPDATE evidence SET scope = 'physical' WHERE run_id = 3")
+        assert message.startswith("tracker-evidence-immutable: ")
+
+
+class TestWithoutForeignKeys:
+    def test_unknown_references_refused(self, t: ExampleTracker) -> None:
+        """Triggers refuse dangling references even with foreign keys off."""
+        assert 0 == t.conn.execute("PRAGMA foreign_keys").fetchone()[0]
+        assert refused(t.conn, _EVIDENCE, (77, "c" * 32, digest("a"), digest("b"), "pass", "physical")).startswith(
+            "tracker-unknown: "
+        )
+        sql = "INSERT INTO items (id, title, milestone_id) VALUES ('N8', 't', 'M9')"
+        assert refused(t.conn, sql).startswith("tracker-unknown: ")
+
+    def test_dependency_cycle_refused(self, t: ExampleTracker) -> None:
+        """A dependency that closes a cycle is refused."""
+        assert refused(t.conn, "INSERT INTO item_deps VALUES ('N1', 'N3')").startswith("tracker-dependency-cycle: ")
+        assert refused(t.conn, "INSERT INTO item_deps VALUES ('N1', 'N1')").startswith("tracker-dependency-cycle: ")
+
+
+@pytest.mark.skipif(shutil.which("sqlite3") is None, reason="no sqlite3 shell")
+class TestSqliteShell:
+    def test_shell_is_held_to_the_rules(self, t: ExampleTracker) -> None:
+        """The stock `sqlite3` shell cannot change a terminal run or fake a physical pass."""
+        t.conn.close()
+        for sql, name in (
+            ("UPDATE runs SET state = 'failed' WHERE id = 1;", "tracker-run-immutable"),
+            ("DELETE FROM evidence WHERE run_id = 2;", "tracker-run-immutable"),
+            ("UPDATE items SET status = 'verified' WHERE id = 'N2';", "tracker-evidence-required"),
+            (
+                "INSERT INTO item_evidence (item_id, evidence_id) SELECT 'H1', id FROM evidence WHERE run_id = 1;"
+                " UPDATE items SET status = 'verified' WHERE id = 'H1';",
+                "tracker-hardware-evidence",
+            ),
+            (
+                "UPDATE runs SET state = 'completed', finished_at = 'x', physical_pass = 1 WHERE id = 3;",
+                "tracker-physical-pass",
+            ),
+        ):
+            proc = subprocess.run(["sqlite3", str(t.db), sql], capture_output=True, text=True, check=False)
+            assert 0 != proc.returncode
+            assert f"{name}: " in proc.stderr
+        after = sqlite3.connect(t.db)
+        try:
+            assert [("completed", 0), ("completed", 1), ("running", 0)] == after.execute(
+                "SELECT state, physical_pass FROM runs ORDER BY id"
+            ).fetchall()
+            assert "planned" == after.execute("SELECT status FROM items WHERE id = 'H1'").fetchone()[0]
+        finally:
+            after.close()
