@@ -13,8 +13,6 @@ import select
 import sys
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from aos.refusals import StreamWrite
 
 if TYPE_CHECKING:
@@ -25,6 +23,8 @@ __all__ = ["Echo", "Sink", "logger"]
 
 def logger() -> Any:
     """The recorder's own diagnostics: key=value lines on stderr, never in the stream."""
+    import structlog  # only when there is something to say: it costs start-up time
+
     return structlog.wrap_logger(
         structlog.PrintLogger(sys.stderr),
         processors=[
@@ -64,7 +64,6 @@ class Sink:
     def __init__(self, writer: StreamWriter) -> None:
         self.writer = writer
         self.failure: StreamWrite | None = None
-        self._log = logger()
 
     @property
     def failed(self) -> bool:
@@ -83,7 +82,7 @@ class Sink:
     def _fail(self, exc: StreamWrite) -> None:
         if self.failure is None:
             self.failure = exc
-            self._log.error("stream write failed; the command keeps running", detail=exc.detail)
+            logger().error("stream write failed; the command keeps running", detail=exc.detail)
 
     def flush(self) -> None:
         if self.failure is None:

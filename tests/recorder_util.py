@@ -1,0 +1,78 @@
+"""Helpers for the recorder's tests: run the real CLI, read back what it recorded."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from aos.event import Event
+from aos.reader import read_stream
+
+ALPHA = shutil.which("alpha", path=str(Path(sys.executable).parent)) or shutil.which("alpha") or "alpha"
+
+
+def alpha(*args: str, env: dict[str, str] | None = None, timeout: float = 60, **kw: Any) -> subprocess.CompletedProcess[bytes]:
+    """Run ``alpha ARGS...`` and capture its output."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([ALPHA, *args], capture_output=True, env=full_env, timeout=timeout, check=False, **kw)
+
+
+def record(
+    tmp_path: Path, argv: Sequence[str], *opts: str, env: dict[str, str] | None = None, timeout: float = 60, **kw: Any
+) -> tuple[subprocess.CompletedProcess[bytes], Path]:
+    """``alpha observe record --out TMP/run.aos OPTS -- ARGV``; returns the process and the stream path."""
+    out = tmp_path / f"run-{time.monotonic_ns()}.aos"
+    proc = alpha("observe", "record", "--out", str(out), *opts, "--", *argv, env=env, timeout=timeout, **kw)
+    return proc, out
+
+
+def events(path: Path) -> list[Event]:
+    """Every event of the stream (it must read back without damage)."""
+    contents = read_stream(path)
+    assert contents.damage is None, contents.damage
+    return contents.events
+
+
+def kinds(evs: list[Event]) -> list[str]:
+    return [e.kind for e in evs]
+
+
+def output(evs: list[Event], kind: str = "stdout", step: str | None | object = ...) -> bytes:
+    """The concatenated bytes of one output kind (optionally of one span only)."""
+    return b"".join(e.data or b"" for e in evs if e.kind == kind and (step is ... or e.step == step))
+
+
+def one(evs: list[Event], kind: str) -> Event:
+    """The only event of ``kind``."""
+    found = [e for e in evs if e.kind == kind]
+    assert len(found) == 1, (kind, kinds(evs))
+    return found[0]
+
+
+def index(evs: list[Event], kind: str) -> int:
+    return kinds(evs).index(kind)
+
+
+def wait_for(predicate: Any, timeout: float = 20.0) -> None:
+    """Poll ``predicate`` until true (fails the test after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def recorded_stdout_so_far(path: Path) -> bytes:
+    """stdout recorded in a stream that may still be being written."""
+    from aos.refusals import Refusal
+
+    try:
+        return output(read_stream(path).events)
+    except Refusal:  # not there yet, or not even its schema written yet
+        return b""
