@@ -110,6 +110,11 @@ def step(name: str, standalone: bool, command: tuple[str, ...]) -> None:
     from observe import client
 
     argv = list(command)
+    # Options after NAME are not parsed by click (they could be the command's own):
+    # accept --standalone there too, up to the "--".
+    while argv[:1] == ["--standalone"]:
+        standalone = True
+        argv = argv[1:]
     if argv[:1] == ["--"]:  # NAME -- CMD: click keeps the "--" after the first argument
         argv = argv[1:]
     if not argv:
