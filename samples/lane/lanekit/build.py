@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .spec import MEMBERS, LearnerSpec, canonical_json
+from .spec import COORDINATOR_HOST, ROLES, LearnerSpec, canonical_json
 
 __all__ = ["RUNTIME_MODULES", "build_role", "check_executable", "expected_selftest", "read_manifest", "sha256_file"]
 
@@ -82,13 +82,14 @@ def _members() -> dict[str, bytes]:
 
 def build_role(spec: LearnerSpec, role: str, binding: dict[str, Any], out_dir: str | os.PathLike[str]) -> tuple[str, str]:
     """Write ``OUT_DIR/ROLE.pyz`` and its ``.sha256``; return (path, sha256)."""
-    if role not in MEMBERS:
+    if role not in ROLES:
         raise ValueError(f"unknown role {role!r}")
     members = _members()
     manifest = {
         "format": EXECUTABLE_FORMAT,
         "lane": spec.lane,
         "role": role,
+        "hosts": ["coordinator", role] if role == COORDINATOR_HOST else [role],
         "binding": binding,
         "learner": spec.to_json(),
         "members": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(members.items())},

@@ -1,7 +1,8 @@
 """The entry point of every role executable (``python3 ROLE.pyz COMMAND ...``).
 
 Commands:
-  serve      take part in a run (coordinator or owner, as the manifest says)
+  serve      take part in a run as this role's owner
+  coordinate be the run's coordinator (owner-0's executable only)
   evaluate   a fresh process predicts from a checkpoint
   selftest   run the learner in-process on the host and print its digests
   manifest   print the embedded manifest
@@ -202,16 +203,17 @@ def _evaluate(spec: LearnerSpec, backend: Any, args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="role")
     sub = p.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve")
-    serve.add_argument("--socket", required=True)
-    serve.add_argument("--epoch", type=int, default=1)
-    serve.add_argument("--updates", type=int, default=5)
-    serve.add_argument("--checkpoint-out")
-    serve.add_argument("--trajectory-out")
-    serve.add_argument("--membership-out")
-    serve.add_argument("--resume")
-    serve.add_argument("--resume-membership")
-    serve.add_argument("--shadow", action="store_true")
+    for name in ("serve", "coordinate"):
+        serve = sub.add_parser(name)
+        serve.add_argument("--socket", required=True)
+        serve.add_argument("--epoch", type=int, default=1)
+        serve.add_argument("--updates", type=int, default=5)
+        serve.add_argument("--checkpoint-out")
+        serve.add_argument("--trajectory-out")
+        serve.add_argument("--membership-out")
+        serve.add_argument("--resume")
+        serve.add_argument("--resume-membership")
+        serve.add_argument("--shadow", action="store_true")
     ev = sub.add_parser("evaluate")
     ev.add_argument("--checkpoint", required=True)
     ev.add_argument("--output", required=True)
@@ -238,7 +240,10 @@ def main(manifest: dict[str, Any], argv: list[str]) -> int:
             return 0
         binding = manifest["binding"]
         check_binding(binding)  # before anything is written
-        if args.command == "serve" and role == "coordinator":
+        if args.command == "coordinate":
+            if "coordinator" not in manifest.get("hosts", []):
+                print(f"error: {role} does not host the coordinator", file=sys.stderr)
+                return 2
             if not (args.checkpoint_out and args.trajectory_out and args.membership_out):
                 print("error: the coordinator needs --checkpoint-out, --trajectory-out and --membership-out",
                       file=sys.stderr)

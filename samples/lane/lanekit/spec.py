@@ -17,8 +17,10 @@ __all__ = [
     "DATA_X",
     "DATA_Y",
     "LANES",
+    "COORDINATOR_HOST",
     "MEMBERS",
     "OWNERS",
+    "ROLES",
     "SPLIT",
     "LearnerSpec",
     "canonical_json",
@@ -33,8 +35,13 @@ LANES = ("partitioned", "coordinates", "independent")
 DATA_X: tuple[tuple[float, float], ...] = ((1.0, 2.0), (0.5, -1.5), (-2.0, 0.25))
 DATA_Y: tuple[float, ...] = (3.0, -1.0, 0.5)
 
+# The participants (processes) of a run, and the roles (executables, one per GPU).
 MEMBERS = ("coordinator", "owner-0", "owner-1")
 OWNERS = ("owner-0", "owner-1")
+ROLES = OWNERS
+# The coordinator is a host-side process started from owner-0's executable,
+# bound to owner-0's device (as in the seed's "coordinator was an RTX 3090").
+COORDINATOR_HOST = "owner-0"
 # Unequal split: owner-0 holds one sample, owner-1 holds two.
 SPLIT: tuple[tuple[int, ...], ...] = ((0,), (1, 2))
 # The declared combine order: contributions are added in exactly this order.

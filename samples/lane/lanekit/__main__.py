@@ -1,0 +1,33 @@
+"""``python3 -m lanekit PHASE LANE OUT [CONFIG]``: run one step of a device lane.
+
+PHASE is a step name of docs/GATES.md "Lane receipts" (static-build,
+static-check, preflight, build, refusal-wrong-uuid, refusal-wrong-product,
+uninterrupted-run, split-run, host-shadow-control, fresh-evaluation,
+corrupted-checkpoint, qualification); LANE is partitioned, coordinates or
+independent. The scripts in scripts/ci/ run each under ``alpha observe step``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .phases import PHASES, ConfigError
+from .spec import LANES
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch one phase; usage errors exit 2."""
+    if len(argv) not in (3, 4) or argv[0] not in PHASES or argv[1] not in LANES:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    phase, lane, out = argv[:3]
+    config = argv[3] if len(argv) == 4 else None
+    try:
+        return PHASES[phase](lane, out, config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

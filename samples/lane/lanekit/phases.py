@@ -1,0 +1,500 @@
+"""The qualification sequence, one function per step of docs/GATES.md "Lane receipts".
+
+Each phase runs inside its ``alpha observe step`` span (the lane script wraps
+it), does the work, captures every file it produced and emits its receipts.
+A phase returns its exit code: 0 when it did its work and the result held,
+non-zero otherwise; a refusal control returns the refused role's own exit
+code, since the gate compares it with the step's.
+
+Phases hand state to each other only through files under OUT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from typing import Any
+
+from . import checkpoint
+from .build import build_role, check_executable, sha256_file
+from .device import APPS_QUERY, GPU_QUERY, host_binding, parse_compute_apps, parse_gpu_csv, run_smi
+from .receipts import artifact, captured, receipt, rel
+from .session import run_lane
+from .spec import OWNERS, ROLES, default_spec
+
+__all__ = ["PHASES", "load_config"]
+
+DEFAULT_PRODUCTS = ["NVIDIA GeForce RTX 3070", "NVIDIA GeForce RTX 3090"]
+DEFAULT_DRIVER = ["580"]
+CONFIG_KEYS = ("owner", "pod_ids", "host", "port", "ssh_key", "minors", "remote_root", "transport")
+WRONG_UUID = "GPU-00000000-0000-0000-0000-000000000000"
+EVALUATOR = "owner-0"  # evaluates on its GPU, for every lane
+
+
+class ConfigError(Exception):
+    """The lane config is missing, unreadable or not of the driver's shape."""
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """Read and check a lane config (the qualification driver's JSON)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            config = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read lane config {path}: {exc}") from None
+    if not isinstance(config, dict):
+        raise ConfigError("lane config is not a JSON object")
+    missing = [k for k in CONFIG_KEYS if k not in config]
+    if missing:
+        raise ConfigError(f"lane config lacks {', '.join(missing)}")
+    minors = config["minors"]
+    if not (isinstance(minors, list) and len(minors) == len(OWNERS) and all(isinstance(m, int) for m in minors)):
+        raise ConfigError(f"minors must be {len(OWNERS)} integers, one per owner role")
+    if not isinstance(config["remote_root"], str) or not os.path.isabs(config["remote_root"]):
+        raise ConfigError("remote_root must be an absolute path")
+    return config
+
+
+def _allowed(config: dict[str, Any], key: str, default: list[str]) -> list[str]:
+    value = config.get(key, default)
+    return [str(v) for v in (value if isinstance(value, list) else [value])]
+
+
+def _release_ok(driver: str, allowed: list[str]) -> bool:
+    return any(driver == a or driver.startswith(a + ".") for a in allowed)
+
+
+def _write_json(path: str, value: Any) -> str:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(value, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    return sha256_file(path)
+
+
+def _read_json(path: str) -> Any:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _files_under(folder: str) -> list[str]:
+    found = []
+    for root, _dirs, files in os.walk(folder):
+        found += [os.path.join(root, f) for f in files]
+    return sorted(found)
+
+
+def _oracle() -> Any:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, here)
+    try:
+        import oracle
+    finally:
+        sys.path.pop(0)
+    return oracle
+
+
+def _matches_oracle(lane: str, ckpt_path: str, steps: int) -> tuple[bool, str]:
+    """Compare a checkpoint's state with the oracle's, bit for bit (as hex floats)."""
+    step, chunks = checkpoint.load(ckpt_path)
+    expected = _oracle().trajectory(lane, steps)[-1]
+    got = {k: [v.hex() for v in vals] for k, vals in chunks.items()}
+    want = {k: [v.hex() for v in vals] for k, vals in expected.items()}
+    if step == steps and got == want:
+        return True, f"step {step} state equals the oracle's bit for bit"
+    return False, f"step {step} state {got} differs from the oracle's step {steps} state {want}"
+
+
+def _paths(out: str, lane: str, config: dict[str, Any] | None = None) -> dict[str, str]:
+    p = {
+        "static": os.path.join(out, "static"),
+        "build": os.path.join(out, "build"),
+        "binding": os.path.join(out, "binding.json"),
+        "config": os.path.join(out, "lane-config.json"),
+    }
+    if config is not None:
+        p["remote"] = os.path.join(config["remote_root"], lane)
+    return p
+
+
+def _executables(folder: str) -> dict[str, str]:
+    return {role: os.path.join(folder, f"{role}.pyz") for role in ROLES}
+
+
+def _run_files(folder: str) -> dict[str, str]:
+    return {name: os.path.join(folder, f"{name}.json") for name in ("checkpoint", "trajectory", "membership")}
+
+
+def _run(exes: dict[str, str], folder: str, **kwargs: Any) -> tuple[bool, dict[str, str]]:
+    files = _run_files(folder)
+    os.makedirs(folder, exist_ok=True)
+    result = run_lane(exes, checkpoint_out=files["checkpoint"], trajectory_out=files["trajectory"],
+                      membership_out=files["membership"], **kwargs)
+    artifact(*[f for f in files.values() if os.path.exists(f)])
+    return result.ok and all(os.path.exists(f) for f in files.values()), files
+
+
+def _owners_report(membership_path: str, physical: bool) -> tuple[bool, str]:
+    owners = _read_json(membership_path)["owners"]
+    kinds = [o["backend"]["kind"] for o in owners]
+    ok = all(o["resident"] for o in owners) and (not physical or all(k == "gpu" for k in kinds))
+    return ok, f"owner state resident in {', '.join(kinds)} memory"
+
+
+# -- static half ------------------------------------------------------------------
+
+
+def static_build(lane: str, out: str, config: str | None = None) -> int:
+    """Build every role's executable (host binding: the static half runs everywhere)."""
+    spec = default_spec(lane)
+    folder = _paths(out, lane)["static"]
+    for role in ROLES:
+        path, digest = build_role(spec, role, host_binding(), folder)
+        artifact(path, f"{path}.sha256")
+        receipt("static-build", "pass", role=role, target=rel(path), sha256=digest, lane=lane)
+    return 0
+
+
+def static_check(lane: str, out: str, config: str | None = None) -> int:
+    """Check every built executable: integrity, embedded manifest, self-test."""
+    folder = _paths(out, lane)["static"]
+    ok = True
+    for role, path in _executables(folder).items():
+        digest = sha256_file(path) if os.path.exists(path) else ""
+        for result in check_executable(path, role=role, lane=lane):
+            ok = ok and result["result"] == "pass"
+            receipt("static-check", result["result"], role=role, check=result["check"], result=result["result"],
+                    target=rel(path), sha256=digest, detail=result["detail"])
+    return 0 if ok else 1
+
+
+# -- physical half ----------------------------------------------------------------
+
+
+def preflight(lane: str, out: str, config_path: str | None = None) -> int:
+    """Query the devices, judge them against the config, write binding.json."""
+    paths = _paths(out, lane)
+    os.makedirs(out, exist_ok=True)
+    if config_path and os.path.exists(config_path):
+        shutil.copyfile(config_path, paths["config"])
+        artifact(paths["config"])
+    try:
+        config = load_config(str(config_path))
+    except ConfigError as exc:
+        print(f"preflight: {exc}", file=sys.stderr)
+        receipt("preflight", "fail", gpus=[], compute_processes=[], binding=None, reason=str(exc))
+        return 1
+    pre = os.path.join(out, "preflight")
+    os.makedirs(pre, exist_ok=True)
+    captures = {"csv": (GPU_QUERY, "nvidia-smi.csv"), "xml": (["nvidia-smi", "-q", "-x"], "nvidia-smi.xml"),
+                "compute_apps": (APPS_QUERY, "compute-apps.csv")}
+    texts: dict[str, str | None] = {}
+    sources: dict[str, str] = {}
+    for key, (argv, name) in captures.items():
+        texts[key] = run_smi(argv)
+        if texts[key] is not None:
+            path = os.path.join(pre, name)
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(texts[key] or "")
+            artifact(path)
+            sources[key] = rel(path)
+    if texts["csv"] is None or texts["compute_apps"] is None:
+        reason = "nvidia-smi cannot be queried on this machine"
+        print(f"preflight: {reason}", file=sys.stderr)
+        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], binding=None, reason=reason)
+        return 1
+    if config.get("transport") != "loopback":
+        reason = f"transport {config.get('transport')!r} is not supported by the reference lane (loopback only)"
+        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], binding=None, reason=reason)
+        return 1
+    all_gpus = parse_gpu_csv(texts["csv"] or "")
+    products = _allowed(config, "products", DEFAULT_PRODUCTS)
+    drivers = _allowed(config, "driver", DEFAULT_DRIVER)
+    failures: list[str] = []
+    gpus: list[dict[str, Any]] = []
+    for role, minor in zip(OWNERS, config["minors"], strict=True):
+        found = [g for g in all_gpus if g["minor"] == minor]
+        if len(found) != 1:
+            failures.append(f"{role}: minor {minor} selects {len(found)} GPUs, not exactly one")
+            continue
+        gpu = found[0]
+        gpus.append(gpu)
+        if gpu["product"] not in products:
+            failures.append(f"{role}: product {gpu['product']!r} is not allowed ({products})")
+        if not _release_ok(str(gpu["driver"]), drivers):
+            failures.append(f"{role}: driver {gpu['driver']} is not a {'/'.join(drivers)} release")
+    uuids = [g["uuid"] for g in gpus]
+    apps = [a for a in parse_compute_apps(texts["compute_apps"] or "") if a["uuid"] in uuids]
+    undecided: list[str] = []
+    if apps:
+        undecided.append(f"{len(apps)} other compute process(es) on the bound GPUs")
+    if len(set(uuids)) != len(uuids):
+        undecided.append("the two UUIDs do not differ (both roles are bound to one GPU)")
+    status = "fail" if failures else ("inconclusive" if undecided else "pass")
+    roles: dict[str, Any] = {}
+    for role, gpu in zip(OWNERS, gpus, strict=False):
+        roles[role] = {"kind": "gpu", "minor": gpu["minor"], "uuid": gpu["uuid"], "product": gpu["product"]}
+    binding = {
+        "format": "alpha-lane-binding/1",
+        "lane": lane,
+        "gpus": gpus,
+        "compute_processes": apps,
+        "roles": roles,
+        "coordinator": {"started_from": "owner-0", "arithmetic": "host binary64", "binding": "owner-0's"},
+        "allowed": {"products": products, "driver": drivers},
+        "host": config.get("host"),
+        "transport": config.get("transport"),
+        "remote_root": config.get("remote_root"),
+        "sources": sources,
+        "findings": failures + undecided,
+    }
+    _write_json(paths["binding"], binding)
+    artifact(paths["binding"])
+    for line in failures + undecided:
+        print(f"preflight: {line}", file=sys.stderr)
+    receipt("preflight", status, gpus=gpus, compute_processes=apps, binding=rel(paths["binding"]),
+            findings=failures + undecided)
+    # A busy device or shared UUIDs leave the verdict open, but the lane still runs to gather evidence.
+    return 1 if failures or len(gpus) != len(OWNERS) else 0
+
+
+def _bindings(out: str, lane: str) -> dict[str, dict[str, Any]]:
+    roles: dict[str, dict[str, Any]] = _read_json(_paths(out, lane)["binding"])["roles"]
+    return roles
+
+
+def _upload(local: str, remote_dir: str) -> tuple[str, str]:
+    """Copy an executable to the (loopback) remote root; return the remote path and its SHA-256 read there."""
+    os.makedirs(remote_dir, exist_ok=True)
+    remote = os.path.join(remote_dir, os.path.basename(local))
+    shutil.copyfile(local, remote)
+    shutil.copyfile(f"{local}.sha256", f"{remote}.sha256")
+    os.chmod(remote, 0o755)
+    return remote, sha256_file(remote)
+
+
+def build(lane: str, out: str, config_path: str | None = None) -> int:
+    """Build every role with its device binding, check it, upload it, compare SHA-256 on both sides."""
+    config = load_config(str(config_path))
+    paths = _paths(out, lane, config)
+    spec = default_spec(lane)
+    ok = True
+    for role, binding in ((r, _bindings(out, lane)[r]) for r in ROLES):
+        path, local = build_role(spec, role, binding, paths["build"])
+        artifact(path, f"{path}.sha256")
+        checks = check_executable(path, role=role, lane=lane)
+        remote, remote_sha = _upload(path, paths["remote"])
+        good = local == remote_sha and all(c["result"] == "pass" for c in checks)
+        ok = ok and good
+        receipt("build", "pass" if good else "fail", role=role, target=rel(path), sha256_local=local,
+                sha256_remote=remote_sha, remote=remote, binding=binding,
+                checks={c["check"]: c["result"] for c in checks})
+    return 0 if ok else 1
+
+
+def _refusal(lane: str, out: str, config_path: str | None, control: str) -> int:
+    config = load_config(str(config_path))
+    paths = _paths(out, lane, config)
+    spec = default_spec(lane)
+    expected = {"wrong-uuid": "device-uuid", "wrong-product": "nvidia-plan-host"}[control]
+    good = _bindings(out, lane)["owner-0"]
+    if control == "wrong-uuid":
+        wrong = dict(good, uuid=WRONG_UUID if good["uuid"] != WRONG_UUID else WRONG_UUID[:-1] + "1")
+    else:
+        other = "NVIDIA GeForce RTX 3090" if good["product"] != "NVIDIA GeForce RTX 3090" else "NVIDIA GeForce RTX 3070"
+        wrong = dict(good, product=other)
+    folder = os.path.join(out, "refusal", control)
+    path, _digest = build_role(spec, "owner-0", wrong, folder)
+    artifact(path, f"{path}.sha256")
+    remote, _ = _upload(path, os.path.join(paths["remote"], "refusal", control))
+    exes = _executables(paths["remote"])
+    exes["owner-0"] = remote
+    run_dir = os.path.join(folder, "run")
+    files = _run_files(run_dir)
+    result = run_lane(exes, updates=5, epoch=1, checkpoint_out=files["checkpoint"],
+                      trajectory_out=files["trajectory"], membership_out=files["membership"], timeout=120)
+    code = result.exit_codes["owner-0"]
+    stderr = result.output.get("owner-0", "")
+    name = next((line.split(":")[1].strip() for line in stderr.splitlines() if line.startswith("refused: ")), "")
+    written = os.path.exists(files["checkpoint"])
+    produced = [f for f in _files_under(run_dir)] if os.path.isdir(run_dir) else []
+    if produced:
+        artifact(*produced)
+    stdout_bytes = len(result.output.get("owner-0", "").encode()) - len(stderr.encode())
+    output_bytes = sum(os.path.getsize(f) for f in produced) + max(stdout_bytes, 0)
+    held = code != 0 and name == expected and not written and output_bytes == 0
+    receipt("refusal-control", "pass" if held else "fail", control=control, expected=expected, exit_code=code,
+            exit_name=name, checkpoint_written=written, output_bytes=output_bytes, target=rel(path))
+    return code if code != 0 else 1
+
+
+def refusal_wrong_uuid(lane: str, out: str, config_path: str | None = None) -> int:
+    """A role built for the wrong UUID must exit ``device-uuid`` and write nothing."""
+    return _refusal(lane, out, config_path, "wrong-uuid")
+
+
+def refusal_wrong_product(lane: str, out: str, config_path: str | None = None) -> int:
+    """A role built for the wrong product must exit ``nvidia-plan-host`` and write nothing."""
+    return _refusal(lane, out, config_path, "wrong-product")
+
+
+def uninterrupted(lane: str, out: str, config_path: str | None = None) -> int:
+    """Five updates from fresh processes; the checkpoint must equal the oracle's."""
+    config = load_config(str(config_path))
+    exes = _executables(_paths(out, lane, config)["remote"])
+    ran, files = _run(exes, os.path.join(out, "uninterrupted"), updates=5, epoch=1)
+    ok, detail = _matches_oracle(lane, files["checkpoint"], 5) if ran else (False, "the run did not finish")
+    resident, where = _owners_report(files["membership"], True) if ran else (False, "")
+    good = ok and resident
+    receipt("uninterrupted-run", "pass" if good else "fail", updates=5, checkpoint=rel(files["checkpoint"]),
+            checkpoint_sha256=sha256_file(files["checkpoint"]) if ran else None,
+            trajectory=rel(files["trajectory"]), oracle=detail, state=where)
+    return 0 if good else 1
+
+
+def split(lane: str, out: str, config_path: str | None = None) -> int:
+    """Three updates, a checkpoint, two more in fresh processes at membership epoch 2."""
+    config = load_config(str(config_path))
+    exes = _executables(_paths(out, lane, config)["remote"])
+    ran1, before = _run(exes, os.path.join(out, "split", "before"), updates=3, epoch=1)
+    ran2, after = False, _run_files(os.path.join(out, "split", "after"))
+    if ran1:
+        ran2, after = _run(exes, os.path.join(out, "split", "after"), updates=2, epoch=2,
+                           resume=before["checkpoint"], resume_membership=before["membership"])
+    findings: list[str] = []
+    ok = ran1 and ran2
+    if ok:
+        for path, steps in ((before["checkpoint"], 3), (after["checkpoint"], 5)):
+            same, detail = _matches_oracle(lane, path, steps)
+            ok = ok and same
+            findings.append(detail)
+        reference = os.path.join(out, "uninterrupted", "checkpoint.json")
+        equal = os.path.exists(reference) and sha256_file(reference) == sha256_file(after["checkpoint"])
+        findings.append("resumed checkpoint " + ("equals" if equal else "differs from") + " the uninterrupted one")
+        rows = _read_json(before["trajectory"])["rows"] + _read_json(after["trajectory"])["rows"]
+        ref_rows = _read_json(os.path.join(out, "uninterrupted", "trajectory.json"))["rows"]
+        findings.append("split trajectory " + ("equals" if rows == ref_rows else "differs from") + " the uninterrupted one")
+        ok = ok and equal and rows == ref_rows
+    epoch_before = _read_json(before["membership"])["epoch"] if ran1 else None
+    epoch_after = _read_json(after["membership"])["epoch"] if ran2 else None
+    ok = ok and epoch_before == 1 and epoch_after == 2
+    receipt("split-run", "pass" if ok else "fail", updates_before=3, updates_after=2,
+            checkpoint=rel(after["checkpoint"]),
+            resumed_checkpoint_sha256=sha256_file(after["checkpoint"]) if ran2 else None,
+            epoch_before=epoch_before, epoch_after=epoch_after,
+            checkpoint_before=rel(before["checkpoint"]), findings=findings)
+    return 0 if ok else 1
+
+
+def host_shadow(lane: str, out: str, config_path: str | None = None) -> int:
+    """The run again with the owners' host shadows overwritten before every forward pass."""
+    config = load_config(str(config_path))
+    exes = _executables(_paths(out, lane, config)["remote"])
+    ran, files = _run(exes, os.path.join(out, "host-shadow"), updates=5, epoch=1, shadow=True)
+    ref = _run_files(os.path.join(out, "uninterrupted"))
+    digests = {
+        "trajectory_sha256": sha256_file(ref["trajectory"]),
+        "shadow_trajectory_sha256": sha256_file(files["trajectory"]) if ran else None,
+        "checkpoint_sha256": sha256_file(ref["checkpoint"]),
+        "shadow_checkpoint_sha256": sha256_file(files["checkpoint"]) if ran else None,
+    }
+    overwrites = [o["shadow_overwrites"] for o in _read_json(files["membership"])["owners"]] if ran else []
+    resident, where = _owners_report(files["membership"], True) if ran else (False, "")
+    ok = (ran and resident and digests["trajectory_sha256"] == digests["shadow_trajectory_sha256"]
+          and digests["checkpoint_sha256"] == digests["shadow_checkpoint_sha256"] and overwrites == [5, 5])
+    receipt("host-shadow-control", "pass" if ok else "fail", shadow_checkpoint=rel(files["checkpoint"]),
+            shadow_trajectory=rel(files["trajectory"]), shadow_overwrites=overwrites, state=where, **digests)
+    return 0 if ok else 1
+
+
+def _evaluator(lane: str, out: str, config: dict[str, Any]) -> str:
+    return _executables(_paths(out, lane, config)["remote"])[EVALUATOR]
+
+
+def fresh_evaluation(lane: str, out: str, config_path: str | None = None) -> int:
+    """A new process (owner-0's executable) evaluates from the resumed checkpoint, on its GPU."""
+    import subprocess
+
+    config = load_config(str(config_path))
+    ckpt = os.path.join(out, "split", "after", "checkpoint.json")
+    output = os.path.join(out, "evaluation", "evaluation.json")
+    os.makedirs(os.path.dirname(output), exist_ok=True)
+    done = subprocess.run([sys.executable, _evaluator(lane, out, config), "evaluate", "--checkpoint", ckpt,
+                           "--output", output], check=False)
+    ok = done.returncode == 0 and os.path.exists(output)
+    device = "none"
+    detail = f"evaluator exited {done.returncode}"
+    if ok:
+        artifact(output)
+        body = _read_json(output)
+        device = str(body["device"]["kind"])
+        _step, chunks = checkpoint.load(ckpt)
+        expected = _oracle().evaluation(lane, _oracle().trajectory(lane, 5)[-1])
+        got = {k: v for k, v in body["result"].items() if k != "resident"}
+        same = got == expected and body["checkpoint_sha256"] == sha256_file(ckpt)
+        detail = "evaluation equals the oracle's bit for bit" if same else f"evaluation {got} differs from {expected}"
+        ok = same and device == "gpu"
+    receipt("fresh-evaluation", "pass" if ok else "fail", device=device, checkpoint=rel(ckpt),
+            checkpoint_sha256=sha256_file(ckpt) if os.path.exists(ckpt) else None, output=rel(output),
+            oracle=detail)
+    return 0 if ok else 1
+
+
+def corrupted(lane: str, out: str, config_path: str | None = None) -> int:
+    """A corrupted copy of the resumed checkpoint must be refused (``checkpoint-chunk``)."""
+    import subprocess
+
+    config = load_config(str(config_path))
+    source = os.path.join(out, "split", "after", "checkpoint.json")
+    folder = os.path.join(out, "corrupted")
+    os.makedirs(folder, exist_ok=True)
+    bad = os.path.join(folder, "checkpoint.json")
+    with open(source, "rb") as fh:
+        data = checkpoint.corrupt_bytes(fh.read())
+    with open(bad, "wb") as fh:
+        fh.write(data)
+    artifact(bad)
+    output = os.path.join(folder, "evaluation.json")
+    done = subprocess.run([sys.executable, _evaluator(lane, out, config), "evaluate", "--checkpoint", bad,
+                           "--output", output], capture_output=True, text=True, check=False)
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr)
+    name = next((line.split(":")[1].strip() for line in done.stderr.splitlines() if line.startswith("refused: ")), "")
+    wrote = os.path.exists(output)
+    if wrote:
+        artifact(output)
+    held = done.returncode != 0 and name == "checkpoint-chunk" and not wrote and not done.stdout
+    receipt("corrupted-checkpoint", "pass" if held else "fail", exit_code=done.returncode, exit_name=name,
+            checkpoint=rel(bad), output_written=wrote)
+    return done.returncode if done.returncode != 0 else 1
+
+
+def qualification(lane: str, out: str, config_path: str | None = None) -> int:
+    """Write qualification.json naming the SHA-256 of every file the lane produced."""
+    target = os.path.join(out, "qualification.json")
+    files = [f for f in _files_under(out) if os.path.abspath(f) != os.path.abspath(target)]
+    entries = [{"path": os.path.relpath(f, out), "sha256": sha256_file(f)} for f in files]
+    digest = _write_json(target, {"lane": lane, "files": entries})
+    done = captured()
+    missing = [f for f in files if rel(f) not in done]
+    artifact(*missing, target)
+    receipt("qualification", "pass", path=rel(target), sha256=digest, files=len(entries))
+    return 0
+
+
+PHASES = {
+    "static-build": static_build,
+    "static-check": static_check,
+    "preflight": preflight,
+    "build": build,
+    "refusal-wrong-uuid": refusal_wrong_uuid,
+    "refusal-wrong-product": refusal_wrong_product,
+    "uninterrupted-run": uninterrupted,
+    "split-run": split,
+    "host-shadow-control": host_shadow,
+    "fresh-evaluation": fresh_evaluation,
+    "corrupted-checkpoint": corrupted,
+    "qualification": qualification,
+}
