@@ -130,7 +130,7 @@ class TestTampered:
         assert "stream-unsealed" == info.value.name
 
     def test_rewritten_stream_refused_as_changed(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
-        """A stream rewritten under the same id after attachment (a valid chain, other bytes) is refused on re-attach."""
+        """A stream rewritten under its id after attachment (a valid chain, other bytes) is refused on re-attach."""
         path = tmp_path / "s.aos"
         info = sealed_stream(path, verdict="pass", scope="static")
         attach(conn, path, 1)
@@ -161,9 +161,7 @@ class TestSignature:
         a = attach(conn, tmp_path / "good.aos", 1)
         assert (True, key_id) == (a.signed, a.key_id)
 
-    def test_forged_seal_refused_with_the_key(
-        self, conn: sqlite3.Connection, asset: Callable[[str], Path]
-    ) -> None:
+    def test_forged_seal_refused_with_the_key(self, conn: sqlite3.Connection, asset: Callable[[str], Path]) -> None:
         """A seal re-signed by a forger under the signer's key id verifies alone, but not against the trusted key."""
         verify_stream(asset("forged-seal.aos"))
         records.add_key(conn, asset("signer.pub"))
@@ -176,7 +174,7 @@ class TestSignature:
         """Even around attach, the database refuses evidence not signed by a trusted key once it holds one."""
         _, pub = generate_keypair(tmp_path / "lab")
         records.add_key(conn, pub)
-        with pytest.raises(sqlite3.IntegrityError, match="^tracker-key-untrusted: "):
+        with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-key-untrusted: "):
             conn.execute(
                 "INSERT INTO evidence (run_id, stream_id, path, seal_head, file_digest, size, events)"
                 " VALUES (1, 'x', '/x', ?, ?, 1, 1)",

@@ -34,8 +34,9 @@ class TestAudit:
         """A stream with a flipped byte, one rewritten under its id, and one deleted are each reported; exit 1."""
         t = example_tracker(tmp_path / "db.sqlite3", tmp_path)
         flip_byte(t.streams["static"])
-        w = StreamWriter(t.streams["physical"], stream_id=t.stream_ids["physical"], exclusive=False,
-                         background_flush=False)
+        w = StreamWriter(
+            t.streams["physical"], stream_id=t.stream_ids["physical"], exclusive=False, background_flush=False
+        )
         w.append("stream.open", {})
         w.seal()
         t.streams["open"].unlink()

@@ -1,4 +1,4 @@
-"""`alpha tracker ...` and `alpha observe attach`: output, --json, and refusals as `refused: NAME: detail` with exit 1."""
+"""`alpha tracker` and `alpha observe attach`: output, --json, refusals as `refused: NAME: detail`, exit 1."""
 
 from __future__ import annotations
 
@@ -70,7 +70,11 @@ class TestReads:
         assert "pass" == shown["evidence"][0]["verdict"]
         assert tracker(db, "show", run).stdout.startswith(f"run {run}: running\n")
         item = json.loads(tracker(db, "show", "H1", "--json").stdout)
-        assert ("item", True, [{"id": "N2", "status": "planned"}]) == (item["type"], item["hardware"], item["depends_on"])
+        assert ("item", True, [{"id": "N2", "status": "planned"}]) == (
+            item["type"],
+            item["hardware"],
+            item["depends_on"],
+        )
         by_stream = json.loads(tracker(db, "show", shown["evidence"][0]["stream_id"][:12], "--json").stdout)
         assert "evidence" == by_stream["type"]
 
@@ -146,7 +150,9 @@ class TestProcess:
         db = str(tmp_path / "p.sqlite3")
         cmd = [sys.executable, "-c", "from observe.cli import main; main()"]
         subprocess.run([*cmd, "tracker", "--db", db, "init"], check=True, capture_output=True)
-        started = subprocess.run([*cmd, "tracker", "--db", db, "run", "start"], capture_output=True, text=True, check=True)
+        started = subprocess.run(
+            [*cmd, "tracker", "--db", db, "run", "start"], capture_output=True, text=True, check=True
+        )
         assert "1\n" == started.stdout
         refused = subprocess.run(
             [*cmd, "tracker", "--db", db, "run", "finish", "1", "--state", "completed", "--physical-pass"],

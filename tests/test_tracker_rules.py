@@ -34,8 +34,12 @@ def t(built: Path, tmp_path: Path) -> Iterator[ExampleTracker]:
     db = tmp_path / "progress.sqlite3"
     shutil.copy(built / "progress.sqlite3", db)
     conn = sqlite3.connect(db)  # plain: no foreign keys, no busy timeout, default transactions
-    ids = {r[0]: r[1] for r in conn.execute("SELECT CASE run_id WHEN 1 THEN 'static' WHEN 2 THEN 'physical'"
-                                                 " ELSE 'open' END, stream_id FROM evidence")}
+    ids = {
+        r[0]: r[1]
+        for r in conn.execute(
+            "SELECT CASE run_id WHEN 1 THEN 'static' WHEN 2 THEN 'physical' ELSE 'open' END, stream_id FROM evidence"
+        )
+    }
     yield ExampleTracker(db, conn, 1, 2, 3, {}, ids)
     conn.close()
 
@@ -49,7 +53,9 @@ def refused(conn: sqlite3.Connection, sql: str, args: tuple[object, ...] = ()) -
 
 
 def link(conn: sqlite3.Connection, item: str, run: int) -> None:
-    conn.execute("INSERT INTO item_evidence (item_id, evidence_id) SELECT ?, id FROM evidence WHERE run_id = ?", (item, run))
+    conn.execute(
+        "INSERT INTO item_evidence (item_id, evidence_id) SELECT ?, id FROM evidence WHERE run_id = ?", (item, run)
+    )
 
 
 def digest(c: str) -> str:
@@ -73,7 +79,9 @@ class TestRunImmutable:
 
     def test_terminal_runs_evidence_cannot_change(self, t: ExampleTracker) -> None:
         """The evidence of a terminal run is neither edited, deleted nor added to."""
-        assert refused(t.conn, "UPDATE evidence SET verdict = 'fail' WHERE run_id = 1").startswith("tracker-run-immutable")
+        assert refused(t.conn, "UPDATE evidence SET verdict = 'fail' WHERE run_id = 1").startswith(
+            "tracker-run-immutable"
+        )
         assert refused(t.conn, "UPDATE evidence SET path = '/elsewhere' WHERE run_id = 2").startswith(
             "tracker-run-immutable"
         )
@@ -186,7 +194,7 @@ class TestPhysicalPass:
         for state in ("failed", "inconclusive", "running"):
             finished = "NULL" if state == "running" else "'now'"
             sql = f"UPDATE runs SET state = '{state}', finished_at = {finished}, physical_pass = 1 WHERE id = 3"
-            with pytest.raises(sqlite3.IntegrityError, match="^tracker-physical-pass: "):
+            with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-physical-pass: "):
                 t.conn.execute(sql)
 
     def test_physical_stream_must_pass(self, t: ExampleTracker) -> None:

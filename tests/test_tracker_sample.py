@@ -24,7 +24,7 @@ def run_example(work: Path) -> str:
 
 @pytest.mark.skipif(not (ROOT / "scripts" / "ci" / "distributed-device.sh").is_file(), reason="no lane script")
 def test_worked_example(tmp_path: Path) -> None:
-    """The example attaches a passing static stream, and the tracker refuses a physical pass and a hardware verification with it."""
+    """The example attaches a static pass; the tracker refuses a physical pass and a hardware verification with it."""
     work = tmp_path / "example"
     for _ in range(2):  # re-runnable in the same place
         out = run_example(work)

@@ -73,7 +73,9 @@ def verify_for_tracker(path: str | os.PathLike[str], keys: dict[str, Verifier]) 
     v = verify_stream(path)
     if keys:
         if not v.signed:
-            raise StreamSignature(f"{path} is not signed, and this tracker accepts only streams signed by a trusted key")
+            raise StreamSignature(
+                f"{path} is not signed, and this tracker accepts only streams signed by a trusted key"
+            )
         key = keys.get(v.key_id or "")
         if key is None:
             raise StreamSignature(f"{path} is signed by key {v.key_id}, which this tracker does not trust")
@@ -87,9 +89,7 @@ def _row(conn: sqlite3.Connection, stream_id: str, new: bool) -> Attached:
         " signed, key_id, attached_at FROM evidence WHERE stream_id = ?",
         (stream_id,),
     ).fetchone()
-    return Attached(
-        r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], bool(r[11]), r[12], r[13], new
-    )
+    return Attached(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], bool(r[11]), r[12], r[13], new)
 
 
 def attach(conn: sqlite3.Connection, path: str | os.PathLike[str], run: int) -> Attached:

@@ -162,8 +162,11 @@ def format_audit(report: AuditReport) -> str:
     lines.extend(f"RULE     {p}" for p in report.rules)
     c = report.counts()
     n = len(report.streams)
-    rules = "rules intact" if not report.rules else f"{len(report.rules)} rule problem{'s' if len(report.rules) != 1 else ''}"
-    lines.append(
-        f"audit: {n} stream{'s' if n != 1 else ''}: {c['ok']} intact, {c['changed']} changed, {c['missing']} missing; {rules}"
+    rules = (
+        "rules intact"
+        if not report.rules
+        else f"{len(report.rules)} rule problem{'s' if len(report.rules) != 1 else ''}"
     )
+    streams = f"{n} stream{'s' if n != 1 else ''}"
+    lines.append(f"audit: {streams}: {c['ok']} intact, {c['changed']} changed, {c['missing']} missing; {rules}")
     return "\n".join(lines)

@@ -245,7 +245,13 @@ _STATUS = click.Choice(["planned", "in-progress", "implemented", "verified"])
 @click.pass_context
 @_refusals
 def item_add(
-    ctx: click.Context, item_id: str, title: str, milestone: str, hardware: bool, status: str, depends_on: tuple[str, ...]
+    ctx: click.Context,
+    item_id: str,
+    title: str,
+    milestone: str,
+    hardware: bool,
+    status: str,
+    depends_on: tuple[str, ...],
 ) -> None:
     """Add a work item (id like N10: never all digits)."""
     from tracker.records import add_item
@@ -308,8 +314,13 @@ def item_list(ctx: click.Context, milestone: str | None, status: str | None, as_
     """List work items."""
     with _open(ctx) as conn:
         rows = [
-            {"id": r["id"], "title": r["title"], "milestone": r["milestone_id"], "hardware": bool(r["hardware"]),
-             "status": r["status"]}
+            {
+                "id": r["id"],
+                "title": r["title"],
+                "milestone": r["milestone_id"],
+                "hardware": bool(r["hardware"]),
+                "status": r["status"],
+            }
             for r in conn.execute(
                 "SELECT i.* FROM items i JOIN milestones m ON m.id = i.milestone_id"
                 " WHERE (?1 IS NULL OR i.milestone_id = ?1) AND (?2 IS NULL OR i.status = ?2)"

@@ -74,9 +74,7 @@ def status(conn: sqlite3.Connection) -> dict[str, Any]:
 
 
 def _status_line(items: int, counts: dict[str, int]) -> str:
-    parts = [
-        f"{counts[s]} {s.replace('-', ' ')}" for s in ("implemented", "in-progress", "planned") if counts[s]
-    ]
+    parts = [f"{counts[s]} {s.replace('-', ' ')}" for s in ("implemented", "in-progress", "planned") if counts[s]]
     verified = f"{counts['verified']} verified" if counts["verified"] else "none verified"
     return (", ".join(parts) + "; " if parts else "") + verified
 
@@ -173,7 +171,9 @@ def _show_item(conn: sqlite3.Connection, row: sqlite3.Row) -> dict[str, Any]:
             (item_id,),
         )
     ]
-    dependants = [d[0] for d in conn.execute("SELECT item_id FROM item_deps WHERE depends_on = ? ORDER BY 1", (item_id,))]
+    dependants = [
+        d[0] for d in conn.execute("SELECT item_id FROM item_deps WHERE depends_on = ? ORDER BY 1", (item_id,))
+    ]
     evidence = [
         _evidence(e) | {"run_state": e["run_state"]}
         for e in conn.execute(
@@ -214,7 +214,8 @@ def _show_run(conn: sqlite3.Connection, row: sqlite3.Row) -> dict[str, Any]:
         )
     ]
     evidence = [
-        _evidence(e) for e in conn.execute(f"SELECT {_EVIDENCE_COLUMNS} FROM evidence e WHERE e.run_id = ? ORDER BY e.id", (run,))
+        _evidence(e)
+        for e in conn.execute(f"SELECT {_EVIDENCE_COLUMNS} FROM evidence e WHERE e.run_id = ? ORDER BY e.id", (run,))
     ]
     measurements = [
         dict(m)
@@ -253,7 +254,9 @@ def show(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
             f"SELECT {_EVIDENCE_COLUMNS} FROM evidence e WHERE e.stream_id LIKE ? || '%'", (ref,)
         ).fetchall()
         if len(rows) == 1:
-            items = [r[0] for r in conn.execute("SELECT item_id FROM item_evidence WHERE evidence_id = ?", (rows[0]["id"],))]
+            items = [
+                r[0] for r in conn.execute("SELECT item_id FROM item_evidence WHERE evidence_id = ?", (rows[0]["id"],))
+            ]
             return {"type": "evidence"} | _evidence(rows[0]) | {"items": items}
     raise TrackerUnknown(f"no work item, run or attached stream {ref!r}")
 
@@ -296,7 +299,9 @@ def format_show(d: dict[str, Any]) -> str:
         if d["note"]:
             lines.append(f"  note: {d['note']}")
         for dev in d["devices"]:
-            lines.append(f"  device {dev['product']} {dev['uuid']}" + (f" driver {dev['driver']}" if dev["driver"] else ""))
+            lines.append(
+                f"  device {dev['product']} {dev['uuid']}" + (f" driver {dev['driver']}" if dev["driver"] else "")
+            )
         lines.append(f"  evidence: {len(d['evidence']) or 'none'}")
         lines.extend(f"    {_format_evidence(e)}" for e in d["evidence"])
         for m in d["measurements"]:
