@@ -204,3 +204,40 @@ def qualification_files(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
             continue
         f.inconclusive(f"{p} was captured beside {art.path} but it does not name it")
     return f.outcome(f"{art.path} names {len(named)} file(s), each captured with that SHA-256")
+
+
+@register("output-free-of")
+def output_free_of(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
+    """None of the regular expressions in ``patterns`` occurs in the recorded output (``streams``: stdout, stderr)."""
+    import re
+
+    f = Findings()
+    patterns = args.get("patterns", [])
+    streams = args.get("streams", ["stdout", "stderr"])
+    if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
+        f.fail("args.patterns must be a non-empty list of regular expressions")
+        return f.outcome("")
+    compiled = [re.compile(p.encode()) for p in patterns]
+    seen = 0
+    for e in ev.events:
+        if e.kind in streams and e.data:
+            seen += 1
+    # Output can split a match across reads: search each stream's bytes whole.
+    for kind in streams:
+        events = [e for e in ev.events if e.kind == kind and e.data]
+        whole = b"".join(e.data or b"" for e in events)
+        for rx in compiled:
+            m = rx.search(whole)
+            if m is None:
+                continue
+            pos, at = 0, events[0].seq
+            for e in events:
+                pos += len(e.data or b"")
+                if pos > m.start():
+                    at = e.seq
+                    break
+            f.use([at])
+            f.fail(f"{kind} shows {m.group(0)[:80].decode(errors='replace')!r} (seq {at})")
+    if ev.exit is None:
+        f.inconclusive("the command never finished, so its whole output was not seen")
+    return f.outcome(f"none of {len(patterns)} pattern(s) in {seen} output event(s)")

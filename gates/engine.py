@@ -386,7 +386,7 @@ def _each(rule: EachRule, ev: Evidence) -> Outcome:
         cands = [r for r in rights if all(_field(r.fields, k) == v for k, v in key.items())]
         f.use(r.seq for r in cands)
         if not cands:
-            f.inconclusive(f"{rule.receipt} {label} has no {rule.needs!r} receipt")
+            f.inconclusive(f"receipt {rule.receipt!r} ({label}) has no {rule.needs!r} receipt")
             continue
         problems: list[str] = []
         good = False
@@ -405,7 +405,7 @@ def _each(rule: EachRule, ev: Evidence) -> Outcome:
             else:
                 good = True
         if not good:
-            f.fail(f"{rule.receipt} {label} has no good {rule.needs!r}: " + "; ".join(problems))
+            f.fail(f"receipt {rule.receipt!r} ({label}) has no good {rule.needs!r}: " + "; ".join(problems))
     return f.outcome(f"each of {len(lefts)} {rule.receipt!r} receipt(s) has a good {rule.needs!r}")
 
 
