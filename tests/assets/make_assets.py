@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import aos.writer
 from aos.canonical import canonical_json
-from aos.chain import genesis, link, seal_message
+from aos.chain import checkpoint_message, genesis, link, seal_message
 from aos.reader import EOS, StreamFile
 from aos.schema import arrow_schema
 from aos.signing import Signer
@@ -124,19 +124,38 @@ def all_rows(parts: Parts) -> list[list[dict[str, Any]]]:
     return [decode_batch(b, parts.stream_id) for b in parts.batches]
 
 
+def rechain(rows: list[dict[str, Any]], prev: bytes, stream_id: str, signer: Signer | None = None) -> bytes:
+    """Recompute hashes from ``prev`` like ``rehash``, rewriting any checkpoint that no longer names its chain.
+
+    A rewritten checkpoint is signed by ``signer`` when one is given, else left unsigned.
+    """
+    for r in rows:
+        if r["kind"] == "checkpoint" and r["attrs"].startswith("{"):
+            attrs = json.loads(r["attrs"])
+            if attrs.get("head") != prev.hex() or attrs.get("events") != r["seq"]:
+                attrs = {"head": prev.hex(), "events": r["seq"]}
+                if signer is not None:
+                    attrs["signature"] = signer.sign(checkpoint_message(stream_id, prev, r["seq"]))
+                    attrs["key_id"] = signer.key_id
+                r["attrs"] = canonical_json(attrs)
+        prev = rehash([r], prev)
+    return prev
+
+
 def reseal(parts: Parts, signer: Signer | None = None, *, key_id: str | None = None) -> Parts:
     """What a forger without the key can do: recompute the chain and a fresh seal over ``parts``.
 
     The last batch must be the seal; every batch before it is re-encoded with its
-    hashes recomputed, and the seal is rebuilt over the new bytes (signed by
-    ``signer`` when given, under ``key_id`` if that is given too).
+    hashes (and any checkpoint that no longer names its chain) recomputed, and the
+    seal is rebuilt over the new bytes (signed by ``signer`` when given, under
+    ``key_id`` if that is given too).
     """
     batches = all_rows(parts)
     assert batches[-1][-1]["kind"] == "seal"
     prev = genesis(parts.stream_id)
     out: list[bytes] = []
     for rows in batches[:-1]:
-        prev = rehash(rows, prev)
+        prev = rechain(rows, prev, parts.stream_id, signer)
         out.append(encode_batch(rows, parts.stream_id))
     seal = batches[-1][-1]
     events = seal["seq"]
