@@ -84,3 +84,18 @@ class TestRefusalMapping:
         assert names
         for name in names:
             assert name == tracker_refusal_by_name(name).name
+
+
+def test_docs_name_every_refusal() -> None:
+    """docs/TRACKER.md names every tracker refusal, and names none that does not exist."""
+    import re
+
+    from tracker import refusals
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "TRACKER.md").read_text()
+    named = set(re.findall(r"`(tracker-[a-z-]+)`", doc))
+    known = {
+        cls.name for cls in vars(refusals).values() if isinstance(cls, type) and cls.__module__ == refusals.__name__
+    }
+    known.discard("tracker-refused")
+    assert known == named
