@@ -26,7 +26,19 @@ class TestMigrations:
         """Running init on an existing tracker changes nothing."""
         init(tmp_path / "t.sqlite3").close()
         conn = init(tmp_path / "t.sqlite3")
-        assert 1 == conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
+        assert len(migrations()) == conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
+
+    def test_older_tracker_migrated_forward(self, tmp_path: Path) -> None:
+        """A tracker at schema version 1 is brought to the latest on open, its rows kept and the new rules in force."""
+        old = init(tmp_path / "t.sqlite3", target=1)
+        old.execute("INSERT INTO milestones (id, title) VALUES ('M1', 'first')")
+        old.execute("INSERT INTO items (id, title, milestone_id) VALUES ('N1', 'one', 'M1')")
+        old.close()
+        conn = connect(tmp_path / "t.sqlite3")
+        assert len(migrations()) == schema_version(conn) >= 2
+        assert [("N1", "M1")] == [tuple(r) for r in conn.execute("SELECT id, milestone_id FROM items")]
+        with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-invalid: a milestone with work items"):
+            conn.execute("DELETE FROM milestones WHERE id = 'M1'")
 
     def test_newer_schema_refused(self, tmp_path: Path) -> None:
         """A tracker from a newer tool is refused as tracker-schema, not guessed at."""

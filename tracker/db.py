@@ -117,7 +117,7 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
-def _migrate(conn: sqlite3.Connection, path: Path) -> int:
+def _migrate(conn: sqlite3.Connection, path: Path, target: int | None = None) -> int:
     known = migrations()
     try:
         version = schema_version(conn)
@@ -132,7 +132,7 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> int:
         tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'").fetchone()[0]
         if tables:
             raise TrackerSchema(f"{path} is an SQLite database, but not an alpha tracker")
-    for m in known[version:]:
+    for m in known[version : target if target is not None else len(known)]:
         try:
             conn.execute("BEGIN IMMEDIATE")
             # Another process may have migrated while we waited for the lock.
@@ -156,15 +156,18 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> int:
     return len(known)
 
 
-def init(path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Create (or bring up to date) the tracker at ``path``; WAL mode is set once, on the file."""
+def init(path: str | os.PathLike[str], *, target: int | None = None) -> sqlite3.Connection:
+    """Create (or bring up to date) the tracker at ``path``; WAL mode is set once, on the file.
+
+    ``target`` stops at that schema version (for testing migrations); default: the latest.
+    """
     p = Path(path)
     conn = _open(p)
     try:
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. a filesystem without shared memory
             raise TrackerSchema(f"{p}: cannot use WAL mode (got {mode})")
-        _migrate(conn, p)
+        _migrate(conn, p, target)
     except BaseException:
         conn.close()
         raise
