@@ -128,11 +128,15 @@ def gate(
 @click.command()
 @click.argument("stream", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the sealed verdict as JSON.")
-def verdict(stream: Path, as_json: bool) -> None:
+@click.option("--key", "key", type=click.Path(dir_okay=False), default=None, metavar="PUBKEY",
+              help="Also require the seal to be signed by this Ed25519 public key.")
+def verdict(stream: Path, as_json: bool, key: str | None) -> None:
     """Verify STREAM, print its sealed verdict, and exit with it (never re-evaluates).
 
     Exit codes: 0 pass, 1 fail, 3 inconclusive; 1 also when the stream is not
-    intact and sealed, or holds no verdict (the refusal is printed).
+    intact and sealed (or not signed by --key), or holds no verdict (the
+    refusal is printed). Without a key the chain proves integrity against
+    accident, not against a forger who recomputes it.
     """
     from aos.refusals import Refusal
     from aos.verify import require_verdict, verify_stream
@@ -140,7 +144,12 @@ def verdict(stream: Path, as_json: bool) -> None:
     from observe.cli import refuse
 
     try:
-        v = Verdict.from_attrs(require_verdict(verify_stream(stream)))
+        public = None
+        if key is not None:
+            from aos.signing import load_public_key
+
+            public = load_public_key(key)
+        v = Verdict.from_attrs(require_verdict(verify_stream(stream, public)))
     except Refusal as exc:
         refuse(exc, 1)
     _emit(v, as_json=as_json, junit=None, stream=str(stream), table_err=False)

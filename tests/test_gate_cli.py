@@ -1,0 +1,149 @@
+"""``alpha observe gate`` and ``gates`` end to end: real recordings, sealed verdicts, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aos.verify import verify_stream
+
+LANE = Path(__file__).resolve().parent / "mutants" / "device_lane.sh"
+
+
+def alpha(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("ALPHA_", "AOS_", "GITHUB_ACTIONS", "MUTANT"))}
+    full.update(env or {})
+    return subprocess.run(["alpha", *args], cwd=cwd, env=full, capture_output=True, timeout=timeout)
+
+
+def sealed_verdict(path: Path) -> dict[str, Any]:
+    """The verdict sealed in ``path`` (the stream must verify)."""
+    v = verify_stream(path)
+    assert v.verdict is not None
+    return v.verdict
+
+
+def check_status(verdict: dict[str, Any], name: str) -> str:
+    return next(c["status"] for c in verdict["checks"] if c["name"] == name)
+
+
+class TestExitZero:
+    def test_pass(self, tmp_path: Path) -> None:
+        """A command that exits 0 passes exit-zero; its stdout is echoed unchanged and the verdict is sealed."""
+        p = alpha("observe", "gate", "exit-zero", "--out", "s.aos", "--", "printf", "abc", cwd=tmp_path)
+        assert (0, b"abc") == (p.returncode, p.stdout)
+        assert b"gate exit-zero: PASS (scope command)" in p.stderr
+        assert ("pass", "command") == (sealed_verdict(tmp_path / "s.aos")["verdict"], sealed_verdict(tmp_path / "s.aos")["scope"])
+
+    def test_fail(self, tmp_path: Path) -> None:
+        """A command that exits 3 fails exit-zero with exit 1."""
+        p = alpha("observe", "gate", "exit-zero", "--quiet", "--out", "s.aos", "--", "sh", "-c", "exit 3", cwd=tmp_path)
+        assert (1, "fail") == (p.returncode, sealed_verdict(tmp_path / "s.aos")["verdict"])
+
+    @pytest.mark.parametrize(
+        ("argv", "env", "expect"),
+        [
+            (["--", "sh", "-c", "kill -SEGV $$"], {}, "SIGSEGV"),
+            (["--", "sh", "-c", "kill -KILL $$"], {}, "SIGKILL"),
+            (["--timeout", "0.5", "--", "sleep", "30"], {"ALPHA_OBSERVE_KILL_GRACE": "0.5"}, "timed out"),
+        ],
+        ids=["crash", "killed", "timeout"],
+    )
+    def test_crash_kill_timeout_still_sealed(self, tmp_path: Path, argv: list[str], env: dict[str, str], expect: str) -> None:
+        """A command that crashes, is killed or times out still gets a sealed fail verdict saying so."""
+        p = alpha("observe", "gate", "exit-zero", "--quiet", "--out", "s.aos", *argv, cwd=tmp_path, env=env)
+        v = sealed_verdict(tmp_path / "s.aos")
+        assert (1, "fail") == (p.returncode, v["verdict"])
+        assert expect in v["checks"][0]["reason"]
+
+    def test_json_junit_and_annotations(self, tmp_path: Path) -> None:
+        """--json prints the verdict on stdout, --junit writes XML, GITHUB_ACTIONS adds ::error lines."""
+        p = alpha(
+            "observe", "gate", "exit-zero", "--quiet", "--json", "--junit", "j.xml", "--out", "s.aos",
+            "--", "sh", "-c", "exit 4", cwd=tmp_path, env={"GITHUB_ACTIONS": "true"},
+        )
+        text = p.stdout.decode()
+        doc = json.loads(text[: text.index("::error")])
+        assert ("fail", "exit-code") == (doc["verdict"], doc["checks"][0]["name"])
+        assert "::error title=gate exit-zero%3A exit-code fail::the command exited 4; required exit 0" in text
+        assert '<testcase classname="exit-zero" name="exit-code">' in (tmp_path / "j.xml").read_text()
+
+
+class TestRefusals:
+    def test_unknown_gate_is_usage_error_before_running(self, tmp_path: Path) -> None:
+        """An unknown gate name exits 2 and the command never runs, nor is a stream written."""
+        p = alpha("observe", "gate", "no-such-gate", "--out", "s.aos", "--", "touch", "ran", cwd=tmp_path)
+        assert (2, False, False) == (p.returncode, (tmp_path / "ran").exists(), (tmp_path / "s.aos").exists())
+        assert b"no-such-gate" in p.stderr
+
+    def test_bad_gate_file_is_usage_error(self, tmp_path: Path) -> None:
+        """A malformed gate file exits 2 before the command runs."""
+        (tmp_path / "g.toml").write_text('[gate]\nname = "g"\n[[step]]\n')
+        p = alpha("observe", "gate", "g", "--gate-file", "g.toml", "--", "touch", "ran", cwd=tmp_path)
+        assert (2, False) == (p.returncode, (tmp_path / "ran").exists())
+        assert b"refused: gate-file:" in p.stderr
+
+    def test_unwritable_out_is_125(self, tmp_path: Path) -> None:
+        """An --out that cannot be written exits 125 and the command does not run."""
+        p = alpha("observe", "gate", "exit-zero", "--out", "no/such/dir/s.aos", "--", "touch", "ran", cwd=tmp_path)
+        assert (125, False) == (p.returncode, (tmp_path / "ran").exists())
+
+
+class TestGatesListing:
+    def test_lists_every_gate_and_rule(self, tmp_path: Path) -> None:
+        """gates lists every built-in gate with its rules, and a gate file's gate."""
+        (tmp_path / "g.toml").write_text('[gate]\nname = "mine"\n[[step]]\nname = "s"\n')
+        p = alpha("observe", "gates", "--gate-file", "g.toml", cwd=tmp_path)
+        out = p.stdout.decode()
+        assert 0 == p.returncode
+        for name in ("exit-zero", "distributed-device", "coordinate-device", "independent-device", "mine"):
+            assert f"\n{name}  (" in "\n" + out
+        for check in ("preflight-rules", "checkpoints-equal", "qualification-files", "refusal-control:wrong-uuid"):
+            assert f"    {check}: " in out
+
+
+def run_lane(tmp_path: Path, mutant: str = "", *, physical: bool = True, gate: str = "distributed-device") -> tuple[int, dict[str, Any]]:
+    """Run the mutant lane script under ``gate``; return the exit code and the sealed verdict."""
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"owner": "ci", "host": "gpu-host"}')
+    var = {"distributed-device": "ALPHA_PARTITIONED_DEVICE_CONFIG", "coordinate-device": "ALPHA_COORDINATE_DEVICE_CONFIG"}[gate]
+    env = {"MUTANT": mutant, "LANE_GATE": gate, "ALPHA_OBSERVE_DRAIN": "1"}
+    if physical:
+        env[var] = str(cfg)
+    p = alpha("observe", "gate", gate, "--quiet", "--out", "s.aos", "--artifact", "out", "--", str(LANE), "out", cwd=tmp_path, env=env)
+    return p.returncode, sealed_verdict(tmp_path / "s.aos")
+
+
+class TestDeviceLaneEndToEnd:
+    def test_right_lane_physical(self, tmp_path: Path) -> None:
+        """A right lane with its config set passes with scope physical."""
+        code, v = run_lane(tmp_path, gate="coordinate-device")
+        assert (0, "pass", "physical") == (code, v["verdict"], v["scope"])
+
+    def test_right_lane_static_only(self, tmp_path: Path) -> None:
+        """With no config the lane's static half passes with scope static, saying the physical lane did not run."""
+        code, v = run_lane(tmp_path, physical=False)
+        assert (0, "pass", "static") == (code, v["verdict"], v["scope"])
+        assert "physical lane did not run" in v["summary"]
+
+    @pytest.mark.parametrize(
+        ("mutant", "code", "check", "status"),
+        [
+            ("refusal-exits-zero", 1, "refusal-control:wrong-uuid", "fail"),
+            ("exit-name-not-shown", 1, "refusal-control:wrong-uuid", "fail"),
+            ("checkpoints-unequal", 1, "checkpoints-equal", "fail"),
+            ("qualification-hash", 1, "qualification-files", "fail"),
+            ("skip-split", 1, "step:split-run", "inconclusive"),
+            ("physical-missing", 3, "step:preflight", "inconclusive"),
+            ("died-then-receipts", 3, "receipts-after-exit", "inconclusive"),
+        ],
+    )
+    def test_mutant_lane(self, tmp_path: Path, mutant: str, code: int, check: str, status: str) -> None:
+        """A lane script with one thing wrong is not a pass, and the right check names it."""
+        got_code, v = run_lane(tmp_path, mutant)
+        assert (code, status) == (got_code, check_status(v, check))
