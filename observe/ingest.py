@@ -248,6 +248,7 @@ class Control:
             max_bytes=self.artifact_max_bytes,
             step=step if isinstance(step, str) else None,
         )
+        self.sink.drain()
         self._reply(conn, {"ok": not self.sink.failed, "paths": recorded})
 
     def _append_artifact(self, kind: str, attrs: dict[str, Any], data: bytes | None, step: str | None) -> None:

@@ -9,8 +9,11 @@ events; the recording then ends in exit code 125.
 from __future__ import annotations
 
 import os
+import queue
 import select
 import sys
+import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from aos.refusals import StreamWrite
@@ -59,39 +62,79 @@ class Echo:
 
 
 class Sink:
-    """Appends events to the writer; after a write failure, drops them and remembers why."""
+    """Appends events to the writer from a worker thread, in order; after a write failure, drops them.
 
-    def __init__(self, writer: StreamWriter) -> None:
+    Hashing, compressing and writing a batch run on the worker while the
+    recorder's loop goes on reading and echoing (pyarrow releases the GIL while
+    it compresses). The queue is bounded (``max_pending`` events of at most
+    about 1 MiB each), so a slow disk slows the reading rather than filling
+    memory. Timestamps are taken when an event is handed over, not when written.
+    """
+
+    def __init__(self, writer: StreamWriter, *, max_pending: int = 8) -> None:
         self.writer = writer
         self.failure: StreamWrite | None = None
+        self._queue: queue.Queue[tuple[str, dict[str, Any] | None, bytes | None, str | None, int, int] | None] = (
+            queue.Queue(maxsize=max_pending)
+        )
+        self._worker = threading.Thread(target=self._work, name="aos-sink", daemon=True)
+        self._worker.start()
 
     @property
     def failed(self) -> bool:
         return self.failure is not None
 
-    def append(self, kind: str, attrs: dict[str, Any] | None = None, data: bytes | None = None,
-               step: str | None = None) -> int | None:
+    def append(
+        self, kind: str, attrs: dict[str, Any] | None = None, data: bytes | None = None, step: str | None = None
+    ) -> None:
+        """Queue one event (its time is now)."""
         if self.failure is not None:
-            return None
-        try:
-            return self.writer.append(kind, attrs, data, step)
-        except StreamWrite as exc:
-            self._fail(exc)
-            return None
+            return
+        self._queue.put((kind, attrs, data, step, time.time_ns(), time.monotonic_ns()))
+
+    def _work(self) -> None:
+        q = self._queue
+        while True:
+            item = q.get()
+            try:
+                if item is None:
+                    return
+                if self.failure is None:
+                    kind, attrs, data, step, wall_ns, mono_ns = item
+                    try:
+                        self.writer.append(kind, attrs, data, step, wall_ns=wall_ns, mono_ns=mono_ns)
+                    except StreamWrite as exc:
+                        self._fail(exc)
+                    except Exception as exc:  # noqa: BLE001 - a bad event must not kill the worker
+                        self._fail(StreamWrite(f"cannot record a {kind} event: {type(exc).__name__}: {exc}"))
+            finally:
+                q.task_done()
 
     def _fail(self, exc: StreamWrite) -> None:
         if self.failure is None:
             self.failure = exc
             logger().error("stream write failed; the command keeps running", detail=exc.detail)
 
+    def drain(self) -> None:
+        """Wait until every queued event is in the writer (and so readable after a flush)."""
+        self._queue.join()
+
     def flush(self) -> None:
+        self.drain()
         if self.failure is None:
             try:
                 self.writer.flush()
             except StreamWrite as exc:
                 self._fail(exc)
 
+    def stop(self) -> None:
+        """Drain and end the worker thread."""
+        if self._worker.is_alive():
+            self._queue.put(None)
+            self._worker.join()
+
     def seal(self) -> SealInfo | None:
+        self.stop()
         if self.failure is not None:
             self.writer.close()
             return None

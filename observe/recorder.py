@@ -133,14 +133,16 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     try:
         outcome = _run(argv, options, path, stream_id, cwd, sink, echo, secrets, channel_dir)
         failed_hook = False
+        sink.stop()  # everything queued is in the writer now
         if before_seal is not None and not sink.failed:
             try:
                 before_seal(path, writer)
             except Exception as exc:  # noqa: BLE001 - any failure of the hook is recorded, then sealed
                 failed_hook = True
-                sink.append("recorder.error", {"error": f"before_seal failed: {type(exc).__name__}: {exc}"})
+                _append_direct(sink, "recorder.error", {"error": f"before_seal failed: {type(exc).__name__}: {exc}"})
         seal = sink.seal()
     finally:
+        sink.stop()
         writer.close()
         shutil.rmtree(channel_dir, ignore_errors=True)
     failed = sink.failed or failed_hook or seal is None
@@ -158,6 +160,16 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
         recorder_failed=failed,
         seal=seal,
     )
+
+
+def _append_direct(sink: Sink, kind: str, attrs: dict[str, Any]) -> None:
+    """Append after the sink's worker stopped (it is the only writer then)."""
+    from aos.refusals import StreamWrite
+
+    try:
+        sink.writer.append(kind, attrs)
+    except StreamWrite as exc:
+        sink.failure = sink.failure or exc
 
 
 def _run(
