@@ -23,6 +23,7 @@ from aos.canonical import canonical_json
 from aos.event import Event
 
 if TYPE_CHECKING:
+    from aos.signing import Signer
     from aos.writer import SealInfo
     from gates.verdict import Verdict
 
@@ -165,11 +166,11 @@ class SyntheticStream:
             )
         return out
 
-    def write(self, path: str | os.PathLike[str], *, seal: bool = True) -> SealInfo | None:
-        """Write the ops as a real stream (sealed unless ``seal=False``)."""
+    def write(self, path: str | os.PathLike[str], *, seal: bool = True, signer: Signer | None = None) -> SealInfo | None:
+        """Write the ops as a real stream (sealed unless ``seal=False``; signed by ``signer``)."""
         from aos.writer import StreamWriter
 
-        w = StreamWriter(path, background_flush=False)
+        w = StreamWriter(path, background_flush=False, signer=signer)
         for op in self.ops:
             w.append(op["kind"], op["attrs"], op["data"], op["step"])
         if not seal:
