@@ -30,7 +30,7 @@ _DB_HELP = "The tracker database (default ./progress.sqlite3, or $ALPHA_TRACKER_
 
 
 def _refusals(fn: F) -> F:
-    """Print a refusal the one way the CLI prints them, and exit 1."""
+    """Print a refusal (or a database error, as its refusal) the one way the CLI prints them, and exit 1."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -38,6 +38,11 @@ def _refusals(fn: F) -> F:
             return fn(*args, **kwargs)
         except Refusal as exc:
             click.echo(exc.diagnostics(), err=True)
+            sys.exit(1)
+        except sqlite3.Error as exc:  # a read outside any transaction: still a named refusal
+            from tracker.refusals import from_sqlite_error
+
+            click.echo(from_sqlite_error(exc).diagnostics(), err=True)
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
