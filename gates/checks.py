@@ -81,7 +81,7 @@ def _allowed(value: Any, default: tuple[str, ...]) -> tuple[str, ...]:
 
 @register("device-preflight")
 def device_preflight(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
-    """Preflight rules: one binding per role, unique minors and UUIDs, allowed products and driver, no other compute process."""
+    """Preflight rules: a binding per role, unique minors and UUIDs, allowed products and driver, no other process."""
     f = Findings()
     receipt = _last(ev, "preflight", f)
     config_glob = str(args.get("config", "**/lane-config.json"))

@@ -79,11 +79,22 @@ def _emit(v: Verdict, *, as_json: bool, junit: Path | None, stream: str | None, 
 @click.command(context_settings=_GATE_CONTEXT)
 @click.argument("name")
 @recording_options
-@click.option("--gate-file", "gate_files", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
-              metavar="FILE", help="Load gates from a TOML gate file (repeatable).")
+@click.option(
+    "--gate-file",
+    "gate_files",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Load gates from a TOML gate file (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the verdict as JSON on stdout.")
-@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
-              help="Also write the verdict as JUnit XML.")
+@click.option(
+    "--junit",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Also write the verdict as JUnit XML.",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def gate(
     name: str, gate_files: tuple[Path, ...], as_json: bool, junit: Path | None, command: tuple[str, ...], **kwargs: Any
@@ -128,8 +139,14 @@ def gate(
 @click.command()
 @click.argument("stream", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the sealed verdict as JSON.")
-@click.option("--key", "key", type=click.Path(dir_okay=False), default=None, metavar="PUBKEY",
-              help="Also require the seal to be signed by this Ed25519 public key.")
+@click.option(
+    "--key",
+    "key",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="PUBKEY",
+    help="Also require the seal to be signed by this Ed25519 public key.",
+)
 def verdict(stream: Path, as_json: bool, key: str | None) -> None:
     """Verify STREAM, print its sealed verdict, and exit with it (never re-evaluates).
 
@@ -158,8 +175,14 @@ def verdict(stream: Path, as_json: bool, key: str | None) -> None:
 
 @click.command()
 @click.argument("name", required=False)
-@click.option("--gate-file", "gate_files", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
-              metavar="FILE", help="Also list the gates of a TOML gate file (repeatable).")
+@click.option(
+    "--gate-file",
+    "gate_files",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Also list the gates of a TOML gate file (repeatable).",
+)
 def gates(name: str | None, gate_files: tuple[Path, ...]) -> None:
     """List every gate and its rules (or only gate NAME)."""
     from gates.language import GateFileError, load_gate

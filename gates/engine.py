@@ -8,9 +8,10 @@ whose own code raises is ``inconclusive``, never a pass.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from aos.event import Event
 from gates.evidence import Evidence, Receipt, Step
@@ -28,7 +29,7 @@ from gates.language import (
     StepRule,
 )
 from gates.typing import Findings, Outcome
-from gates.verdict import Check, Verdict
+from gates.verdict import Check, Status, Verdict
 
 __all__ = ["evaluate", "evaluate_evidence", "holds", "schema_errors"]
 
@@ -113,11 +114,11 @@ def _exit(rule: ExitRule, ev: Evidence) -> Outcome:
     seqs = (ev.exit.seq,)
     a = ev.exit.attrs
     if a.get("timed_out") or a.get("signal"):
-        return Outcome(rule.unfinished, f"{ev.describe_exit()}; required exit {rule.code}", seqs)
+        return Outcome(cast(Status, rule.unfinished), f"{ev.describe_exit()}; required exit {rule.code}", seqs)
     code = ev.exit_code()
     if code == rule.code:
         return Outcome("pass", f"the command exited {code}", seqs)
-    return Outcome(rule.otherwise, f"the command exited {code}; required exit {rule.code}", seqs)
+    return Outcome(cast(Status, rule.otherwise), f"the command exited {code}; required exit {rule.code}", seqs)
 
 
 # -- steps -----------------------------------------------------------------------------
@@ -181,7 +182,7 @@ def _selected(receipts: list[Receipt], where: Mapping[str, Any]) -> list[Receipt
 
 def schema_errors(schema: Mapping[str, Any], value: Any) -> list[str]:
     """Every way ``value`` fails a JSON Schema, as ``path: message`` lines."""
-    from jsonschema import Draft202012Validator
+    from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
     errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
     out = []
@@ -428,7 +429,7 @@ def _order(rule: OrderRule, ev: Evidence) -> Outcome:
                 continue
             f.use(r.seq for r in rs)
             spans.append((item, min(r.seq for r in rs), max(r.seq for r in rs)))
-    for (a, _a0, a1), (b, b0, _b1) in zip(spans, spans[1:], strict=False):
+    for (a, _a0, a1), (b, b0, _b1) in itertools.pairwise(spans):
         if not a1 < b0:
             f.fail(f"{b} began (seq {b0}) before {a} ended (seq {a1})")
     return f.outcome(f"in order: {' < '.join(s[0] for s in spans)}")

@@ -157,7 +157,7 @@ class Artifact:
 
     @property
     def inline(self) -> bool:
-        return self.event.attrs.get("content", "inline") == "inline"
+        return bool(self.event.attrs.get("content", "inline") == "inline")
 
     @property
     def size(self) -> int | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -365,14 +365,15 @@ class _Table:
         value = self.get(key, dict)
         if value is None:
             return None
-        from jsonschema import Draft202012Validator
-        from jsonschema.exceptions import SchemaError
+        from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+        from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
 
         try:
             Draft202012Validator.check_schema(value)
         except SchemaError as exc:
             raise self.error(f"{key!r} is not a valid JSON Schema: {exc.message}") from None
-        return value
+        schema: Mapping[str, Any] = value
+        return schema
 
     def when(self) -> Condition | None:
         value = self.get("when", dict)
@@ -438,7 +439,9 @@ def _receipt(t: _Table) -> ReceiptRule:
     arts = []
     for i, raw in enumerate(t.get("artifacts", list, [])):
         a = _Table(raw, f"{t.where}.artifacts[{i}]", t.source)
-        arts.append(ReceiptArtifact(a.get("path", str, required=True), a.get("sha256", str), a.get("required", bool, True)))
+        arts.append(
+            ReceiptArtifact(a.get("path", str, required=True), a.get("sha256", str), a.get("required", bool, True))
+        )
         a.done()
     rule = ReceiptRule(
         id=t.get("id", str, f"receipt:{name}"),
@@ -528,7 +531,7 @@ def _check(t: _Table) -> CheckRule:
     return rule
 
 
-_RULE_TABLES = {
+_RULE_TABLES: dict[str, Callable[[_Table], Rule]] = {
     "step": _step,
     "receipt": _receipt,
     "artifact": _artifact,

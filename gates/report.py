@@ -50,7 +50,9 @@ def junit_xml(v: Verdict, *, stream: str | None = None) -> str:
     """
     fails = sum(1 for c in v.checks if c.status == "fail")
     errors = sum(1 for c in v.checks if c.status == "inconclusive")
-    root = ET.Element("testsuites", name="alpha-observe", tests=str(len(v.checks)), failures=str(fails), errors=str(errors))
+    root = ET.Element(
+        "testsuites", name="alpha-observe", tests=str(len(v.checks)), failures=str(fails), errors=str(errors)
+    )
     suite = ET.SubElement(
         root, "testsuite", name=v.gate, tests=str(len(v.checks)), failures=str(fails), errors=str(errors), skipped="0"
     )

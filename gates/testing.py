@@ -67,7 +67,9 @@ class SyntheticStream:
 
     # -- building --------------------------------------------------------------------
 
-    def add(self, kind: str, attrs: dict[str, Any] | None = None, data: bytes | None = None, step: str | None = None) -> Op:
+    def add(
+        self, kind: str, attrs: dict[str, Any] | None = None, data: bytes | None = None, step: str | None = None
+    ) -> Op:
         op: Op = {"kind": kind, "attrs": dict(attrs or {}), "data": data, "step": step}
         self.ops.append(op)
         return op
@@ -77,7 +79,9 @@ class SyntheticStream:
 
     def step_end(self, name: str, exit_code: int | None = 0, signal: str | None = None) -> Op:
         return self.add(
-            "step.end", {"name": name, "argv": [name], "exit_code": exit_code, "signal": signal, "duration_ns": 1}, step=name
+            "step.end",
+            {"name": name, "argv": [name], "exit_code": exit_code, "signal": signal, "duration_ns": 1},
+            step=name,
         )
 
     def output(self, kind: str, data: bytes, step: str | None = None) -> Op:
@@ -147,7 +151,10 @@ class SyntheticStream:
         i = self.ops.index(art)
         self.drop(o for o in self.ops if o["kind"] == "artifact.chunk" and o["attrs"]["path"] == path)
         art["attrs"].update(size=len(content), sha256=sha256(content))
-        self.ops.insert(i + 1, {"kind": "artifact.chunk", "attrs": {"path": path, "offset": 0}, "data": content, "step": art["step"]})
+        self.ops.insert(
+            i + 1,
+            {"kind": "artifact.chunk", "attrs": {"path": path, "offset": 0}, "data": content, "step": art["step"]},
+        )
 
     def move_after_exit(self, ops: Iterable[Op]) -> None:
         """Move ops after ``process.exit`` (as if something outlived the command)."""
@@ -162,11 +169,22 @@ class SyntheticStream:
         out = []
         for seq, op in enumerate(self.ops):
             out.append(
-                Event(seq, 1_000 + seq, 1_000 + seq, op["kind"], op["step"], canonical_json(op["attrs"]), op["data"], b"\0" * 32)
+                Event(
+                    seq,
+                    1_000 + seq,
+                    1_000 + seq,
+                    op["kind"],
+                    op["step"],
+                    canonical_json(op["attrs"]),
+                    op["data"],
+                    b"\0" * 32,
+                )
             )
         return out
 
-    def write(self, path: str | os.PathLike[str], *, seal: bool = True, signer: Signer | None = None) -> SealInfo | None:
+    def write(
+        self, path: str | os.PathLike[str], *, seal: bool = True, signer: Signer | None = None
+    ) -> SealInfo | None:
         """Write the ops as a real stream (sealed unless ``seal=False``; signed by ``signer``)."""
         from aos.writer import StreamWriter
 
@@ -189,7 +207,9 @@ class SyntheticStream:
         return evaluate(g, self.events())
 
 
-def device_lane(gate: str = "distributed-device", *, physical: bool = True, roles: tuple[str, ...] = ("alpha", "beta")) -> SyntheticStream:
+def device_lane(
+    gate: str = "distributed-device", *, physical: bool = True, roles: tuple[str, ...] = ("alpha", "beta")
+) -> SyntheticStream:
     """A complete, right device lane for ``gate`` (static only with ``physical=False``)."""
     var = DEVICE_CONFIG_VARS[gate]
     env = {"PATH": "/usr/bin", "HOME": "/home/ci"}
@@ -214,8 +234,13 @@ def device_lane(gate: str = "distributed-device", *, physical: bool = True, role
     s.step_start("static-check")
     for r in roles:
         s.receipt(
-            "static-check", step="static-check", role=r, check="elf-header", result="pass",
-            target=f"{out}/static/{r}", sha256=sha256(static[r]),
+            "static-check",
+            step="static-check",
+            role=r,
+            check="elf-header",
+            result="pass",
+            target=f"{out}/static/{r}",
+            sha256=sha256(static[r]),
         )
     s.step_end("static-check")
     if not physical:
@@ -223,8 +248,16 @@ def device_lane(gate: str = "distributed-device", *, physical: bool = True, role
         return s
 
     s.step_start("preflight")
-    config = {"owner": "ci", "pod_ids": ["p1"], "host": "gpu-host", "port": 22, "ssh_key": "/k", "minors": [0, 1],
-              "remote_root": "/srv/lane", "transport": "ssh"}
+    config = {
+        "owner": "ci",
+        "pod_ids": ["p1"],
+        "host": "gpu-host",
+        "port": 22,
+        "ssh_key": "/k",
+        "minors": [0, 1],
+        "remote_root": "/srv/lane",
+        "transport": "ssh",
+    }
     s.artifact(f"{out}/lane-config.json", json.dumps(config).encode(), "preflight")
     gpus = [
         {"minor": i, "uuid": f"GPU-{i:04d}-{r}", "product": "NVIDIA GeForce RTX 3090", "driver": "580.95.05"}
@@ -249,21 +282,35 @@ def device_lane(gate: str = "distributed-device", *, physical: bool = True, role
         s.output("stderr", f"refused: {expected}: the binding does not match this device\n".encode(), step)
         s.step_end(step, exit_code=3)
         s.receipt(
-            "refusal-control", step=step, control=control, expected=expected, exit_code=3, exit_name=expected,
-            checkpoint_written=False, output_bytes=0,
+            "refusal-control",
+            step=step,
+            control=control,
+            expected=expected,
+            exit_code=3,
+            exit_name=expected,
+            checkpoint_written=False,
+            output_bytes=0,
         )
 
     checkpoint = b"checkpoint after 5 updates\n" * 4
     s.step_start("uninterrupted-run")
     cp1 = art("uninterrupted/checkpoint.bin", checkpoint, "uninterrupted-run")
-    s.receipt("uninterrupted-run", step="uninterrupted-run", updates=5, checkpoint=cp1, checkpoint_sha256=sha256(checkpoint))
+    s.receipt(
+        "uninterrupted-run", step="uninterrupted-run", updates=5, checkpoint=cp1, checkpoint_sha256=sha256(checkpoint)
+    )
     s.step_end("uninterrupted-run")
 
     s.step_start("split-run")
     cp2 = art("split/checkpoint.bin", checkpoint, "split-run")
     s.receipt(
-        "split-run", step="split-run", updates_before=3, updates_after=2, checkpoint=cp2,
-        resumed_checkpoint_sha256=sha256(checkpoint), epoch_before=1, epoch_after=2,
+        "split-run",
+        step="split-run",
+        updates_before=3,
+        updates_after=2,
+        checkpoint=cp2,
+        resumed_checkpoint_sha256=sha256(checkpoint),
+        epoch_before=1,
+        epoch_after=2,
     )
     s.step_end("split-run")
 
@@ -272,16 +319,25 @@ def device_lane(gate: str = "distributed-device", *, physical: bool = True, role
         cp3 = art("shadow/checkpoint.bin", checkpoint, "host-shadow-control")
         traj = sha256(b"trajectory")
         s.receipt(
-            "host-shadow-control", step="host-shadow-control", trajectory_sha256=traj, shadow_trajectory_sha256=traj,
-            checkpoint_sha256=sha256(checkpoint), shadow_checkpoint_sha256=sha256(checkpoint), shadow_checkpoint=cp3,
+            "host-shadow-control",
+            step="host-shadow-control",
+            trajectory_sha256=traj,
+            shadow_trajectory_sha256=traj,
+            checkpoint_sha256=sha256(checkpoint),
+            shadow_checkpoint_sha256=sha256(checkpoint),
+            shadow_checkpoint=cp3,
         )
         s.step_end("host-shadow-control")
 
     s.step_start("fresh-evaluation")
     output = art("eval/output.json", b'{"loss": 0.25}\n', "fresh-evaluation")
     s.receipt(
-        "fresh-evaluation", step="fresh-evaluation", device="gpu", checkpoint=cp2,
-        checkpoint_sha256=sha256(checkpoint), output=output,
+        "fresh-evaluation",
+        step="fresh-evaluation",
+        device="gpu",
+        checkpoint=cp2,
+        checkpoint_sha256=sha256(checkpoint),
+        output=output,
     )
     s.step_end("fresh-evaluation")
 

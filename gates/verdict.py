@@ -102,9 +102,7 @@ class Verdict:
 
     def failing(self) -> list[Check]:
         """The checks that did not pass, failures first."""
-        return [c for c in self.checks if c.status == "fail"] + [
-            c for c in self.checks if c.status == "inconclusive"
-        ]
+        return [c for c in self.checks if c.status == "fail"] + [c for c in self.checks if c.status == "inconclusive"]
 
     def to_attrs(self) -> dict[str, Any]:
         """The attrs of the ``verdict`` event."""

@@ -34,7 +34,12 @@ def stream(env: dict[str, str] | None = None) -> SyntheticStream:
 class TestCombine:
     @pytest.mark.parametrize(
         ("statuses", "expected"),
-        [(["pass", "pass"], "pass"), (["pass", "inconclusive"], "inconclusive"), (["inconclusive", "fail"], "fail"), ([], "inconclusive")],
+        [
+            (["pass", "pass"], "pass"),
+            (["pass", "inconclusive"], "inconclusive"),
+            (["inconclusive", "fail"], "fail"),
+            ([], "inconclusive"),
+        ],
     )
     def test_combine(self, statuses: list[str], expected: str) -> None:
         """Any fail fails, else any inconclusive is inconclusive, and no checks at all is not a pass."""
@@ -73,7 +78,13 @@ class TestExit:
     def test_exit_zero(self, exit_attrs: dict[str, Any], expected: str) -> None:
         """exit-zero passes only on exit 0; a crash or a timeout fails."""
         s = stream()
-        s.exit(**{"code": exit_attrs.get("exit_code"), "signal": exit_attrs.get("signal"), "timed_out": exit_attrs.get("timed_out", False)})
+        s.exit(
+            **{
+                "code": exit_attrs.get("exit_code"),
+                "signal": exit_attrs.get("signal"),
+                "timed_out": exit_attrs.get("timed_out", False),
+            }
+        )
         assert expected == s.evaluate("exit-zero").verdict
 
     def test_no_process_exit_is_inconclusive(self) -> None:
@@ -273,7 +284,10 @@ class TestArtifacts:
         s.artifact("a.bin", b"0123456789", chunk=4)
         s.drop([s.find("artifact.chunk")[1]])
         s.receipt("r", path="a.bin", sha=sha256(b"0123456789"))
-        assert "inconclusive" == run('[[receipt]]\nname = "r"\nartifacts = [{ path = "path", sha256 = "sha" }]\n', s).verdict
+        assert (
+            "inconclusive"
+            == run('[[receipt]]\nname = "r"\nartifacts = [{ path = "path", sha256 = "sha" }]\n', s).verdict
+        )
 
 
 class TestConditions:
@@ -282,7 +296,9 @@ class TestConditions:
         '[[part.step]]\nname = "s"\n'
     )
 
-    @pytest.mark.parametrize(("env", "scope", "steps"), [({}, "command", 0), ({"X": "1"}, "wide", 1), ({"X": "2"}, "command", 0)])
+    @pytest.mark.parametrize(
+        ("env", "scope", "steps"), [({}, "command", 0), ({"X": "1"}, "wide", 1), ({"X": "2"}, "command", 0)]
+    )
     def test_part_applies_by_env(self, env: dict[str, str], scope: str, steps: int) -> None:
         """A part applies only when its env condition held at the recording's start."""
         v = run(self.TOML, stream(env))
@@ -332,7 +348,15 @@ class TestPythonChecks:
 
 class TestReports:
     def verdict(self) -> Verdict:
-        return Verdict.of("g", "s", [Check("ok", "pass", "fine"), Check("bad", "fail", "wrong: 50%\nnext"), Check("gap", "inconclusive", "missing")])
+        return Verdict.of(
+            "g",
+            "s",
+            [
+                Check("ok", "pass", "fine"),
+                Check("bad", "fail", "wrong: 50%\nnext"),
+                Check("gap", "inconclusive", "missing"),
+            ],
+        )
 
     def test_table_names_each_check(self) -> None:
         """The table shows the verdict, the scope and every check."""
@@ -351,4 +375,7 @@ class TestReports:
     def test_github_annotations(self) -> None:
         """Every check that did not pass is an escaped ::error annotation."""
         lines = report.github_annotations(self.verdict())
-        assert ["::error title=gate g%3A bad fail::wrong: 50%25%0Anext", "::error title=gate g%3A gap inconclusive::missing"] == lines
+        assert [
+            "::error title=gate g%3A bad fail::wrong: 50%25%0Anext",
+            "::error title=gate g%3A gap inconclusive::missing",
+        ] == lines

@@ -15,7 +15,9 @@ from aos.verify import verify_stream
 LANE = Path(__file__).resolve().parent / "mutants" / "device_lane.sh"
 
 
-def alpha(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
+def alpha(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[bytes]:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("ALPHA_", "AOS_", "GITHUB_ACTIONS", "MUTANT"))}
     full.update(env or {})
     return subprocess.run(["alpha", *args], cwd=cwd, env=full, capture_output=True, timeout=timeout)
@@ -38,7 +40,10 @@ class TestExitZero:
         p = alpha("observe", "gate", "exit-zero", "--out", "s.aos", "--", "printf", "abc", cwd=tmp_path)
         assert (0, b"abc") == (p.returncode, p.stdout)
         assert b"gate exit-zero: PASS (scope command)" in p.stderr
-        assert ("pass", "command") == (sealed_verdict(tmp_path / "s.aos")["verdict"], sealed_verdict(tmp_path / "s.aos")["scope"])
+        assert ("pass", "command") == (
+            sealed_verdict(tmp_path / "s.aos")["verdict"],
+            sealed_verdict(tmp_path / "s.aos")["scope"],
+        )
 
     def test_fail(self, tmp_path: Path) -> None:
         """A command that exits 3 fails exit-zero with exit 1."""
@@ -54,7 +59,9 @@ class TestExitZero:
         ],
         ids=["crash", "killed", "timeout"],
     )
-    def test_crash_kill_timeout_still_sealed(self, tmp_path: Path, argv: list[str], env: dict[str, str], expect: str) -> None:
+    def test_crash_kill_timeout_still_sealed(
+        self, tmp_path: Path, argv: list[str], env: dict[str, str], expect: str
+    ) -> None:
         """A command that crashes, is killed or times out still gets a sealed fail verdict saying so."""
         p = alpha("observe", "gate", "exit-zero", "--quiet", "--out", "s.aos", *argv, cwd=tmp_path, env=env)
         v = sealed_verdict(tmp_path / "s.aos")
@@ -64,8 +71,21 @@ class TestExitZero:
     def test_json_junit_and_annotations(self, tmp_path: Path) -> None:
         """--json prints the verdict on stdout, --junit writes XML, GITHUB_ACTIONS adds ::error lines."""
         p = alpha(
-            "observe", "gate", "exit-zero", "--quiet", "--json", "--junit", "j.xml", "--out", "s.aos",
-            "--", "sh", "-c", "exit 4", cwd=tmp_path, env={"GITHUB_ACTIONS": "true"},
+            "observe",
+            "gate",
+            "exit-zero",
+            "--quiet",
+            "--json",
+            "--junit",
+            "j.xml",
+            "--out",
+            "s.aos",
+            "--",
+            "sh",
+            "-c",
+            "exit 4",
+            cwd=tmp_path,
+            env={"GITHUB_ACTIONS": "true"},
         )
         text = p.stdout.decode()
         doc = json.loads(text[: text.index("::error")])
@@ -107,15 +127,34 @@ class TestGatesListing:
             assert f"    {check}: " in out
 
 
-def run_lane(tmp_path: Path, mutant: str = "", *, physical: bool = True, gate: str = "distributed-device") -> tuple[int, dict[str, Any]]:
+def run_lane(
+    tmp_path: Path, mutant: str = "", *, physical: bool = True, gate: str = "distributed-device"
+) -> tuple[int, dict[str, Any]]:
     """Run the mutant lane script under ``gate``; return the exit code and the sealed verdict."""
     cfg = tmp_path / "cfg.json"
     cfg.write_text('{"owner": "ci", "host": "gpu-host"}')
-    var = {"distributed-device": "ALPHA_PARTITIONED_DEVICE_CONFIG", "coordinate-device": "ALPHA_COORDINATE_DEVICE_CONFIG"}[gate]
+    var = {
+        "distributed-device": "ALPHA_PARTITIONED_DEVICE_CONFIG",
+        "coordinate-device": "ALPHA_COORDINATE_DEVICE_CONFIG",
+    }[gate]
     env = {"MUTANT": mutant, "LANE_GATE": gate, "ALPHA_OBSERVE_DRAIN": "1"}
     if physical:
         env[var] = str(cfg)
-    p = alpha("observe", "gate", gate, "--quiet", "--out", "s.aos", "--artifact", "out", "--", str(LANE), "out", cwd=tmp_path, env=env)
+    p = alpha(
+        "observe",
+        "gate",
+        gate,
+        "--quiet",
+        "--out",
+        "s.aos",
+        "--artifact",
+        "out",
+        "--",
+        str(LANE),
+        "out",
+        cwd=tmp_path,
+        env=env,
+    )
     return p.returncode, sealed_verdict(tmp_path / "s.aos")
 
 

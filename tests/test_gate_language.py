@@ -27,11 +27,14 @@ class TestParsing:
     def test_rule_defaults_and_ids(self) -> None:
         """Rules get their default check names and counts."""
         g = parse_gate_text(
-            '[gate]\nname = "g"\n[[step]]\nname = "s"\n[[receipt]]\nname = "r"\ncount = 2\n[[artifact]]\nglob = "*.txt"\n',
+            '[gate]\nname = "g"\n[[step]]\nname = "s"\n'
+            '[[receipt]]\nname = "r"\ncount = 2\n[[artifact]]\nglob = "*.txt"\n',
             "t.toml",
         )
         step, receipt, artifact = g.rules
-        assert isinstance(step, StepRule) and isinstance(receipt, ReceiptRule) and isinstance(artifact, ArtifactRule)
+        assert isinstance(step, StepRule)
+        assert isinstance(receipt, ReceiptRule)
+        assert isinstance(artifact, ArtifactRule)
         assert ["step:s", "receipt:r", "artifact:*.txt"] == [r.id for r in g.rules]
         assert (0, 1, None) == (step.exit, step.count.min, step.count.max)
         assert (2, 2, ("pass",)) == (receipt.count.min, receipt.count.max, receipt.status)
@@ -44,12 +47,17 @@ class TestParsing:
             "t.toml",
         )
         part = g.parts[1]
-        assert ("p", "X", "b", ["step:s"]) == (part.name, part.when and part.when.env, part.scope, [r.id for r in part.rules])
+        assert ("p", "X", "b", ["step:s"]) == (
+            part.name,
+            part.when and part.when.env,
+            part.scope,
+            [r.id for r in part.rules],
+        )
 
     @pytest.mark.parametrize(
         ("text", "message"),
         [
-            ('[gate]\n', "missing required key 'name'"),
+            ("[gate]\n", "missing required key 'name'"),
             ('[gate]\nname = "g"\ncolour = 1\n', "unknown key(s) 'colour'"),
             ('[gate]\nname = "g"\n[[step]]\nname = "s"\nexit = "sometimes"\n', "'exit' must be"),
             ('[gate]\nname = "g"\n[[step]]\nname = 3\n', "'name' must be str"),
@@ -129,14 +137,26 @@ class TestDocumentedExamples:
         name = parse_gate_text(text, str(sample)).name
         command = re.search(r"^# example: (.*)$", text, re.M)
         expects = re.findall(r"^# expect((?: \w+=\S+)*): (\w+) (\S+)$", text, re.M)
-        assert command is not None and expects
+        assert command is not None
+        assert expects
         shutil.copytree(ROOT / "samples" / "gates", tmp_path / "samples" / "gates")
         got, want = [], []
         for i, (env_text, verdict, scope) in enumerate(expects):
             env = {k: v for k, v in os.environ.items() if not k.startswith("NIGHTLY_")}
             env.update(dict(kv.split("=", 1) for kv in env_text.split()))
             out = tmp_path / f"run{i}.aos"
-            argv = ["alpha", "observe", "gate", name, "--gate-file", str(sample), "--quiet", "--json", "--out", str(out)]
+            argv = [
+                "alpha",
+                "observe",
+                "gate",
+                name,
+                "--gate-file",
+                str(sample),
+                "--quiet",
+                "--json",
+                "--out",
+                str(out),
+            ]
             proc = subprocess.run([*argv, "--", *command.group(1).split()], cwd=tmp_path, env=env, capture_output=True)
             v = json.loads(proc.stdout)
             got.append((proc.returncode, v["verdict"], v["scope"]))

@@ -165,7 +165,7 @@ class TestPhysicalLane:
     def test_claimed_exit_name_not_in_step_stderr(self) -> None:
         """A refusal receipt claiming device-uuid while the step's stderr shows another refusal fails."""
         lane = device_lane()
-        out = [o for o in lane.ops if o["kind"] == "stderr"][0]
+        out = next(o for o in lane.ops if o["kind"] == "stderr")
         out["data"] = b"refused: nvidia-plan-host: wrong product\n"
         v = lane.evaluate()
         assert ("fail", "fail") == (v.verdict, status_of(v, "refusal-control:wrong-uuid"))
@@ -174,7 +174,7 @@ class TestPhysicalLane:
     def test_stderr_outside_the_step_does_not_count(self) -> None:
         """The refusal name printed by the lane script outside the step's span is no evidence for the step."""
         lane = device_lane()
-        out = [o for o in lane.ops if o["kind"] == "stderr"][0]
+        out = next(o for o in lane.ops if o["kind"] == "stderr")
         out["step"] = None
         v = lane.evaluate()
         assert ("fail", "fail") == (v.verdict, status_of(v, "step:refusal-wrong-uuid"))
@@ -319,14 +319,18 @@ class TestPhysicalLane:
         """A receipt line that was not a valid receipt leaves the lane inconclusive."""
         lane = device_lane()
         i = lane.ops.index(lane.one("step.end", "build"))
-        lane.ops.insert(i, {"kind": "receipt.invalid", "attrs": {"reason": "not JSON"}, "data": b"{oops", "step": "build"})
+        lane.ops.insert(
+            i, {"kind": "receipt.invalid", "attrs": {"reason": "not JSON"}, "data": b"{oops", "step": "build"}
+        )
         v = lane.evaluate()
         assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "receipts-invalid"))
 
     def test_artifact_bytes_contradict_artifact_event(self) -> None:
         """Captured bytes that do not hash to the artifact event's sha256 fail the check relying on them."""
         lane = device_lane()
-        chunk = [o for o in lane.ops if o["kind"] == "artifact.chunk" and o["attrs"]["path"] == "out/split/checkpoint.bin"]
+        chunk = [
+            o for o in lane.ops if o["kind"] == "artifact.chunk" and o["attrs"]["path"] == "out/split/checkpoint.bin"
+        ]
         chunk[0]["data"] = chunk[0]["data"][:-1] + b"?"
         v = lane.evaluate()
         assert ("fail", "fail") == (v.verdict, status_of(v, "receipt:split-run"))

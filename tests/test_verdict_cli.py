@@ -9,8 +9,8 @@ from types import ModuleType
 import pytest
 from click.testing import CliRunner
 
-from aos.chain import link
 from aos.canonical import canonical_json
+from aos.chain import link
 from gates.testing import SyntheticStream, device_lane
 from gates.verdict import Check, Verdict
 from observe.cli import main
@@ -38,7 +38,9 @@ INCONCLUSIVE = Verdict.of("g", "physical", [Check("step:x", "inconclusive", "nev
 
 
 class TestSealedVerdict:
-    @pytest.mark.parametrize(("v", "code"), [(PASS, 0), (FAIL, 1), (INCONCLUSIVE, 3)], ids=["pass", "fail", "inconclusive"])
+    @pytest.mark.parametrize(
+        ("v", "code"), [(PASS, 0), (FAIL, 1), (INCONCLUSIVE, 3)], ids=["pass", "fail", "inconclusive"]
+    )
     def test_exit_code_is_the_sealed_verdict(self, tmp_path: Path, v: Verdict, code: int) -> None:
         """verdict exits 0, 1 or 3 as the sealed verdict says, and prints it as a table."""
         got, out, _ = invoke(str(write_with_verdict(tmp_path / "s.aos", v)))
@@ -120,10 +122,17 @@ class TestTampering:
         parts = surgery.split(path)
         seal = surgery.all_rows(parts)[-1][-1]
         row = {
-            "seq": seal["seq"] + 1, "wall_ns": seal["wall_ns"] + 1, "mono_ns": seal["mono_ns"] + 1,
-            "kind": "verdict", "step": None, "attrs": canonical_json(PASS.to_attrs()), "data": None,
+            "seq": seal["seq"] + 1,
+            "wall_ns": seal["wall_ns"] + 1,
+            "mono_ns": seal["mono_ns"] + 1,
+            "kind": "verdict",
+            "step": None,
+            "attrs": canonical_json(PASS.to_attrs()),
+            "data": None,
         }
-        row["hash"] = link(seal["hash"], row["seq"], row["wall_ns"], row["mono_ns"], "verdict", None, row["attrs"], None)
+        row["hash"] = link(
+            seal["hash"], row["seq"], row["wall_ns"], row["mono_ns"], "verdict", None, row["attrs"], None
+        )
         parts.batches.append(surgery.encode_batch([row], parts.stream_id))
         path.write_bytes(parts.join())
         code, out, err = invoke(str(path))
