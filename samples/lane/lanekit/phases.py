@@ -184,7 +184,7 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
         config = load_config(str(config_path))
     except ConfigError as exc:
         print(f"preflight: {exc}", file=sys.stderr)
-        receipt("preflight", "fail", gpus=[], compute_processes=[], binding=None, reason=str(exc))
+        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=str(exc))
         return 1
     pre = os.path.join(out, "preflight")
     os.makedirs(pre, exist_ok=True)
@@ -203,11 +203,11 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
     if texts["csv"] is None or texts["compute_apps"] is None:
         reason = "nvidia-smi cannot be queried on this machine"
         print(f"preflight: {reason}", file=sys.stderr)
-        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], binding=None, reason=reason)
+        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=reason)
         return 1
     if config.get("transport") != "loopback":
         reason = f"transport {config.get('transport')!r} is not supported by the reference lane (loopback only)"
-        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], binding=None, reason=reason)
+        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=reason)
         return 1
     all_gpus = parse_gpu_csv(texts["csv"] or "")
     products = _allowed(config, "products", DEFAULT_PRODUCTS)
