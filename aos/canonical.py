@@ -19,7 +19,7 @@ import json
 import struct
 from typing import Any
 
-__all__ = ["canonical_json", "encode_event", "encoded_parts"]
+__all__ = ["canonical_json", "encode_event", "encoded_parts", "parse_canonical"]
 
 _HEAD = struct.Struct("<Qqq")
 _U64 = struct.Struct("<Q")
@@ -34,6 +34,27 @@ def canonical_json(obj: Any) -> str:
     if not isinstance(obj, dict):
         raise TypeError(f"attrs must be a JSON object, not {type(obj).__name__}")
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def parse_canonical(text: str) -> dict[str, Any]:
+    """Parse attrs text that must be the canonical JSON of an object.
+
+    Raises ValueError when it is not JSON, not an object, or not in canonical
+    form (keys unsorted or repeated, spaces, escapes, NaN).
+    """
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"attrs is not JSON ({exc})") from exc
+    if not isinstance(obj, dict):
+        raise ValueError(f"attrs is a JSON {type(obj).__name__}, not an object")
+    try:
+        again = canonical_json(obj)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ValueError(f"attrs holds a value JSON cannot state exactly ({exc})") from exc
+    if again != text:
+        raise ValueError("attrs is not in canonical form")
+    return obj
 
 
 def _lp(b: bytes) -> bytes:

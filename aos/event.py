@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from aos.refusals import StreamSchema
+
 __all__ = ["KINDS", "Event"]
 
 #: Kinds named by DESIGN.md. Writers may add others; readers must accept any.
@@ -49,10 +51,18 @@ class Event:
 
     @property
     def attrs(self) -> dict[str, Any]:
-        """The attrs object (parsed once, on first use)."""
+        """The attrs object (parsed once, on first use).
+
+        Raises ``stream-schema`` when the stored text is not a JSON object.
+        """
         cached = self._attrs
         if cached is None:
-            parsed = json.loads(self.attrs_json)
-            cached = parsed if isinstance(parsed, dict) else {}
+            try:
+                parsed = json.loads(self.attrs_json)
+            except (ValueError, RecursionError) as exc:
+                raise StreamSchema(f"seq {self.seq}: attrs is not JSON ({exc})") from exc
+            if not isinstance(parsed, dict):
+                raise StreamSchema(f"seq {self.seq}: attrs is a JSON {type(parsed).__name__}, not an object")
+            cached = parsed
             object.__setattr__(self, "_attrs", cached)
         return cached

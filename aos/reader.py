@@ -138,7 +138,11 @@ class StreamFile:
 
         expected = arrow_schema(stream_id)
         if not schema.remove_metadata().equals(expected.remove_metadata()):
-            raise StreamSchema(f"{self.path}: columns are {schema.names}, expected {list(COLUMNS)} with v1 types")
+            try:
+                names = ", ".join(schema.names)
+            except UnicodeDecodeError:
+                names = "(names that are not UTF-8)"
+            raise StreamSchema(f"{self.path}: columns are [{names}], expected {', '.join(COLUMNS)} with v1 types")
         self.schema = expected
         self.stream_id = stream_id
         self.metadata = meta

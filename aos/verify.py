@@ -10,6 +10,7 @@ Checks, in file order, stopping at the first failure:
 3. a ``seal`` stands alone in the last batch and names the head, the count,
    the byte length and the BLAKE3 digest of every file byte before its batch
    (``stream-seal``); with a key, its signature is good (``stream-signature``);
+   every event's attrs is the canonical JSON of an object (``stream-schema``);
 4. after the seal's batch comes at most the end-of-stream marker
    (``stream-seal``: bytes follow it);
 5. damage after the last complete batch: ``stream-truncated``; no seal at all:
@@ -25,6 +26,7 @@ from typing import Any
 
 from blake3 import blake3
 
+from aos.canonical import parse_canonical
 from aos.chain import checkpoint_message, genesis, link, seal_message
 from aos.event import Event
 from aos.reader import EOS, StreamFile, batch_events
@@ -32,6 +34,7 @@ from aos.refusals import (
     Refusal,
     StreamChain,
     StreamOrder,
+    StreamSchema,
     StreamSeal,
     StreamSignature,
     StreamTruncated,
@@ -45,7 +48,12 @@ __all__ = ["Verification", "require_verdict", "verify_stream"]
 
 @dataclass
 class Verification:
-    """What an intact, sealed stream committed to."""
+    """What an intact, sealed stream committed to.
+
+    ``head`` is the final head of the chain: the hash of the seal event itself
+    (not ``seal["head"]``, which is the head before the seal). ``file_blake3``
+    is BLAKE3 over the whole file, as the tracker records it.
+    """
 
     path: Path
     stream_id: str
@@ -59,6 +67,7 @@ class Verification:
     verdict_seq: int | None
     checkpoints: int
     file_blake3: str
+    verdicts: int = 0
     kinds: dict[str, int] = field(default_factory=dict)
 
 
@@ -84,6 +93,7 @@ def verify_stream(path: str | os.PathLike[str], public_key: Verifier | None = No
         digest = blake3()
         digest.update(view[: f.schema_end])
         kinds: dict[str, int] = {}
+        verdicts = 0
 
         for raw in f.batches():
             if seal is not None:
@@ -108,6 +118,11 @@ def verify_stream(path: str | os.PathLike[str], public_key: Verifier | None = No
                         else "the hash of seq 0 does not follow from the stream id",
                         first_bad_seq=ev.seq,
                     )
+                try:
+                    attrs = parse_canonical(ev.attrs_json)
+                except ValueError as exc:
+                    raise StreamSchema(f"seq {ev.seq} ({ev.kind}): {exc}", first_bad_seq=ev.seq) from exc
+                object.__setattr__(ev, "_attrs", attrs)
                 kinds[ev.kind] = kinds.get(ev.kind, 0) + 1
                 if ev.kind == "checkpoint":
                     _check_checkpoint(ev, sid, prev, public_key)
@@ -115,6 +130,7 @@ def verify_stream(path: str | os.PathLike[str], public_key: Verifier | None = No
                     checkpoints += 1
                 elif ev.kind == "verdict":
                     verdict = ev
+                    verdicts += 1
                 elif ev.kind == "seal":
                     if i != len(events) - 1 or len(events) != 1:
                         raise StreamSeal(f"the seal (seq {ev.seq}) does not stand alone in the last batch")
@@ -152,6 +168,7 @@ def verify_stream(path: str | os.PathLike[str], public_key: Verifier | None = No
             signature_checked=public_key is not None,
             verdict=verdict.attrs if verdict is not None else None,
             verdict_seq=verdict.seq if verdict is not None else None,
+            verdicts=verdicts,
             checkpoints=checkpoints,
             file_blake3=whole.hexdigest(),
             kinds=kinds,
@@ -188,6 +205,8 @@ def require_verdict(v: Verification) -> dict[str, Any]:
     """The sealed verdict's attrs, or ``stream-verdict`` when the stream has none."""
     if v.verdict is None:
         raise StreamVerdict(f"{v.path} is intact and sealed but holds no verdict")
+    if v.verdicts > 1:
+        raise StreamVerdict(f"{v.path} holds {v.verdicts} verdict events; a gate seals exactly one")
     return v.verdict
 
 

@@ -32,7 +32,7 @@ __all__ = ["FsyncPolicy", "SealInfo", "StreamWriter", "new_stream_id"]
 
 FsyncPolicy = Literal["never", "batch", "seal"]
 
-_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+_RESERVED = frozenset({"seal", "checkpoint"})
 
 
 def new_stream_id() -> str:
@@ -154,6 +154,8 @@ class StreamWriter:
         mono_ns: int | None = None,
     ) -> int:
         """Append one event; returns its seq. Raises ``StreamWrite`` once writing failed."""
+        if kind in _RESERVED:
+            raise ValueError(f"kind {kind!r} is written by the writer itself (flush and seal)")
         attrs_json = canonical_json(attrs if attrs is not None else {})
         if data is not None and not isinstance(data, bytes):
             data = bytes(data)
