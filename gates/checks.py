@@ -111,14 +111,18 @@ def device_preflight(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     f.use(r.seq for r in ev.receipts_named("static-build"))
     if roles and len(gpus) != len(roles):
         f.fail(f"preflight binds {len(gpus)} GPU(s) for {len(roles)} role(s) ({', '.join(roles)})")
-    minors = [g.get("minor") for g in gpus]
+    minors = [str(g.get("minor")) for g in gpus]
     uuids = [g.get("uuid") for g in gpus]
-    if len(set(map(str, minors))) != len(minors):
-        f.fail(f"device minors are not unique: {minors}")
     if any(not isinstance(u, str) or not u for u in uuids):
         f.fail(f"a binding lacks its UUID: {uuids}")
-    elif len(set(uuids)) != len(uuids):
-        f.fail(f"device UUIDs are not distinct: {uuids}")
+    else:
+        # A minor names one card and a card has one minor: anything else contradicts itself.
+        pairs = set(zip(minors, map(str, uuids), strict=True))
+        if len({m for m, _ in pairs}) != len(pairs) or len({u for _, u in pairs}) != len(pairs):
+            f.fail(f"minors and UUIDs do not pair one to one: {sorted(pairs)}")
+        elif len(set(uuids)) != len(uuids):
+            # One card bound to several roles: not wrong, but it cannot show the lane on distinct devices.
+            f.inconclusive(f"the roles share a GPU (UUIDs not distinct: {uuids}), so the lane ran on fewer devices")
     for g in gpus:
         product, driver = g.get("product"), str(g.get("driver", ""))
         if product not in products:

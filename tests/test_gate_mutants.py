@@ -37,6 +37,20 @@ def rewrite_json(lane: SyntheticStream, path: str, edit: dict[str, object]) -> N
     doc.update(edit)
     lane.set_artifact(path, json.dumps(doc).encode())
     assert art["attrs"]["sha256"] == sha256(json.dumps(doc).encode())
+    requalify(lane)
+
+
+def requalify(lane: SyntheticStream) -> None:
+    """Rewrite qualification.json (and its receipt) to name the files as now captured."""
+    qpath = "out/qualification.json"
+    files = []
+    for art in lane.find("artifact"):
+        path = art["attrs"]["path"]
+        if path.startswith("out/") and path not in (qpath, "out/lane-config.json"):
+            files.append({"path": path[len("out/") :], "sha256": art["attrs"]["sha256"]})
+    data = json.dumps({"lane": "test", "files": files}).encode()
+    lane.set_artifact(qpath, data)
+    lane.fields("qualification")["sha256"] = sha256(data)
 
 
 class TestRightLanes:
@@ -367,7 +381,7 @@ class TestPreflight:
         self._set_gpus(lane, {"product": "Tesla T4"}, 1)
         rewrite_json(lane, "out/lane-config.json", {"products": ["Tesla T4"]})
         v = lane.evaluate()
-        assert "pass" == status_of(v, "preflight-rules")
+        assert ("pass", "pass") == (v.verdict, status_of(v, "preflight-rules"))
 
     def test_lane_config_narrows_products(self) -> None:
         """A lane config whose allow-list excludes the GPU found fails preflight-rules."""
@@ -384,18 +398,25 @@ class TestPreflight:
         assert ("fail", "fail") == (v.verdict, status_of(v, "preflight-rules"))
 
     def test_minors_not_unique(self) -> None:
-        """Two bindings on one minor fail preflight-rules."""
+        """One minor naming two different cards contradicts itself: preflight-rules fails."""
         lane = device_lane()
         self._set_gpus(lane, {"minor": 1})
         v = lane.evaluate()
         assert ("fail", "fail") == (v.verdict, status_of(v, "preflight-rules"))
 
     def test_uuids_not_distinct(self) -> None:
-        """Two bindings on one UUID fail preflight-rules."""
+        """One card under two minors contradicts itself: preflight-rules fails."""
         lane = device_lane()
         self._set_gpus(lane, {"uuid": "GPU-0001-beta"})
         v = lane.evaluate()
         assert ("fail", "fail") == (v.verdict, status_of(v, "preflight-rules"))
+
+    def test_roles_share_one_gpu(self) -> None:
+        """Both roles bound to one card (same minor and UUID) leaves the preflight inconclusive, not failed."""
+        lane = device_lane()
+        self._set_gpus(lane, {"minor": 0, "uuid": "GPU-0000-alpha"}, 1)
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "preflight-rules"))
 
     def test_binding_file_disagrees_with_receipt(self) -> None:
         """A captured binding.json naming other GPUs than the preflight receipt fails preflight-binding."""
