@@ -178,6 +178,8 @@ def tail(stream: Path, idle: float | None, timeout: float | None) -> None:
         sealed = follow(stream, idle=idle, timeout=timeout)
     except Refusal as exc:
         refuse(exc, 1)
+    if not sealed:
+        click.echo(f"alpha observe tail: stopped before the seal of {stream}", err=True)
     sys.exit(0 if sealed else 1)
 
 

@@ -17,6 +17,7 @@ from aos.refusals import StreamMissing, StreamSchema, StreamTruncated
 __all__ = ["GaveUp", "follow"]
 
 POLL = 0.02
+_CONTINUATION = b"\xff\xff\xff\xff"
 
 
 class GaveUp(Exception):
@@ -38,6 +39,12 @@ class _Growing:
             except FileNotFoundError:
                 self._wait()  # the recorder may not have created it yet
         self._pos = 0
+        self._pushback = b""
+
+    def unread(self, data: bytes) -> None:
+        """Put bytes back in front (used to peek at the file's first bytes)."""
+        self._pushback = data + self._pushback
+        self._pos -= len(data)
 
     def _wait(self) -> None:
         now = time.monotonic()
@@ -51,7 +58,11 @@ class _Growing:
         if n is None or n < 0:
             n = 1 << 20
         parts: list[bytes] = []
-        need = n
+        if self._pushback:
+            head, self._pushback = self._pushback[:n], self._pushback[n:]
+            parts.append(head)
+            self._pos += len(head)
+        need = n - sum(len(p) for p in parts)
         while need:
             chunk = os.read(self._fd, need)
             if chunk:
@@ -115,6 +126,10 @@ def follow(
         raise StreamMissing(f"cannot open {path}: {exc.strerror or exc}") from exc
     try:
         try:
+            head = source.read(4)
+            if head != _CONTINUATION:
+                raise StreamSchema(f"{path} is not an AOS stream (no Arrow IPC stream header)")
+            source.unread(head)
             reader = ipc.open_stream(source)
         except GaveUp:
             return False
