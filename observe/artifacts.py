@@ -161,7 +161,12 @@ def _emit_chunks(append: Append, fd: int, name: str, size: int, sha256: str, ste
     if offset != size or digest.hexdigest() != sha256:
         append(
             "artifact.error",
-            {"path": name, "error": "file changed while it was captured", "sha256": digest.hexdigest(), "bytes": offset},
+            {
+                "path": name,
+                "error": "file changed while it was captured",
+                "sha256": digest.hexdigest(),
+                "bytes": offset,
+            },
             None,
             step,
         )
@@ -178,7 +183,15 @@ def _hash(fd: int) -> tuple[int, str, str]:
 
 
 def _base(name: str, kind: str, size: int, mode: int) -> dict[str, Any]:
-    return {"path": name, "kind": kind, "size": size, "mode": mode, "sha256": None, "blake3": None, "content": "omitted"}
+    return {
+        "path": name,
+        "kind": kind,
+        "size": size,
+        "mode": mode,
+        "sha256": None,
+        "blake3": None,
+        "content": "omitted",
+    }
 
 
 def _unreadable(name: str, st: os.stat_result | None, exc: OSError) -> dict[str, Any]:

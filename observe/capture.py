@@ -10,6 +10,7 @@ the pipes is drained for a bounded time afterwards (its output follows
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import selectors
@@ -129,10 +130,8 @@ class Capture:
             self.echo.write(src.name, rest)
             self.sink.append(src.name, {}, rest)
         src.open = False
-        try:
+        with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(src.fd)
-        except (KeyError, ValueError):
-            pass
         os.close(src.fd)
 
     def drain_pipes(self, budget: int = 8 << 20) -> None:
@@ -153,10 +152,8 @@ class Capture:
         self._killpg(signum)
 
     def _killpg(self, signum: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.spawned.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     # -- the loop ------------------------------------------------------------------
 
@@ -209,10 +206,8 @@ class Capture:
                 self.control.poll_receipts()
         finally:
             self._restore_handlers(previous)
-            try:
+            with contextlib.suppress(OSError):
                 os.close(waker)
-            except OSError:
-                pass
         self.outcome.stray = [s.name for s in self.sources if s.open]
         for src in self.sources:
             if src.open:

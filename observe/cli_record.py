@@ -38,21 +38,50 @@ def _parse_label(_ctx: click.Context, _param: click.Parameter, values: tuple[str
 def recording_options(func: F) -> F:
     """Add the recording options that ``record`` and ``gate`` share (DESIGN.md)."""
     options = [
-        click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="Stream file to write (default: a new file under ./aos/)."),
-        click.option("--artifact", "artifact", multiple=True, metavar="PATH_OR_GLOB",
-                     help="Capture these files after the command ends (repeatable; directories recurse)."),
-        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
-                     help="SIGTERM the command's process group after SECONDS (then SIGKILL); exit 124."),
+        click.option(
+            "--out",
+            type=click.Path(dir_okay=False, path_type=Path),
+            default=None,
+            help="Stream file to write (default: a new file under ./aos/).",
+        ),
+        click.option(
+            "--artifact",
+            "artifact",
+            multiple=True,
+            metavar="PATH_OR_GLOB",
+            help="Capture these files after the command ends (repeatable; directories recurse).",
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=None,
+            metavar="SECONDS",
+            help="SIGTERM the command's process group after SECONDS (then SIGKILL); exit 124.",
+        ),
         click.option("--pty", is_flag=True, default=False, help="Run under a pseudo-terminal."),
-        click.option("--sign-key", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
-                     help="Ed25519 private key to sign checkpoints and the seal."),
+        click.option(
+            "--sign-key",
+            type=click.Path(dir_okay=False, path_type=Path),
+            default=None,
+            metavar="FILE",
+            help="Ed25519 private key to sign checkpoints and the seal.",
+        ),
         click.option("--mask", multiple=True, metavar="VALUE", help="Mask VALUE in everything recorded (repeatable)."),
-        click.option("--label", multiple=True, metavar="K=V", callback=_parse_label,
-                     help="Label recorded in stream.open (repeatable)."),
+        click.option(
+            "--label",
+            multiple=True,
+            metavar="K=V",
+            callback=_parse_label,
+            help="Label recorded in stream.open (repeatable).",
+        ),
         click.option("--quiet", is_flag=True, default=False, help="Do not echo the command's output."),
-        click.option("--artifact-max-bytes", type=click.IntRange(min=0), default=None, metavar="N",
-                     help="Record only the hashes of artifacts larger than N bytes."),
+        click.option(
+            "--artifact-max-bytes",
+            type=click.IntRange(min=0),
+            default=None,
+            metavar="N",
+            help="Record only the hashes of artifacts larger than N bytes.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -134,10 +163,17 @@ def _field(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 
 @click.command()
 @click.argument("name")
-@click.option("--status", default="info", show_default=True,
-              type=click.Choice(["pass", "fail", "skip", "inconclusive", "info"]))
-@click.option("--field", "fields", multiple=True, metavar="K=V", callback=_field,
-              help="A field (repeatable); V is parsed as JSON when it parses, else kept as a string.")
+@click.option(
+    "--status", default="info", show_default=True, type=click.Choice(["pass", "fail", "skip", "inconclusive", "info"])
+)
+@click.option(
+    "--field",
+    "fields",
+    multiple=True,
+    metavar="K=V",
+    callback=_field,
+    help="A field (repeatable); V is parsed as JSON when it parses, else kept as a string.",
+)
 @click.option("--json", "json_obj", default=None, metavar="OBJ", help="Fields as one JSON object (--field wins).")
 def receipt(name: str, status: str, fields: list[tuple[str, str]], json_obj: str | None) -> None:
     """Report a fact to the enclosing recording as a receipt event."""
@@ -161,10 +197,16 @@ def artifact(paths: tuple[str, ...]) -> None:
 
 @click.command()
 @click.argument("stream", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--idle", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
-              help="Give up after SECONDS without new events (default: wait for the seal).")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
-              help="Give up after SECONDS in all.")
+@click.option(
+    "--idle",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Give up after SECONDS without new events (default: wait for the seal).",
+)
+@click.option(
+    "--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS", help="Give up after SECONDS in all."
+)
 def tail(stream: Path, idle: float | None, timeout: float | None) -> None:
     """Follow STREAM while it is written, printing its stdout and stderr; stop at the seal.
 

@@ -210,7 +210,7 @@ def _run_step(link: _Link, span: str, argv: list[str], receipts: str | None) -> 
     sig: str | None = None
     error: str | None = None
     try:
-        proc = subprocess.Popen(argv, stdout=out_w, stderr=err_w, env=env)  # noqa: S603
+        proc = subprocess.Popen(argv, stdout=out_w, stderr=err_w, env=env)
     except OSError as exc:
         os.close(out_w)
         os.close(err_w)
@@ -223,8 +223,10 @@ def _run_step(link: _Link, span: str, argv: list[str], receipts: str | None) -> 
     os.close(out_w)
     os.close(err_w)
     link.sock.settimeout(END_TIMEOUT)
-    frames = {out_r: (FRAME_OUT_ECHO if echo_out else FRAME_OUT, None if echo_out else 1),
-              err_r: (FRAME_ERR_ECHO if echo_err else FRAME_ERR, None if echo_err else 2)}
+    frames = {
+        out_r: (FRAME_OUT_ECHO if echo_out else FRAME_OUT, None if echo_out else 1),
+        err_r: (FRAME_ERR_ECHO if echo_err else FRAME_ERR, None if echo_err else 2),
+    }
     _pump(link, proc, frames)
     rc = proc.returncode
     if rc < 0:

@@ -8,6 +8,7 @@ command printed before it spoke on the channel is recorded before what it said.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -258,10 +259,8 @@ class Control:
         if conn.span is not None and not conn.ended:
             self._step_end(conn, {"error": "the step's client went away before the step ended"}, incomplete=True)
         if sel is not None:
-            try:
+            with contextlib.suppress(KeyError, ValueError):
                 sel.unregister(conn.sock)
-            except (KeyError, ValueError):
-                pass
         self.conns.pop(conn.sock.fileno(), None)
         conn.sock.close()
 
@@ -270,10 +269,8 @@ class Control:
         for conn in list(self.conns.values()):
             self._close(conn, sel)
         if sel is not None:
-            try:
+            with contextlib.suppress(KeyError, ValueError):
                 sel.unregister(self.listener)
-            except (KeyError, ValueError):
-                pass
         self.listener.close()
         for tail in self.tails:
             tail.close()

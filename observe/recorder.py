@@ -272,7 +272,10 @@ def _run(
         if outcome.stray:
             sink.append(
                 "process.stray",
-                {"still_open": outcome.stray, "drained_ns": int(_float_env("ALPHA_OBSERVE_DRAIN", DRAIN_SECONDS) * 1e9)},
+                {
+                    "still_open": outcome.stray,
+                    "drained_ns": int(_float_env("ALPHA_OBSERVE_DRAIN", DRAIN_SECONDS) * 1e9),
+                },
             )
         if outcome.late_interrupt:
             sink.append("recorder.interrupted", {"signal": outcome.late_interrupt})

@@ -7,6 +7,7 @@ it (127 not found, 126 cannot execute).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -69,10 +70,8 @@ def _identity(fd: int) -> str:
 
 def _pipe(size: int) -> tuple[int, int]:
     r, w = os.pipe2(os.O_CLOEXEC)
-    try:  # a bigger pipe means fewer wake-ups when output floods
+    with contextlib.suppress(OSError):  # a bigger pipe means fewer wake-ups when output floods
         fcntl.fcntl(r, _F_SETPIPE_SZ, size)
-    except OSError:
-        pass
     return r, w
 
 
@@ -101,9 +100,7 @@ def spawn(
     out_id, err_id = _identity(out_w), _identity(err_w)
     env = {**env, ENV_STDOUT_ID: out_id, ENV_STDERR_ID: err_id}
     try:
-        proc = subprocess.Popen(  # noqa: S603 - running the user's command is the point
-            list(argv), stdout=out_w, stderr=err_w, env=env, process_group=0, close_fds=True
-        )
+        proc = subprocess.Popen(list(argv), stdout=out_w, stderr=err_w, env=env, process_group=0, close_fds=True)
     except OSError as exc:
         for fd in (out_r, out_w, err_r, err_w):
             os.close(fd)
@@ -132,14 +129,14 @@ def _spawn_pty(argv: Sequence[str], env: Mapping[str, str]) -> Spawned | SpawnFa
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     try:
-        proc = subprocess.Popen(  # noqa: S603
+        proc = subprocess.Popen(
             list(argv),
             stdin=slave,
             stdout=slave,
             stderr=slave,
             env=env,
             start_new_session=True,
-            preexec_fn=_controlling_tty,  # noqa: PLW1509 - needed to own the terminal
+            preexec_fn=_controlling_tty,
             close_fds=True,
         )
     except OSError as exc:

@@ -17,7 +17,9 @@ from aos.reader import read_stream
 ALPHA = shutil.which("alpha", path=str(Path(sys.executable).parent)) or shutil.which("alpha") or "alpha"
 
 
-def alpha(*args: str, env: dict[str, str] | None = None, timeout: float = 60, **kw: Any) -> subprocess.CompletedProcess[bytes]:
+def alpha(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60, **kw: Any
+) -> subprocess.CompletedProcess[bytes]:
     """Run ``alpha ARGS...`` and capture its output."""
     full_env = dict(os.environ)
     full_env.update(env or {})
@@ -44,7 +46,7 @@ def kinds(evs: list[Event]) -> list[str]:
     return [e.kind for e in evs]
 
 
-def output(evs: list[Event], kind: str = "stdout", step: str | None | object = ...) -> bytes:
+def output(evs: list[Event], kind: str = "stdout", step: str | object | None = ...) -> bytes:
     """The concatenated bytes of one output kind (optionally of one span only)."""
     return b"".join(e.data or b"" for e in evs if e.kind == kind and (step is ... or e.step == step))
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 from blake3 import blake3
+from recorder_util import ALPHA, events, index, record
 
 from aos.verify import verify_stream
 from observe import artifacts
-from recorder_util import ALPHA, events, index, record
 
 
 def _files(evs: list[Any]) -> dict[str, dict[str, Any]]:
@@ -40,7 +40,14 @@ class TestRecordArtifacts:
         proc, path = record(
             tmp_path,
             ["sh", "-c", "echo made > made.txt"],
-            "--artifact", "out", "--artifact", "*.json", "--artifact", "made.txt", "--artifact", "nope*.txt",
+            "--artifact",
+            "out",
+            "--artifact",
+            "*.json",
+            "--artifact",
+            "made.txt",
+            "--artifact",
+            "nope*.txt",
             cwd=tmp_path,
         )
         assert 0 == proc.returncode, proc.stderr
@@ -52,7 +59,11 @@ class TestRecordArtifacts:
             attrs = files[name]
             assert data == _content(evs, name)
             assert (len(data), hashlib.sha256(data).hexdigest(), blake3(data).hexdigest(), "inline", "file") == (
-                attrs["size"], attrs["sha256"], attrs["blake3"], attrs["content"], attrs["kind"]
+                attrs["size"],
+                attrs["sha256"],
+                attrs["blake3"],
+                attrs["content"],
+                attrs["kind"],
             )
             assert (tmp_path / name).stat().st_mode & 0o7777 == attrs["mode"]
         link = files["out/escape"]
@@ -72,7 +83,9 @@ class TestRecordArtifacts:
         evs = events(path)
         files = _files(evs)
         assert ("omitted", hashlib.sha256(b"x" * 5000).hexdigest(), 5000) == (
-            files["big"]["content"], files["big"]["sha256"], files["big"]["size"]
+            files["big"]["content"],
+            files["big"]["sha256"],
+            files["big"]["size"],
         )
         assert b"" == _content(evs, "big")
         assert b"y" * 10 == _content(evs, "small")
@@ -116,9 +129,23 @@ class TestRecordArtifacts:
         )
         out = tmp_path / "a.aos"
         probe = subprocess.run(
-            [sys.executable, "-c", code, ALPHA, "observe", "record", "--quiet", "--out", str(out),
-             "--artifact", str(big), "--", "true"],
-            capture_output=True, check=True,
+            [
+                sys.executable,
+                "-c",
+                code,
+                ALPHA,
+                "observe",
+                "record",
+                "--quiet",
+                "--out",
+                str(out),
+                "--artifact",
+                str(big),
+                "--",
+                "true",
+            ],
+            capture_output=True,
+            check=True,
         )
         peak_kb = int(probe.stdout.split()[-1])
         # The baseline recorder is ~85 MB; holding the file whole would add 48 MB or more.

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from recorder_util import ALPHA, alpha, events, index, kinds, one, output, record
 
 from observe.channel import FrameReader, ReceiptTail, encode_frame, parse_receipt_line, receipt_line
-from recorder_util import ALPHA, alpha, events, index, kinds, one, output, record
 
 
 class TestParseReceiptLine:
@@ -47,7 +47,8 @@ class TestParseReceiptLine:
     def test_receipt_line_round_trips(self) -> None:
         """receipt_line writes one newline-terminated line that parses back to itself."""
         line = receipt_line("n", "fail", {"k": [1, "é"]})
-        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        assert line.endswith(b"\n")
+        assert 1 == line.count(b"\n")
         assert ("receipt", {"name": "n", "status": "fail", "fields": {"k": [1, "é"]}}) == parse_receipt_line(line[:-1])
 
 
@@ -85,7 +86,8 @@ class TestReceipts:
         """echo, the receipt command and bad lines all land in the stream; nothing is dropped."""
         script = (
             'echo \'{"name":"shell","status":"pass","fields":{"a":1}}\' >> "$AOS_RECEIPTS";'
-            "alpha observe receipt cli --status fail --field n=3 --field s=text --field j='[1]' --json '{\"n\":0,\"o\":true}';"
+            "alpha observe receipt cli --status fail --field n=3 --field s=text --field j='[1]'"
+            ' --json \'{"n":0,"o":true}\';'
             'printf "garbage\\377\\n" >> "$AOS_RECEIPTS";'
             'printf \'{"name":"last-no-newline"}\' >> "$AOS_RECEIPTS"'
         )
@@ -136,7 +138,9 @@ class TestSteps:
         build, nested = starts
         assert ("build", None) == (build.attrs["name"], build.attrs["parent"])
         assert ("nested", build.step) == (nested.attrs["name"], nested.attrs["parent"])
-        assert build.step != nested.step and build.step and nested.step
+        assert build.step
+        assert nested.step
+        assert build.step != nested.step
         assert b"building\nnested=4\n" == output(evs, "stdout", build.step)
         assert b"warn\n" == output(evs, "stderr", build.step)
         assert b"deep\n" == output(evs, "stdout", nested.step)
@@ -162,8 +166,10 @@ class TestSteps:
 
     def test_step_exit_codes(self, tmp_path: Path) -> None:
         """A step exits with its sub-command's code: 127 not found, 128+N for a signal."""
-        script = "alpha observe step a -- no-such-cmd-xyz; echo a=$?; alpha observe step b -- sh -c 'kill -9 $$'; echo b=$?"
-        proc, path = record(tmp_path, ["sh", "-c", script])
+        script = (
+            "alpha observe step a -- no-such-cmd-xyz; echo a=$?; alpha observe step b -- sh -c 'kill -9 $$'; echo b=$?"
+        )
+        _proc, path = record(tmp_path, ["sh", "-c", script])
         evs = events(path)
         assert b"a=127\nb=137\n" == output(evs, "stdout", None)
         ends = [e.attrs for e in evs if e.kind == "step.end"]

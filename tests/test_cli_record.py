@@ -7,10 +7,10 @@ from typing import Any
 
 import click
 from click.testing import CliRunner
+from recorder_util import alpha, events
 
 from observe.cli_record import COMMANDS, options_from_click, recording_options
 from observe.recorder import RecordOptions
-from recorder_util import alpha, events
 
 
 class TestRecordingOptions:
@@ -25,15 +25,46 @@ class TestRecordingOptions:
 
         result = CliRunner().invoke(
             probe,
-            ["--out", "x.aos", "--artifact", "a", "--artifact", "b/*", "--timeout", "2.5", "--pty",
-             "--sign-key", "k.key", "--mask", "s1", "--mask", "s2", "--label", "k=v", "--label", "e=a=b",
-             "--quiet", "--artifact-max-bytes", "10"],
+            [
+                "--out",
+                "x.aos",
+                "--artifact",
+                "a",
+                "--artifact",
+                "b/*",
+                "--timeout",
+                "2.5",
+                "--pty",
+                "--sign-key",
+                "k.key",
+                "--mask",
+                "s1",
+                "--mask",
+                "s2",
+                "--label",
+                "k=v",
+                "--label",
+                "e=a=b",
+                "--quiet",
+                "--artifact-max-bytes",
+                "10",
+            ],
         )
         assert 0 == result.exit_code, result.output
-        assert RecordOptions(
-            out=Path("x.aos"), artifacts=("a", "b/*"), timeout=2.5, pty=True, sign_key=Path("k.key"),
-            masks=("s1", "s2"), labels={"k": "v", "e": "a=b"}, quiet=True, artifact_max_bytes=10,
-        ) == seen["opts"]
+        assert (
+            RecordOptions(
+                out=Path("x.aos"),
+                artifacts=("a", "b/*"),
+                timeout=2.5,
+                pty=True,
+                sign_key=Path("k.key"),
+                masks=("s1", "s2"),
+                labels={"k": "v", "e": "a=b"},
+                quiet=True,
+                artifact_max_bytes=10,
+            )
+            == seen["opts"]
+        )
 
     def test_defaults(self) -> None:
         """With no flags the options are RecordOptions' defaults."""

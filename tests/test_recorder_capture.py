@@ -6,8 +6,9 @@ import os
 import sys
 from pathlib import Path
 
-from aos.verify import verify_stream
 from recorder_util import events, index, kinds, one, output, record
+
+from aos.verify import verify_stream
 
 PY = sys.executable
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -11,14 +12,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from recorder_util import ALPHA, events, kinds, one, output, recorded_stdout_so_far, wait_for
+from recorder_util import record as record_cli
 
 from aos.reader import read_stream
 from aos.refusals import StreamUnsealed, StreamWrite
 from aos.signing import generate_keypair, load_public_key
 from aos.verify import verify_stream
 from observe.recorder import RecordOptions, record
-from recorder_util import ALPHA, events, kinds, one, output, recorded_stdout_so_far, wait_for
-from recorder_util import record as record_cli
 
 
 class TestKilledRecorder:
@@ -39,10 +40,8 @@ class TestKilledRecorder:
             proc.kill()
         contents = read_stream(out)
         pgid = next(e for e in contents.events if e.kind == "process.start").attrs["pid"]
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         assert "seal" not in kinds(contents.events)
         lines = output(contents.events).split(b"\n")
         complete = lines[:-1]
@@ -79,7 +78,7 @@ class TestUnwritable:
         assert not marker.exists()
 
     def test_full_disk_mid_run_never_stops_the_command_or_its_echo(self, tmp_path: Path) -> None:
-        """When stream writes start failing (ENOSPC), the command runs on, its echo is complete, and record exits 125."""
+        """When stream writes fail (ENOSPC), the command runs on, its echo is complete, and record exits 125."""
         driver = tmp_path / "driver.py"
         driver.write_text(
             textwrap.dedent(
@@ -107,7 +106,10 @@ class TestUnwritable:
         marker = tmp_path / "finished"
         script = f"for i in $(seq 1 300); do echo line-$i; sleep 0.002; done; touch {marker}"
         proc = subprocess.run(
-            [sys.executable, str(driver), str(tmp_path / "full.aos"), script], capture_output=True, timeout=60, check=False
+            [sys.executable, str(driver), str(tmp_path / "full.aos"), script],
+            capture_output=True,
+            timeout=60,
+            check=False,
         )
         assert 125 == proc.returncode
         assert b"".join(f"line-{i}\n".encode() for i in range(1, 301)) == proc.stdout
@@ -153,7 +155,8 @@ def test_signed_stream_verifies_with_the_public_key(tmp_path: Path) -> None:
     proc, path = record_cli(tmp_path, ["echo", "signed"], "--sign-key", str(key))
     assert 0 == proc.returncode, proc.stderr
     verification = verify_stream(path, load_public_key(pub))
-    assert verification.signed and verification.signature_checked
+    assert verification.signed
+    assert verification.signature_checked
 
 
 def test_bad_sign_key_is_refused_before_running(tmp_path: Path) -> None:
@@ -173,10 +176,25 @@ def test_recording_output_keeps_memory_bounded(tmp_path: Path) -> None:
         "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL);"
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
     )
-    gen = "import sys\nline = b'2026-11-29 INFO request handled status=200 latency_ms=12 ' * 2 + b'\\n'\nfor _ in range(120_000_000 // len(line)): sys.stdout.buffer.write(line)"
+    gen = (
+        "import sys\nline = b'2026-11-29 INFO request handled status=200 latency_ms=12 ' * 2 + b'\\n'\n"
+        "for _ in range(120_000_000 // len(line)): sys.stdout.buffer.write(line)"
+    )
     probe = subprocess.run(
-        [sys.executable, "-c", code, ALPHA, "observe", "record", "--out", str(tmp_path / "m.aos"), "--",
-         sys.executable, "-c", gen],
+        [
+            sys.executable,
+            "-c",
+            code,
+            ALPHA,
+            "observe",
+            "record",
+            "--out",
+            str(tmp_path / "m.aos"),
+            "--",
+            sys.executable,
+            "-c",
+            gen,
+        ],
         capture_output=True,
         check=True,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from recorder_util import ALPHA, events, index, one, output, record, recorded_stdout_so_far, wait_for
 
 from aos.verify import verify_stream
-from recorder_util import ALPHA, events, index, one, output, record, recorded_stdout_so_far, wait_for
 
 
 class TestExitCodes:
@@ -135,16 +136,15 @@ class TestStrayWriters:
         elapsed = time.monotonic() - begun
         evs = events(path)
         pgid = one(evs, "process.start").attrs["pid"]
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         assert 0 == proc.returncode
         assert elapsed < 30
         exit_at = index(evs, "process.exit")
         assert evs[exit_at].attrs["stray_writers"] is True
         late = [i for i, e in enumerate(evs) if e.kind == "stdout" and e.data == b"late\n"]
-        assert late and late[0] > exit_at
+        assert late
+        assert late[0] > exit_at
         assert ["stdout", "stderr"] == one(evs, "process.stray").attrs["still_open"]
         assert b"main\nlate\n" == output(evs)
         verify_stream(path)
@@ -155,7 +155,9 @@ def test_exit_code_of_record_matches_python_api(tmp_path: Path) -> None:
     from observe.recorder import RecordOptions
     from observe.recorder import record as run
 
-    result = run([sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"], RecordOptions(out=tmp_path / "a.aos", quiet=True))
+    result = run(
+        [sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"], RecordOptions(out=tmp_path / "a.aos", quiet=True)
+    )
     assert (137, None, "SIGKILL", False, False) == (
         result.exit_code,
         result.command_exit,
@@ -163,4 +165,5 @@ def test_exit_code_of_record_matches_python_api(tmp_path: Path) -> None:
         result.timed_out,
         result.recorder_failed,
     )
-    assert result.seal is not None and result.seal.path == tmp_path / "a.aos"
+    assert result.seal is not None
+    assert tmp_path / "a.aos" == result.seal.path
