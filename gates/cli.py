@@ -71,7 +71,7 @@ def _emit(v: Verdict, *, as_json: bool, junit: Path | None, stream: str | None, 
             junit.write_text(report.junit_xml(v, stream=stream), encoding="utf-8")
         except OSError as exc:
             click.echo(f"alpha observe: cannot write {junit}: {exc.strerror or exc}", err=True)
-    if os.environ.get("GITHUB_ACTIONS"):
+    if os.environ.get("GITHUB_ACTIONS") and not as_json:  # --json keeps stdout one JSON document
         for line in report.github_annotations(v):
             click.echo(line)
 
