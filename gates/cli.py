@@ -18,11 +18,10 @@ import click
 from observe.cli_record import options_from_click, recording_options
 
 if TYPE_CHECKING:
-    from aos.writer import StreamWriter
     from gates.language import Gate
     from gates.verdict import Verdict
 
-__all__ = ["COMMANDS", "evaluate_stream", "gate", "gates", "verdict"]
+__all__ = ["COMMANDS", "gate", "gates", "verdict"]
 
 _GATE_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": True}
 
@@ -35,28 +34,6 @@ def _resolve(name: str, gate_files: tuple[Path, ...]) -> Gate:
         return resolve_gate(name, gate_files)
     except GateFileError as exc:
         raise click.UsageError(exc.diagnostics()) from None
-
-
-def evaluate_stream(gate_: Gate, path: Path) -> Verdict:
-    """Read a (possibly unsealed) stream back and evaluate ``gate_`` over it.
-
-    Never raises: a stream that cannot be read back, or a gate whose
-    evaluation breaks, gives an ``inconclusive`` verdict saying why.
-    """
-    from aos.reader import read_stream
-    from gates.engine import evaluate
-    from gates.verdict import Check, Verdict
-
-    try:
-        contents = read_stream(path)
-        v = evaluate(gate_, contents.events)
-        if contents.damage is not None:
-            extra = Check("stream-readback", "inconclusive", f"the stream read back damaged: {contents.damage}")
-            v = Verdict.of(v.gate, v.scope, [*v.checks, extra], v.summary, **v.extra)
-        return v
-    except Exception as exc:  # noqa: BLE001 - the verdict must still be sealed
-        check = Check("gate-engine", "inconclusive", f"the gate could not be evaluated: {type(exc).__name__}: {exc}")
-        return Verdict.of(gate_.name, gate_.scope, [check], "inconclusive: the gate could not be evaluated")
 
 
 def _emit(v: Verdict, *, as_json: bool, junit: Path | None, stream: str | None, table_err: bool) -> None:
@@ -105,8 +82,8 @@ def gate(
     2 usage (an unknown gate is refused before COMMAND runs).
     """
     from aos.refusals import Refusal
+    from gates.run import run_gate
     from observe.cli import refuse
-    from observe.recorder import record
 
     argv = list(command)
     if argv[:1] == ["--"]:
@@ -114,25 +91,15 @@ def gate(
     if not argv:
         raise click.UsageError("gate needs a command after NAME (alpha observe gate NAME -- CMD...)")
     gate_ = _resolve(name, gate_files)
-    kwargs["gate"] = gate_.name
-    options = options_from_click(**kwargs)
-    sealed: list[Verdict] = []
-
-    def before_seal(path: Path, writer: StreamWriter) -> None:
-        writer.flush()
-        v = evaluate_stream(gate_, path)
-        writer.append("verdict", v.to_attrs())
-        sealed.append(v)
-
     try:
-        result = record(argv, options, before_seal=before_seal)
+        outcome = run_gate(gate_, argv, options_from_click(**kwargs))
     except Refusal as exc:
         refuse(exc, 125)
-    if result.recorder_failed or not sealed:
-        click.echo(f"alpha observe gate: the recorder failed; no sealed verdict in {result.path}", err=True)
+    if outcome.verdict is None:
+        click.echo(f"alpha observe gate: the recorder failed; no sealed verdict in {outcome.record.path}", err=True)
         sys.exit(125)
-    v = sealed[0]
-    _emit(v, as_json=as_json, junit=junit, stream=str(result.path), table_err=True)
+    v = outcome.verdict
+    _emit(v, as_json=as_json, junit=junit, stream=str(outcome.record.path), table_err=True)
     sys.exit(v.exit_code)
 
 

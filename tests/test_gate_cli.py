@@ -10,7 +10,12 @@ from typing import Any
 
 import pytest
 
+from aos.reader import read_stream
 from aos.verify import verify_stream
+from gates.registry import resolve_gate
+from gates.run import evaluate_stream, run_gate
+from gates.testing import SyntheticStream
+from observe.recorder import RecordOptions
 
 LANE = Path(__file__).resolve().parent / "mutants" / "device_lane.sh"
 
@@ -176,3 +181,23 @@ class TestDeviceLaneEndToEnd:
         """A lane script with one thing wrong is not a pass, and the right check names it."""
         got_code, v = run_lane(tmp_path, mutant)
         assert (code, status) == (got_code, check_status(v, check))
+
+
+class TestLibrary:
+    def test_run_gate(self, tmp_path: Path) -> None:
+        """run_gate records a command and seals the verdict it returns, with the gate named in stream.open."""
+        out = tmp_path / "s.aos"
+        outcome = run_gate(resolve_gate("exit-zero"), ["true"], RecordOptions(out=out, quiet=True))
+        assert outcome.verdict is not None
+        assert (0, outcome.verdict.to_attrs()) == (outcome.exit_code, sealed_verdict(out))
+        assert "exit-zero" == read_stream(out).events[0].attrs["gate"]
+
+    def test_damaged_stream_is_inconclusive(self, tmp_path: Path) -> None:
+        """A stream that reads back damaged gives an inconclusive verdict naming stream-readback."""
+        s = SyntheticStream()
+        s.exit(0)
+        s.write(tmp_path / "s.aos", seal=False)
+        with (tmp_path / "s.aos").open("ab") as f:
+            f.write(b"\x01garbage after the last batch")
+        v = evaluate_stream(resolve_gate("exit-zero"), tmp_path / "s.aos")
+        assert ("inconclusive", "stream-readback") == (v.verdict, v.checks[-1].name)
