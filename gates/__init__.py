@@ -1,1 +1,66 @@
-"""gates: the policy engine, the built-in gates and their verdicts."""
+"""gates: the policy engine, the built-in gates and their verdicts.
+
+A gate (``Gate``, read from TOML by ``load_gate`` or found by ``resolve_gate``)
+is evaluated over a stream's events by ``evaluate`` to a ``Verdict`` of
+``Check``s; ``run_gate`` records a command and seals the verdict into its
+stream. docs/GATES.md documents the language. Names load lazily, so the
+light commands that import the CLI never pay for the engine.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gates.checks import register
+    from gates.engine import evaluate
+    from gates.evidence import Evidence
+    from gates.language import Gate, GateFileError, load_gate
+    from gates.registry import UnknownGate, builtin_gates, resolve_gate
+    from gates.run import GateOutcome, evaluate_stream, run_gate
+    from gates.typing import Outcome
+    from gates.verdict import Check, Verdict
+
+__all__ = [
+    "Check",
+    "Evidence",
+    "Gate",
+    "GateFileError",
+    "GateOutcome",
+    "Outcome",
+    "UnknownGate",
+    "Verdict",
+    "builtin_gates",
+    "evaluate",
+    "evaluate_stream",
+    "load_gate",
+    "register",
+    "resolve_gate",
+    "run_gate",
+]
+
+_LAZY = {
+    "Check": "gates.verdict",
+    "Verdict": "gates.verdict",
+    "Evidence": "gates.evidence",
+    "Gate": "gates.language",
+    "GateFileError": "gates.language",
+    "load_gate": "gates.language",
+    "GateOutcome": "gates.run",
+    "evaluate_stream": "gates.run",
+    "run_gate": "gates.run",
+    "Outcome": "gates.typing",
+    "UnknownGate": "gates.registry",
+    "builtin_gates": "gates.registry",
+    "resolve_gate": "gates.registry",
+    "evaluate": "gates.engine",
+    "register": "gates.checks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gates' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
