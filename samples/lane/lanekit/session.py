@@ -43,7 +43,7 @@ def _pump(role: str, stream: IO[bytes], sink: IO[str], keep: list[str]) -> None:
         sink.flush()
 
 
-def _wait_all(procs: dict[str, subprocess.Popen[bytes]], timeout: float, grace: float = 2.0) -> dict[str, int]:
+def _wait_all(procs: dict[str, subprocess.Popen[bytes]], timeout: float, grace: float = 1.0) -> dict[str, int]:
     """Wait for every participant; once one fails, give the rest ``grace`` seconds, then kill them (by pid)."""
     deadline = time.monotonic() + timeout
     failed_at: float | None = None
