@@ -19,7 +19,8 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 
 def _load_make_assets() -> ModuleType:
     spec = importlib.util.spec_from_file_location("aos_test_make_assets", ASSETS / "make_assets.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while it loads
     spec.loader.exec_module(module)

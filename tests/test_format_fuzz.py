@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import subprocess
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -28,40 +28,29 @@ _names = itertools.count()  # hypothesis reseeds `random` per example, so file n
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-def known_bug(exc: BaseException) -> str | None:
-    """The id of a reported, not yet fixed aos bug that ``exc`` is (None when it is none of them).
-
-    Each entry has a strict-xfail test in TestKnownBugs: when the bug is fixed that test
-    fails as XPASS, and its entry here must go too.
-    """
-    frames = {(Path(f.filename).name, f.name) for f in traceback.extract_tb(exc.__traceback__)}
-    if isinstance(exc, UnicodeDecodeError) and ("reader.py", "_read_schema") in frames:
-        return "BUG 6: a schema field name that is not UTF-8"
-    return None
-
-
 def exercise(path: Path) -> str | None:
     """Read and verify ``path`` every way the library offers; return the refusal name (None if it verifies).
 
-    Anything other than a ``Refusal`` (or a known, reported bug) escaping fails the test.
+    Anything other than a ``Refusal`` escaping fails the test.
     """
-    try:
-        contents = read_stream(path)
-        for ev in contents.events:
+    with contextlib.suppress(Refusal):
+        for ev in read_stream(path).events:
             _ = (ev.seq, ev.kind, ev.data, ev.hash)
+            with contextlib.suppress(Refusal):
+                _ = ev.attrs
+    with contextlib.suppress(Refusal):
         for _ in iter_events(path):
             pass
+    refusal: Refusal | None = None
+    try:
         verify_stream(path)
     except Refusal as exc:
-        assert exc.name.startswith("stream-")
-        assert exc.diagnostics().startswith(f"refused: {exc.name}: ")
-        return exc.name
-    except Exception as exc:
-        bug = known_bug(exc)
-        if bug is None:
-            raise
-        return bug
-    return None
+        refusal = exc
+    if refusal is None:
+        return None
+    assert f"refused: {refusal.name}: " == refusal.diagnostics()[: len(refusal.name) + 11]
+    assert refusal.name.startswith("stream-")
+    return refusal.name
 
 
 @st.composite
@@ -84,7 +73,9 @@ def mutated(draw: st.DrawFn) -> bytes:
             data[pos : pos + len(chunk)] = chunk
         elif op == "frame":
             # framing words: continuation marker, lengths (huge, negative, zero), end-of-stream
-            word = draw(st.sampled_from([b"\xff\xff\xff\xff", b"\xff\xff\xff\x7f", b"\x00\x00\x00\x80", b"\x00" * 4, EOS]))
+            word = draw(
+                st.sampled_from([b"\xff\xff\xff\xff", b"\xff\xff\xff\x7f", b"\x00\x00\x00\x80", b"\x00" * 4, EOS])
+            )
             data[pos : pos + len(word)] = word
         elif op == "truncate":
             del data[pos:]
@@ -127,12 +118,12 @@ class TestFuzzLibrary:
         path = tmp_path / f"m{next(_names)}.aos"
         path.write_bytes(data)
         name = exercise(path)
-        if data not in BASES.values() and not any(data == b[:-8] for b in BASES.values()):
-            # the only undetectable change to a sealed stream is dropping its end-of-stream marker
+        changed = data not in BASES.values() and not any(data == b[:-8] for b in BASES.values())
+        if changed and name is None:
+            # the only undetectable changes to a sealed stream: dropping its end-of-stream marker,
             # or touching the seal's own batch where no value changes
-            if name is None:
-                seal_start = verify_stream(path).seal["bytes"]
-                assert any(data[:seal_start] == b[:seal_start] for b in BASES.values())
+            seal_start = verify_stream(path).seal["bytes"]
+            assert any(data[:seal_start] == b[:seal_start] for b in BASES.values())
 
 
 class TestMalformedAttrs:
@@ -140,53 +131,54 @@ class TestMalformedAttrs:
 
     @staticmethod
     def _forge(surgery: ModuleType, asset: Callable[[str], Path], tmp_path: Path, kind: str, attrs: str) -> Path:
-        """The good asset with one event (the verdict, or seq 1) turned into ``kind`` with ``attrs``, rechained and resealed."""
+        """The good asset with its verdict (or seq 1) made ``kind`` with ``attrs``, rechained and resealed."""
         parts = surgery.split(asset("good.aos"))
         rows = surgery.all_rows(parts)
         target: dict[str, Any] = rows[-2][0] if kind == "verdict" else rows[0][1]
         target["kind"], target["attrs"] = kind, attrs
-        forged = surgery.reseal(surgery.Parts(parts.head, [surgery.encode_batch(r) for r in rows], parts.tail, parts.stream_id))
+        forged = surgery.reseal(
+            surgery.Parts(parts.head, [surgery.encode_batch(r) for r in rows], parts.tail, parts.stream_id)
+        )
         path = tmp_path / f"{kind}.aos"
         path.write_bytes(forged.join())
         return path
 
-    def test_stdout_attrs_not_json_reads(self, surgery: ModuleType, asset: Callable[[str], Path], tmp_path: Path) -> None:
-        """An ordinary event with non-JSON attrs text does not break reading or verifying."""
-        path = self._forge(surgery, asset, tmp_path, "stdout", "not json {")
-        exercise(path)
+    @pytest.mark.parametrize("kind", ["stdout", "checkpoint", "verdict"])
+    @pytest.mark.parametrize("attrs", ["not json {", "[1,2]", '"pass"', "{}{}", '{"a": 1}', '{"b":1,"a":2}'])
+    def test_not_a_canonical_object_is_refused(
+        self, surgery: ModuleType, asset: Callable[[str], Path], tmp_path: Path, kind: str, attrs: str
+    ) -> None:
+        """An event whose attrs text is not the canonical JSON of an object is stream-schema, naming its seq."""
+        path = self._forge(surgery, asset, tmp_path, kind, attrs)
+        with pytest.raises(Refusal) as info:
+            verify_stream(path)
+        seq = 16 if kind == "verdict" else 1
+        assert ("stream-schema", seq) == (info.value.name, info.value.context.get("first_bad_seq"))
+        assert None is exercise(path) or "stream-schema" == exercise(path)
 
-    @pytest.mark.xfail(
-        strict=True, raises=ValueError, reason="aos bug: JSONDecodeError escapes verify_stream (see /tmp/aos-bugs.txt BUG 1)")
-    @pytest.mark.parametrize("kind", ["checkpoint", "verdict"])
-    def test_not_json_is_refused(self, surgery: ModuleType, asset: Callable[[str], Path], tmp_path: Path, kind: str) -> None:
-        """A checkpoint or verdict whose attrs text is not JSON is refused by name, not a traceback."""
-        path = self._forge(surgery, asset, tmp_path, kind, "not json {")
-        assert exercise(path) is not None
-
-    @pytest.mark.xfail(
-        strict=True, raises=AssertionError, reason="aos bug: attrs are not checked to be a JSON object (see /tmp/aos-bugs.txt BUG 2)")
-    @pytest.mark.parametrize("attrs", ["[1,2]", '"pass"', '{"verdict":"pass","verdict":"fail"}', '{"x":NaN}'])
-    def test_verdict_not_a_canonical_object_is_refused(
+    @pytest.mark.parametrize("attrs", ['{"verdict":"pass","verdict":"fail"}', '{"x":NaN}', '{"x":1e999}'])
+    def test_verdict_with_inexact_values_is_refused(
         self, surgery: ModuleType, asset: Callable[[str], Path], tmp_path: Path, attrs: str
     ) -> None:
-        """A verdict whose attrs are not the canonical JSON text of an object is refused."""
+        """A verdict with repeated keys or a number JSON cannot state exactly is stream-schema."""
         path = self._forge(surgery, asset, tmp_path, "verdict", attrs)
-        assert exercise(path) is not None
+        assert "stream-schema" == exercise(path)
 
+    def test_event_attrs_refuses(self, surgery: ModuleType, asset: Callable[[str], Path], tmp_path: Path) -> None:
+        """Event.attrs on an event read back with non-JSON attrs raises stream-schema, not a JSON error."""
+        path = self._forge(surgery, asset, tmp_path, "stdout", "not json {")
+        ev = read_stream(path).events[1]
+        with pytest.raises(Refusal) as info:
+            _ = ev.attrs
+        assert "stream-schema" == info.value.name
 
-class TestKnownBugs:
-    """Bugs the fuzzing found, pinned as strict xfails until aos/ is fixed (then drop them from known_bug)."""
-
-    @pytest.mark.xfail(strict=True, raises=UnicodeDecodeError, reason="aos bug: see /tmp/aos-bugs.txt BUG 6")
     def test_schema_field_name_not_utf8(self, asset: Callable[[str], Path], tmp_path: Path) -> None:
         """A schema whose field name is not valid UTF-8 is stream-schema, not a UnicodeDecodeError."""
         data = asset("good.aos").read_bytes()
         assert 1 == data.count(b"mono_ns")
         path = tmp_path / "bad-name.aos"
         path.write_bytes(data.replace(b"mono_ns", b"mono\x80ns"))
-        with pytest.raises(Refusal) as info:
-            verify_stream(path)
-        assert "stream-schema" == info.value.name
+        assert "stream-schema" == exercise(path)
 
 
 class TestFuzzCli:
@@ -217,9 +209,7 @@ class TestFuzzCli:
         path = tmp_path / f"c{next(_names)}.aos"
         path.write_bytes(data)
         code, out, err = self._cli_verify(path)
-        if code == 1 and not err and self._exception is not None and known_bug(self._exception):
-            return
-        assert code in (0, 1)
+        assert (code in (0, 1), None) == (True, self._exception)
         if code == 1:
             assert ("refused: stream-", "") == (err[:16], out)
             assert "Traceback" not in err
@@ -232,7 +222,14 @@ class TestFuzzCli:
     def test_real_process(self) -> None:
         """The installed `alpha` entry point (a real process) refuses a flipped byte without a traceback."""
         proc = subprocess.run(
-            [sys.executable, "-c", "from observe.cli import main; main()", "observe", "verify", str(ASSETS / "flipped-byte.aos")],
+            [
+                sys.executable,
+                "-c",
+                "from observe.cli import main; main()",
+                "observe",
+                "verify",
+                str(ASSETS / "flipped-byte.aos"),
+            ],
             capture_output=True,
             text=True,
             timeout=60,

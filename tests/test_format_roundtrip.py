@@ -78,8 +78,15 @@ def write(path: Path, specs: list[Spec], **options: Any) -> None:
 def expected_rows(specs: list[Spec], events: list[Event]) -> list[tuple[Any, ...]]:
     """The column values each spec must come back as (clocks taken from what was stored when not given)."""
     return [
-        (seq, ev.wall_ns if wall is None else wall, ev.mono_ns if mono is None else mono, kind, step,
-         canonical_json(attrs), data)
+        (
+            seq,
+            ev.wall_ns if wall is None else wall,
+            ev.mono_ns if mono is None else mono,
+            kind,
+            step,
+            canonical_json(attrs),
+            data,
+        )
         for seq, ((kind, attrs, data, step, wall, mono), ev) in enumerate(zip(specs, events, strict=False))
     ]
 
@@ -177,7 +184,9 @@ class TestRoundTrip:
         for i in range(5):
             w.append("stdout", {"i": i}, b"%d" % i)
         w.close()
-        assert [b"0", b"1", b"2", b"3", b"4"] == ipc.open_stream(path.read_bytes()).read_all().column("data").to_pylist()
+        assert [b"0", b"1", b"2", b"3", b"4"] == ipc.open_stream(path.read_bytes()).read_all().column(
+            "data"
+        ).to_pylist()
 
 
 tiny_text = st.text(alphabet="a\x00\x01", max_size=3)
@@ -226,10 +235,14 @@ class TestCanonicalEncoding:
             (7).to_bytes(8, "little")
             + (-2).to_bytes(8, "little", signed=True)
             + (3).to_bytes(8, "little", signed=True)
-            + (6).to_bytes(8, "little") + b"stdout"
+            + (6).to_bytes(8, "little")
+            + b"stdout"
             + b"\x00"
-            + (2).to_bytes(8, "little") + b"{}"
-            + b"\x01" + (3).to_bytes(8, "little") + b"a\x00b"
+            + (2).to_bytes(8, "little")
+            + b"{}"
+            + b"\x01"
+            + (3).to_bytes(8, "little")
+            + b"a\x00b"
         )
         assert want == encode_event(7, -2, 3, "stdout", None, "{}", b"a\x00b")
 
@@ -252,7 +265,7 @@ class TestCanonicalEncoding:
     @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
     def test_canonical_json_refuses_inexact_numbers(self, bad: float) -> None:
         """NaN and infinities have no exact JSON form and are refused with ValueError."""
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="JSON compliant"):
             canonical_json({"x": bad})
 
     @pytest.mark.parametrize("bad", [[1], "x", 1, None])

@@ -68,7 +68,7 @@ class TestKeygen:
         """keygen never overwrites an existing private key."""
         key, _ = generate_keypair(tmp_path / "k")
         before = key.read_bytes()
-        with pytest.raises(OSError):
+        with pytest.raises(FileExistsError):
             generate_keypair(tmp_path / "k")
         assert before == key.read_bytes()
 
@@ -78,7 +78,9 @@ class TestKeygen:
         generate_keypair(tmp_path / "y")
         assert load_public_key(tmp_path / "x.pub").key_id != load_public_key(tmp_path / "y.pub").key_id
 
-    @pytest.mark.parametrize("content", [b"", b"garbage", b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"])
+    @pytest.mark.parametrize(
+        "content", [b"", b"garbage", b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"]
+    )
     def test_bad_key_files_are_refused(self, tmp_path: Path, content: bytes) -> None:
         """Unreadable or malformed key files are a stream-signature refusal, never a traceback."""
         bad = tmp_path / "bad.pem"

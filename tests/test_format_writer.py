@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import threading
 import time
@@ -11,7 +12,6 @@ from typing import Any
 
 import pytest
 
-import aos.writer
 from aos.reader import StreamFile, read_stream
 from aos.refusals import StreamWrite
 from aos.verify import verify_stream
@@ -39,7 +39,7 @@ class TestAppendOnly:
             snapshots.append(path.read_bytes())
         w.seal()
         snapshots.append(path.read_bytes())
-        assert [True] * (len(snapshots) - 1) == [b.startswith(a) for a, b in zip(snapshots, snapshots[1:])]
+        assert [True] * (len(snapshots) - 1) == [b.startswith(a) for a, b in itertools.pairwise(snapshots)]
         assert len(set(snapshots)) > 5
 
     def test_every_flush_leaves_a_readable_prefix(self, tmp_path: Path) -> None:
@@ -64,7 +64,7 @@ class TestAppendOnly:
                 calls.append(_name)
                 return _real(*args)
 
-            monkeypatch.setattr(aos.writer.os, name, spy)
+            monkeypatch.setattr(f"aos.writer.os.{name}", spy)
         w = quiet_writer(tmp_path / "s.aos", batch_max_events=2)
         for i in range(9):
             w.append("stdout", {}, b"%d" % i)
@@ -85,7 +85,7 @@ class TestAppendOnly:
                 sizes.append(len(b))
             return real(f, b)
 
-        monkeypatch.setattr(aos.writer.os, "write", spy)
+        monkeypatch.setattr("aos.writer.os.write", spy)
         for i in range(9):
             w.append("stdout", {"i": i}, b"y" * 100)
         w.seal()
@@ -134,6 +134,28 @@ class TestAppendOnly:
             info.bytes,
             v.seal["file_blake3"],
         )
+
+    @pytest.mark.parametrize("kind", ["seal", "checkpoint"])
+    def test_reserved_kinds_refused(self, tmp_path: Path, kind: str) -> None:
+        """append refuses the kinds only the writer writes (seal, checkpoint); the stream stays usable."""
+        path = tmp_path / "s.aos"
+        w = quiet_writer(path)
+        with pytest.raises(ValueError, match="written by the writer itself"):
+            w.append(kind, {"head": "00" * 32, "events": 0})
+        w.append("stdout", {}, b"ok")
+        w.seal()
+        assert {"stdout": 1, "seal": 1} == verify_stream(path).kinds
+
+    def test_unencodable_text_refused(self, tmp_path: Path) -> None:
+        """Text that is not valid Unicode (a lone surrogate) is refused with ValueError before anything is stored."""
+        path = tmp_path / "s.aos"
+        w = quiet_writer(path)
+        for bad in ({"kind": "std\ud800"}, {"attrs": {"x": "\udfff"}}, {"step": "\ud800"}):
+            with pytest.raises(ValueError, match="surrogates not allowed"):
+                w.append(bad.get("kind", "stdout"), bad.get("attrs", {}), None, bad.get("step"))  # type: ignore[arg-type]
+        w.append("stdout", {}, b"ok")
+        w.seal()
+        assert [0, 1] == [e.seq for e in read_stream(path).events]
 
     def test_concurrent_appends(self, tmp_path: Path) -> None:
         """Appends from many threads at once give dense seqs, every event once, and a stream that verifies."""
@@ -212,7 +234,7 @@ class TestFlushing:
         v = verify_stream(path)
         events = read_stream(path).events
         cps = [e for e in events if e.kind == "checkpoint"]
-        gaps = [(b.mono_ns - a.mono_ns) / 1e9 for a, b in zip(cps, cps[1:])]
+        gaps = [(b.mono_ns - a.mono_ns) / 1e9 for a, b in itertools.pairwise(cps)]
         with StreamFile(path) as f:
             last_in_batch = {raw.batch.column("seq")[-1].as_py() for raw in f.batches()}
         assert 3 <= len(cps) <= 6, len(cps)
@@ -232,7 +254,7 @@ class TestFlushing:
                 _calls.append(fd)
                 real(fd)
 
-            monkeypatch.setattr(aos.writer.os, "fsync", spy)
+            monkeypatch.setattr("aos.writer.os.fsync", spy)
             w = quiet_writer(tmp_path / f"{policy}.aos", batch_max_events=2, fsync=policy)
             for i in range(6):
                 w.append("stdout", {}, b"%d" % i)
@@ -278,7 +300,7 @@ class TestBoundedMemory:
         """No batch holds more than batch_max_events events."""
         path = tmp_path / "s.aos"
         w = quiet_writer(path, batch_max_events=5)
-        for i in range(23):
+        for _ in range(23):
             w.append("stdout", {}, None)
         w.seal()
         with StreamFile(path) as f:
@@ -298,7 +320,7 @@ class TestWriteFailure:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             return real(f, b)
 
-        monkeypatch.setattr(aos.writer.os, "write", enospc)
+        monkeypatch.setattr("aos.writer.os.write", enospc)
 
     def test_enospc(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """A failed write raises StreamWrite; every later append, flush and seal refuses too."""
@@ -349,7 +371,7 @@ class TestWriteFailure:
         def short(f: int, b: Any) -> int:
             return real(f, bytes(b)[:7]) if f == fd else real(f, b)
 
-        monkeypatch.setattr(aos.writer.os, "write", short)
+        monkeypatch.setattr("aos.writer.os.write", short)
         for i in range(10):
             w.append("stdout", {}, b"%d" % i * 50)
         w.seal()
@@ -375,7 +397,7 @@ class TestWriteFailure:
             state["left"] -= n
             return n
 
-        monkeypatch.setattr(aos.writer.os, "write", filling)
+        monkeypatch.setattr("aos.writer.os.write", filling)
         w.append("stdout", {}, b"6")
         w.append("stdout", {}, b"7")
         with pytest.raises(StreamWrite):

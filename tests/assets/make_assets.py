@@ -12,8 +12,9 @@ serves this module as the ``surgery`` fixture.
 
 ``MANIFEST.json`` names, for each asset, the refusal ``verify`` must give
 (``null`` for a stream that verifies), the public key to verify with (if
-any), the last intact seq the refusal must name (if it names one), and what is
-wrong with it.
+any), the last intact seq or first bad seq the refusal must name (if it names
+one), ``in_schema`` when the damage is in the schema message (so even
+``read_stream`` refuses it), and what is wrong with it.
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ def decode_batch(message: bytes, stream_id: str = STREAM_ID) -> list[dict[str, A
     """The rows of one record batch message, as dicts of column values."""
     schema = arrow_schema(stream_id)
     reader = ipc.open_stream(schema.serialize().to_pybytes() + message + EOS)
-    return reader.read_all().to_pylist()
+    rows: list[dict[str, Any]] = reader.read_all().to_pylist()
+    return rows
 
 
 def rehash(rows: list[dict[str, Any]], prev: bytes) -> bytes:
@@ -124,13 +126,22 @@ def all_rows(parts: Parts) -> list[list[dict[str, Any]]]:
     return [decode_batch(b, parts.stream_id) for b in parts.batches]
 
 
+def _is_canonical_object(text: str) -> bool:
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and canonical_json(obj) == text
+
+
 def rechain(rows: list[dict[str, Any]], prev: bytes, stream_id: str, signer: Signer | None = None) -> bytes:
     """Recompute hashes from ``prev`` like ``rehash``, rewriting any checkpoint that no longer names its chain.
 
-    A rewritten checkpoint is signed by ``signer`` when one is given, else left unsigned.
+    A rewritten checkpoint is signed by ``signer`` when one is given, else left unsigned;
+    a checkpoint whose attrs are not a canonical JSON object is left as it is.
     """
     for r in rows:
-        if r["kind"] == "checkpoint" and r["attrs"].startswith("{"):
+        if r["kind"] == "checkpoint" and _is_canonical_object(r["attrs"]):
             attrs = json.loads(r["attrs"])
             if attrs.get("head") != prev.hex() or attrs.get("events") != r["seq"]:
                 attrs = {"head": prev.hex(), "events": r["seq"]}
@@ -202,12 +213,12 @@ class FakeClock:
 @contextlib.contextmanager
 def fake_clock() -> Iterator[None]:
     """Run the writer on a ``FakeClock`` (its only source of nondeterminism)."""
-    real = aos.writer.time
-    aos.writer.time = FakeClock()  # type: ignore[assignment]
+    real = aos.writer.time  # type: ignore[attr-defined]
+    aos.writer.time = FakeClock()  # type: ignore[attr-defined,assignment]
     try:
         yield
     finally:
-        aos.writer.time = real
+        aos.writer.time = real  # type: ignore[attr-defined]
 
 
 def seeded_signer(seed: str) -> Signer:
@@ -234,7 +245,12 @@ def write_keys(signer: Signer, prefix: Path) -> None:
 def sample_events() -> list[tuple[str, dict[str, Any], bytes | None, str | None]]:
     """A small recording: open, start, output, a step, a receipt, an artifact, exit and a verdict."""
     return [
-        ("stream.open", {"stream_id": STREAM_ID, "argv": ["make", "test"], "cwd": "/src", "env": {"HOME": "/root"}}, None, None),
+        (
+            "stream.open",
+            {"stream_id": STREAM_ID, "argv": ["make", "test"], "cwd": "/src", "env": {"HOME": "/root"}},
+            None,
+            None,
+        ),
         ("process.start", {"pid": 4242, "argv": ["make", "test"]}, None, None),
         ("stdout", {}, b"building...\n", None),
         ("step.start", {"name": "unit", "argv": ["pytest", "-q"]}, None, "unit"),
@@ -296,7 +312,7 @@ def _padding_flip(parts: Parts, index: int) -> int:
         try:
             if decode_batch(bytes(b)) == want:
                 return i
-        except Exception:  # noqa: BLE001, S112 - a flip that breaks decoding is not the one wanted
+        except Exception:  # noqa: BLE001 - a flip that breaks decoding is not the one wanted
             continue
     raise AssertionError("no harmless byte in the batch")
 
@@ -316,18 +332,33 @@ def build(out: Path) -> dict[str, dict[str, Any]]:
     write_sample(good_path)
     good = split(good_path)
     rows = all_rows(good)
-    assert len(good.batches) >= 5 and good.tail == EOS
+    assert len(good.batches) >= 5
+    assert good.tail == EOS
     manifest["good.aos"] = {"refusal": None, "what": "an intact sealed stream with a verdict (the base of the others)"}
 
     write_sample(out / "good-signed.aos", signer=signer)
-    manifest["good-signed.aos"] = {"refusal": None, "key": "signer.pub", "what": "an intact stream sealed and checkpointed with signer.key"}
+    manifest["good-signed.aos"] = {
+        "refusal": None,
+        "key": "signer.pub",
+        "what": "an intact stream sealed and checkpointed with signer.key",
+    }
 
     cut = good.starts[2] + len(good.batches[2]) // 2
     data = good.join()
-    put("truncated-mid-batch.aos", data[:cut], "stream-truncated",
-        "cut in the middle of the third batch (a recorder killed mid-write)", last_intact_seq=_last_seq(rows, 2))
-    put("truncated-at-batch.aos", data[: good.starts[3]], "stream-unsealed",
-        "cut exactly after the third batch: intact but never sealed", last_intact_seq=_last_seq(rows, 3))
+    put(
+        "truncated-mid-batch.aos",
+        data[:cut],
+        "stream-truncated",
+        "cut in the middle of the third batch (a recorder killed mid-write)",
+        last_intact_seq=_last_seq(rows, 2),
+    )
+    put(
+        "truncated-at-batch.aos",
+        data[: good.starts[3]],
+        "stream-unsealed",
+        "cut exactly after the third batch: intact but never sealed",
+        last_intact_seq=_last_seq(rows, 3),
+    )
 
     b = bytearray(data)
     b[good.starts[1] + len(good.batches[1]) // 2] ^= 0x10
@@ -336,29 +367,52 @@ def build(out: Path) -> dict[str, dict[str, Any]]:
     i = _padding_flip(good, 1)
     b = bytearray(data)
     b[good.starts[1] + i] ^= 0x01
-    put("flipped-padding-byte.aos", bytes(b), "stream-seal",
-        "one bit flipped where it changes no decoded value: only the seal's file digest catches it")
+    put(
+        "flipped-padding-byte.aos",
+        bytes(b),
+        "stream-seal",
+        "one bit flipped where it changes no decoded value: only the seal's file digest catches it",
+    )
 
     p = Parts(good.head, [good.batches[0], good.batches[2], good.batches[1], *good.batches[3:]], good.tail, STREAM_ID)
-    put("reordered-batches.aos", p.join(), "stream-order", "the second and third batches swapped",
-        last_intact_seq=_last_seq(rows, 1))
+    put(
+        "reordered-batches.aos",
+        p.join(),
+        "stream-order",
+        "the second and third batches swapped",
+        last_intact_seq=_last_seq(rows, 1),
+    )
     p = Parts(good.head, [good.batches[0], *good.batches[2:]], good.tail, STREAM_ID)
     put("deleted-batch.aos", p.join(), "stream-order", "the second batch removed", last_intact_seq=_last_seq(rows, 1))
     p = Parts(good.head, [*good.batches[:2], good.batches[1], *good.batches[2:]], good.tail, STREAM_ID)
-    put("duplicated-batch.aos", p.join(), "stream-order", "the second batch written twice",
-        last_intact_seq=_last_seq(rows, 2))
+    put(
+        "duplicated-batch.aos",
+        p.join(),
+        "stream-order",
+        "the second batch written twice",
+        last_intact_seq=_last_seq(rows, 2),
+    )
 
     other_path = out / "other.tmp"
     write_sample(other_path, stream_id=OTHER_STREAM_ID)
     foreign = split(other_path)
     other_path.unlink()
     p = Parts(good.head, [good.batches[0], foreign.batches[1], *good.batches[2:]], good.tail, STREAM_ID)
-    put("spliced-from-other-stream.aos", p.join(), "stream-chain",
+    put(
+        "spliced-from-other-stream.aos",
+        p.join(),
+        "stream-chain",
         "the second batch taken from another stream with the same events (same seqs, other genesis)",
-        first_bad_seq=int(rows[1][0]["seq"]))
+        first_bad_seq=int(rows[1][0]["seq"]),
+    )
     p = Parts(good.head, foreign.batches, foreign.tail, STREAM_ID)
-    put("foreign-batches.aos", p.join(), "stream-chain",
-        "every batch of another stream under this stream's schema (its id in the metadata)", first_bad_seq=0)
+    put(
+        "foreign-batches.aos",
+        p.join(),
+        "stream-chain",
+        "every batch of another stream under this stream's schema (its id in the metadata)",
+        first_bad_seq=0,
+    )
 
     write_sample(out / "unsealed.aos", seal=False)
     last = all_rows(split(out / "unsealed.aos"))[-1][-1]["seq"]
@@ -366,23 +420,46 @@ def build(out: Path) -> dict[str, dict[str, Any]]:
 
     signed = split(out / "good-signed.aos")
     forged = reseal(signed, other, key_id=signer.key_id)
-    put("forged-seal.aos", forged.join(), "stream-signature",
+    put(
+        "forged-seal.aos",
+        forged.join(),
+        "stream-signature",
         "signed stream whose seal was re-signed by another key under the signer's key id; "
-        "verifies without a key (the chain alone does not stop a forger)", key="signer.pub")
+        "verifies without a key (the chain alone does not stop a forger)",
+        key="signer.pub",
+    )
 
-    put("bytes-after-seal.aos", data + b"extra bytes after the end\n", "stream-seal",
-        "text appended after the end-of-stream marker")
-    put("batch-after-eos.aos", data + good.batches[1], "stream-seal", "a copy of a batch appended after the end-of-stream marker")
+    put(
+        "bytes-after-seal.aos",
+        data + b"extra bytes after the end\n",
+        "stream-seal",
+        "text appended after the end-of-stream marker",
+    )
+    put(
+        "batch-after-eos.aos",
+        data + good.batches[1],
+        "stream-seal",
+        "a copy of a batch appended after the end-of-stream marker",
+    )
 
     seal_row = rows[-1][0]
-    verdict = {"seq": seal_row["seq"] + 1, "wall_ns": seal_row["wall_ns"] + 1, "mono_ns": seal_row["mono_ns"] + 1,
-               "kind": "verdict", "step": None,
-               "attrs": canonical_json({"gate": "exit-zero", "verdict": "pass", "scope": "static", "checks": []}),
-               "data": None}
+    verdict = {
+        "seq": seal_row["seq"] + 1,
+        "wall_ns": seal_row["wall_ns"] + 1,
+        "mono_ns": seal_row["mono_ns"] + 1,
+        "kind": "verdict",
+        "step": None,
+        "attrs": canonical_json({"gate": "exit-zero", "verdict": "pass", "scope": "static", "checks": []}),
+        "data": None,
+    }
     rehash([verdict], seal_row["hash"])
     p = Parts(good.head, [*good.batches, encode_batch([verdict])], EOS, STREAM_ID)
-    put("verdict-after-seal.aos", p.join(), "stream-seal",
-        "a well-chained passing verdict appended in a batch after the seal")
+    put(
+        "verdict-after-seal.aos",
+        p.join(),
+        "stream-seal",
+        "a well-chained passing verdict appended in a batch after the seal",
+    )
 
     edited = [dict(r) for r in rows[-2]]
     (vi,) = [i for i, r in enumerate(edited) if r["kind"] == "verdict"]
@@ -390,35 +467,70 @@ def build(out: Path) -> dict[str, dict[str, Any]]:
     vattrs["verdict"] = "pass"
     edited[vi]["attrs"] = canonical_json(vattrs)
     p = Parts(good.head, [*good.batches[:-2], encode_batch(edited), good.batches[-1]], good.tail, STREAM_ID)
-    put("edited-verdict.aos", p.join(), "stream-chain",
+    put(
+        "edited-verdict.aos",
+        p.join(),
+        "stream-chain",
         "the verdict's attrs changed from fail to pass, its hash left as it was",
-        first_bad_seq=int(edited[vi]["seq"]))
+        first_bad_seq=int(edited[vi]["seq"]),
+    )
 
     batches = all_rows(good)
     batches[-2][vi]["attrs"] = canonical_json(vattrs)
     prev = batches[-3][-1]["hash"]
     rehash(batches[-1], rehash(batches[-2], prev))
     p = Parts(good.head, [*good.batches[:-2], *(encode_batch(r) for r in batches[-2:])], good.tail, STREAM_ID)
-    put("rehashed-verdict.aos", p.join(), "stream-seal",
-        "the verdict changed to pass and every hash from it on recomputed, the seal's attrs left as they were")
+    put(
+        "rehashed-verdict.aos",
+        p.join(),
+        "stream-seal",
+        "the verdict changed to pass and every hash from it on recomputed, the seal's attrs left as they were",
+    )
 
-    put("not-arrow.aos", b"2026-11-29 make test: this is a log file, not an Arrow stream\n", "stream-schema",
-        "plain text")
+    put(
+        "not-arrow.aos",
+        b"2026-11-29 make test: this is a log file, not an Arrow stream\n",
+        "stream-schema",
+        "plain text",
+        in_schema=True,
+    )
     sink = io.BytesIO()
     plain = pa.schema([pa.field("x", pa.int64())])
     with ipc.new_stream(sink, plain) as w:
         w.write_batch(pa.record_batch([pa.array([1, 2, 3])], schema=plain))
-    put("arrow-not-aos.aos", sink.getvalue(), "stream-schema", "a valid Arrow IPC stream with no AOS metadata")
+    put(
+        "arrow-not-aos.aos",
+        sink.getvalue(),
+        "stream-schema",
+        "a valid Arrow IPC stream with no AOS metadata",
+        in_schema=True,
+    )
 
     meta = {k: v for k, v in arrow_schema(STREAM_ID).metadata.items()}
     meta[b"aos.version"] = b"2"
-    put("future-version.aos", schema_bytes(STREAM_ID, meta) + b"".join(good.batches) + EOS, "stream-schema",
-        "the sample's batches under a schema that says aos.version 2")
+    put(
+        "future-version.aos",
+        schema_bytes(STREAM_ID, meta) + b"".join(good.batches) + EOS,
+        "stream-schema",
+        "the sample's batches under a schema that says aos.version 2",
+        in_schema=True,
+    )
     bad_cols = pa.schema([*arrow_schema(STREAM_ID)][:-1], metadata=arrow_schema(STREAM_ID).metadata)
-    put("wrong-columns.aos", bytes(bad_cols.serialize().to_pybytes()) + EOS, "stream-schema",
-        "AOS metadata, but the hash column is missing")
-    put("empty.aos", b"", "stream-truncated", "zero bytes: the schema was never written")
-    put("schema-cut-short.aos", good.head[: len(good.head) // 2], "stream-truncated", "cut inside the schema message")
+    put(
+        "wrong-columns.aos",
+        bytes(bad_cols.serialize().to_pybytes()) + EOS,
+        "stream-schema",
+        "AOS metadata, but the hash column is missing",
+        in_schema=True,
+    )
+    put("empty.aos", b"", "stream-truncated", "zero bytes: the schema was never written", in_schema=True)
+    put(
+        "schema-cut-short.aos",
+        good.head[: len(good.head) // 2],
+        "stream-truncated",
+        "cut inside the schema message",
+        in_schema=True,
+    )
     put("schema-only.aos", good.head, "stream-unsealed", "the schema and nothing else", last_intact_seq="none")
     put("eos-cut-short.aos", data[:-3], "stream-truncated", "the end-of-stream marker after the seal cut short")
 
@@ -435,9 +547,13 @@ def build(out: Path) -> dict[str, dict[str, Any]]:
     for rows_ in batches[1:]:
         prev = rehash(rows_, prev)
     p = Parts(good.head, [good.batches[0], *(encode_batch(r) for r in batches[1:])], EOS, STREAM_ID)
-    put("checkpoint-wrong-count.aos", p.join(), "stream-chain",
+    put(
+        "checkpoint-wrong-count.aos",
+        p.join(),
+        "stream-chain",
         "a checkpoint that miscounts the events before it (chain recomputed around it)",
-        first_bad_seq=int(batches[1][ci]["seq"]))
+        first_bad_seq=int(batches[1][ci]["seq"]),
+    )
 
     batches = all_rows(good)
     prev = batches[0][-1]["hash"]
@@ -446,8 +562,30 @@ def build(out: Path) -> dict[str, dict[str, Any]]:
             r["seq"] += 1
         prev = rehash(rows_, prev)
     p = Parts(good.head, [good.batches[0], *(encode_batch(r) for r in batches[1:])], EOS, STREAM_ID)
-    put("seq-gap.aos", p.join(), "stream-order", "one seq skipped after the first batch (hashes recomputed)",
-        last_intact_seq=_last_seq(rows, 1))
+    put(
+        "seq-gap.aos",
+        p.join(),
+        "stream-order",
+        "one seq skipped after the first batch (hashes recomputed)",
+        last_intact_seq=_last_seq(rows, 1),
+    )
+
+    for name, kind, text, what in (
+        ("attrs-not-canonical.aos", "stdout", '{"b": 1, "a": 2}', "an event's attrs with spaces and unsorted keys"),
+        ("verdict-attrs-not-json.aos", "verdict", "verdict: pass", "a verdict whose attrs text is not JSON"),
+        ("verdict-attrs-not-object.aos", "verdict", '["pass"]', "a verdict whose attrs are a JSON array"),
+    ):
+        batches = all_rows(good)
+        (bi, ri) = next((b, r) for b, rs in enumerate(batches) for r, e in enumerate(rs) if e["kind"] == kind)
+        batches[bi][ri]["attrs"] = text
+        forged = reseal(Parts(good.head, [encode_batch(r) for r in batches], good.tail, STREAM_ID))
+        put(
+            name,
+            forged.join(),
+            "stream-schema",
+            what + " (chain and seal recomputed)",
+            first_bad_seq=int(batches[bi][ri]["seq"]),
+        )
 
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
