@@ -49,8 +49,9 @@ class TestBuild:
     def test_runs_standalone(self, tmp_path: Path) -> None:
         """The executable runs as `python3 FILE` from an empty folder, without the repository on its path."""
         path, _ = build_role(default_spec("partitioned"), "owner-0", host_binding(), tmp_path)
-        done = subprocess.run([sys.executable, "-I", path, "manifest"], capture_output=True, text=True,
-                              cwd=tmp_path, check=False)
+        done = subprocess.run(
+            [sys.executable, "-I", path, "manifest"], capture_output=True, text=True, cwd=tmp_path, check=False
+        )
         assert 0 == done.returncode, done.stderr
         assert '"role": "owner-0"' in done.stdout
 

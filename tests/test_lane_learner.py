@@ -37,8 +37,14 @@ def _build(folder: Path, lane: str, spec=None, **binding: object) -> dict[str, s
 
 def _run(exes: dict[str, str], folder: Path, **kwargs: object):
     files = {k: str(folder / f"{k}.json") for k in ("checkpoint", "trajectory", "membership")}
-    result = run_lane(exes, checkpoint_out=files["checkpoint"], trajectory_out=files["trajectory"],
-                      membership_out=files["membership"], timeout=60, **kwargs)
+    result = run_lane(
+        exes,
+        checkpoint_out=files["checkpoint"],
+        trajectory_out=files["trajectory"],
+        membership_out=files["membership"],
+        timeout=60,
+        **kwargs,
+    )
     return result, files
 
 
@@ -79,14 +85,23 @@ class TestOracle:
 
 class TestResume:
     @pytest.mark.parametrize("lane", LANES)
-    def test_resume_equals_uninterrupted(self, lane: str, executables: dict[str, dict[str, str]],
-                                         tmp_path: Path) -> None:
+    def test_resume_equals_uninterrupted(
+        self, lane: str, executables: dict[str, dict[str, str]], tmp_path: Path
+    ) -> None:
         """Three updates, a checkpoint and two more in fresh processes at epoch 2 end in the uninterrupted bytes."""
         full, full_files = _run(executables[lane], tmp_path / "full", updates=5, epoch=1)
         first, before = _run(executables[lane], tmp_path / "before", updates=3, epoch=1)
-        second, after = _run(executables[lane], tmp_path / "after", updates=2, epoch=2,
-                             resume=before["checkpoint"], resume_membership=before["membership"])
-        assert full.ok and first.ok and second.ok
+        second, after = _run(
+            executables[lane],
+            tmp_path / "after",
+            updates=2,
+            epoch=2,
+            resume=before["checkpoint"],
+            resume_membership=before["membership"],
+        )
+        assert full.ok
+        assert first.ok
+        assert second.ok
         assert Path(full_files["checkpoint"]).read_bytes() == Path(after["checkpoint"]).read_bytes()
         epochs = [json.loads(Path(f["membership"]).read_text())["epoch"] for f in (before, after)]
         assert [1, 2] == epochs
@@ -95,20 +110,28 @@ class TestResume:
         """A resume that does not advance the membership epoch is refused before any owner trains."""
         exes = executables["partitioned"]
         first, before = _run(exes, tmp_path / "before", updates=3, epoch=1)
-        second, after = _run(exes, tmp_path / "after", updates=2, epoch=1,
-                             resume=before["checkpoint"], resume_membership=before["membership"])
+        second, after = _run(
+            exes,
+            tmp_path / "after",
+            updates=2,
+            epoch=1,
+            resume=before["checkpoint"],
+            resume_membership=before["membership"],
+        )
         assert first.ok
         assert 24 == second.exit_codes["coordinator"]
         assert "refused: checkpoint-epoch:" in second.output["coordinator"]
         assert not os.path.exists(after["checkpoint"])
 
     @pytest.mark.parametrize("lane", ["coordinates", "independent"])
-    def test_host_shadow_changes_nothing(self, lane: str, executables: dict[str, dict[str, str]],
-                                         tmp_path: Path) -> None:
-        """Overwriting the owners' host shadows before every forward pass leaves trajectory and checkpoint as they were."""
+    def test_host_shadow_changes_nothing(
+        self, lane: str, executables: dict[str, dict[str, str]], tmp_path: Path
+    ) -> None:
+        """Overwriting the owners' host shadows before every forward pass changes neither trajectory nor checkpoint."""
         plain, plain_files = _run(executables[lane], tmp_path / "plain", updates=5, epoch=1)
         shadow, shadow_files = _run(executables[lane], tmp_path / "shadow", updates=5, epoch=1, shadow=True)
-        assert plain.ok and shadow.ok
+        assert plain.ok
+        assert shadow.ok
         for name in ("checkpoint", "trajectory"):
             assert Path(plain_files[name]).read_bytes() == Path(shadow_files[name]).read_bytes()
         owners = json.loads(Path(shadow_files["membership"]).read_text())["owners"]
@@ -116,21 +139,29 @@ class TestResume:
 
 
 class TestRefusals:
-    @pytest.mark.parametrize(("override", "code", "name"), [
-        ({"uuid": "HOST-wrong"}, 20, "device-uuid"),
-        ({"product": "NVIDIA GeForce RTX 3070"}, 21, "nvidia-plan-host"),
-    ])
-    def test_wrong_binding_refused_before_writing(self, override: dict[str, str], code: int, name: str,
-                                                  tmp_path: Path) -> None:
+    @pytest.mark.parametrize(
+        ("override", "code", "name"),
+        [
+            ({"uuid": "HOST-wrong"}, 20, "device-uuid"),
+            ({"product": "NVIDIA GeForce RTX 3070"}, 21, "nvidia-plan-host"),
+        ],
+    )
+    def test_wrong_binding_refused_before_writing(
+        self, override: dict[str, str], code: int, name: str, tmp_path: Path
+    ) -> None:
         """A role built for the wrong UUID or product exits with the named refusal and writes nothing."""
         exes = _build(tmp_path / "exes", "coordinates", **override)
-        result, files = _run(exes, tmp_path / "run", updates=5, epoch=1)
+        result, _files = _run(exes, tmp_path / "run", updates=5, epoch=1)
         assert code == result.exit_codes["owner-0"]
         assert f"refused: {name}:" in result.output["owner-0"]
         assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
         out = tmp_path / "eval.json"
-        done = subprocess.run([sys.executable, exes["owner-0"], "evaluate", "--checkpoint", str(out),
-                               "--output", str(out)], capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [sys.executable, exes["owner-0"], "evaluate", "--checkpoint", str(out), "--output", str(out)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert (code, "") == (done.returncode, done.stdout)
         assert done.stderr.startswith(f"refused: {name}:")
         assert not out.exists()
@@ -142,8 +173,20 @@ class TestRefusals:
         bad = tmp_path / "bad.json"
         bad.write_bytes(checkpoint.corrupt_bytes(Path(files["checkpoint"]).read_bytes()))
         out = tmp_path / "eval.json"
-        done = subprocess.run([sys.executable, executables["independent"]["owner-0"], "evaluate", "--checkpoint",
-                               str(bad), "--output", str(out)], capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [
+                sys.executable,
+                executables["independent"]["owner-0"],
+                "evaluate",
+                "--checkpoint",
+                str(bad),
+                "--output",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert 22 == done.returncode
         assert done.stderr.startswith("refused: checkpoint-chunk:")
         assert not out.exists()
@@ -162,11 +205,14 @@ class TestRefusals:
 
 
 class TestPeerIdentity:
-    @pytest.mark.parametrize(("change", "field"), [
-        ({"momentum": 0.5}, "learner"),
-        ({"rate": 0.1}, "rate"),
-        ({"split": ((0, 1), (2,))}, "membership"),
-    ])
+    @pytest.mark.parametrize(
+        ("change", "field"),
+        [
+            ({"momentum": 0.5}, "learner"),
+            ({"rate": 0.1}, "rate"),
+            ({"split": ((0, 1), (2,))}, "membership"),
+        ],
+    )
     def test_first_message_refused(self, change: dict[str, object], field: str) -> None:
         """A peer built for a different learner, rate or membership is refused on its hello."""
         spec = default_spec("coordinates")
@@ -189,8 +235,9 @@ class TestPeerIdentity:
 
         def owner() -> None:
             try:
-                owner_session(spec.with_changes(rate=0.1), "owner-0", Channel(b, "coordinator"), HostBackend(), 1,
-                              False)
+                owner_session(
+                    spec.with_changes(rate=0.1), "owner-0", Channel(b, "coordinator"), HostBackend(), 1, False
+                )
             except BaseException as exc:  # noqa: BLE001 - inspected below
                 errors.append(exc)
 
@@ -207,8 +254,9 @@ class TestPeerIdentity:
     def test_processes_refuse_other_rate(self, tmp_path: Path) -> None:
         """In real processes, an owner built for another rate is refused and no checkpoint is written."""
         exes = _build(tmp_path / "good", "coordinates")
-        exes["owner-1"] = build_role(default_spec("coordinates").with_changes(rate=0.1), "owner-1", host_binding(),
-                                     tmp_path / "other")[0]
+        exes["owner-1"] = build_role(
+            default_spec("coordinates").with_changes(rate=0.1), "owner-1", host_binding(), tmp_path / "other"
+        )[0]
         result, files = _run(exes, tmp_path / "run", updates=5, epoch=1)
         assert 23 == result.exit_codes["coordinator"]
         assert "refused: peer-identity: owner-1 differs in rate" in result.output["coordinator"]

@@ -16,9 +16,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTING = ROOT / "samples" / "lane" / "testing"
-LANES = {"distributed-device": "ALPHA_PARTITIONED_DEVICE_CONFIG",
-         "coordinate-device": "ALPHA_COORDINATE_DEVICE_CONFIG",
-         "independent-device": "ALPHA_INDEPENDENT_DEVICE_CONFIG"}
+LANES = {
+    "distributed-device": "ALPHA_PARTITIONED_DEVICE_CONFIG",
+    "coordinate-device": "ALPHA_COORDINATE_DEVICE_CONFIG",
+    "independent-device": "ALPHA_INDEPENDENT_DEVICE_CONFIG",
+}
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,22 +32,55 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _fake_gpu_env(tmp_path: Path, gate: str, minors: list[int]) -> dict[str, str]:
-    config = {"owner": "test", "pod_ids": ["none"], "host": "localhost", "port": 22, "ssh_key": "/dev/null",
-              "minors": minors, "remote_root": str(tmp_path / "remote"), "transport": "loopback"}
+    config = {
+        "owner": "test",
+        "pod_ids": ["none"],
+        "host": "localhost",
+        "port": 22,
+        "ssh_key": "/dev/null",
+        "minors": minors,
+        "remote_root": str(tmp_path / "remote"),
+        "transport": "loopback",
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
-    return _env(PATH=f"{TESTING / 'bin'}{os.pathsep}{os.environ['PATH']}",
-                PYTHONPATH=str(TESTING), **{LANES[gate]: str(tmp_path / "config.json")})
+    return _env(
+        PATH=f"{TESTING / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        PYTHONPATH=str(TESTING),
+        **{LANES[gate]: str(tmp_path / "config.json")},
+    )
 
 
 def _gate(gate: str, tmp_path: Path, env: dict[str, str]) -> tuple[int, dict[str, object], list[dict[str, object]]]:
     stream = tmp_path / f"{gate}.aos"
-    done = subprocess.run(["alpha", "observe", "gate", gate, "--out", str(stream), "--quiet", "--",
-                           "bash", str(ROOT / "scripts" / "ci" / f"{gate}.sh"), "out"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
-    verdict = subprocess.run(["alpha", "observe", "verdict", str(stream), "--json"], capture_output=True,
-                             text=True, check=False)
-    events = subprocess.run(["alpha", "observe", "read", str(stream), "--json", "--kind", "receipt"],
-                            capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [
+            "alpha",
+            "observe",
+            "gate",
+            gate,
+            "--out",
+            str(stream),
+            "--quiet",
+            "--",
+            "bash",
+            str(ROOT / "scripts" / "ci" / f"{gate}.sh"),
+            "out",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    verdict = subprocess.run(
+        ["alpha", "observe", "verdict", str(stream), "--json"], capture_output=True, text=True, check=False
+    )
+    events = subprocess.run(
+        ["alpha", "observe", "read", str(stream), "--json", "--kind", "receipt"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     receipts = [json.loads(line)["attrs"] for line in events.stdout.splitlines()]
     return done.returncode, json.loads(verdict.stdout), receipts
 
@@ -63,29 +98,35 @@ class TestStaticHalf:
         checks = sorted((r["fields"]["role"], r["fields"]["check"]) for r in receipts if r["name"] == "static-check")
         assert [(role, c) for role in roles for c in ("integrity", "manifest", "self-test")] == checks
         assert all("pass" == r["status"] for r in receipts)
-        out = subprocess.run(["alpha", "observe", "read", str(tmp_path / f"{gate}.aos"), "--stdout"],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["alpha", "observe", "read", str(tmp_path / f"{gate}.aos"), "--stdout"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         assert "the physical lane did not run" in out
 
 
 class TestPhysicalOnTestDoubles:
     def test_two_fake_gpus_pass_physical(self, tmp_path: Path) -> None:
         """Every physical step runs and the coordinate-device gate passes with scope physical (on test doubles)."""
-        code, verdict, receipts = _gate("coordinate-device", tmp_path, _fake_gpu_env(tmp_path, "coordinate-device",
-                                                                                     [0, 1]))
+        code, verdict, receipts = _gate(
+            "coordinate-device", tmp_path, _fake_gpu_env(tmp_path, "coordinate-device", [0, 1])
+        )
         failed = [c for c in verdict["checks"] if c["status"] != "pass"]
         assert (0, "pass", "physical", []) == (code, verdict["verdict"], verdict["scope"], failed)
         by_name = {r["name"]: r for r in receipts}
         assert "gpu" == by_name["fresh-evaluation"]["fields"]["device"]
-        assert (by_name["uninterrupted-run"]["fields"]["checkpoint_sha256"]
-                == by_name["split-run"]["fields"]["resumed_checkpoint_sha256"])
+        assert (
+            by_name["uninterrupted-run"]["fields"]["checkpoint_sha256"]
+            == by_name["split-run"]["fields"]["resumed_checkpoint_sha256"]
+        )
         qualification = json.loads((tmp_path / "out" / "qualification.json").read_text())
         assert "coordinates" == qualification["lane"]
 
     def test_one_fake_gpu_is_inconclusive_only_for_shared_uuid(self, tmp_path: Path) -> None:
         """Both roles on one GPU: the gate is inconclusive, and only the preflight rules say why."""
-        code, verdict, _ = _gate("distributed-device", tmp_path, _fake_gpu_env(tmp_path, "distributed-device",
-                                                                               [0, 0]))
+        code, verdict, _ = _gate("distributed-device", tmp_path, _fake_gpu_env(tmp_path, "distributed-device", [0, 0]))
         open_checks = [(c["name"], c["status"]) for c in verdict["checks"] if c["status"] != "pass"]
         expected = [("receipt:preflight", "inconclusive"), ("preflight-rules", "inconclusive")]
         assert (3, "inconclusive", sorted(expected)) == (code, verdict["verdict"], sorted(open_checks))

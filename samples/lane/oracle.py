@@ -88,8 +88,10 @@ def evaluation(lane: str, state: dict[str, list[float]]) -> dict[str, object]:
 
 def hex_rows(lane: str, updates: int = 5) -> list[dict[str, object]]:
     """The trajectory in the learner's row form: ``{"step": t, "chunks": {name: [hex]}}``."""
-    return [{"step": t + 1, "chunks": {k: [v.hex() for v in vals] for k, vals in sorted(row.items())}}
-            for t, row in enumerate(trajectory(lane, updates))]
+    return [
+        {"step": t + 1, "chunks": {k: [v.hex() for v in vals] for k, vals in sorted(row.items())}}
+        for t, row in enumerate(trajectory(lane, updates))
+    ]
 
 
 if __name__ == "__main__":

@@ -80,7 +80,9 @@ def _members() -> dict[str, bytes]:
     return members
 
 
-def build_role(spec: LearnerSpec, role: str, binding: dict[str, Any], out_dir: str | os.PathLike[str]) -> tuple[str, str]:
+def build_role(
+    spec: LearnerSpec, role: str, binding: dict[str, Any], out_dir: str | os.PathLike[str]
+) -> tuple[str, str]:
     """Write ``OUT_DIR/ROLE.pyz`` and its ``.sha256``; return (path, sha256)."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}")
@@ -124,8 +126,9 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     return manifest
 
 
-def check_executable(path: str, *, role: str | None = None, lane: str | None = None,
-                     python: str = sys.executable) -> list[dict[str, Any]]:
+def check_executable(
+    path: str, *, role: str | None = None, lane: str | None = None, python: str = sys.executable
+) -> list[dict[str, Any]]:
     """Check one executable; one result per check: ``{check, result, detail}``."""
     results: list[dict[str, Any]] = []
 
@@ -139,8 +142,11 @@ def check_executable(path: str, *, role: str | None = None, lane: str | None = N
             recorded = fh.read().split()[0]
     except (OSError, IndexError):
         recorded = ""
-    record("integrity", actual == recorded,
-           f"sha256 {actual} {'equals' if actual == recorded else 'differs from'} the recorded {recorded or '(none)'}")
+    record(
+        "integrity",
+        actual == recorded,
+        f"sha256 {actual} {'equals' if actual == recorded else 'differs from'} the recorded {recorded or '(none)'}",
+    )
 
     manifest: dict[str, Any] | None = None
     problems: list[str] = []
@@ -181,7 +187,10 @@ def check_executable(path: str, *, role: str | None = None, lane: str | None = N
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         done, got = None, {"error": str(exc)}
     same = {k: got.get(k) for k in expected} == expected and manifest.get("selftest") == expected
-    detail = (f"in-process run of 5 updates matches the oracle: {canonical_json(expected).decode()}" if same
-              else f"self-test {got} (exit {done.returncode if done else '?'}) differs from the oracle {expected}")
+    detail = (
+        f"in-process run of 5 updates matches the oracle: {canonical_json(expected).decode()}"
+        if same
+        else f"self-test {got} (exit {done.returncode if done else '?'}) differs from the oracle {expected}"
+    )
     record("self-test", same, detail)
     return results

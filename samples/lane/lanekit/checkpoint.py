@@ -74,8 +74,10 @@ def parse(data: bytes, *, lane: str | None = None, learner: str | None = None) -
         raise CheckpointChunk(f"not a {FORMAT} checkpoint")
     chunks: dict[str, list[float]] = {}
     for entry in body["chunks"]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not isinstance(
-            entry.get("values"), list
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("name"), str)
+            or not isinstance(entry.get("values"), list)
         ):
             raise CheckpointChunk("malformed chunk entry")
         name = entry["name"]

@@ -35,8 +35,12 @@ HOST_DEVICE: dict[str, object] = {"minor": 0, "uuid": "HOST-binary64-0", "produc
 
 def host_binding(**overrides: object) -> dict[str, object]:
     """The binding of a role that runs on the host (tests override fields to force refusals)."""
-    binding: dict[str, object] = {"kind": "host", "minor": HOST_DEVICE["minor"], "uuid": HOST_DEVICE["uuid"],
-                                  "product": HOST_DEVICE["product"]}
+    binding: dict[str, object] = {
+        "kind": "host",
+        "minor": HOST_DEVICE["minor"],
+        "uuid": HOST_DEVICE["uuid"],
+        "product": HOST_DEVICE["product"],
+    }
     binding.update(overrides)
     return binding
 
@@ -112,6 +116,7 @@ def check_binding(binding: dict[str, object]) -> dict[str, object]:
         raise DeviceUuid(f"minor {minor} is {actual['uuid']}, the role is bound to {binding.get('uuid')}")
     if actual["product"] != binding.get("product"):
         raise NvidiaPlanHost(
-            f"minor {minor} ({actual['uuid']}) is {actual['product']!r}, the role was built for {binding.get('product')!r}"
+            f"minor {minor} ({actual['uuid']}) is {actual['product']!r}, "
+            f"the role was built for {binding.get('product')!r}"
         )
     return actual

@@ -90,8 +90,9 @@ class Owner:
     def _overwrite_shadow(self, step: int) -> None:
         # Distinct finite values, different at every step: the control's whole point.
         for k, name in enumerate(sorted(self.shadow)):
-            self.shadow[name] = [1.0e6 + 1000.0 * step + 100.0 * self.index + 10.0 * k + j + 0.5
-                                 for j in range(len(self.shadow[name]))]
+            self.shadow[name] = [
+                1.0e6 + 1000.0 * step + 100.0 * self.index + 10.0 * k + j + 0.5 for j in range(len(self.shadow[name]))
+            ]
         self.overwrites += 1
 
     def published(self) -> dict[str, list[str]]:
@@ -158,8 +159,13 @@ class Owner:
                 self._refresh_shadow()
                 chan.send({"type": "owned", "step": step, "state": self.published()})
             elif kind == "finish":
-                report = {"type": "bye", "role": self.role, "backend": self.be.describe(),
-                          "resident": self.resident(), "shadow_overwrites": self.overwrites}
+                report = {
+                    "type": "bye",
+                    "role": self.role,
+                    "backend": self.be.describe(),
+                    "resident": self.resident(),
+                    "shadow_overwrites": self.overwrites,
+                }
                 chan.send(report)
                 return report
             else:
@@ -253,5 +259,8 @@ def evaluate(spec: LearnerSpec, backend: Backend, chunks: Chunks) -> dict[str, A
         loss = loss + r * r
         predictions.append(hexf(backend.read(pred)))
     loss = loss / c(float(len(DATA_Y)))
-    return {"predictions": predictions, "loss": hexf(backend.read(loss)),
-            "resident": backend.resident(w0) and backend.resident(w1)}
+    return {
+        "predictions": predictions,
+        "loss": hexf(backend.read(loss)),
+        "resident": backend.resident(w0) and backend.resident(w1),
+    }

@@ -66,7 +66,7 @@ class CudaBackend:
         # Make the bound card the only one this process can see, before torch loads.
         os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         os.environ["CUDA_VISIBLE_DEVICES"] = uuid
-        import torch  # lazily: only the physical path has (or needs) torch
+        import torch  # type: ignore[import-not-found]  # lazily: only the physical path has (or needs) torch
 
         if not torch.cuda.is_available() or torch.cuda.device_count() != 1:
             raise DeviceUuid(f"CUDA does not expose exactly the bound device {uuid}")

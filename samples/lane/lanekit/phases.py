@@ -130,8 +130,13 @@ def _run_files(folder: str) -> dict[str, str]:
 def _run(exes: dict[str, str], folder: str, **kwargs: Any) -> tuple[bool, dict[str, str]]:
     files = _run_files(folder)
     os.makedirs(folder, exist_ok=True)
-    result = run_lane(exes, checkpoint_out=files["checkpoint"], trajectory_out=files["trajectory"],
-                      membership_out=files["membership"], **kwargs)
+    result = run_lane(
+        exes,
+        checkpoint_out=files["checkpoint"],
+        trajectory_out=files["trajectory"],
+        membership_out=files["membership"],
+        **kwargs,
+    )
     artifact(*[f for f in files.values() if os.path.exists(f)])
     return result.ok and all(os.path.exists(f) for f in files.values()), files
 
@@ -165,8 +170,16 @@ def static_check(lane: str, out: str, config: str | None = None) -> int:
         digest = sha256_file(path) if os.path.exists(path) else ""
         for result in check_executable(path, role=role, lane=lane):
             ok = ok and result["result"] == "pass"
-            receipt("static-check", result["result"], role=role, check=result["check"], result=result["result"],
-                    target=rel(path), sha256=digest, detail=result["detail"])
+            receipt(
+                "static-check",
+                result["result"],
+                role=role,
+                check=result["check"],
+                result=result["result"],
+                target=rel(path),
+                sha256=digest,
+                detail=result["detail"],
+            )
     return 0 if ok else 1
 
 
@@ -188,8 +201,11 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
         return 1
     pre = os.path.join(out, "preflight")
     os.makedirs(pre, exist_ok=True)
-    captures = {"csv": (GPU_QUERY, "nvidia-smi.csv"), "xml": (["nvidia-smi", "-q", "-x"], "nvidia-smi.xml"),
-                "compute_apps": (APPS_QUERY, "compute-apps.csv")}
+    captures = {
+        "csv": (GPU_QUERY, "nvidia-smi.csv"),
+        "xml": (["nvidia-smi", "-q", "-x"], "nvidia-smi.xml"),
+        "compute_apps": (APPS_QUERY, "compute-apps.csv"),
+    }
     texts: dict[str, str | None] = {}
     sources: dict[str, str] = {}
     for key, (argv, name) in captures.items():
@@ -254,8 +270,14 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
     artifact(paths["binding"])
     for line in failures + undecided:
         print(f"preflight: {line}", file=sys.stderr)
-    receipt("preflight", status, gpus=gpus, compute_processes=apps, binding=rel(paths["binding"]),
-            findings=failures + undecided)
+    receipt(
+        "preflight",
+        status,
+        gpus=gpus,
+        compute_processes=apps,
+        binding=rel(paths["binding"]),
+        findings=failures + undecided,
+    )
     # A busy device or shared UUIDs leave the verdict open, but the lane still runs to gather evidence.
     return 1 if failures or len(gpus) != len(OWNERS) else 0
 
@@ -288,9 +310,17 @@ def build(lane: str, out: str, config_path: str | None = None) -> int:
         remote, remote_sha = _upload(path, paths["remote"])
         good = local == remote_sha and all(c["result"] == "pass" for c in checks)
         ok = ok and good
-        receipt("build", "pass" if good else "fail", role=role, target=rel(path), sha256_local=local,
-                sha256_remote=remote_sha, remote=remote, binding=binding,
-                checks={c["check"]: c["result"] for c in checks})
+        receipt(
+            "build",
+            "pass" if good else "fail",
+            role=role,
+            target=rel(path),
+            sha256_local=local,
+            sha256_remote=remote_sha,
+            remote=remote,
+            binding=binding,
+            checks={c["check"]: c["result"] for c in checks},
+        )
     return 0 if ok else 1
 
 
@@ -313,8 +343,15 @@ def _refusal(lane: str, out: str, config_path: str | None, control: str) -> int:
     exes["owner-0"] = remote
     run_dir = os.path.join(folder, "run")
     files = _run_files(run_dir)
-    result = run_lane(exes, updates=5, epoch=1, checkpoint_out=files["checkpoint"],
-                      trajectory_out=files["trajectory"], membership_out=files["membership"], timeout=120)
+    result = run_lane(
+        exes,
+        updates=5,
+        epoch=1,
+        checkpoint_out=files["checkpoint"],
+        trajectory_out=files["trajectory"],
+        membership_out=files["membership"],
+        timeout=120,
+    )
     code = result.exit_codes["owner-0"]
     stderr = result.output.get("owner-0", "")
     name = next((line.split(":")[1].strip() for line in stderr.splitlines() if line.startswith("refused: ")), "")
@@ -325,8 +362,17 @@ def _refusal(lane: str, out: str, config_path: str | None, control: str) -> int:
     stdout_bytes = len(result.output.get("owner-0", "").encode()) - len(stderr.encode())
     output_bytes = sum(os.path.getsize(f) for f in produced) + max(stdout_bytes, 0)
     held = code != 0 and name == expected and not written and output_bytes == 0
-    receipt("refusal-control", "pass" if held else "fail", control=control, expected=expected, exit_code=code,
-            exit_name=name, checkpoint_written=written, output_bytes=output_bytes, target=rel(path))
+    receipt(
+        "refusal-control",
+        "pass" if held else "fail",
+        control=control,
+        expected=expected,
+        exit_code=code,
+        exit_name=name,
+        checkpoint_written=written,
+        output_bytes=output_bytes,
+        target=rel(path),
+    )
     return code if code != 0 else 1
 
 
@@ -348,9 +394,16 @@ def uninterrupted(lane: str, out: str, config_path: str | None = None) -> int:
     ok, detail = _matches_oracle(lane, files["checkpoint"], 5) if ran else (False, "the run did not finish")
     resident, where = _owners_report(files["membership"], True) if ran else (False, "")
     good = ok and resident
-    receipt("uninterrupted-run", "pass" if good else "fail", updates=5, checkpoint=rel(files["checkpoint"]),
-            checkpoint_sha256=sha256_file(files["checkpoint"]) if ran else None,
-            trajectory=rel(files["trajectory"]), oracle=detail, state=where)
+    receipt(
+        "uninterrupted-run",
+        "pass" if good else "fail",
+        updates=5,
+        checkpoint=rel(files["checkpoint"]),
+        checkpoint_sha256=sha256_file(files["checkpoint"]) if ran else None,
+        trajectory=rel(files["trajectory"]),
+        oracle=detail,
+        state=where,
+    )
     return 0 if good else 1
 
 
@@ -361,8 +414,14 @@ def split(lane: str, out: str, config_path: str | None = None) -> int:
     ran1, before = _run(exes, os.path.join(out, "split", "before"), updates=3, epoch=1)
     ran2, after = False, _run_files(os.path.join(out, "split", "after"))
     if ran1:
-        ran2, after = _run(exes, os.path.join(out, "split", "after"), updates=2, epoch=2,
-                           resume=before["checkpoint"], resume_membership=before["membership"])
+        ran2, after = _run(
+            exes,
+            os.path.join(out, "split", "after"),
+            updates=2,
+            epoch=2,
+            resume=before["checkpoint"],
+            resume_membership=before["membership"],
+        )
     findings: list[str] = []
     ok = ran1 and ran2
     if ok:
@@ -375,16 +434,24 @@ def split(lane: str, out: str, config_path: str | None = None) -> int:
         findings.append("resumed checkpoint " + ("equals" if equal else "differs from") + " the uninterrupted one")
         rows = _read_json(before["trajectory"])["rows"] + _read_json(after["trajectory"])["rows"]
         ref_rows = _read_json(os.path.join(out, "uninterrupted", "trajectory.json"))["rows"]
-        findings.append("split trajectory " + ("equals" if rows == ref_rows else "differs from") + " the uninterrupted one")
+        same_rows = "equals" if rows == ref_rows else "differs from"
+        findings.append(f"split trajectory {same_rows} the uninterrupted one")
         ok = ok and equal and rows == ref_rows
     epoch_before = _read_json(before["membership"])["epoch"] if ran1 else None
     epoch_after = _read_json(after["membership"])["epoch"] if ran2 else None
     ok = ok and epoch_before == 1 and epoch_after == 2
-    receipt("split-run", "pass" if ok else "fail", updates_before=3, updates_after=2,
-            checkpoint=rel(after["checkpoint"]),
-            resumed_checkpoint_sha256=sha256_file(after["checkpoint"]) if ran2 else None,
-            epoch_before=epoch_before, epoch_after=epoch_after,
-            checkpoint_before=rel(before["checkpoint"]), findings=findings)
+    receipt(
+        "split-run",
+        "pass" if ok else "fail",
+        updates_before=3,
+        updates_after=2,
+        checkpoint=rel(after["checkpoint"]),
+        resumed_checkpoint_sha256=sha256_file(after["checkpoint"]) if ran2 else None,
+        epoch_before=epoch_before,
+        epoch_after=epoch_after,
+        checkpoint_before=rel(before["checkpoint"]),
+        findings=findings,
+    )
     return 0 if ok else 1
 
 
@@ -402,10 +469,22 @@ def host_shadow(lane: str, out: str, config_path: str | None = None) -> int:
     }
     overwrites = [o["shadow_overwrites"] for o in _read_json(files["membership"])["owners"]] if ran else []
     resident, where = _owners_report(files["membership"], True) if ran else (False, "")
-    ok = (ran and resident and digests["trajectory_sha256"] == digests["shadow_trajectory_sha256"]
-          and digests["checkpoint_sha256"] == digests["shadow_checkpoint_sha256"] and overwrites == [5, 5])
-    receipt("host-shadow-control", "pass" if ok else "fail", shadow_checkpoint=rel(files["checkpoint"]),
-            shadow_trajectory=rel(files["trajectory"]), shadow_overwrites=overwrites, state=where, **digests)
+    ok = (
+        ran
+        and resident
+        and digests["trajectory_sha256"] == digests["shadow_trajectory_sha256"]
+        and digests["checkpoint_sha256"] == digests["shadow_checkpoint_sha256"]
+        and overwrites == [5, 5]
+    )
+    receipt(
+        "host-shadow-control",
+        "pass" if ok else "fail",
+        shadow_checkpoint=rel(files["checkpoint"]),
+        shadow_trajectory=rel(files["trajectory"]),
+        shadow_overwrites=overwrites,
+        state=where,
+        **digests,
+    )
     return 0 if ok else 1
 
 
@@ -421,8 +500,10 @@ def fresh_evaluation(lane: str, out: str, config_path: str | None = None) -> int
     ckpt = os.path.join(out, "split", "after", "checkpoint.json")
     output = os.path.join(out, "evaluation", "evaluation.json")
     os.makedirs(os.path.dirname(output), exist_ok=True)
-    done = subprocess.run([sys.executable, _evaluator(lane, out, config), "evaluate", "--checkpoint", ckpt,
-                           "--output", output], check=False)
+    done = subprocess.run(
+        [sys.executable, _evaluator(lane, out, config), "evaluate", "--checkpoint", ckpt, "--output", output],
+        check=False,
+    )
     ok = done.returncode == 0 and os.path.exists(output)
     device = "none"
     detail = f"evaluator exited {done.returncode}"
@@ -430,15 +511,21 @@ def fresh_evaluation(lane: str, out: str, config_path: str | None = None) -> int
         artifact(output)
         body = _read_json(output)
         device = str(body["device"]["kind"])
-        _step, chunks = checkpoint.load(ckpt)
+        checkpoint.load(ckpt)  # the resumed checkpoint still verifies
         expected = _oracle().evaluation(lane, _oracle().trajectory(lane, 5)[-1])
         got = {k: v for k, v in body["result"].items() if k != "resident"}
         same = got == expected and body["checkpoint_sha256"] == sha256_file(ckpt)
         detail = "evaluation equals the oracle's bit for bit" if same else f"evaluation {got} differs from {expected}"
         ok = same and device == "gpu"
-    receipt("fresh-evaluation", "pass" if ok else "fail", device=device, checkpoint=rel(ckpt),
-            checkpoint_sha256=sha256_file(ckpt) if os.path.exists(ckpt) else None, output=rel(output),
-            oracle=detail)
+    receipt(
+        "fresh-evaluation",
+        "pass" if ok else "fail",
+        device=device,
+        checkpoint=rel(ckpt),
+        checkpoint_sha256=sha256_file(ckpt) if os.path.exists(ckpt) else None,
+        output=rel(output),
+        oracle=detail,
+    )
     return 0 if ok else 1
 
 
@@ -457,8 +544,12 @@ def corrupted(lane: str, out: str, config_path: str | None = None) -> int:
         fh.write(data)
     artifact(bad)
     output = os.path.join(folder, "evaluation.json")
-    done = subprocess.run([sys.executable, _evaluator(lane, out, config), "evaluate", "--checkpoint", bad,
-                           "--output", output], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, _evaluator(lane, out, config), "evaluate", "--checkpoint", bad, "--output", output],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
     name = next((line.split(":")[1].strip() for line in done.stderr.splitlines() if line.startswith("refused: ")), "")
@@ -466,8 +557,14 @@ def corrupted(lane: str, out: str, config_path: str | None = None) -> int:
     if wrote:
         artifact(output)
     held = done.returncode != 0 and name == "checkpoint-chunk" and not wrote and not done.stdout
-    receipt("corrupted-checkpoint", "pass" if held else "fail", exit_code=done.returncode, exit_name=name,
-            checkpoint=rel(bad), output_written=wrote)
+    receipt(
+        "corrupted-checkpoint",
+        "pass" if held else "fail",
+        exit_code=done.returncode,
+        exit_name=name,
+        checkpoint=rel(bad),
+        output_written=wrote,
+    )
     return done.returncode if done.returncode != 0 else 1
 
 

@@ -45,8 +45,11 @@ def _recording() -> bool:
 def receipt(name: str, status: str, **fields: Any) -> None:
     """Emit one receipt (``alpha observe receipt NAME --status S --field K=V ...``)."""
     if not _recording():
-        print(f"receipt (not recording): {json.dumps({'name': name, 'status': status, 'fields': fields})}",
-              file=sys.stderr, flush=True)
+        print(
+            f"receipt (not recording): {json.dumps({'name': name, 'status': status, 'fields': fields})}",
+            file=sys.stderr,
+            flush=True,
+        )
         return
     argv = [*_alpha(), "observe", "receipt", name, "--status", status]
     for key, value in fields.items():

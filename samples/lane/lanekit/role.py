@@ -87,7 +87,9 @@ def _connect(path: str, deadline: float) -> socket.socket:
             time.sleep(0.02)
 
 
-def owner_session(spec: LearnerSpec, role: str, chan: Channel, backend: Any, epoch: int, shadow: bool) -> dict[str, Any]:
+def owner_session(
+    spec: LearnerSpec, role: str, chan: Channel, backend: Any, epoch: int, shadow: bool
+) -> dict[str, Any]:
     """An owner's whole part in a run over one channel."""
     mine = hello(spec, role, epoch)
     chan.send(mine)
@@ -123,7 +125,7 @@ def run_in_process(spec: LearnerSpec, updates: int = 5) -> tuple[dict[str, list[
     for t in threads:
         t.start()
     mine = hello(spec, "coordinator", 1)
-    for role, chan in channels.items():
+    for chan in channels.values():
         compare_hello(mine, chan.recv("hello"))
         chan.send(mine)
     chunks, rows, _ = Coordinator(spec, channels).run(0, initial_chunks(spec.lane), updates)
@@ -146,7 +148,9 @@ def _serve_coordinator(spec: LearnerSpec, args: argparse.Namespace) -> int:
             with open(args.resume_membership, encoding="utf-8") as fh:
                 epoch_before = int(json.load(fh)["epoch"])
             if args.epoch <= epoch_before:
-                raise CheckpointEpoch(f"resume at epoch {args.epoch} does not advance the checkpoint's epoch {epoch_before}")
+                raise CheckpointEpoch(
+                    f"resume at epoch {args.epoch} does not advance the checkpoint's epoch {epoch_before}"
+                )
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(args.socket)
     server.listen(len(OWNERS))
@@ -183,8 +187,10 @@ def _serve_owner(spec: LearnerSpec, role: str, backend: Any, args: argparse.Name
         report = owner_session(spec, role, chan, backend, args.epoch, args.shadow)
     finally:
         chan.close()
-    print(f"{role}: state in {report['backend']['kind']} memory, resident={report['resident']}, "
-          f"shadow overwrites={report['shadow_overwrites']}")
+    print(
+        f"{role}: state in {report['backend']['kind']} memory, resident={report['resident']}, "
+        f"shadow overwrites={report['shadow_overwrites']}"
+    )
     return 0 if report["resident"] else 1
 
 
@@ -193,8 +199,15 @@ def _evaluate(spec: LearnerSpec, backend: Any, args: argparse.Namespace) -> int:
     result = evaluate(spec, backend, chunks)
     with open(args.checkpoint, "rb") as fh:
         ckpt_sha = hashlib.sha256(fh.read()).hexdigest()
-    body = {"format": "alpha-lane-evaluation/1", "lane": spec.lane, "learner": spec.learner_id, "step": step,
-            "checkpoint_sha256": ckpt_sha, "device": backend.describe(), "result": result}
+    body = {
+        "format": "alpha-lane-evaluation/1",
+        "lane": spec.lane,
+        "learner": spec.learner_id,
+        "step": step,
+        "checkpoint_sha256": ckpt_sha,
+        "device": backend.describe(),
+        "result": result,
+    }
     _write(args.output, json.dumps(body, indent=2, sort_keys=True).encode("utf-8") + b"\n")
     print(f"evaluation: step {step} on {backend.kind}: {json.dumps(result, sort_keys=True)}")
     return 0 if result["resident"] else 1
@@ -234,9 +247,16 @@ def main(manifest: dict[str, Any], argv: list[str]) -> int:
         if args.command == "selftest":
             chunks, rows = run_in_process(spec)
             data = checkpoint.encode(spec.lane, spec.learner_id, len(rows), chunks)
-            print(json.dumps({"role": role, "checkpoint_sha256": hashlib.sha256(data).hexdigest(),
-                              "trajectory_sha256": hashlib.sha256(trajectory_bytes(spec, rows)).hexdigest()},
-                             sort_keys=True))
+            print(
+                json.dumps(
+                    {
+                        "role": role,
+                        "checkpoint_sha256": hashlib.sha256(data).hexdigest(),
+                        "trajectory_sha256": hashlib.sha256(trajectory_bytes(spec, rows)).hexdigest(),
+                    },
+                    sort_keys=True,
+                )
+            )
             return 0
         binding = manifest["binding"]
         check_binding(binding)  # before anything is written
@@ -245,8 +265,10 @@ def main(manifest: dict[str, Any], argv: list[str]) -> int:
                 print(f"error: {role} does not host the coordinator", file=sys.stderr)
                 return 2
             if not (args.checkpoint_out and args.trajectory_out and args.membership_out):
-                print("error: the coordinator needs --checkpoint-out, --trajectory-out and --membership-out",
-                      file=sys.stderr)
+                print(
+                    "error: the coordinator needs --checkpoint-out, --trajectory-out and --membership-out",
+                    file=sys.stderr,
+                )
                 return 2
             return _serve_coordinator(spec, args)
         if args.command == "evaluate":

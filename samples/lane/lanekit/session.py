@@ -62,9 +62,20 @@ def _wait_all(procs: dict[str, subprocess.Popen[bytes]], timeout: float, grace: 
         time.sleep(0.01)
 
 
-def run_lane(executables: dict[str, str], *, updates: int, epoch: int, checkpoint_out: str, trajectory_out: str,
-             membership_out: str, resume: str | None = None, resume_membership: str | None = None,
-             shadow: bool = False, timeout: float = 300.0, python: str = sys.executable) -> RunResult:
+def run_lane(
+    executables: dict[str, str],
+    *,
+    updates: int,
+    epoch: int,
+    checkpoint_out: str,
+    trajectory_out: str,
+    membership_out: str,
+    resume: str | None = None,
+    resume_membership: str | None = None,
+    shadow: bool = False,
+    timeout: float = 300.0,
+    python: str = sys.executable,
+) -> RunResult:
     """Run ``updates`` updates with fresh processes; return their exit codes and output.
 
     ``executables`` maps each role (owner-0, owner-1) to its executable; the
@@ -83,8 +94,16 @@ def run_lane(executables: dict[str, str], *, updates: int, epoch: int, checkpoin
                 argv = [python, executables[role], "serve"]
             argv += ["--socket", sock, "--epoch", str(epoch)]
             if role == "coordinator":
-                argv += ["--updates", str(updates), "--checkpoint-out", checkpoint_out,
-                         "--trajectory-out", trajectory_out, "--membership-out", membership_out]
+                argv += [
+                    "--updates",
+                    str(updates),
+                    "--checkpoint-out",
+                    checkpoint_out,
+                    "--trajectory-out",
+                    trajectory_out,
+                    "--membership-out",
+                    membership_out,
+                ]
                 if resume:
                     argv += ["--resume", resume]
                 if resume_membership:

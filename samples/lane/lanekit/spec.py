@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass, field, replace
 
 __all__ = [
     "COMBINE_ORDER",
+    "COORDINATOR_HOST",
     "DATA_X",
     "DATA_Y",
     "LANES",
-    "COORDINATOR_HOST",
     "MEMBERS",
     "OWNERS",
     "ROLES",

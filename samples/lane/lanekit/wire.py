@@ -10,6 +10,7 @@ on that first message, before any value is combined.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -71,10 +72,8 @@ class Channel:
 
     def close(self) -> None:
         """Close the socket."""
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
 
 
 def hello(spec: LearnerSpec, role: str, epoch: int) -> dict[str, Any]:

@@ -10,10 +10,18 @@ import json
 import os
 
 DEFAULT = [
-    {"minor": 0, "uuid": "GPU-fa4e0000-0000-4000-8000-000000000000", "product": "NVIDIA GeForce RTX 3090",
-     "driver": "580.65.06"},
-    {"minor": 1, "uuid": "GPU-fa4e0000-0000-4000-8000-000000000001", "product": "NVIDIA GeForce RTX 3090",
-     "driver": "580.65.06"},
+    {
+        "minor": 0,
+        "uuid": "GPU-fa4e0000-0000-4000-8000-000000000000",
+        "product": "NVIDIA GeForce RTX 3090",
+        "driver": "580.65.06",
+    },
+    {
+        "minor": 1,
+        "uuid": "GPU-fa4e0000-0000-4000-8000-000000000001",
+        "product": "NVIDIA GeForce RTX 3090",
+        "driver": "580.65.06",
+    },
 ]
 
 

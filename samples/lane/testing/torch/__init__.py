@@ -11,7 +11,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from gpus import gpus  # noqa: E402
+from gpus import gpus
 
 sys.path.pop(0)
 
@@ -26,7 +26,7 @@ class _Version:
 version = _Version()
 
 
-class device:  # noqa: N801 - mirrors torch's name
+class device:
     def __init__(self, kind: str, index: int = 0) -> None:
         self.type = kind
         self.index = index
@@ -62,11 +62,11 @@ class Tensor:
         return self._op(o, lambda a, b: a / b)
 
 
-def tensor(value: float, dtype: str, device: device) -> Tensor:  # noqa: A002
+def tensor(value: float, dtype: str, device: device) -> Tensor:
     return Tensor(value, dtype, device)
 
 
-class cuda:  # noqa: N801
+class cuda:
     @staticmethod
     def _visible() -> list[dict[str, object]]:
         wanted = os.environ.get("CUDA_VISIBLE_DEVICES", "")
