@@ -18,7 +18,7 @@ import click
 if TYPE_CHECKING:
     from observe.recorder import RecordOptions
 
-__all__ = ["COMMANDS", "options_from_click", "recording_options"]
+__all__ = ["COMMANDS", "options_from_click", "recording_options", "without_numpy"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -88,6 +88,17 @@ def recording_options(func: F) -> F:
     return func
 
 
+def without_numpy() -> None:
+    """Keep pyarrow from importing numpy in this process (it works without it).
+
+    The writer builds Arrow arrays from Python lists only; numpy is a third of
+    pyarrow's import time, which is most of ``record -- true``'s start-up.
+    Only for CLI processes that record: never call it in a process that needs numpy.
+    """
+    if "numpy" not in sys.modules and "pyarrow" not in sys.modules:
+        sys.modules["numpy"] = None  # type: ignore[assignment]
+
+
 def options_from_click(**kwargs: Any) -> RecordOptions:
     """The ``RecordOptions`` for the parameters ``recording_options`` added (others are ignored)."""
     from observe.recorder import RecordOptions
@@ -118,6 +129,7 @@ def record(command: tuple[str, ...], **kwargs: Any) -> None:
     Exit codes: the command's own; 128+N if killed by signal N; 124 on --timeout;
     126 cannot execute; 127 not found; 125 the recorder itself failed.
     """
+    without_numpy()
     from aos.refusals import Refusal
     from observe.cli import refuse
     from observe.recorder import record as run_record

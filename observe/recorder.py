@@ -77,6 +77,12 @@ BeforeSeal = Callable[[Path, "StreamWriter"], None]
 
 
 def _version() -> str:
+    """The installed alpha-observe version (a cheap dist-info scan; importlib.metadata as fallback)."""
+    import glob
+
+    for entry in sys.path:
+        for found in glob.glob(os.path.join(glob.escape(entry or "."), "alpha_observe-*.dist-info")):
+            return os.path.basename(found)[len("alpha_observe-") : -len(".dist-info")]
     try:
         from importlib.metadata import version
 
@@ -139,7 +145,9 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     signer = load_signer(options.sign_key) if options.sign_key is not None else None
     path = Path(options.out) if options.out is not None else default_out(cwd, stream_id)
     secrets = env_secrets(os.environ) + [m.encode("utf-8", "surrogateescape") for m in options.masks if m]
-    writer = StreamWriter(path, stream_id=stream_id, signer=signer)
+    writer = StreamWriter(
+        path, stream_id=stream_id, signer=signer, compression_level=int(_float_env("ALPHA_OBSERVE_ZSTD_LEVEL", 1))
+    )
     sink = Sink(writer)
     echo = Echo(not options.quiet)
     channel_dir = tempfile.mkdtemp(prefix="aos-")
