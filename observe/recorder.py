@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from observe import artifacts
 from observe.channel import ENV_STDERR_ID, ENV_STDOUT_ID, ENV_STEP, ENV_STREAM, ENV_STREAM_ID
 from observe.masking import env_secrets, mask_text, redact_env
-from observe.output import Echo, Sink
+from observe.output import Echo, Sink, logger
 
 if TYPE_CHECKING:
     from aos.writer import SealInfo, StreamWriter
@@ -276,8 +276,18 @@ def _run(
             drain_seconds=_float_env("ALPHA_OBSERVE_DRAIN", DRAIN_SECONDS),
             started_ns=started_ns,
         )
-        outcome = capture.run()
+        try:
+            outcome = capture.run()
+        finally:
+            if spawned.give_back_terminal is not None:
+                spawned.give_back_terminal()
+        if outcome.timed_out:
+            logger().warning("command timed out; its process group was stopped", timeout=options.timeout)
         if outcome.stray:
+            logger().warning(
+                "background processes still hold the command's output; stopped waiting for them",
+                still_open=",".join(outcome.stray),
+            )
             sink.append(
                 "process.stray",
                 {

@@ -13,7 +13,7 @@ import fcntl
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from observe.channel import ENV_STDERR_ID, ENV_STDOUT_ID
@@ -32,6 +32,7 @@ class Spawned:
     err_fd: int | None
     out_id: str
     err_id: str
+    give_back_terminal: Callable[[], None] | None = None
 
     @property
     def pid(self) -> int:
@@ -113,7 +114,46 @@ def spawn(
     os.close(err_w)
     for fd in (out_r, err_r):
         os.set_blocking(fd, False)
-    return Spawned(proc, out_r, err_r, out_id, err_id)
+    return Spawned(proc, out_r, err_r, out_id, err_id, _hand_terminal(proc.pid))
+
+
+def _hand_terminal(pgid: int) -> Callable[[], None] | None:
+    """Make the command's process group the terminal's foreground group, if ours is.
+
+    The command runs in a group of its own (so a timeout can signal all of it);
+    without this, a command reading the terminal would be stopped by SIGTTIN and
+    the recording would hang. Returns the function that hands the terminal back.
+    """
+    import threading
+
+    fd = 0
+    try:
+        if threading.current_thread() is not threading.main_thread() or not os.isatty(fd):
+            return None
+        if os.tcgetpgrp(fd) != os.getpgrp():
+            return None
+    except OSError:
+        return None
+    if not _tcsetpgrp(fd, pgid):
+        return None
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGCONT)  # in case it read the terminal before it was its own
+
+    def give_back() -> None:
+        _tcsetpgrp(fd, os.getpgrp())
+
+    return give_back
+
+
+def _tcsetpgrp(fd: int, pgid: int) -> bool:
+    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group may not set it otherwise
+    try:
+        os.tcsetpgrp(fd, pgid)
+        return True
+    except OSError:
+        return False
+    finally:
+        signal.signal(signal.SIGTTOU, previous)
 
 
 def _spawn_pty(argv: Sequence[str], env: Mapping[str, str]) -> Spawned | SpawnFailure:

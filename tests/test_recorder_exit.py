@@ -167,3 +167,32 @@ def test_exit_code_of_record_matches_python_api(tmp_path: Path) -> None:
     )
     assert result.seal is not None
     assert tmp_path / "a.aos" == result.seal.path
+
+
+def test_command_reading_the_terminal_is_not_stopped(tmp_path: Path) -> None:
+    """On a terminal, the command's process group gets the foreground, so reading it does not stop (SIGTTIN) it."""
+    import pty
+    import select
+
+    out = tmp_path / "tty.aos"
+    pid, master = pty.fork()
+    if pid == 0:  # the child: a session whose controlling terminal is the pty
+        os.execv(ALPHA, [ALPHA, "observe", "record", "--out", str(out), "--", "sh", "-c", "read x; echo got-$x"])
+    try:
+        os.write(master, b"hello\n")
+        seen = b""
+        deadline = time.monotonic() + 30
+        while b"got-hello" not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:
+                    break
+        _, status = os.waitpid(pid, 0) if b"got-hello" in seen else (0, -1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.close(master)
+    assert b"got-hello" in seen
+    assert 0 == os.waitstatus_to_exitcode(status)
+    assert b"got-hello\n" == output(events(out))
