@@ -356,11 +356,13 @@ def _refusal(lane: str, out: str, config_path: str | None, control: str) -> int:
     stderr = result.output.get("owner-0", "")
     name = next((line.split(":")[1].strip() for line in stderr.splitlines() if line.startswith("refused: ")), "")
     written = os.path.exists(files["checkpoint"])
-    produced = [f for f in _files_under(run_dir)] if os.path.isdir(run_dir) else []
+    produced = _files_under(run_dir) if os.path.isdir(run_dir) else []
     if produced:
         artifact(*produced)
-    stdout_bytes = len(result.output.get("owner-0", "").encode()) - len(stderr.encode())
-    output_bytes = sum(os.path.getsize(f) for f in produced) + max(stdout_bytes, 0)
+    # Output: files the run wrote, and whatever the refused executable (owner-0 and the
+    # coordinator it hosts) printed on stdout.
+    printed = sum(len(result.stdout.get(p, "").encode()) for p in ("owner-0", "coordinator"))
+    output_bytes = sum(os.path.getsize(f) for f in produced) + printed
     held = code != 0 and name == expected and not written and output_bytes == 0
     receipt(
         "refusal-control",

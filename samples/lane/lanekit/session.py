@@ -28,6 +28,7 @@ class RunResult:
 
     exit_codes: dict[str, int]
     output: dict[str, str] = field(default_factory=dict)
+    stdout: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -35,10 +36,11 @@ class RunResult:
         return all(code == 0 for code in self.exit_codes.values())
 
 
-def _pump(role: str, stream: IO[bytes], sink: IO[str], keep: list[str]) -> None:
+def _pump(role: str, stream: IO[bytes], sink: IO[str], keep: list[str], only: list[str]) -> None:
     for raw in iter(stream.readline, b""):
         line = raw.decode("utf-8", "replace")
         keep.append(line)
+        only.append(line)
         sink.write(line if line.startswith("refused: ") else f"[{role}] {line}")
         sink.flush()
 
@@ -86,6 +88,7 @@ def run_lane(
     procs: dict[str, subprocess.Popen[bytes]] = {}
     pumps: list[threading.Thread] = []
     output: dict[str, list[str]] = {}
+    stdout: dict[str, list[str]] = {}
     try:
         for role in MEMBERS:
             if role == "coordinator":
@@ -112,15 +115,22 @@ def run_lane(
                 argv.append("--shadow")
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             procs[role] = proc
-            for stream, sink in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+            for stream, sink, only in (
+                (proc.stdout, sys.stdout, stdout.setdefault(role, [])),
+                (proc.stderr, sys.stderr, []),
+            ):
                 keep = output.setdefault(role, [])
-                t = threading.Thread(target=_pump, args=(role, stream, sink, keep), daemon=True)
+                t = threading.Thread(target=_pump, args=(role, stream, sink, keep, only), daemon=True)
                 t.start()
                 pumps.append(t)
         codes = _wait_all(procs, timeout)
         for t in pumps:
             t.join(5)
-        return RunResult(codes, {role: "".join(lines) for role, lines in output.items()})
+        return RunResult(
+            codes,
+            {role: "".join(lines) for role, lines in output.items()},
+            {role: "".join(lines) for role, lines in stdout.items()},
+        )
     finally:
         for proc in procs.values():
             if proc.poll() is None:
