@@ -25,7 +25,7 @@ from lanekit.refusals import CheckpointChunk, PeerIdentity  # noqa: E402
 from lanekit.role import owner_session, run_in_process  # noqa: E402
 from lanekit.session import run_lane  # noqa: E402
 from lanekit.spec import LANES, ROLES, default_spec  # noqa: E402
-from lanekit.wire import Channel, compare_hello, hello  # noqa: E402
+from lanekit.wire import Channel, WireError, compare_hello, hello  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -136,6 +136,33 @@ class TestResume:
             assert Path(plain_files[name]).read_bytes() == Path(shadow_files[name]).read_bytes()
         owners = json.loads(Path(shadow_files["membership"]).read_text())["owners"]
         assert [5, 5] == [o["shadow_overwrites"] for o in owners]
+
+    @pytest.mark.parametrize("lane", ["coordinates", "independent"])
+    def test_host_shadow_control_has_teeth(self, lane: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A mutant owner that computes from its host shadow is caught by the control (its trajectory changes)."""
+        from lanekit.learner import Owner
+
+        def from_shadow(self: Owner) -> None:
+            self.state = {name: [self.be.const(v) for v in values] for name, values in self.shadow.items()}
+
+        for method in ("gradient", "advance_local"):
+            original = getattr(Owner, method)
+
+            def mutant(self: Owner, *args: object, _original=original) -> object:  # type: ignore[no-untyped-def]
+                from_shadow(self)
+                if args and self.spec.lane == "coordinates":
+                    args = tuple(self.state["param"])
+                return _original(self, *args)
+
+            monkeypatch.setattr(Owner, method, mutant)
+        _chunks, plain = run_in_process(default_spec(lane))
+        assert oracle.hex_rows(lane, 5) == plain
+        try:
+            _chunks, shadowed = run_in_process(default_spec(lane), shadow=True)
+            caught = oracle.hex_rows(lane, 5) != shadowed
+        except WireError as exc:  # the coordinator saw the replicas diverge
+            caught = "diverged" in str(exc)
+        assert caught
 
 
 class TestRefusals:

@@ -103,7 +103,9 @@ def owner_session(
     return Owner(spec, role, backend, shadow=shadow).serve(chan)
 
 
-def run_in_process(spec: LearnerSpec, updates: int = 5) -> tuple[dict[str, list[float]], list[dict[str, Any]]]:
+def run_in_process(
+    spec: LearnerSpec, updates: int = 5, *, shadow: bool = False
+) -> tuple[dict[str, list[float]], list[dict[str, Any]]]:
     """The whole learner in one process (threads over socket pairs, host backend): the self-test."""
     channels: dict[str, Channel] = {}
     errors: list[BaseException] = []
@@ -117,7 +119,7 @@ def run_in_process(spec: LearnerSpec, updates: int = 5) -> tuple[dict[str, list[
 
         def work(sock: socket.socket = b, role: str = role) -> None:
             try:
-                owner_session(spec, role, Channel(sock, "coordinator"), HostBackend(), 1, False)
+                owner_session(spec, role, Channel(sock, "coordinator"), HostBackend(), 1, shadow)
             except BaseException as exc:  # noqa: BLE001 - reported to the caller below
                 errors.append(exc)
 
