@@ -75,6 +75,19 @@ class TestOracle:
         trajectory = json.loads(Path(files["trajectory"]).read_text())
         assert oracle.hex_rows(lane, 5) == trajectory["rows"]
 
+    def test_averaging_mutant_caught(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A coordinator that averages the owners' means instead of weighting by samples misses the oracle."""
+        from lanekit.learner import Coordinator
+        from lanekit.spec import unhexf
+
+        def averaged(self: Coordinator, contributions: dict[str, dict[str, object]]) -> list[float]:
+            means = [[unhexf(g) / float(c["n"]) for g in c["g"]] for c in contributions.values()]  # type: ignore[attr-defined,arg-type]
+            return [(means[0][j] + means[1][j]) / 2.0 for j in range(2)]
+
+        monkeypatch.setattr(Coordinator, "_combine", averaged)
+        _chunks, rows = run_in_process(default_spec("partitioned"))
+        assert oracle.hex_rows("partitioned", 5) != rows
+
     def test_unequal_split_is_weighted(self) -> None:
         """Owners hold one and two samples, and the combine weights by sample count, not by owner."""
         spec = default_spec("coordinates")
