@@ -130,6 +130,14 @@ class TestDocumentedExamples:
         shown = dict(re.findall(r"<!-- (samples/gates/[\w.-]+) -->\n```toml\n(.*?)```", doc, re.S))
         assert {str(p.relative_to(ROOT)): p.read_text() for p in SAMPLES} == shown
 
+    def test_python_examples_run(self) -> None:
+        """Every Python example in docs/GATES.md runs as written."""
+        doc = (ROOT / "docs" / "GATES.md").read_text()
+        blocks = re.findall(r"```python\n(.*?)```", doc, re.S)
+        assert blocks
+        for block in blocks:
+            exec(compile(block, "docs/GATES.md", "exec"), {})
+
     @pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)
     def test_sample_runs_as_documented(self, sample: Path, tmp_path: Path) -> None:
         """Each sample gate, run on its example command, gives the verdict and scope its header expects."""
