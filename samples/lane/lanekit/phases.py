@@ -186,10 +186,37 @@ def static_check(lane: str, out: str, config: str | None = None) -> int:
 # -- physical half ----------------------------------------------------------------
 
 
+# What the physical half writes under OUT; an earlier run's copies are removed first,
+# so qualification.json never names a file this run did not produce.
+PHYSICAL_OUTPUTS = (
+    "lane-config.json",
+    "preflight",
+    "binding.json",
+    "build",
+    "refusal",
+    "uninterrupted",
+    "split",
+    "host-shadow",
+    "evaluation",
+    "corrupted",
+    "qualification.json",
+)
+
+
+def _clear_physical_outputs(out: str) -> None:
+    for name in PHYSICAL_OUTPUTS:
+        path = os.path.join(out, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
+
+
 def preflight(lane: str, out: str, config_path: str | None = None) -> int:
     """Query the devices, judge them against the config, write binding.json."""
     paths = _paths(out, lane)
     os.makedirs(out, exist_ok=True)
+    _clear_physical_outputs(out)
     if config_path and os.path.exists(config_path):
         shutil.copyfile(config_path, paths["config"])
         artifact(paths["config"])
