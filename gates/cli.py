@@ -152,13 +152,13 @@ def verdict(stream: Path, as_json: bool, key: str | None) -> None:
 )
 def gates(name: str | None, gate_files: tuple[Path, ...]) -> None:
     """List every gate and its rules (or only gate NAME)."""
-    from gates.language import GateFileError, load_gate
-    from gates.registry import builtin_gates
+    from gates.language import GateFileError
+    from gates.registry import builtin_gates, load_user_gate
 
     found = dict(builtin_gates())
     for p in gate_files:
         try:
-            g = load_gate(p)
+            g = load_user_gate(p)
         except GateFileError as exc:
             raise click.UsageError(exc.diagnostics()) from None
         found[g.name] = g

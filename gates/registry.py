@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gates.language import Gate, GateFileError, load_gate, parse_gate_text
 
-__all__ = ["UnknownGate", "builtin_gates", "gate_names", "resolve_gate"]
+__all__ = ["RESERVED_SCOPES", "UnknownGate", "builtin_gates", "gate_names", "load_user_gate", "resolve_gate"]
 
 
 class UnknownGate(GateFileError):
@@ -29,6 +29,22 @@ def builtin_gates() -> dict[str, Gate]:
     return out
 
 
+#: Scopes only built-in gates may give: the tracker records a physical pass on them.
+RESERVED_SCOPES = frozenset({"physical"})
+
+
+def load_user_gate(path: str | Path) -> Gate:
+    """A gate from a user's file: it may not shadow a built-in nor claim a reserved scope."""
+    gate = load_gate(path)
+    if gate.name in builtin_gates():
+        raise GateFileError(f"{gate.source}: gate {gate.name!r} would shadow the built-in gate of that name")
+    scopes = {gate.scope, *(p.scope for p in gate.parts if p.scope)}
+    reserved = sorted(scopes & RESERVED_SCOPES)
+    if reserved:
+        raise GateFileError(f"{gate.source}: scope {reserved[0]!r} is reserved for the built-in device gates")
+    return gate
+
+
 def gate_names() -> list[str]:
     return sorted(builtin_gates())
 
@@ -39,10 +55,7 @@ def resolve_gate(name: str, gate_files: tuple[str | Path, ...] | list[str | Path
     Raises ``GateFileError`` for a malformed file and ``UnknownGate`` when no
     gate has that name.
     """
-    loaded = [load_gate(p) for p in gate_files]
-    for gate in loaded:
-        if gate.name in builtin_gates():
-            raise GateFileError(f"{gate.source}: gate {gate.name!r} would shadow the built-in gate of that name")
+    loaded = [load_user_gate(p) for p in gate_files]
     for gate in loaded:
         if gate.name == name:
             return gate

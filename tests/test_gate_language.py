@@ -115,6 +115,14 @@ class TestRegistry:
             resolve_gate("distributed-device", [f])
         assert "shadow" in info.value.detail
 
+    def test_gate_file_may_not_claim_physical_scope(self, tmp_path: Path) -> None:
+        """A gate file may not give scope physical, which only the built-in device gates establish."""
+        f = tmp_path / "g.toml"
+        f.write_text('[gate]\nname = "mine"\n[[part]]\nname = "p"\nwhen = { env = "X" }\nscope = "physical"\n')
+        with pytest.raises(GateFileError) as info:
+            resolve_gate("mine", [f])
+        assert "reserved" in info.value.detail
+
     def test_gate_file_by_its_name(self, tmp_path: Path) -> None:
         """A gate file's gate is found by its [gate] name and carries its source and digest."""
         f = tmp_path / "g.toml"
