@@ -36,7 +36,7 @@ def sealed_verdict(path: Path) -> dict[str, Any]:
 
 
 def check_status(verdict: dict[str, Any], name: str) -> str:
-    return next(c["status"] for c in verdict["checks"] if c["name"] == name)
+    return str(next(c["status"] for c in verdict["checks"] if c["name"] == name))
 
 
 class TestExitZero:
