@@ -12,6 +12,7 @@ import pytest
 
 from aos.reader import read_stream
 from aos.verify import verify_stream
+from gates.engine import evaluate
 from gates.registry import resolve_gate
 from gates.run import evaluate_stream, run_gate
 from gates.testing import SyntheticStream
@@ -122,6 +123,11 @@ class TestGatesListing:
             assert f"    {check}: " in out
 
 
+def evaluate_stream_events(gate: str, events: list[Any]) -> dict[str, Any]:
+    """The attrs of ``gate`` evaluated over ``events`` now."""
+    return evaluate(resolve_gate(gate), events).to_attrs()
+
+
 def run_lane(
     tmp_path: Path, mutant: str = "", *, physical: bool = True, gate: str = "distributed-device"
 ) -> tuple[int, dict[str, Any]]:
@@ -158,6 +164,10 @@ class TestDeviceLaneEndToEnd:
         """A right lane with its config set passes with scope physical."""
         code, v = run_lane(tmp_path, gate="coordinate-device")
         assert (0, "pass", "physical") == (code, v["verdict"], v["scope"])
+        events = read_stream(tmp_path / "s.aos").events
+        at = next(e.seq for e in events if e.kind == "verdict")
+        again = evaluate_stream_events("coordinate-device", events[:at])
+        assert v == again  # the sealed verdict is what the evidence before it gives
 
     def test_right_lane_static_only(self, tmp_path: Path) -> None:
         """With no config the lane's static half passes with scope static, saying the physical lane did not run."""

@@ -466,3 +466,19 @@ class TestShadowAndEvaluation:
         lane.fields("fresh-evaluation")["checkpoint_sha256"] = sha256(b"x")
         v = lane.evaluate()
         assert "fail" == status_of(v, "fresh-evaluation-checkpoint")
+
+
+class TestEveryEventCounts:
+    @pytest.mark.parametrize("gate", DEVICE_GATES)
+    def test_dropping_any_event_is_never_a_pass(self, gate: str) -> None:
+        """Removing any one event a physical lane recorded (but process.start) turns its pass into no pass."""
+        right = device_lane(gate)
+        passed = []
+        for i, op in enumerate(right.ops):
+            if op["kind"] == "process.start":
+                continue
+            lane = device_lane(gate)
+            del lane.ops[i]
+            if lane.evaluate().verdict == "pass":
+                passed.append((i, op["kind"], op["attrs"].get("name") or op["attrs"].get("path")))
+        assert [] == passed
