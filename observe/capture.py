@@ -204,6 +204,10 @@ class Capture:
                         sel.unregister(waker)
                         self._on_exit()
                 self.control.poll_receipts()
+        except BaseException:
+            if not self.exited:  # the recorder itself broke: do not leave the command running unrecorded
+                self._killpg(signal.SIGTERM)
+            raise
         finally:
             self._restore_handlers(previous)
             with contextlib.suppress(OSError):

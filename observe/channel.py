@@ -75,9 +75,12 @@ def receipt_line(name: str, status: str = "info", fields: dict[str, Any] | None 
 def parse_receipt_line(raw: bytes) -> tuple[str, dict[str, Any]]:
     """``("receipt", attrs)`` for a valid line, else ``("receipt.invalid", {"reason": ...})``.
 
-    ``raw`` is one line without its newline. The attrs of a valid receipt are
-    exactly ``{name, status, fields}``.
+    ``raw`` is one line without its newline (a trailing CR is tolerated). The
+    attrs of a valid receipt are exactly ``{name, status, fields}``. Every line
+    gets an answer, an empty one included: nothing on the channel is dropped.
     """
+    if not raw.strip():
+        return "receipt.invalid", {"reason": "empty line"}
     try:
         obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except UnicodeDecodeError:

@@ -114,10 +114,6 @@ class Control:
 
     def _receipt(self, line: bytes, step: str | None) -> None:
         line = mask_bytes(line, self.secrets) if self.secrets else line
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        if not line.strip():
-            return  # a blank line says nothing; not a receipt
         kind, attrs = parse_receipt_line(line)
         self.sink.append(kind, attrs, line if kind == "receipt.invalid" else None, step)
 

@@ -36,6 +36,7 @@ class TestParseReceiptLine:
             (b'{"name":"x","extra":1}', "unknown key 'extra'"),
             (b'{"name":"\xff"}', "not UTF-8"),
             (b'{"name":"x","fields":{"v":NaN}}', "not JSON"),
+            (b"  ", "empty line"),
         ],
     )
     def test_invalid_lines(self, line: bytes, reason: str) -> None:
@@ -88,7 +89,7 @@ class TestReceipts:
             'echo \'{"name":"shell","status":"pass","fields":{"a":1}}\' >> "$AOS_RECEIPTS";'
             "alpha observe receipt cli --status fail --field n=3 --field s=text --field j='[1]'"
             ' --json \'{"n":0,"o":true}\';'
-            'printf "garbage\\377\\n" >> "$AOS_RECEIPTS";'
+            'printf "garbage\\377\\n\\n" >> "$AOS_RECEIPTS";'
             'printf \'{"name":"last-no-newline"}\' >> "$AOS_RECEIPTS"'
         )
         proc, path = record(tmp_path, ["sh", "-c", script])
@@ -98,8 +99,9 @@ class TestReceipts:
         assert {"name": "shell", "status": "pass", "fields": {"a": 1}} == receipts[0]
         assert {"name": "cli", "status": "fail", "fields": {"n": 3, "s": "text", "j": [1], "o": True}} == receipts[1]
         assert "last-no-newline" == receipts[2]["name"]
-        invalid = one(evs, "receipt.invalid")
-        assert b"garbage\xff" == invalid.data
+        invalid = [e for e in evs if e.kind == "receipt.invalid"]
+        assert [b"garbage\xff", b""] == [e.data for e in invalid]
+        assert "empty line" == invalid[1].attrs["reason"]
         assert all(e.step is None for e in evs if e.kind.startswith("receipt"))
 
     def test_thousand_concurrent_writers_lose_nothing(self, tmp_path: Path) -> None:

@@ -201,3 +201,31 @@ def test_recording_output_keeps_memory_bounded(tmp_path: Path) -> None:
     peak_kb = int(probe.stdout.split()[-1])
     assert peak_kb < 150_000, peak_kb
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > 0
+
+
+def test_recorder_bug_still_seals_and_exits_125(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unexpected error inside the recorder is recorded as recorder.error; the stream is sealed; exit 125."""
+    import observe.ingest
+
+    def broken(self: object, *a: object, **k: object) -> None:
+        raise RuntimeError("channel broke")
+
+    monkeypatch.setattr(observe.ingest.Control, "poll_receipts", broken)
+    result = record(["sleep", "0.2"], RecordOptions(out=tmp_path / "bug.aos", quiet=True))
+    assert (125, True) == (result.exit_code, result.recorder_failed)
+    assert "channel broke" in one(events(tmp_path / "bug.aos"), "recorder.error").attrs["error"]
+    verify_stream(tmp_path / "bug.aos")
+
+
+def test_long_tmpdir_still_gets_a_channel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TMPDIR too long for a Unix socket path does not break the channel."""
+    import tempfile
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    script = "alpha observe step s -- echo stepped"
+    result = record(["sh", "-c", script], RecordOptions(out=tmp_path / "long.aos", quiet=True))
+    assert 0 == result.exit_code
+    evs = events(tmp_path / "long.aos")
+    assert b"stepped\n" == output(evs, "stdout", one(evs, "step.start").step)
