@@ -58,7 +58,13 @@ def recording_options(func: F) -> F:
             metavar="SECONDS",
             help="SIGTERM the command's process group after SECONDS (then SIGKILL); exit 124.",
         ),
-        click.option("--pty", is_flag=True, default=False, help="Run under a pseudo-terminal."),
+        click.option(
+            "--pty",
+            is_flag=True,
+            default=False,
+            help="Run under a pseudo-terminal: exact interleaving and colour; stdout and stderr become one stdout "
+            "stream, and no input is forwarded.",
+        ),
         click.option(
             "--sign-key",
             type=click.Path(dir_okay=False, path_type=Path),

@@ -162,6 +162,10 @@ def _spawn_pty(argv: Sequence[str], env: Mapping[str, str]) -> Spawned | SpawnFa
 
     master, slave = _pty.openpty()
     os.set_inheritable(master, False)
+    for fd in (1, 2, 0):  # the command sees the size of the recorder's terminal, if it has one
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
+            break
     slave_id = _identity(slave)
     env = {**env, ENV_STDOUT_ID: slave_id, ENV_STDERR_ID: slave_id}
 

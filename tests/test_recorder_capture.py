@@ -134,3 +134,30 @@ class TestEvents:
         evs = events(path)
         assert b"tty\r\nerr\r\n" == output(evs)
         assert evs[0].attrs["pty"] is True
+
+
+def test_pty_gets_the_terminal_size(tmp_path: Path) -> None:
+    """Under --pty the command's terminal has the size of the recorder's own terminal."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    from recorder_util import ALPHA
+
+    out = tmp_path / "size.aos"
+    pid, master = pty.fork()
+    if pid == 0:
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 132, 0, 0))
+        os.execv(ALPHA, [ALPHA, "observe", "record", "--quiet", "--pty", "--out", str(out), "--", "stty", "size"])
+    try:
+        while True:
+            try:
+                if not os.read(master, 4096):
+                    break
+            except OSError:
+                break
+        os.waitpid(pid, 0)
+    finally:
+        os.close(master)
+    assert b"40 132\r\n" == output(events(out))
