@@ -161,3 +161,29 @@ def test_pty_gets_the_terminal_size(tmp_path: Path) -> None:
     finally:
         os.close(master)
     assert b"40 132\r\n" == output(events(out))
+
+
+def test_echo_is_live_without_a_newline(tmp_path: Path) -> None:
+    """A partial line reaches the terminal while the command is still running (no line buffering)."""
+    import select
+    import subprocess
+    import time
+
+    from recorder_util import ALPHA
+
+    proc = subprocess.Popen(
+        [ALPHA, "observe", "record", "--out", str(tmp_path / "live.aos"), "--", "sh", "-c", "printf first; sleep 60"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        seen = b""
+        deadline = time.monotonic() + 20
+        while b"first" not in seen and time.monotonic() < deadline:
+            if select.select([proc.stdout], [], [], 0.5)[0]:
+                seen += os.read(proc.stdout.fileno(), 100)
+        assert b"first" == seen
+        assert proc.poll() is None  # the command is still sleeping
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
