@@ -51,3 +51,26 @@ def asset_manifest() -> dict[str, dict[str, Any]]:
 def surgery() -> ModuleType:
     """The byte-surgery helpers of make_assets.py (split, encode_batch, rehash, reseal, write_sample, ...)."""
     return _load_make_assets()
+
+
+# -- isolation from an enclosing recording ---------------------------------------------------
+
+#: Variables a recording (or a lane config) gives its command. The suite itself runs under
+#: `alpha observe gate exit-zero` in .ci/run, so without this every test would be "inside
+#: a recording" and its receipts would land in CI's own stream.
+_RECORDING_ENV = (
+    "AOS_STREAM",
+    "AOS_RECEIPTS",
+    "AOS_STEP",
+    "ALPHA_PARTITIONED_DEVICE_CONFIG",
+    "ALPHA_COORDINATE_DEVICE_CONFIG",
+    "ALPHA_INDEPENDENT_DEVICE_CONFIG",
+    "GITHUB_ACTIONS",
+)
+
+
+@pytest.fixture(autouse=True)
+def _outside_any_recording(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts outside any recording, with no lane config and no CI annotations."""
+    for name in _RECORDING_ENV:
+        monkeypatch.delenv(name, raising=False)
