@@ -90,7 +90,7 @@ def make_log(path: Path, size: int) -> None:
             written += len(block)
 
 
-def timed(argv: list[str], **kw: object) -> tuple[float, int, float, int]:
+def timed(argv: list[str], cwd: Path | None = None) -> tuple[float, int, float, int]:
     """Wall seconds, peak RSS (KB), CPU seconds and exit code of one command, from a fresh probe process."""
     probe = (
         "import json, resource, subprocess, sys, time\n"
@@ -101,18 +101,20 @@ def timed(argv: list[str], **kw: object) -> tuple[float, int, float, int]:
         "print(time.perf_counter() - t, ru.ru_maxrss, ru.ru_utime + ru.ru_stime, rc)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", probe, json.dumps(argv)], capture_output=True, check=True, text=True, **kw
+        [sys.executable, "-c", probe, json.dumps(argv)], capture_output=True, check=True, text=True, cwd=cwd
     ).stdout.split()
     return float(out[0]), int(out[1]), float(out[2]), int(out[3])
 
 
-def best_of(n: int, argv: list[str], cleanup: list[Path] | None = None, **kw: object) -> tuple[float, int, float]:
+def best_of(
+    n: int, argv: list[str], cleanup: list[Path] | None = None, cwd: Path | None = None
+) -> tuple[float, int, float]:
     """Best wall time, worst peak RSS and best CPU time of ``n`` runs (each must exit 0)."""
     runs = []
     for _ in range(n):
         for p in cleanup or []:
             p.unlink(missing_ok=True)
-        run = timed(argv, **kw)
+        run = timed(argv, cwd)
         if run[3] != 0:
             raise SystemExit(f"{argv[0]} exited {run[3]}")
         runs.append(run)

@@ -175,7 +175,7 @@ class TestCaptureLibrary:
                 raise PermissionError(13, "Permission denied")
             return real_open(path, flags, *a)
 
-        monkeypatch.setattr(artifacts.os, "open", deny)
+        monkeypatch.setattr(os, "open", deny)
         got = self._capture(tmp_path, "secret.txt")
         assert [("artifact", "unreadable", "Permission denied", None)] == [
             (k, a["kind"], a["error"], a["sha256"]) for k, a, _ in got
