@@ -138,9 +138,12 @@ def _hand_terminal(pgid: int) -> Callable[[], None] | None:
         return None
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGCONT)  # in case it read the terminal before it was its own
+    # Now in the background, the recorder still echoes to the terminal, even under `stty tostop`.
+    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
 
     def give_back() -> None:
         _tcsetpgrp(fd, os.getpgrp())
+        signal.signal(signal.SIGTTOU, previous)
 
     return give_back
 
