@@ -85,12 +85,20 @@ class TestExitCodes:
         assert attrs["timed_out"] is True
 
 
+def _default_signals() -> None:
+    # A test run started in the background (`pytest &`, nohup) inherits ignored SIGINT or
+    # SIGHUP, which the recorder, like timeout(1), passes on: a shell cannot trap those.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _start(tmp_path: Path, script: str) -> tuple[subprocess.Popen[bytes], Path]:
     out = tmp_path / "run.aos"
     proc = subprocess.Popen(
         [ALPHA, "observe", "record", "--out", str(out), "--", "sh", "-c", script],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=_default_signals,
     )
     return proc, out
 
