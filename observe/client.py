@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
-import socket
-import subprocess
 import sys
 import time
-import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from observe.channel import (
     ENV_CONTROL,
@@ -36,6 +32,12 @@ from observe.channel import (
     fd_identity,
     receipt_line,
 )
+
+if TYPE_CHECKING:
+    import subprocess
+
+# socket, selectors, subprocess and uuid load only where a step or artifact needs
+# them: ``receipt`` is called most often and needs none of them.
 
 __all__ = ["NOT_RECORDING", "artifact", "build_fields", "receipt", "step"]
 
@@ -100,6 +102,8 @@ class _Link:
     """A connection to the recorder's control socket."""
 
     def __init__(self, path: str) -> None:
+        import socket
+
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(START_TIMEOUT)
         self.sock.connect(path)
@@ -157,6 +161,8 @@ def _shell_code(returncode: int) -> int:
 
 
 def _run_plain(argv: list[str]) -> int:
+    import subprocess
+
     try:
         return _shell_code(subprocess.call(argv))
     except FileNotFoundError as exc:
@@ -179,6 +185,8 @@ def step(name: str, argv: list[str], *, standalone: bool = False) -> int:
         if standalone:
             return _run_plain(argv)
         return _outside("step")
+    import uuid
+
     control = _control_path()
     span = uuid.uuid4().hex[:16]
     parent = os.environ.get(ENV_STEP) or None
@@ -194,6 +202,8 @@ def step(name: str, argv: list[str], *, standalone: bool = False) -> int:
 
 
 def _run_step(link: _Link, span: str, argv: list[str], receipts: str | None) -> int:
+    import subprocess
+
     echo_out = fd_identity(1) is not None and fd_identity(1) == os.environ.get(ENV_STDOUT_ID)
     echo_err = fd_identity(2) is not None and fd_identity(2) == os.environ.get(ENV_STDERR_ID)
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
@@ -245,6 +255,8 @@ def _run_step(link: _Link, span: str, argv: list[str], receipts: str | None) -> 
 
 def _pump(link: _Link, proc: subprocess.Popen[bytes], frames: dict[int, tuple[bytes, int | None]]) -> None:
     """Forward the sub-command's output until it exits and its pipes close (bounded after exit)."""
+    import selectors
+
     sel = selectors.DefaultSelector()
     for fd in frames:
         sel.register(fd, selectors.EVENT_READ)
