@@ -1,6 +1,7 @@
 """The append-only stream writer.
 
-One ``write()`` per batch, never a seek: a recorder killed at any moment leaves
+One ``write()`` per batch (each batch is encoded into memory natively, then
+written whole), never a seek: a recorder killed at any moment leaves
 a file whose complete batches read and verify. Events are hashed into the chain
 as they are appended; a batch is flushed when it is full, when its oldest event
 is ``flush_interval`` old (a background thread sees to that while events
@@ -8,31 +9,42 @@ arrive), or on demand. A ``checkpoint`` event closes the first batch flushed
 after each ``checkpoint_interval``. The ``seal`` event goes in a batch of its
 own and commits to the chain head, the event count and the BLAKE3 digest of
 every file byte before its batch.
+
+With ``pipelined=True`` batches are compressed by a pool of ``encoders``
+threads and written in order by one more, while the caller goes on appending
+(and hashing); zstd releases the GIL, so this uses every core. At most
+``encoders + 1`` batches are in flight, so memory stays bounded; ``flush()`` and ``seal()`` wait for
+it, and a write failure surfaces on the next ``append``, ``flush`` or ``seal``.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from blake3 import blake3
 
 from aos.canonical import canonical_json
 from aos.chain import checkpoint_message, genesis, link, seal_message
 from aos.refusals import StreamWrite
-from aos.signing import Signer
+
+if TYPE_CHECKING:
+    from aos.signing import Signer
 
 __all__ = ["FsyncPolicy", "SealInfo", "StreamWriter", "new_stream_id"]
 
 FsyncPolicy = Literal["never", "batch", "seal"]
 
 _RESERVED = frozenset({"seal", "checkpoint"})
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
 
 def new_stream_id() -> str:
@@ -73,6 +85,8 @@ class StreamWriter:
         background_flush: bool = True,
         exclusive: bool = True,
         clock: Callable[[], tuple[int, int]] | None = None,
+        pipelined: bool = False,
+        encoders: int = 2,
     ) -> None:
         import pyarrow as pa
         import pyarrow.ipc as ipc
@@ -80,6 +94,7 @@ class StreamWriter:
         from aos.schema import arrow_schema
 
         self._pa = pa
+        self._ipc_mod = ipc
         self.path = Path(path)
         self.stream_id = stream_id or new_stream_id()
         self.signer = signer
@@ -108,14 +123,21 @@ class StreamWriter:
         except OSError as exc:
             raise StreamWrite(f"cannot create {self.path}: {exc.strerror or exc}") from exc
         schema_bytes = self._schema.serialize().to_pybytes()
-        self._skip = len(schema_bytes)
-        self._sink = bytearray()
-        self._ipc = ipc.new_stream(
-            _Sink(self._sink),
-            self._schema,
-            options=ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level)),
-        )
+        self._schema_len = len(schema_bytes)
+        self._options = ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level))
         self._write_bytes(schema_bytes)
+
+        self._jobs: queue.Queue[Future[bytes] | None] | None = None
+        self._io: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        if pipelined:
+            # Batches are encoded (compressed) by a small pool while the caller goes on
+            # appending and hashing; one thread writes them in order. At most three
+            # batches are in flight, so memory stays bounded.
+            self._pool = ThreadPoolExecutor(max_workers=encoders, thread_name_prefix="aos-encode")
+            self._jobs = queue.Queue(maxsize=encoders + 1)
+            self._io = threading.Thread(target=self._io_loop, name="aos-io", daemon=True)
+            self._io.start()
 
         self._stop = threading.Event()
         self._flusher: threading.Thread | None = None
@@ -225,6 +247,7 @@ class StreamWriter:
             if self.failure is not None:
                 raise self.failure
             self._flush_locked(allow_checkpoint=True)
+            self._settle()
 
     def _checkpoint_attrs(self) -> dict[str, Any]:
         attrs: dict[str, Any] = {"head": self._prev.hex(), "events": self._seq}
@@ -241,37 +264,78 @@ class StreamWriter:
             self._last_checkpoint = now
             self._last_checkpoint_seq = self._seq
             self._add("checkpoint", None, canonical_json(self._checkpoint_attrs()), None, None, None)
+        job = _Job(
+            seq=self._p_seq,
+            wall=self._p_wall,
+            mono=self._p_mono,
+            kind=self._p_kind,
+            step=self._p_step,
+            attrs=self._p_attrs,
+            data=self._p_data,
+            hash=self._p_hash,
+        )
+        self._clear_pending()
+        if self._jobs is not None and self._pool is not None:
+            self._jobs.put(self._pool.submit(self._encode_job, job))
+        else:
+            self._write_bytes(self._encode_job(job))
+            if self.fsync == "batch":
+                self._sync()
+
+    def _encode_job(self, job: _Job) -> bytes:
         pa = self._pa
         batch = pa.record_batch(
             [
-                pa.array(self._p_seq, pa.uint64()),
-                pa.array(self._p_wall, pa.int64()),
-                pa.array(self._p_mono, pa.int64()),
-                pa.array(self._p_kind, pa.string()),
-                pa.array(self._p_step, pa.string()),
-                pa.array(self._p_attrs, pa.string()),
-                pa.array(self._p_data, pa.binary()),
-                pa.array(self._p_hash, pa.binary(32)),
+                pa.array(job.seq, pa.uint64()),
+                pa.array(job.wall, pa.int64()),
+                pa.array(job.mono, pa.int64()),
+                pa.array(job.kind, pa.string()),
+                pa.array(job.step, pa.string()),
+                pa.array(job.attrs, pa.string()),
+                pa.array(job.data, pa.binary()),
+                pa.array(job.hash, pa.binary(32)),
             ],
             schema=self._schema,
         )
-        self._clear_pending()
-        self._ipc.write_batch(batch)
-        self._drain_sink()
-        if self.fsync == "batch":
-            self._sync()
+        return self._encode(batch)
 
-    def _drain_sink(self) -> None:
-        buf = self._sink
-        if self._skip:
-            # pyarrow repeats the schema message we wrote at open; drop it.
-            cut = min(self._skip, len(buf))
-            del buf[:cut]
-            self._skip -= cut
-        if buf:
-            out = bytes(buf)
-            buf.clear()
-            self._write_bytes(out)
+    def _encode(self, batch: Any) -> bytes:
+        """One record batch as its IPC stream message, encoded natively (no Python callbacks)."""
+        ipc = self._ipc_mod
+        sink = self._pa.BufferOutputStream()
+        with ipc.new_stream(sink, self._schema, options=self._options) as w:
+            w.write_batch(batch)
+        whole = sink.getvalue()
+        # The stream is schema | batch | end-of-stream: keep the batch message.
+        message: bytes = whole.slice(self._schema_len, whole.size - self._schema_len - len(_EOS)).to_pybytes()
+        return message
+
+    def _io_loop(self) -> None:
+        jobs = self._jobs
+        assert jobs is not None
+        while True:
+            job = jobs.get()
+            try:
+                if job is None:
+                    return
+                encoded = job.result()
+                if self.failure is None:
+                    self._write_bytes(encoded)
+                    if self.fsync == "batch":
+                        self._sync()
+            except StreamWrite:
+                pass  # kept in self.failure; appends and flush raise it
+            except Exception as exc:  # noqa: BLE001 - any failure to encode is a failed write
+                self.failure = StreamWrite(f"cannot write {self.path}: {exc}")
+            finally:
+                jobs.task_done()
+
+    def _settle(self) -> None:
+        """Wait until every handed-over batch is written (pipelined mode); raise a failure."""
+        if self._jobs is not None:
+            self._jobs.join()
+        if self.failure is not None:
+            raise self.failure
 
     def _write_bytes(self, out: bytes) -> None:
         if self._fd is None:
@@ -318,7 +382,7 @@ class StreamWriter:
             if self.failure is not None:
                 raise self.failure
             self._flush_locked(allow_checkpoint=False)
-            self._drain_sink()
+            self._settle()
             head, events, nbytes = self._prev, self._seq, self._bytes
             file_digest = self._digest.digest()
             attrs: dict[str, Any] = {
@@ -334,8 +398,8 @@ class StreamWriter:
                 attrs["signature"], attrs["key_id"] = signature, key
             seq = self._add("seal", None, canonical_json(attrs), None, None, None)
             self._flush_locked(allow_checkpoint=False)
-            self._ipc.close()
-            self._drain_sink()
+            self._settle()
+            self._write_bytes(_EOS)
             if self.fsync != "never":
                 self._sync()
             self._sealed = SealInfo(
@@ -356,6 +420,12 @@ class StreamWriter:
                 if self._sealed is None and self.failure is None:
                     self._flush_locked(allow_checkpoint=False)
             finally:
+                if self._jobs is not None and self._io is not None:
+                    self._jobs.join()
+                    self._jobs.put(None)
+                    self._io.join()
+                if self._pool is not None:
+                    self._pool.shutdown(wait=True)
                 self._closed = True
                 if self._fd is not None:
                     os.close(self._fd)
@@ -368,22 +438,15 @@ class StreamWriter:
         self.close()
 
 
-class _Sink:
-    """A file-like object that collects what pyarrow writes, so one batch is one write."""
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """One batch's columns, handed from the appending side to the writing side."""
 
-    def __init__(self, buf: bytearray) -> None:
-        self._buf = buf
-        self.closed = False
-
-    def write(self, b: Any) -> int:
-        self._buf += b
-        return len(b)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-    def writable(self) -> bool:
-        return True
+    seq: list[int]
+    wall: list[int]
+    mono: list[int]
+    kind: list[str]
+    step: list[str | None]
+    attrs: list[str]
+    data: list[bytes | None]
+    hash: list[bytes]
