@@ -35,33 +35,15 @@ def observe() -> None:
 
 
 def _register() -> None:
-    # Each command lives in the module of the idea it belongs to.
-    from observe import cli_read
+    # Each command lives in the module of the idea it belongs to; importing them is
+    # cheap (click only), the heavy imports happen inside the commands.
+    from gates import cli as gates_cli
+    from observe import cli_read, cli_record
+    from tracker import cli as tracker_cli
 
-    for command in cli_read.COMMANDS:
+    for command in (*cli_read.COMMANDS, *cli_record.COMMANDS, *gates_cli.COMMANDS, tracker_cli.attach):
         observe.add_command(command)
-    # -- registration of further command modules (one line each) --
-    try:
-        from observe import cli_record
-    except ImportError:  # pragma: no cover - during bring-up only
-        cli_record = None  # type: ignore[assignment]
-    if cli_record is not None:
-        for command in cli_record.COMMANDS:
-            observe.add_command(command)
-    try:
-        from gates import cli as gates_cli
-    except ImportError:  # pragma: no cover - during bring-up only
-        gates_cli = None  # type: ignore[assignment]
-    if gates_cli is not None:
-        for command in gates_cli.COMMANDS:
-            observe.add_command(command)
-    try:
-        from tracker import cli as tracker_cli
-    except ImportError:  # pragma: no cover - during bring-up only
-        tracker_cli = None  # type: ignore[assignment]
-    if tracker_cli is not None:
-        observe.add_command(tracker_cli.attach)
-        main.add_command(tracker_cli.tracker)
+    main.add_command(tracker_cli.tracker)
 
 
 _register()
