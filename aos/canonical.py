@@ -19,10 +19,10 @@ import json
 import struct
 from typing import Any
 
-__all__ = ["canonical_json", "encode_event", "encoded_parts", "parse_canonical"]
+__all__ = ["U64", "canonical_json", "encode_event", "encoded_parts", "length_prefixed", "parse_canonical"]
 
 _HEAD = struct.Struct("<Qqq")
-_U64 = struct.Struct("<Q")
+U64 = struct.Struct("<Q")
 
 
 def canonical_json(obj: Any) -> str:
@@ -57,8 +57,9 @@ def parse_canonical(text: str) -> dict[str, Any]:
     return obj
 
 
-def _lp(b: bytes) -> bytes:
-    return _U64.pack(len(b)) + b
+def length_prefixed(b: bytes) -> bytes:
+    """lp(b): the byte length as a little-endian u64, then the bytes."""
+    return U64.pack(len(b)) + b
 
 
 def encoded_parts(
@@ -74,17 +75,17 @@ def encoded_parts(
 
     Hashing the prefix and then ``data`` separately avoids copying large chunks.
     """
-    parts = [_HEAD.pack(seq, wall_ns, mono_ns), _lp(kind.encode("utf-8"))]
+    parts = [_HEAD.pack(seq, wall_ns, mono_ns), length_prefixed(kind.encode("utf-8"))]
     if step is None:
         parts.append(b"\x00")
     else:
-        parts.append(b"\x01" + _lp(step.encode("utf-8")))
-    parts.append(_lp(attrs_json.encode("utf-8")))
+        parts.append(b"\x01" + length_prefixed(step.encode("utf-8")))
+    parts.append(length_prefixed(attrs_json.encode("utf-8")))
     if data is None:
         parts.append(b"\x00")
         prefix = b"".join(parts)
         return prefix, None, len(prefix)
-    parts.append(b"\x01" + _U64.pack(len(data)))
+    parts.append(b"\x01" + U64.pack(len(data)))
     prefix = b"".join(parts)
     return prefix, data, len(prefix) + len(data)
 

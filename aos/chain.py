@@ -8,11 +8,9 @@ Domain tags keep a hash of one kind from ever being read as another.
 
 from __future__ import annotations
 
-import struct
-
 from blake3 import blake3
 
-from aos.canonical import encoded_parts
+from aos.canonical import U64, encoded_parts, length_prefixed
 
 __all__ = [
     "CHECKPOINT_TAG",
@@ -30,16 +28,10 @@ EVENT_TAG = b"AOS1/event\x00"
 SEAL_TAG = b"AOS1/seal\x00"
 CHECKPOINT_TAG = b"AOS1/checkpoint\x00"
 
-_U64 = struct.Struct("<Q")
-
-
-def _lp(b: bytes) -> bytes:
-    return _U64.pack(len(b)) + b
-
 
 def genesis(stream_id: str) -> bytes:
     """hash_{-1}: binds the chain to its stream, so no event can be spliced in."""
-    return blake3(GENESIS_TAG + _lp(stream_id.encode("utf-8"))).digest()
+    return blake3(GENESIS_TAG + length_prefixed(stream_id.encode("utf-8"))).digest()
 
 
 def link(
@@ -56,7 +48,7 @@ def link(
     prefix, data_part, total = encoded_parts(seq, wall_ns, mono_ns, kind, step, attrs_json, data)
     h = blake3(EVENT_TAG)
     h.update(prev)
-    h.update(_U64.pack(total))
+    h.update(U64.pack(total))
     h.update(prefix)
     if data_part:
         h.update(data_part)
@@ -65,9 +57,10 @@ def link(
 
 def seal_message(stream_id: str, head: bytes, events: int, nbytes: int, file_digest: bytes) -> bytes:
     """The bytes a seal's signature covers."""
-    return SEAL_TAG + _lp(stream_id.encode("utf-8")) + head + _U64.pack(events) + _U64.pack(nbytes) + file_digest
+    sid = length_prefixed(stream_id.encode("utf-8"))
+    return SEAL_TAG + sid + head + U64.pack(events) + U64.pack(nbytes) + file_digest
 
 
 def checkpoint_message(stream_id: str, head: bytes, events: int) -> bytes:
     """The bytes a checkpoint's signature covers."""
-    return CHECKPOINT_TAG + _lp(stream_id.encode("utf-8")) + head + _U64.pack(events)
+    return CHECKPOINT_TAG + length_prefixed(stream_id.encode("utf-8")) + head + U64.pack(events)
