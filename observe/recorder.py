@@ -162,7 +162,12 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     path = Path(options.out) if options.out is not None else default_out(cwd, stream_id)
     secrets = env_secrets(os.environ) + [m.encode("utf-8", "surrogateescape") for m in options.masks if m]
     writer = StreamWriter(
-        path, stream_id=stream_id, signer=signer, compression_level=int(_float_env("ALPHA_OBSERVE_ZSTD_LEVEL", 1))
+        path,
+        stream_id=stream_id,
+        signer=signer,
+        compression_level=int(_float_env("ALPHA_OBSERVE_ZSTD_LEVEL", 1)),
+        pipelined=True,
+        batch_max_bytes=2 << 20,  # with up to three batches being encoded, keeps peak RSS low
     )
     sink = Sink(writer)
     echo = Echo(not options.quiet)
