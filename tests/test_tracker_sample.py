@@ -7,8 +7,6 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "samples" / "tracker" / "example.sh"
 
@@ -22,7 +20,6 @@ def run_example(work: Path) -> str:
     return proc.stdout + proc.stderr
 
 
-@pytest.mark.skipif(not (ROOT / "scripts" / "ci" / "distributed-device.sh").is_file(), reason="no lane script")
 def test_worked_example(tmp_path: Path) -> None:
     """The example attaches a static pass; the tracker refuses a physical pass and a hardware verification with it."""
     work = tmp_path / "example"
