@@ -179,6 +179,13 @@ class Coordinator:
         self.spec = spec
         self.channels = channels
 
+    def _collect_owned(self, chunks: dict[str, list[float]]) -> None:
+        """Read each owner's partitioned state into its slot of ``chunks``, in owner order."""
+        for index, role in enumerate(OWNERS):
+            owned = self.channels[role].recv("owned")["state"]
+            for name in chunks:
+                chunks[name][index] = _unhex(owned[name])[0]
+
     def _combine(self, contributions: dict[str, dict[str, Any]]) -> list[float]:
         g_total = [0.0, 0.0]
         n_total = 0
@@ -202,10 +209,7 @@ class Coordinator:
             if lane == "independent":
                 for role in OWNERS:
                     self.channels[role].send({"type": "advance", "step": t})
-                for index, role in enumerate(OWNERS):
-                    owned = self.channels[role].recv("owned")["state"]
-                    for name in chunks:
-                        chunks[name][index] = _unhex(owned[name])[0]
+                self._collect_owned(chunks)
             else:
                 for role in OWNERS:
                     msg: dict[str, Any] = {"type": "forward", "step": t}
@@ -217,10 +221,7 @@ class Coordinator:
                 if lane == "partitioned":
                     for index, role in enumerate(OWNERS):
                         self.channels[role].send({"type": "apply", "step": t, "mean": _hex([means[index]])})
-                    for index, role in enumerate(OWNERS):
-                        owned = self.channels[role].recv("owned")["state"]
-                        for name in chunks:
-                            chunks[name][index] = _unhex(owned[name])[0]
+                    self._collect_owned(chunks)
                 else:
                     for role in OWNERS:
                         self.channels[role].send({"type": "apply", "step": t, "mean": _hex(means)})
