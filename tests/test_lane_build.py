@@ -62,6 +62,16 @@ class TestCheck:
         path, _ = build_role(default_spec("coordinates"), "owner-0", host_binding(), tmp_path)
         assert {"integrity": "pass", "manifest": "pass", "self-test": "pass"} == _results(Path(path))
 
+    def test_any_flipped_byte_is_a_named_failure(self, tmp_path: Path) -> None:
+        """A byte flipped anywhere in the executable fails integrity, never raises out of the check."""
+        path, _ = build_role(default_spec("coordinates"), "owner-0", host_binding(), tmp_path)
+        original = Path(path).read_bytes()
+        for pos in range(0, len(original), max(1, len(original) // 97)):
+            data = bytearray(original)
+            data[pos] ^= 0x01
+            Path(path).write_bytes(bytes(data))
+            assert "fail" == _results(Path(path))["integrity"], pos
+
     def test_tampered_byte_caught(self, tmp_path: Path) -> None:
         """Flipping one byte of the executable fails the integrity check."""
         path, _ = build_role(default_spec("coordinates"), "owner-0", host_binding(), tmp_path)

@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +163,8 @@ def check_executable(
             for name in sorted(names & set(declared)):
                 if hashlib.sha256(zf.read(name)).hexdigest() != declared[name]:
                     problems.append(f"{name} does not match its declared sha256")
-    except (OSError, zipfile.BadZipFile, KeyError, ValueError) as exc:
+    except (OSError, zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError) as exc:
+        # A damaged member can fail inside the decompressor rather than at its CRC.
         problems.append(f"unreadable: {exc}")
     if manifest is not None:
         if manifest.get("format") != EXECUTABLE_FORMAT:
