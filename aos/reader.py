@@ -32,7 +32,7 @@ from aos.schema import COLUMNS, FORMAT_NAME, FORMAT_VERSION, META_FORMAT, META_S
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["EOS", "RawBatch", "StreamContents", "StreamFile", "iter_events", "read_stream"]
+__all__ = ["EOS", "RawBatch", "StreamContents", "StreamFile", "iter_events", "open_buffer", "read_stream"]
 
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _CONT = b"\xff\xff\xff\xff"
@@ -74,24 +74,32 @@ class StreamFile:
     ``tail`` the bytes after the end-of-stream marker, if one was found.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, data: bytes | None = None) -> None:
         import pyarrow as pa
         import pyarrow.ipc as ipc
 
         self._pa, self._ipc = pa, ipc
         self.path = Path(path)
+        self._mm: mmap.mmap | None = None
+        if data is not None:  # bytes already in hand (open_buffer): ``path`` only names them
+            self.size = len(data)
+            self._init_view(memoryview(data))
+            return
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except OSError as exc:
             raise StreamMissing(f"{self.path}: {exc.strerror or exc}") from exc
         try:
             self.size = os.fstat(fd).st_size
-            self._mm: mmap.mmap | None = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if self.size else None
+            self._mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if self.size else None
         except (OSError, ValueError) as exc:
             raise StreamMissing(f"{self.path}: {exc}") from exc
         finally:
             os.close(fd)
-        self.view = memoryview(self._mm) if self._mm is not None else memoryview(b"")
+        self._init_view(memoryview(self._mm) if self._mm is not None else memoryview(b""))
+
+    def _init_view(self, view: memoryview) -> None:
+        self.view = view
         self.damage: Refusal | None = None
         self.eos_at: int | None = None
         self.metadata: dict[str, str] = {}
@@ -218,6 +226,11 @@ class StreamFile:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def open_buffer(data: bytes, name: str) -> StreamFile:
+    """A ``StreamFile`` over bytes in memory (``name`` is used in refusals only)."""
+    return StreamFile(name, data=data)
 
 
 def batch_events(batch: pa.RecordBatch) -> list[Event]:

@@ -8,7 +8,15 @@ is ``flush_interval`` old (a background thread sees to that while events
 arrive), or on demand. A ``checkpoint`` event closes the first batch flushed
 after each ``checkpoint_interval``. The ``seal`` event goes in a batch of its
 own and commits to the chain head, the event count and the BLAKE3 digest of
-every file byte before its batch.
+every file byte before its batch: the digest of the bytes this writer wrote,
+never of the file re-read from its path.
+
+With ``keep_copy=True`` every byte written to the stream is also written to a
+private, nameless copy (``O_TMPFILE``: no path, so a process that can rename or
+rewrite the stream file cannot reach it), and ``written_events()`` reads the
+events back from that copy, checked against the writer's own running digest.
+A gate evaluates those: exactly the events the writer appended, whatever the
+recorded command did to the file at ``path`` meanwhile.
 
 With ``pipelined=True`` batches are compressed by a pool of ``encoders``
 threads and written in order by one more, while the caller goes on appending
@@ -34,6 +42,7 @@ from blake3 import blake3
 
 from aos.canonical import canonical_json
 from aos.chain import checkpoint_message, genesis, link, seal_message
+from aos.event import Event
 from aos.refusals import StreamWrite
 
 if TYPE_CHECKING:
@@ -87,6 +96,7 @@ class StreamWriter:
         clock: Callable[[], tuple[int, int]] | None = None,
         pipelined: bool = False,
         encoders: int = 2,
+        keep_copy: bool = False,
     ) -> None:
         import pyarrow as pa
         import pyarrow.ipc as ipc
@@ -122,6 +132,13 @@ class StreamWriter:
             self._fd: int | None = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
         except OSError as exc:
             raise StreamWrite(f"cannot create {self.path}: {exc.strerror or exc}") from exc
+        self._copy_fd: int | None = None
+        if keep_copy:
+            try:
+                self._copy_fd = _private_copy(self.path.parent)
+            except OSError as exc:
+                os.close(self._fd)
+                raise StreamWrite(f"cannot create a private copy beside {self.path}: {exc.strerror or exc}") from exc
         schema_bytes = self._schema.serialize().to_pybytes()
         self._schema_len = len(schema_bytes)
         self._options = ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level))
@@ -340,11 +357,10 @@ class StreamWriter:
     def _write_bytes(self, out: bytes) -> None:
         if self._fd is None:
             raise StreamWrite(f"{self.path} is closed")
-        view = memoryview(out)
         try:
-            while view:
-                n = os.write(self._fd, view)
-                view = view[n:]
+            _write_all(self._fd, out)
+            if self._copy_fd is not None:
+                _write_all(self._copy_fd, out)
         except OSError as exc:
             self.failure = StreamWrite(f"cannot write {self.path}: {exc.strerror or exc}")
             raise self.failure from exc
@@ -371,6 +387,38 @@ class StreamWriter:
                         self._flush_locked(allow_checkpoint=True)
                     except StreamWrite:
                         return
+
+    # -- reading back what was written ----------------------------------------------
+
+    def written_events(self) -> list[Event]:
+        """Every event appended so far, read back from the private copy (``keep_copy=True``).
+
+        Flushes first. The copy's bytes are checked against the running digest of
+        the bytes written to the stream, so what comes back is exactly what the
+        stream file holds unless something other than this writer changed that
+        file, and the events' chain is checked to end at this writer's head.
+        Raises ``StreamWrite`` when there is no copy, it cannot be read, or it
+        disagrees with what was written.
+        """
+        from aos.reader import batch_events, open_buffer
+
+        with self._lock:
+            if self._copy_fd is None:
+                raise StreamWrite("this writer keeps no private copy (keep_copy=False)")
+            self._flush_locked(allow_checkpoint=False)
+            self._settle()
+            size, expected, head, count = self._bytes, self._digest.digest(), self._prev, self._seq
+            data = _read_all(self._copy_fd, size)
+        if len(data) != size or blake3(data).digest() != expected:
+            raise StreamWrite(f"the private copy of {self.path} does not hold the bytes written")
+        events: list[Event] = []
+        with open_buffer(data, f"{self.path} (private copy)") as f:
+            for raw in f.batches():
+                events.extend(batch_events(raw.batch))
+            damage = f.damage
+        if damage is not None or len(events) != count or (events and events[-1].hash != head):
+            raise StreamWrite(f"the private copy of {self.path} does not read back whole: {damage}")
+        return events
 
     # -- sealing -------------------------------------------------------------------
 
@@ -430,12 +478,55 @@ class StreamWriter:
                 if self._fd is not None:
                     os.close(self._fd)
                     self._fd = None
+                if self._copy_fd is not None:
+                    os.close(self._copy_fd)
+                    self._copy_fd = None
 
     def __enter__(self) -> StreamWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _write_all(fd: int, out: bytes) -> None:
+    view = memoryview(out)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    parts: list[bytes] = []
+    at = 0
+    while at < size:
+        chunk = os.pread(fd, min(size - at, 8 << 20), at)
+        if not chunk:
+            break
+        parts.append(chunk)
+        at += len(chunk)
+    return b"".join(parts)
+
+
+def _private_copy(directory: Path) -> int:
+    """A nameless read-write file: ``O_TMPFILE`` in ``directory`` (else in the temp dir).
+
+    It has no path, so no other process can open it by name; with the recorder
+    made non-dumpable, not through ``/proc/PID/fd`` either (root excepted).
+    """
+    import tempfile
+
+    flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+    tmpfile = getattr(os, "O_TMPFILE", 0)
+    if tmpfile:
+        for where in (directory, Path(tempfile.gettempdir())):
+            try:
+                return os.open(where, flags | tmpfile, 0o600)
+            except OSError:
+                continue
+    fd, name = tempfile.mkstemp(prefix=".aos-copy-")
+    os.unlink(name)
+    return fd
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,9 @@
 
 A gate (``Gate``, read from TOML by ``load_gate`` or found by ``resolve_gate``)
 is evaluated over a stream's events by ``evaluate`` to a ``Verdict`` of
-``Check``s; ``run_gate`` records a command and seals the verdict into its
-stream. docs/GATES.md documents the language. Names load lazily, so the
+``Check``s (``evaluate_events`` never raises: the verdict must be sealed).
+``gates`` is a pure library over events: it imports ``aos`` only, and the
+recorder (``observe.gating.run_gate``) composes the two. docs/GATES.md documents the language. Names load lazily, so the
 light commands that import the CLI never pay for the engine.
 """
 
@@ -15,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gates.checks import register
     from gates.engine import evaluate
+    from gates.evaluation import evaluate_events, evaluate_stream
     from gates.evidence import Evidence
     from gates.language import Gate, GateFileError, load_gate
     from gates.registry import UnknownGate, builtin_gates, resolve_gate
-    from gates.run import GateOutcome, evaluate_stream, run_gate
     from gates.typing import Outcome
     from gates.verdict import Check, Verdict
 
@@ -27,17 +28,16 @@ __all__ = [
     "Evidence",
     "Gate",
     "GateFileError",
-    "GateOutcome",
     "Outcome",
     "UnknownGate",
     "Verdict",
     "builtin_gates",
     "evaluate",
+    "evaluate_events",
     "evaluate_stream",
     "load_gate",
     "register",
     "resolve_gate",
-    "run_gate",
 ]
 
 _LAZY = {
@@ -47,9 +47,8 @@ _LAZY = {
     "Gate": "gates.language",
     "GateFileError": "gates.language",
     "load_gate": "gates.language",
-    "GateOutcome": "gates.run",
-    "evaluate_stream": "gates.run",
-    "run_gate": "gates.run",
+    "evaluate_events": "gates.evaluation",
+    "evaluate_stream": "gates.evaluation",
     "Outcome": "gates.typing",
     "UnknownGate": "gates.registry",
     "builtin_gates": "gates.registry",

@@ -7,20 +7,11 @@ Refusals print ``refused: NAME: detail`` on stderr; usage errors exit 2.
 
 from __future__ import annotations
 
-import sys
-from typing import NoReturn
-
 import click
 
-from aos.refusals import Refusal
+from observe.cli_errors import refuse
 
 __all__ = ["main", "observe", "refuse"]
-
-
-def refuse(exc: Refusal, code: int = 1) -> NoReturn:
-    """Print a refusal the one way the CLI prints them, and exit."""
-    click.echo(exc.diagnostics(), err=True)
-    sys.exit(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,11 +28,10 @@ def observe() -> None:
 def _register() -> None:
     # Each command lives in the module of the idea it belongs to; importing them is
     # cheap (click only), the heavy imports happen inside the commands.
-    from gates import cli as gates_cli
-    from observe import cli_read, cli_record
+    from observe import cli_gate, cli_read, cli_record
     from tracker import cli as tracker_cli
 
-    for command in (*cli_read.COMMANDS, *cli_record.COMMANDS, *gates_cli.COMMANDS, tracker_cli.attach):
+    for command in (*cli_read.COMMANDS, *cli_record.COMMANDS, *cli_gate.COMMANDS, tracker_cli.attach):
         observe.add_command(command)
     main.add_command(tracker_cli.tracker)
 

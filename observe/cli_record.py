@@ -137,7 +137,7 @@ def record(command: tuple[str, ...], **kwargs: Any) -> None:
     """
     without_numpy()
     from aos.refusals import Refusal
-    from observe.cli import refuse
+    from observe.cli_errors import refuse
     from observe.recorder import record as run_record
 
     options = options_from_click(**kwargs)
@@ -231,7 +231,7 @@ def tail(stream: Path, idle: float | None, timeout: float | None) -> None:
     Exits 0 at the seal, 1 when it gave up (--idle, --timeout) or the stream is damaged.
     """
     from aos.refusals import Refusal
-    from observe.cli import refuse
+    from observe.cli_errors import refuse
     from observe.tail import follow
 
     try:

@@ -80,7 +80,9 @@ class RecordResult:
     seal: SealInfo | None
 
 
-BeforeSeal = Callable[[Path, "StreamWriter"], None]
+#: Called with the writer after everything is recorded, before the seal: it may
+#: read back what the writer wrote (``writer.written_events()``) and append.
+BeforeSeal = Callable[["StreamWriter"], None]
 
 
 def _version() -> str:
@@ -134,6 +136,21 @@ def _lean_memory_pool() -> None:
         pass
 
 
+def _not_dumpable() -> None:
+    """Keep the recorded command (same user, not root) out of the recorder's memory and
+    descriptors: no ptrace attach, no ``/proc/PID/mem``, no ``/proc/PID/fd`` (Linux's
+    ``PR_SET_DUMPABLE`` 0; the command's own processes are dumpable again after exec)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):  # pragma: no cover - no prctl: nothing more to do
+        pass
+
+
 def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSeal | None = None) -> RecordResult:
     """Run ``argv`` and record it as a sealed AOS stream.
 
@@ -147,14 +164,18 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     stops the command or its echo; it ends in ``exit_code`` 125 with
     ``recorder_failed`` set.
 
-    ``before_seal(path, writer)`` runs after everything is recorded and before
-    the seal; if it raises, a ``recorder.error`` event records why, the stream
-    is still sealed and the result is a recorder failure (125).
+    ``before_seal(writer)`` runs after everything is recorded and before
+    the seal; ``writer.written_events()`` gives it exactly the events appended
+    (from the writer's private copy, never the file at ``path``, which the
+    command could have replaced). If it raises, a ``recorder.error`` event
+    records why, the stream is still sealed and the result is a recorder
+    failure (125).
     """
     from aos.signing import load_signer
     from aos.writer import StreamWriter, new_stream_id
 
     _lean_memory_pool()
+    _not_dumpable()
     argv = list(argv)
     cwd = os.getcwd()
     stream_id = new_stream_id()
@@ -168,6 +189,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
         compression_level=int(_float_env("ALPHA_OBSERVE_ZSTD_LEVEL", 1)),
         pipelined=True,
         batch_max_bytes=2 << 20,  # with up to three batches being encoded, keeps peak RSS low
+        keep_copy=before_seal is not None,
     )
     sink = Sink(writer)
     echo = Echo(not options.quiet)
@@ -187,7 +209,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
         sink.stop()  # everything queued is in the writer now
         if before_seal is not None and not sink.failed:
             try:
-                before_seal(path, writer)
+                before_seal(writer)
             except Exception as exc:  # noqa: BLE001 - any failure of the hook is recorded, then sealed
                 failed_hook = True
                 _append_direct(sink, "recorder.error", {"error": f"before_seal failed: {type(exc).__name__}: {exc}"})

@@ -13,9 +13,10 @@ import pytest
 from aos.reader import read_stream
 from aos.verify import verify_stream
 from gates.engine import evaluate
+from gates.evaluation import evaluate_stream
 from gates.registry import resolve_gate
-from gates.run import evaluate_stream, run_gate
 from gates.testing import SyntheticStream
+from observe.gating import run_gate
 from observe.recorder import RecordOptions
 
 LANE = Path(__file__).resolve().parent / "mutants" / "device_lane.sh"

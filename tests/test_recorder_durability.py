@@ -123,9 +123,8 @@ class TestBeforeSeal:
         """before_seal sees everything recorded and what it appends precedes the seal."""
         seen: list[str] = []
 
-        def hook(path: Path, writer: object) -> None:
-            writer.flush()  # type: ignore[attr-defined]
-            seen.extend(e.kind for e in read_stream(path).events)
+        def hook(writer: object) -> None:
+            seen.extend(e.kind for e in writer.written_events())  # type: ignore[attr-defined]
             writer.append("verdict", {"gate": "t", "verdict": "pass", "scope": "static", "checks": []})  # type: ignore[attr-defined]
 
         result = record(["echo", "x"], RecordOptions(out=tmp_path / "v.aos", quiet=True, gate="t"), before_seal=hook)
@@ -139,7 +138,7 @@ class TestBeforeSeal:
     def test_hook_failure_is_recorded_and_sealed(self, tmp_path: Path) -> None:
         """A before_seal that raises is recorded as recorder.error; the stream is still sealed; exit 125."""
 
-        def hook(path: Path, writer: object) -> None:
+        def hook(writer: object) -> None:
             raise RuntimeError("gate exploded")
 
         result = record(["true"], RecordOptions(out=tmp_path / "e.aos", quiet=True), before_seal=hook)

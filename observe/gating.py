@@ -1,17 +1,23 @@
-"""Gating a command, as a library call: record it, evaluate, seal the verdict.
+"""Gating a command: the recorder and the gate engine, composed.
 
 ``alpha observe gate`` is a thin layer over ``run_gate``; tests and programs
 can call it directly::
 
     outcome = run_gate(resolve_gate("exit-zero"), ["make", "test"], RecordOptions(out=Path("t.aos")))
     assert outcome.verdict is not None and outcome.verdict.verdict == "pass"
+
+The trust boundary (DESIGN.md): the gate evaluates the events the recorder's
+own writer appended, read back from the writer's private copy, never the
+stream file at its path, which the recorded command can rename, replace or
+rewrite while it runs. The verdict is appended and sealed through the
+writer's own descriptor, so the sealed verdict is always what those events
+give, and a file that differs from them does not verify.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -20,7 +26,7 @@ if TYPE_CHECKING:
     from gates.verdict import Verdict
     from observe.recorder import RecordOptions, RecordResult
 
-__all__ = ["GateOutcome", "evaluate_stream", "run_gate"]
+__all__ = ["GateOutcome", "run_gate"]
 
 
 @dataclass(frozen=True)
@@ -38,41 +44,23 @@ class GateOutcome:
         return self.verdict.exit_code
 
 
-def evaluate_stream(gate: Gate, path: Path) -> Verdict:
-    """Read a (possibly unsealed) stream back and evaluate ``gate`` over it.
-
-    Never raises: a stream that cannot be read back whole, or a gate whose
-    evaluation breaks, gives an ``inconclusive`` verdict saying why.
-    """
-    from aos.reader import read_stream
-    from gates.engine import evaluate
-    from gates.verdict import Check, Verdict
-
-    try:
-        contents = read_stream(path)
-        v = evaluate(gate, contents.events)
-        if contents.damage is not None:
-            extra = Check("stream-readback", "inconclusive", f"the stream read back damaged: {contents.damage}")
-            v = Verdict.of(v.gate, v.scope, [*v.checks, extra], v.summary, **v.extra)
-        return v
-    except Exception as exc:  # noqa: BLE001 - the verdict must still be sealed
-        check = Check("gate-engine", "inconclusive", f"the gate could not be evaluated: {type(exc).__name__}: {exc}")
-        return Verdict.of(gate.name, gate.scope, [check], "inconclusive: the gate could not be evaluated")
-
-
 def run_gate(gate: Gate, argv: Sequence[str], options: RecordOptions) -> GateOutcome:
     """Record ``argv`` under ``gate``: the verdict is appended just before the seal.
 
     Raises what ``observe.recorder.record`` raises before the command runs
     (``stream-write`` for an unwritable ``--out``, ``stream-signature`` for a bad key).
     """
+    from aos.refusals import StreamWrite
+    from gates.evaluation import evaluate_events, inconclusive
     from observe.recorder import record
 
     sealed: list[Verdict] = []
 
-    def before_seal(path: Path, writer: StreamWriter) -> None:
-        writer.flush()
-        v = evaluate_stream(gate, path)
+    def before_seal(writer: StreamWriter) -> None:
+        try:
+            v = evaluate_events(gate, writer.written_events())
+        except StreamWrite as exc:
+            v = inconclusive(gate, "stream-readback", f"the recorder cannot read back what it wrote: {exc}")
         writer.append("verdict", v.to_attrs())
         sealed.append(v)
 

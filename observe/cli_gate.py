@@ -82,8 +82,8 @@ def gate(
     2 usage (an unknown gate is refused before COMMAND runs).
     """
     from aos.refusals import Refusal
-    from gates.run import run_gate
-    from observe.cli import refuse
+    from observe.cli_errors import refuse
+    from observe.gating import run_gate
 
     argv = list(command)
     if argv[:1] == ["--"]:
@@ -125,7 +125,7 @@ def verdict(stream: Path, as_json: bool, key: str | None) -> None:
     from aos.refusals import Refusal
     from aos.verify import require_verdict, verify_stream
     from gates.verdict import Verdict
-    from observe.cli import refuse
+    from observe.cli_errors import refuse
 
     try:
         public = None
