@@ -1,0 +1,138 @@
+"""A hostile recorded command: it tries to make the gate judge a stream it forged.
+
+Run as the recorded command (``alpha observe gate ... -- python swap_stream.py MODE EXIT GATE``).
+It knows ``$AOS_STREAM`` and ``$AOS_STREAM_ID``, as any recorded command does, and
+forges a stream with the same id whose evidence passes GATE (``gates.testing``
+builds it). Then, by MODE:
+
+- ``swap``: hard-links the real file aside, renames the forgery onto ``$AOS_STREAM``
+  and leaves a detached daemon that renames the real file back once it ends in
+  the end-of-stream marker (after the recorder sealed it through its own fd).
+- ``overwrite``: rewrites the real file *in place* (same inode) with the forgery
+  and leaves a daemon that writes the saved real bytes back over it once the
+  recorder has sealed (so an inode check sees nothing).
+- ``append``: appends the forgery's batches to the real file while it runs.
+- ``truncate``: truncates the real file to its schema while it runs.
+
+Then it exits with EXIT. ``$ATTACK_DONE`` names a file the daemon creates when it
+has finished (or given up), so a test can wait for it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+def forge(path: Path, stream_id: str, gate: str) -> None:
+    from aos.writer import StreamWriter
+    from gates.testing import SyntheticStream, device_lane
+
+    if gate == "exit-zero":
+        s = SyntheticStream(gate=gate)
+        s.exit(0)
+    else:
+        s = device_lane(gate)
+    w = StreamWriter(path, stream_id=stream_id, background_flush=False)
+    for op in s.ops:
+        w.append(op["kind"], op["attrs"], op["data"], op["step"])
+    w.close()  # unsealed: the recorder will "seal" it
+
+
+def daemon(work: callable, done: Path) -> None:  # type: ignore[valid-type]
+    """Run ``work`` in a detached grandchild that holds none of the command's output."""
+    if os.fork() > 0:
+        return
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    try:
+        work()
+    finally:
+        done.write_bytes(b"done")
+        os._exit(0)
+
+
+def wait_sealed(path: Path, limit: float = 20.0) -> bool:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        try:
+            with open(path, "rb") as f:
+                f.seek(-8, os.SEEK_END)
+                if f.read(8) == EOS:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.02)
+    return False
+
+
+def main() -> int:
+    mode, code, gate = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    stream = Path(os.environ["AOS_STREAM"])
+    stream_id = os.environ["AOS_STREAM_ID"]
+    done = Path(os.environ["ATTACK_DONE"])
+    forged = stream.with_name(stream.name + ".forged")
+    forge(forged, stream_id, gate)
+    if mode == "swap":
+        real = stream.with_name(stream.name + ".real")
+        os.link(stream, real)
+        os.rename(forged, stream)
+
+        def restore() -> None:
+            if wait_sealed(real):
+                os.rename(real, stream)
+
+        daemon(restore, done)
+    elif mode == "overwrite":
+        saved = stream.read_bytes()
+        fake = forged.read_bytes()
+        with open(stream, "r+b") as f:
+            f.write(fake)
+        os.unlink(forged)
+
+        def put_back() -> None:
+            if wait_sealed(stream):
+                size = stream.stat().st_size
+                with open(stream, "r+b") as f:
+                    f.write(saved)
+                    # the recorder wrote its later batches past ``saved``; the forgery may
+                    # have been longer than ``saved`` and left bytes the recorder never overwrote
+                    f.truncate(size)
+
+        daemon(put_back, done)
+    elif mode == "append":
+        body = forged.read_bytes()
+        schema_end = _schema_end(body)
+        with open(stream, "ab") as f:
+            f.write(body[schema_end:])
+        done.write_bytes(b"done")
+    elif mode == "truncate":
+        body = stream.read_bytes()
+        end = time.monotonic() + 10
+        while len(body) <= _schema_end(body) and time.monotonic() < end:  # wait for a first batch
+            time.sleep(0.02)
+            body = stream.read_bytes()
+        os.truncate(stream, _schema_end(body))
+        done.write_bytes(b"done")
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    return code
+
+
+def _schema_end(body: bytes) -> int:
+    import struct
+
+    (meta_len,) = struct.unpack("<i", body[4:8])
+    return 8 + meta_len
+
+
+if __name__ == "__main__":
+    sys.exit(main())

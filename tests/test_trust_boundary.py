@@ -1,0 +1,172 @@
+"""The recorded command is outside the trust boundary (DESIGN.md, "The trust boundary").
+
+Each test runs a hostile command (tests/attacks/swap_stream.py) under a real
+``alpha observe gate``: it knows ``$AOS_STREAM``, forges a stream with the same id
+whose evidence would pass, and swaps it in, rewrites the file in place, appends to
+it or truncates it while it runs, leaving daemons to cover its tracks. None of that
+may give a pass: the gate evaluates the events the recorder's writer appended (its
+private copy), the seal commits to the bytes the writer wrote, and the sealed
+verdict always equals a fresh evaluation of the events before it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from recorder_util import alpha
+
+from aos.reader import read_stream
+from aos.refusals import Refusal
+from aos.signing import generate_keypair, load_public_key
+from aos.verify import verify_stream
+from gates.evaluation import evaluate_events
+from gates.registry import resolve_gate
+from gates.testing import DEVICE_CONFIG_VARS
+
+ATTACK = Path(__file__).resolve().parent / "attacks" / "swap_stream.py"
+
+
+def attack(
+    tmp_path: Path, mode: str, *, gate: str = "exit-zero", exit_code: int = 1, signed: bool = False
+) -> tuple[int, Path, Path | None]:
+    """Run the attack under ``gate``; returns the gate's exit code, the stream path and the public key."""
+    out = tmp_path / "s.aos"
+    done = tmp_path / "attack-done"
+    env = {"ATTACK_DONE": str(done), "ALPHA_OBSERVE_DRAIN": "1"}
+    if gate in DEVICE_CONFIG_VARS:
+        cfg = tmp_path / "lane.json"
+        cfg.write_text('{"owner": "ci", "host": "gpu-host", "minors": [0, 1]}')
+        env[DEVICE_CONFIG_VARS[gate]] = str(cfg)
+    opts: list[str] = []
+    pub: Path | None = None
+    if signed:
+        key, pub = generate_keypair(tmp_path / "k")
+        opts = ["--sign-key", str(key)]
+    p = alpha(
+        "observe",
+        "gate",
+        gate,
+        "--quiet",
+        "--out",
+        str(out),
+        *opts,
+        "--",
+        sys.executable,
+        str(ATTACK),
+        mode,
+        str(exit_code),
+        gate,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert p.returncode != 125, p.stderr.decode()
+    # Give a surviving daemon its chance to cover the tracks before judging the file.
+    end = time.monotonic() + 25
+    while not done.exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    return p.returncode, out, pub
+
+
+def sealed_verdict_of(path: Path, pub: Path | None) -> dict[str, Any] | None:
+    """The sealed verdict of ``path`` if it verifies (signature included), else None."""
+    try:
+        verify_stream(path, load_public_key(pub) if pub else None)
+    except Refusal:
+        return None
+    events = read_stream(path).events
+    verdicts = [e for e in events if e.kind == "verdict"]
+    assert 1 == len(verdicts)
+    return {"attrs": verdicts[0].attrs, "events": events, "at": verdicts[0].seq}
+
+
+def assert_no_pass(tmp_path: Path, code: int, path: Path, pub: Path | None, gate: str) -> None:
+    """Neither the gate nor anything left on disk says pass; what verifies agrees with itself."""
+    assert 0 != code, "the gate passed a command that forged its stream"
+    verdict_cli = alpha("observe", "verdict", str(path), *(["--key", str(pub)] if pub else []), cwd=tmp_path)
+    assert 0 != verdict_cli.returncode, verdict_cli.stdout.decode()
+    for candidate in (path, path.with_name(path.name + ".real")):
+        if not candidate.exists():
+            continue
+        sealed = sealed_verdict_of(candidate, pub)
+        if sealed is None:
+            continue
+        attrs, events, at = sealed["attrs"], sealed["events"], sealed["at"]
+        assert "pass" != attrs["verdict"]
+        # the sealed verdict is exactly a fresh evaluation of the events before it
+        assert evaluate_events(resolve_gate(gate), events[:at]).to_attrs() == attrs
+        exits = [e.attrs["exit_code"] for e in events if e.kind == "process.exit"]
+        assert 1 == len(exits)  # the evidence is the recorder's, not the forgery's
+
+
+class TestStreamSwap:
+    """The audit's attack: hard-link aside, rename a forgery onto $AOS_STREAM, rename back later."""
+
+    @pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])
+    def test_exit_zero(self, tmp_path: Path, signed: bool) -> None:
+        """A command that exits 1 and swaps in a forged exit-0 stream fails exit-zero, signed or not."""
+        code, path, pub = attack(tmp_path, "swap", signed=signed)
+        assert 1 == code
+        assert_no_pass(tmp_path, code, path, pub, "exit-zero")
+        real = path.with_name(path.name + ".real")
+        sealed = sealed_verdict_of(path if not real.exists() else real, pub)
+        assert sealed is not None, "the recorder's own file must verify wherever the attacker left it"
+        assert "fail" == sealed["attrs"]["verdict"]
+        exit_event = next(e for e in sealed["events"] if e.kind == "process.exit")
+        assert 1 == exit_event.attrs["exit_code"]
+
+    @pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])
+    def test_device_gate(self, tmp_path: Path, signed: bool) -> None:
+        """A command that ran nothing and swaps in a forged right lane is not a pass of distributed-device."""
+        code, path, pub = attack(tmp_path, "swap", gate="distributed-device", exit_code=0, signed=signed)
+        assert_no_pass(tmp_path, code, path, pub, "distributed-device")
+
+
+class TestFileEditedWhileRecording:
+    def test_in_place_overwrite_restored_later(self, tmp_path: Path) -> None:
+        """The same inode rewritten with a forgery, and put back after the seal: no pass."""
+        code, path, pub = attack(tmp_path, "overwrite")
+        assert 1 == code
+        assert_no_pass(tmp_path, code, path, pub, "exit-zero")
+
+    def test_appended_forgery(self, tmp_path: Path) -> None:
+        """Batches of a forgery appended to the file while it is written: no pass, and it does not verify."""
+        code, path, pub = attack(tmp_path, "append")
+        assert 1 == code
+        assert_no_pass(tmp_path, code, path, pub, "exit-zero")
+
+    def test_truncated_while_recording(self, tmp_path: Path) -> None:
+        """The file truncated under the writer: the verdict is the recorder's (fail), the file does not verify."""
+        code, path, pub = attack(tmp_path, "truncate")
+        assert 1 == code
+        assert_no_pass(tmp_path, code, path, pub, "exit-zero")
+        with pytest.raises(Refusal):
+            verify_stream(path)
+
+    def test_device_gate_overwrite(self, tmp_path: Path) -> None:
+        """An in-place forgery of a right lane under coordinate-device: no pass."""
+        code, path, pub = attack(tmp_path, "overwrite", gate="coordinate-device", exit_code=0)
+        assert_no_pass(tmp_path, code, path, pub, "coordinate-device")
+
+
+def test_recorder_is_not_dumpable_by_its_command(tmp_path: Path) -> None:
+    """The command cannot read the recorder's descriptors (its private copy) through /proc, unless root."""
+    probe = (
+        "import os, sys\n"
+        "try:\n"
+        "    os.listdir(f'/proc/{os.getppid()}/fd')\n"
+        "    print('readable')\n"
+        "except PermissionError:\n"
+        "    print('denied')\n"
+    )
+    p = alpha("observe", "record", "--out", str(tmp_path / "d.aos"), "--", sys.executable, "-c", probe, cwd=tmp_path)
+    assert 0 == p.returncode, p.stderr.decode()
+    status = Path("/proc/self/status").read_text() if Path("/proc/self/status").exists() else ""
+    if os.geteuid() == 0 or not status:
+        pytest.skip("root (or no /proc) reads any process's descriptors: out of the trust boundary's reach")
+    assert b"denied" in p.stdout
