@@ -57,6 +57,17 @@ class HostBackend:
         return {"kind": "host", "dtype": "binary64"}
 
 
+#: A negative control only (samples/lane/two_gpu_run.sh): ``BOUND=OTHER`` makes a role bound
+#: to GPU ``BOUND`` run on GPU ``OTHER`` behind its binding's back, as a stray
+#: ``CUDA_VISIBLE_DEVICES`` would. The lane cannot tell; the recorder's device observation can.
+FAULT_VISIBLE_SWAP = "LANEKIT_FAULT_VISIBLE_SWAP"
+
+
+def _visible(uuid: str) -> str:
+    bound, sep, other = os.environ.get(FAULT_VISIBLE_SWAP, "").partition("=")
+    return other if sep and bound == uuid and other else uuid
+
+
 class CudaBackend:
     """State as 0-d torch float64 tensors on the one GPU named by ``uuid``."""
 
@@ -65,7 +76,7 @@ class CudaBackend:
     def __init__(self, uuid: str, product: str) -> None:
         # Make the bound card the only one this process can see, before torch loads.
         os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        os.environ["CUDA_VISIBLE_DEVICES"] = uuid
+        os.environ["CUDA_VISIBLE_DEVICES"] = _visible(uuid)
         import torch  # type: ignore[import-not-found]  # lazily: only the physical path has (or needs) torch
 
         if not torch.cuda.is_available() or torch.cuda.device_count() != 1:
