@@ -148,6 +148,14 @@ class TestDocumentedExamples:
         shown = dict(re.findall(r"<!-- (samples/gates/[\w.-]+) -->\n```toml\n(.*?)```", doc, re.S))
         assert {str(p.relative_to(ROOT)): p.read_text() for p in SAMPLES} == shown
 
+    def test_every_registered_check_is_documented(self) -> None:
+        """Each named Python check the built-in gates can use has its row in docs/GATES.md."""
+        from gates.checks import CHECKS
+
+        doc = (ROOT / "docs" / "GATES.md").read_text()
+        rows = set(re.findall(r"^\| `([\w-]+)` \|", doc, re.M))
+        assert set(CHECKS) <= rows
+
     def test_python_examples_run(self) -> None:
         """Every Python example in docs/GATES.md runs as written."""
         doc = (ROOT / "docs" / "GATES.md").read_text()

@@ -129,18 +129,11 @@ _NEEDS_RECORDER_CONFIG = {"lane-config": "inconclusive", "preflight-rules": "inc
 
 
 def _simulated(tmp_path: Path) -> str:
-    """A simulated-GPU file naming the fake cards (a forged one: it claims to be NVML)."""
-    sim = {"observer": "nvml", "driver": "580.65.06", "gpus": []}
-    for g in json.loads(
-        subprocess.check_output(
-            [sys.executable, "-c", "import gpus, json; print(json.dumps(gpus.gpus()))"], cwd=TESTING, text=True
-        )
-    ):
-        sim["gpus"].append(
-            {"index": g["minor"], "minor": g["minor"], "uuid": g["uuid"], "name": g["product"], "memory": 24 << 30}
-        )
+    """The fake cards as a simulated-observer file, forged to claim it is NVML (testing/gpus.py)."""
     path = tmp_path / "simulated-gpus.json"
-    path.write_text(json.dumps(sim))
+    doc = subprocess.check_output([sys.executable, str(TESTING / "gpus.py"), "--simulated", "--claim-nvml"])
+    path.write_bytes(doc)
+    assert "nvml" == json.loads(doc)["observer"]
     return str(path)
 
 
