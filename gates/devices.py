@@ -302,6 +302,12 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
                 f.use([o.seq])
                 f.fail(f"GPU {uuid} was observed as {before.get('name')!r} and as {g.get('name')!r}")
 
+    errors = [o for o in obs if o.attrs.get("error")]
+    if not seen_gpus and errors:
+        f.use([errors[0].seq])
+        f.inconclusive(f"NVML listed no GPU: {errors[0].attrs.get('error')} (seq {errors[0].seq})")
+        return f.outcome("")
+
     # The lane's claims: the preflight names the GPUs it bound.
     preflights = ev.receipts_named("preflight")
     if not preflights:
@@ -311,7 +317,7 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     f.use([pre.seq])
     claimed = _list(pre.fields.get("gpus"))
     if not claimed:
-        f.fail(f"the preflight (seq {pre.seq}) names no GPU")
+        f.inconclusive(f"the preflight (seq {pre.seq}) names no GPU: no binding to compare with the observation")
         return f.outcome("")
     observed_text = ", ".join(f"{u} ({g.get('name')})" for u, g in seen_gpus.items()) or "none"
     for g in claimed:

@@ -563,6 +563,21 @@ class TestLaneConfigCapture:
         assert "inconclusive" == status_of(v, "preflight-rules")
         assert "did not capture" in reason_of(v, "preflight-rules")
 
+    def test_command_capture_of_the_config_path_is_not_the_recorders(self) -> None:
+        """The command capturing the very file its variable names (no origin) is still not the recorder's capture."""
+        lane = device_lane()
+        rec = lane.one("artifact", RECORDED_CONFIG)
+        lane.drop(o for o in lane.ops if o["attrs"].get("path") == RECORDED_CONFIG)
+        i = lane.ops.index(lane.one("step.end", "preflight"))
+        extra = SyntheticStream()
+        extra.artifact(RECORDED_CONFIG, b'{"products": ["NVIDIA GeForce RTX 3090"]}', "preflight")
+        lane.ops[i:i] = extra.ops[2:]
+        assert "origin" in rec["attrs"]
+        assert "origin" not in lane.one("artifact", RECORDED_CONFIG)["attrs"]
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "lane-config"))
+        assert "inconclusive" == status_of(v, "preflight-rules")
+
     def test_unknown_allow_list_contradicts_nothing(self) -> None:
         """Without the recorder's capture, a product outside the default list is unknown, not wrong: inconclusive."""
         lane = device_lane()
@@ -652,6 +667,15 @@ class TestDevicesObserved:
         assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "devices-observed"))
         assert "observer none" in reason_of(v, "devices-observed")
         assert "Not Found" in reason_of(v, "devices-observed")
+
+    def test_nvml_error_listing_no_gpu(self) -> None:
+        """NVML loaded but listed no GPU, with an error: the recorder saw nothing, so nothing is contradicted."""
+        lane = device_lane()
+        for o in lane.find("device.observed"):
+            o["attrs"].update(gpus=[], processes=[], error="NVML_ERROR_GPU_IS_LOST")
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "devices-observed"))
+        assert "GPU_IS_LOST" in reason_of(v, "devices-observed")
 
     def test_receipt_and_artifact_posing_as_observation_are_ignored(self) -> None:
         """A receipt named device.observed and a captured observation file are claims: still no observation."""
