@@ -13,6 +13,7 @@ import posixpath
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gates.devices import devices_observed
 from gates.evidence import Artifact, Evidence, Receipt, glob_match
 from gates.typing import CheckFunction, Findings, Outcome
 
@@ -81,23 +82,36 @@ def _allowed(value: Any, default: tuple[str, ...]) -> tuple[str, ...]:
 
 @register("device-preflight")
 def device_preflight(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
-    """Preflight rules: a binding per role, unique minors and UUIDs, allowed products and driver, no other process."""
+    """Preflight rules: a binding per role, unique minors and UUIDs, allowed products and driver, no other process.
+
+    The allow-lists come from the recorder's own capture of the lane config
+    (``origin: recorder``, ``env`` = ``args.config_env``); without it they are
+    unknown and the rule is inconclusive, never judged against the defaults.
+    """
     f = Findings()
     receipt = _last(ev, "preflight", f)
-    config_glob = str(args.get("config", "**/lane-config.json"))
-    configs = ev.artifacts_matching(config_glob)
+    config_env = args.get("config_env")
+    configs: list[Artifact] = []
     products, drivers = DEFAULT_PRODUCTS, DEFAULT_DRIVER
-    if not configs:
-        f.inconclusive(f"the lane config ({config_glob}) was not captured, so the allow-lists are unknown")
+    known = False
+    if not isinstance(config_env, str) or not config_env:
+        f.fail("args.config_env must name the lane config variable whose file the recorder captured")
     else:
+        # Only the recorder's own capture of the file the variable named at the start counts:
+        # a copy the lane captured is a claim it chose.
+        configs = ev.artifacts_matching("**", {"origin": "recorder", "env": config_env})
+        if not configs:
+            f.inconclusive(f"the recorder did not capture the lane config (${config_env}): the allow-lists are unknown")
+    if configs:
         cfg_art = configs[-1]
         f.use(cfg_art.seqs)
         try:
             cfg = cfg_art.json()
         except ValueError as exc:
             cfg = None
-            f.fail(f"lane config {cfg_art.path} is not JSON: {exc}")
+            f.add("inconclusive" if "not captured" in str(exc) else "fail", f"lane config {cfg_art.path}: {exc}")
         if isinstance(cfg, dict):
+            known = True
             products = _allowed(cfg.get("products"), DEFAULT_PRODUCTS)
             drivers = _allowed(cfg.get("driver"), DEFAULT_DRIVER)
         elif cfg is not None:
@@ -123,7 +137,8 @@ def device_preflight(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         elif len(set(uuids)) != len(uuids):
             # One card bound to several roles: not wrong, but it cannot show the lane on distinct devices.
             f.inconclusive(f"the roles share a GPU (UUIDs not distinct: {uuids}), so the lane ran on fewer devices")
-    for g in gpus:
+    for g in gpus if known else ():
+        # Judged only against the allow-lists of a config the recorder captured: unknown lists contradict nothing.
         product, driver = g.get("product"), str(g.get("driver", ""))
         if product not in products:
             f.fail(f"GPU {g.get('uuid')} is a {product!r}, not one of {list(products)}")
@@ -138,7 +153,8 @@ def device_preflight(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         f.inconclusive(f"the device is busy: other compute process(es) {names}")
     return f.outcome(
         f"{len(gpus)} GPU(s) {', '.join(str(g.get('product')) for g in gpus)}; products and driver allowed by "
-        f"{'the lane config' if configs else 'the defaults'}; minors and UUIDs distinct; no other compute process"
+        "the lane config the recorder captured (the defaults where it names none); minors and UUIDs distinct; "
+        "no other compute process"
     )
 
 
@@ -202,12 +218,15 @@ def qualification_files(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     exempt = [str(g) for g in args.get("exempt", ["**/lane-config.json"])]
     for other in ev.artifacts:
         p = other.path
-        if p == art.path or p in named or any(glob_match(g, p) for g in exempt):
+        if p == art.path or p in named or other.origin == "recorder" or any(glob_match(g, p) for g in exempt):
             continue
         if base and not p.startswith(base + "/"):
             continue
         f.inconclusive(f"{p} was captured beside {art.path} but it does not name it")
     return f.outcome(f"{art.path} names {len(named)} file(s), each captured with that SHA-256")
+
+
+register("devices-observed")(devices_observed)
 
 
 @register("output-free-of")

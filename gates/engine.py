@@ -317,10 +317,17 @@ def _receipt_ref(ev: Evidence, ref: str) -> tuple[list[tuple[Receipt, Any]], str
 
 def _artifact(rule: ArtifactRule, ev: Evidence) -> Outcome:
     f = Findings()
-    arts = ev.artifacts_matching(rule.glob)
+    arts = ev.artifacts_matching(rule.glob, rule.attrs)
     for a in arts:
         f.use(a.seqs)
-    _count(f, len(arts), rule.count, f"artifacts matching {rule.glob!r}")
+    _count(f, len(arts), rule.count, rule.what())
+    if rule.attrs and rule.glob != "**" and len(arts) < rule.count.min:
+        others = [a for a in ev.artifacts_matching(rule.glob) if not a.has_attrs(rule.attrs)]
+        if others:
+            f.inconclusive(
+                f"{len(others)} other capture(s) ({', '.join(sorted(a.path for a in others)[:3])}) lack those attrs "
+                "and do not count: a file the command sent is not the recorder's capture"
+            )
     claims: list[tuple[Receipt, Any]] = []
     if rule.sha256_from is not None:
         claims, _key = _receipt_ref(ev, rule.sha256_from)
@@ -343,7 +350,7 @@ def _artifact(rule: ArtifactRule, ev: Evidence) -> Outcome:
                 continue
             for err in schema_errors(rule.schema, doc)[:3]:
                 f.fail(f"artifact {a.path} fails its schema at {err}")
-    return f.outcome(f"{len(arts)} artifact(s) matching {rule.glob!r}: {', '.join(sorted(a.path for a in arts))}")
+    return f.outcome(f"{len(arts)} {rule.what()}: {', '.join(sorted(a.path for a in arts))}")
 
 
 # -- cross-receipt rules ---------------------------------------------------------------

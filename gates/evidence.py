@@ -10,7 +10,11 @@ check can name its evidence:
 - receipts: only those recorded before ``process.exit`` count; any later one
   is kept apart as evidence of a problem (something outlived the command);
 - artifacts, reassembled from their ``artifact.chunk`` events, with the
-  SHA-256 of the bytes actually captured.
+  SHA-256 of the bytes actually captured, and who captured them (``origin``:
+  ``recorder`` for a file the recorder captured on its own, such as the lane
+  config; absent for a file the command asked for);
+- what the recorder observed of the devices (``device.observed``) and its
+  ``telemetry``: events only the recorder writes, never a receipt or artifact.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import hashlib
 import json
 import posixpath
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -156,6 +160,16 @@ class Artifact:
         return sha.lower() if isinstance(sha, str) else None
 
     @property
+    def origin(self) -> str | None:
+        """``recorder`` when the recorder captured the file on its own; None when the command sent it."""
+        origin = self.event.attrs.get("origin")
+        return origin if isinstance(origin, str) else None
+
+    def has_attrs(self, want: Mapping[str, Any]) -> bool:
+        """Whether the ``artifact`` event's attrs hold every key of ``want`` with that value."""
+        return all(k in self.event.attrs and self.event.attrs[k] == v for k, v in want.items())
+
+    @property
     def inline(self) -> bool:
         return bool(self.event.attrs.get("content", "inline") == "inline")
 
@@ -220,6 +234,8 @@ class Evidence:
         self.late_receipts: list[Receipt] = []
         self.invalid_receipts: list[Event] = []
         self.artifacts: list[Artifact] = []
+        self.observations: list[Event] = []
+        self.telemetry: list[Event] = []
         self._index()
 
     # -- building ------------------------------------------------------------------
@@ -277,6 +293,10 @@ class Evidence:
                 art = Artifact(ev, normalise_path(str(ev.attrs.get("path", ""))))
                 self.artifacts.append(art)
                 pending_artifacts[art.path] = art
+            elif kind == "device.observed":
+                self.observations.append(ev)
+            elif kind == "telemetry":
+                self.telemetry.append(ev)
             elif kind == "artifact.chunk":
                 path = normalise_path(str(ev.attrs.get("path", "")))
                 owner = pending_artifacts.get(path)
@@ -325,21 +345,28 @@ class Evidence:
 
     def artifact(self, path: str) -> Artifact | None:
         """The last capture of ``path`` (normalised; relative to the recording's cwd)."""
-        want = self._relative(path)
+        want = self.relative(path)
         found = None
         for a in self.artifacts:
             if a.path == want:
                 found = a
         return found
 
-    def artifacts_matching(self, pattern: str) -> list[Artifact]:
+    def artifacts_matching(self, pattern: str, attrs: Mapping[str, Any] | None = None) -> list[Artifact]:
+        """The last capture of each path matching ``pattern`` (among those whose attrs hold ``attrs``).
+
+        The attrs select first: a later capture of the same path that lacks them
+        (say, a command's capture of a file the recorder captured) does not hide
+        the one that has them.
+        """
         latest: dict[str, Artifact] = {}
         for a in self.artifacts:
-            if glob_match(pattern, a.path):
+            if glob_match(pattern, a.path) and (not attrs or a.has_attrs(attrs)):
                 latest[a.path] = a
         return list(latest.values())
 
-    def _relative(self, path: str) -> str:
+    def relative(self, path: str) -> str:
+        """``path`` as artifact events record it: normalised, relative to the recording's cwd when under it."""
         p = normalise_path(path)
         cwd = self.cwd
         if cwd and posixpath.isabs(p):

@@ -7,7 +7,7 @@ docs/GATES.md documents every table and key. In short::
     [[step]]    name, exit, min/max/count, stderr_contains
     [[receipt]] name, where, min/max/count, status, schema, step, equal,
                 artifacts, step_exit, step_stderr
-    [[artifact]] glob, min/max/count, sha256_from, schema
+    [[artifact]] glob, attrs, min/max/count, sha256_from, schema
     [[equal]]   values = ["RECEIPT.FIELD", ...]
     [[each]]    receipt, needs, on, where, status, equal
     [[order]]   sequence = ["step:NAME" | "receipt:NAME", ...]
@@ -190,10 +190,18 @@ class ArtifactRule:
     count: _Count = field(default_factory=_Count)
     sha256_from: str | None = None
     schema: Mapping[str, Any] | None = None
+    attrs: Mapping[str, Any] = field(default_factory=dict)
     when: Condition | None = None
 
+    def what(self) -> str:
+        """The files this rule counts, in words."""
+        text = "artifacts" if self.glob == "**" and self.attrs else f"artifacts matching {self.glob!r}"
+        if self.attrs:
+            text += " with " + ", ".join(f"{k} {v!r}" for k, v in self.attrs.items())
+        return text
+
     def describe(self) -> str:
-        text = f"artifact {self.glob!r}: {self.count.describe()} captured"
+        text = f"{self.what()}: {self.count.describe()} captured"
         if self.sha256_from:
             text += f", sha256 == {self.sha256_from}"
         if self.schema is not None:
@@ -464,7 +472,10 @@ def _receipt(t: _Table) -> ReceiptRule:
 
 
 def _artifact(t: _Table) -> ArtifactRule:
-    glob = t.get("glob", str, required=True)
+    attrs = t.get("attrs", dict, {})
+    if not all(isinstance(v, str | int | bool) for v in attrs.values()):
+        raise t.error("'attrs' values must be strings, integers or booleans")
+    glob = t.get("glob", str, "**" if attrs else None, required=not attrs)
     src = t.get("sha256_from", str)
     if src is not None and "." not in src:
         raise t.error("'sha256_from' must be RECEIPT.FIELD")
@@ -474,6 +485,7 @@ def _artifact(t: _Table) -> ArtifactRule:
         count=t.count(),
         sha256_from=src,
         schema=t.schema(),
+        attrs=attrs,
         when=t.when(),
     )
     t.done()

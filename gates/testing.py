@@ -3,8 +3,11 @@
 ``SyntheticStream`` is an editable list of events (kind, attrs, data, step)
 with helpers to build and to break them; ``events()`` gives ``aos.Event``
 objects in memory and ``write(path)`` a real sealed (or unsealed) stream.
-``device_lane(gate)`` builds a complete, right device lane, so a test can
-break exactly one thing in it and see which check notices::
+``device_lane(gate)`` builds a complete, right device lane, with what a
+recorder observing through NVML would add (``device.observed`` at the start,
+during the uninterrupted run and at the end; its own capture of the lane
+config), so a test can break exactly one thing in it and see which check
+notices::
 
     lane = device_lane("distributed-device")
     lane.receipt("split-run")["attrs"]["fields"]["epoch_after"] = 3
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
     from aos.writer import SealInfo
     from gates.verdict import Verdict
 
-__all__ = ["DEVICE_CONFIG_VARS", "SyntheticStream", "device_lane", "sha256"]
+__all__ = ["DEVICE_CONFIG_VARS", "NVML_LIBRARY", "SyntheticStream", "device_lane", "observed_gpu", "sha256"]
 
 #: The lane config variable of each device gate.
 DEVICE_CONFIG_VARS = {
@@ -37,8 +40,30 @@ DEVICE_CONFIG_VARS = {
 }
 
 
+#: The NVML library a synthetic observation names.
+NVML_LIBRARY = {"path": "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "sha256": "a" * 64}
+
+_MIB = 1 << 20
+
+
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def observed_gpu(
+    index: int, uuid: str, name: str = "NVIDIA GeForce RTX 3090", *, memory_used: int = _MIB, utilization: int = 0
+) -> dict[str, Any]:
+    """One GPU as a ``device.observed`` event lists it (24 GiB; idle unless told)."""
+    return {
+        "index": index,
+        "minor": index,
+        "uuid": uuid,
+        "name": name,
+        "memory": 24 << 30,
+        "memory_used": memory_used,
+        "utilization": utilization,
+        "pci_bus_id": f"00000000:{index + 1:02x}:00.0",
+    }
 
 
 Op = dict[str, Any]
@@ -68,14 +93,84 @@ class SyntheticStream:
     # -- building --------------------------------------------------------------------
 
     def add(
-        self, kind: str, attrs: dict[str, Any] | None = None, data: bytes | None = None, step: str | None = None
+        self,
+        kind: str,
+        attrs: dict[str, Any] | None = None,
+        data: bytes | None = None,
+        step: str | None = None,
+        *,
+        at: int | None = None,
     ) -> Op:
+        """Append an event (or insert it at index ``at``)."""
         op: Op = {"kind": kind, "attrs": dict(attrs or {}), "data": data, "step": step}
-        self.ops.append(op)
+        if at is None:
+            self.ops.append(op)
+        else:
+            self.ops.insert(at, op)
         return op
 
-    def step_start(self, name: str) -> Op:
-        return self.add("step.start", {"name": name, "argv": [name]}, step=name)
+    def step_start(self, name: str, pid: int | None = None) -> Op:
+        """A step's start; ``pid`` is the step client's pid (the recorder takes it from the socket's peer)."""
+        attrs: dict[str, Any] = {"name": name, "argv": [name]}
+        if pid is not None:
+            attrs["pid"] = pid
+        return self.add("step.start", attrs, step=name)
+
+    def observe(
+        self,
+        phase: str = "sample",
+        gpus: list[dict[str, Any]] | None = None,
+        processes: list[dict[str, Any]] | None = None,
+        *,
+        observer: str = "nvml",
+        driver: str | None = "580.95.05",
+        attribution: str = "pids",
+        library: dict[str, str] | None = None,
+        simulated_from: dict[str, str] | None = None,
+        error: str | None = None,
+        at: int | None = None,
+    ) -> Op:
+        """A ``device.observed`` event, as the recorder's sampler writes it (step null).
+
+        ``processes``: ``{pid, gpu, used_memory, in_tree, steps, argv}`` each. An
+        observer other than ``nvml`` names no library; ``none`` also no driver or GPU.
+        """
+        nvml = observer == "nvml"
+        attrs = {
+            "phase": phase,
+            "observer": observer,
+            "library": (library or dict(NVML_LIBRARY)) if nvml else None,
+            "driver": driver if observer != "none" else None,
+            "cuda_driver": 13000 if observer != "none" else None,
+            "gpus": list(gpus or []) if observer != "none" else [],
+            "processes": list(processes or []) if observer != "none" else [],
+            "attribution": attribution,
+            "simulated_from": simulated_from,
+            "error": error,
+        }
+        return self.add("device.observed", attrs, at=at)
+
+    def telemetry(self, gpus: list[dict[str, Any]], *, at: int | None = None) -> Op:
+        """A ``telemetry`` event: each GPU's ``{uuid, utilization, memory_used, temperature}``."""
+        tree = {"processes": 3, "cpu_ns": 1_000_000, "rss": 64 * _MIB}
+        return self.add("telemetry", {"tree": tree, "gpus": gpus}, at=at)
+
+    def recorder_artifact(self, path: str, content: bytes, env: str, *, at: int | None = None) -> Op:
+        """The recorder's own capture of the file ``env`` named at the start (``origin: recorder``)."""
+        attrs = {
+            "path": path,
+            "size": len(content),
+            "mode": 0o644,
+            "sha256": sha256(content),
+            "content": "inline",
+            "origin": "recorder",
+            "env": env,
+        }
+        i = len(self.ops) if at is None else at
+        op = self.add("artifact", attrs, at=i)
+        if content:
+            self.add("artifact.chunk", {"path": path, "offset": 0}, content, at=i + 1)
+        return op
 
     def step_end(self, name: str, exit_code: int | None = 0, signal: str | None = None) -> Op:
         return self.add(
@@ -208,15 +303,28 @@ class SyntheticStream:
 
 
 def device_lane(
-    gate: str = "distributed-device", *, physical: bool = True, roles: tuple[str, ...] = ("alpha", "beta")
+    gate: str = "distributed-device",
+    *,
+    physical: bool = True,
+    roles: tuple[str, ...] = ("alpha", "beta"),
+    observer: str | None = "nvml",
 ) -> SyntheticStream:
-    """A complete, right device lane for ``gate`` (static only with ``physical=False``)."""
+    """A complete, right device lane for ``gate`` (static only with ``physical=False``).
+
+    With ``physical``, the recorder's side is there too: its capture of the lane
+    config (``origin: recorder``) and its device observations by ``observer``
+    (``nvml``: start, a sample during the uninterrupted run showing each role's
+    process working on its GPU, end; ``None``: no observation at all). Each role
+    ``r`` is bound to GPU ``GPU-000i-r``; its process runs ``out/build/r``.
+    """
     var = DEVICE_CONFIG_VARS[gate]
     env = {"PATH": "/usr/bin", "HOME": "/home/ci"}
     if physical:
         env[var] = "/etc/alpha/lane.json"
     s = SyntheticStream(env, gate=gate)
     out = "out"
+    uuids = {r: f"GPU-{i:04d}-{r}" for i, r in enumerate(roles)}
+    idle = [observed_gpu(i, uuids[r]) for i, r in enumerate(roles)]
     produced: dict[str, bytes] = {}
 
     def art(rel: str, data: bytes, step: str) -> str:
@@ -247,7 +355,6 @@ def device_lane(
         s.exit(0)
         return s
 
-    s.step_start("preflight")
     config = {
         "owner": "ci",
         "pod_ids": ["p1"],
@@ -258,9 +365,15 @@ def device_lane(
         "remote_root": "/srv/lane",
         "transport": "ssh",
     }
+    # The recorder's side, before the command ran: its observation and its capture of the config.
+    if observer is not None:
+        s.observe("start", idle, observer=observer, at=1)
+    s.recorder_artifact(env[var], json.dumps(config).encode(), var, at=2 if observer is not None else 1)
+
+    s.step_start("preflight")
     s.artifact(f"{out}/lane-config.json", json.dumps(config).encode(), "preflight")
     gpus = [
-        {"minor": i, "uuid": f"GPU-{i:04d}-{r}", "product": "NVIDIA GeForce RTX 3090", "driver": "580.95.05"}
+        {"minor": i, "uuid": uuids[r], "product": "NVIDIA GeForce RTX 3090", "driver": "580.95.05"}
         for i, r in enumerate(roles)
     ]
     binding = art("binding.json", json.dumps({"gpus": gpus}).encode(), "preflight")
@@ -294,6 +407,34 @@ def device_lane(
 
     checkpoint = b"checkpoint after 5 updates\n" * 4
     s.step_start("uninterrupted-run")
+    if observer is not None:
+        busy = [observed_gpu(i, uuids[r], memory_used=900 * _MIB, utilization=40) for i, r in enumerate(roles)]
+        procs = []
+        for i, r in enumerate(roles):
+            argv = ["python3", f"{out}/build/{r}", "serve"]
+            steps = ["uninterrupted-run"]
+            procs.append(
+                {
+                    "pid": 200 + i,
+                    "gpu": uuids[r],
+                    "used_memory": 600 * _MIB,
+                    "in_tree": True,
+                    "steps": steps,
+                    "argv": argv,
+                }
+            )
+            if i:  # a CUDA process also holds a small context on the first card: it works where it holds the most
+                procs.append(
+                    {
+                        "pid": 200 + i,
+                        "gpu": uuids[roles[0]],
+                        "used_memory": 300 * _MIB,
+                        "in_tree": True,
+                        "steps": steps,
+                        "argv": argv,
+                    }
+                )
+        s.observe("sample", busy, procs, observer=observer)
     cp1 = art("uninterrupted/checkpoint.bin", checkpoint, "uninterrupted-run")
     s.receipt(
         "uninterrupted-run", step="uninterrupted-run", updates=5, checkpoint=cp1, checkpoint_sha256=sha256(checkpoint)
@@ -354,4 +495,6 @@ def device_lane(
     s.receipt("qualification", step="qualification", path=qpath, sha256=sha256(qdata))
     s.step_end("qualification")
     s.exit(0)
+    if observer is not None:
+        s.observe("end", idle, observer=observer)
     return s

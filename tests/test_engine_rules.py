@@ -289,6 +289,33 @@ class TestArtifacts:
             == run('[[receipt]]\nname = "r"\nartifacts = [{ path = "path", sha256 = "sha" }]\n', s).verdict
         )
 
+    def test_artifact_attrs_select_the_recorders_capture(self) -> None:
+        """attrs selects artifacts by their event's attrs: a command's capture (no origin) is never the recorder's."""
+        toml = '[[artifact]]\nattrs = { origin = "recorder", env = "CFG" }\ncount = 1\nschema = { required = ["v"] }\n'
+        sent = stream({"CFG": "/etc/c.json"})
+        sent.artifact("/etc/c.json", b'{"v": 1}')
+        recorded = stream({"CFG": "/etc/c.json"})
+        recorded.recorder_artifact("/etc/c.json", b'{"v": 1}', "CFG")
+        other_var = stream({"CFG": "/etc/c.json"})
+        other_var.recorder_artifact("/etc/c.json", b'{"v": 1}', "OTHER")
+        assert ("inconclusive", "pass", "inconclusive") == (
+            run(toml, sent).verdict,
+            run(toml, recorded).verdict,
+            run(toml, other_var).verdict,
+        )
+        # A later capture of the same path by the command does not hide the recorder's.
+        recorded.artifact("/etc/c.json", b"{}")
+        assert "pass" == run(toml, recorded).verdict
+
+    def test_artifact_attrs_with_glob_names_the_captures_that_lack_them(self) -> None:
+        """With a glob, the reason names the matching captures that lack the attrs."""
+        s = stream()
+        s.artifact("out/lane-config.json", b"{}")
+        v = run('[[artifact]]\nglob = "**/lane-config.json"\nattrs = { origin = "recorder" }\n', s)
+        assert "inconclusive" == v.verdict
+        assert "out/lane-config.json" in v.checks[0].reason
+        assert "lack those attrs" in v.checks[0].reason
+
 
 class TestConditions:
     TOML = (

@@ -11,6 +11,8 @@ import pytest
 
 from aos.reader import read_stream
 from aos.verify import require_verdict, verify_stream
+from gates.engine import evaluate
+from gates.registry import resolve_gate
 from observe.summary import artifact_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +48,23 @@ class TestOneGpuEvidence:
         assert {"receipt:preflight", "preflight-rules"} == open_checks
         on_machine = json.loads((ONE_GPU / f"{gate}.verdict.json").read_text())
         assert on_machine["verdict"] == verdict["verdict"]
+
+    def test_todays_gate_finds_no_observation(self, gate: str) -> None:
+        """Re-evaluated with today's gate, the same events are inconclusive: no device observation, no recorder config.
+
+        These streams were recorded before the recorder observed devices (issue 10): nothing
+        in them but the lane's own word shows the H200, and the lane config in them is the
+        lane's copy. Their sealed verdicts stay as sealed; a fresh evaluation says what is missing.
+        """
+        events = read_stream(ONE_GPU / f"{gate}.aos").events
+        at = next(e.seq for e in events if e.kind == "verdict")
+        v = evaluate(resolve_gate(gate), events[:at])
+        assert ("inconclusive", "physical") == (v.verdict, v.scope)
+        open_checks = {c.name: c.status for c in v.checks if c.status != "pass"}
+        expected = ("receipt:preflight", "preflight-rules", "lane-config", "devices-observed")
+        assert dict.fromkeys(expected, "inconclusive") == open_checks
+        reason = next(c.reason for c in v.checks if c.name == "devices-observed")
+        assert reason.startswith("no device observation")
 
     def test_preflight_saw_one_h200_twice(self, gate: str) -> None:
         """The preflight receipt and the captured binding.json name the same single H200."""

@@ -161,11 +161,22 @@ def run_lane(
 
 
 class TestDeviceLaneEndToEnd:
-    def test_right_lane_physical(self, tmp_path: Path) -> None:
-        """A right lane with its config set passes with scope physical."""
+    def test_right_lane_is_not_physical_on_its_word(self, tmp_path: Path) -> None:
+        """A lane reporting every physical step right, with no GPU the recorder saw running it, is no physical pass.
+
+        devices-observed is inconclusive (no observation, or observer none); on a machine
+        whose real GPUs NVML lists it fails, since the lane's GPU-0000/GPU-0001 are not among
+        them. Checks resting on the recorder's capture of the config are open where it made none.
+        """
         code, v = run_lane(tmp_path, gate="coordinate-device")
-        assert (0, "pass", "physical") == (code, v["verdict"], v["scope"])
         events = read_stream(tmp_path / "s.aos").events
+        on_nvml = any(e.kind == "device.observed" and e.attrs.get("observer") == "nvml" for e in events)
+        captured = any(e.kind == "artifact" and e.attrs.get("origin") == "recorder" for e in events)
+        expected = {"devices-observed": "fail" if on_nvml else "inconclusive"}
+        if not captured:
+            expected.update({"lane-config": "inconclusive", "preflight-rules": "inconclusive"})
+        open_checks = {c["name"]: c["status"] for c in v["checks"] if c["status"] != "pass"}
+        assert ((1 if on_nvml else 3), "physical", expected) == (code, v["scope"], open_checks), v["summary"]
         at = next(e.seq for e in events if e.kind == "verdict")
         again = evaluate_stream_events("coordinate-device", events[:at])
         assert v == again  # the sealed verdict is what the evidence before it gives
@@ -192,6 +203,34 @@ class TestDeviceLaneEndToEnd:
         """A lane script with one thing wrong is not a pass, and the right check names it."""
         got_code, v = run_lane(tmp_path, mutant)
         assert (code, status) == (got_code, check_status(v, check))
+
+
+class TestStaticNeedsExecutables:
+    """Issue 10, finding 3: receipts alone once passed the static half with nothing captured."""
+
+    SCRIPT = (
+        "set -e\n"
+        "for step in static-build static-check; do\n"
+        "  fields='--field role=r --field target=nothing/here.pyz --field sha256=" + "0" * 64 + "'\n"
+        '  [ "$step" = static-check ] && fields="$fields --field check=c --field result=pass"\n'
+        '  alpha observe step "$step" -- sh -c "alpha observe receipt $step --status pass $fields"\n'
+        "done\n"
+    )
+
+    def test_receipts_naming_no_file_are_not_a_static_pass(self, tmp_path: Path) -> None:
+        """Two steps whose receipts claim target=nothing/here.pyz, sha256=0...0 and capture nothing: inconclusive."""
+        (tmp_path / "lane.sh").write_text(self.SCRIPT)
+        p = alpha(
+            "observe", "gate", "distributed-device", "--quiet", "--out", "s.aos", "--", "sh", "lane.sh", cwd=tmp_path
+        )
+        v = sealed_verdict(tmp_path / "s.aos")
+        assert (3, "inconclusive", "static") == (p.returncode, v["verdict"], v["scope"]), v["summary"]
+        assert "inconclusive" == check_status(v, "receipt:static-build")
+        assert "inconclusive" == check_status(v, "receipt:static-check")
+        reason = next(c["reason"] for c in v["checks"] if c["name"] == "receipt:static-build")
+        assert "nothing/here.pyz" in reason
+        assert "not captured" in reason
+        assert [] == [e for e in read_stream(tmp_path / "s.aos").events if e.kind == "artifact"]
 
 
 class TestLibrary:

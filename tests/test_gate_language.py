@@ -39,6 +39,14 @@ class TestParsing:
         assert (0, 1, None) == (step.exit, step.count.min, step.count.max)
         assert (2, 2, ("pass",)) == (receipt.count.min, receipt.count.max, receipt.status)
 
+    def test_artifact_attrs(self) -> None:
+        """An artifact rule may select by its event's attrs; its glob then defaults to every path."""
+        g = parse_gate_text('[gate]\nname = "g"\n[[artifact]]\nid = "cfg"\nattrs = { origin = "recorder" }\n', "t.toml")
+        rule = g.rules[0]
+        assert isinstance(rule, ArtifactRule)
+        assert ("**", {"origin": "recorder"}) == (rule.glob, dict(rule.attrs))
+        assert "artifacts with origin 'recorder'" in rule.describe()
+
     def test_parts_and_conditions(self) -> None:
         """A part keeps its condition, scope and rules."""
         g = parse_gate_text(
@@ -70,6 +78,8 @@ class TestParsing:
             ('[gate]\nname = "g"\n[[step]]\nname = "s"\nwhen = { envv = "X" }\n', "unknown key(s) 'envv'"),
             ('[gate]\nname = "g"\n[exit]\ncode = 0\notherwise = "pass"\n', "'otherwise' must be"),
             ('[gate]\nname = "g"\n[[step]]\nname = "s"\ncount = 1\nmin = 1\n', "either 'count'"),
+            ('[gate]\nname = "g"\n[[artifact]]\ncount = 1\n', "missing required key 'glob'"),
+            ('[gate]\nname = "g"\n[[artifact]]\nattrs = { origin = [1] }\n', "'attrs' values must be"),
             ("[gate\n", "not valid TOML"),
         ],
     )
@@ -137,6 +147,14 @@ class TestDocumentedExamples:
         doc = (ROOT / "docs" / "GATES.md").read_text()
         shown = dict(re.findall(r"<!-- (samples/gates/[\w.-]+) -->\n```toml\n(.*?)```", doc, re.S))
         assert {str(p.relative_to(ROOT)): p.read_text() for p in SAMPLES} == shown
+
+    def test_every_registered_check_is_documented(self) -> None:
+        """Each named Python check the built-in gates can use has its row in docs/GATES.md."""
+        from gates.checks import CHECKS
+
+        doc = (ROOT / "docs" / "GATES.md").read_text()
+        rows = set(re.findall(r"^\| `([\w-]+)` \|", doc, re.M))
+        assert set(CHECKS) <= rows
 
     def test_python_examples_run(self) -> None:
         """Every Python example in docs/GATES.md runs as written."""

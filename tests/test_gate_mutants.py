@@ -11,10 +11,13 @@ import json
 
 import pytest
 
-from gates.testing import DEVICE_CONFIG_VARS, SyntheticStream, device_lane, sha256
+from gates.testing import DEVICE_CONFIG_VARS, SyntheticStream, device_lane, observed_gpu, sha256
 from gates.verdict import Verdict
 
 DEVICE_GATES = sorted(DEVICE_CONFIG_VARS)
+
+#: Where device_lane's recorder captured the lane config (the path its variable names).
+RECORDED_CONFIG = "/etc/alpha/lane.json"
 
 
 def status_of(v: Verdict, name: str) -> str:
@@ -38,6 +41,20 @@ def rewrite_json(lane: SyntheticStream, path: str, edit: dict[str, object]) -> N
     lane.set_artifact(path, json.dumps(doc).encode())
     assert art["attrs"]["sha256"] == sha256(json.dumps(doc).encode())
     requalify(lane)
+
+
+def sample(lane: SyntheticStream) -> dict[str, object]:
+    """The one device observation of phase ``sample`` (device_lane's, during the uninterrupted run)."""
+    found = [o for o in lane.find("device.observed") if o["attrs"]["phase"] == "sample"]
+    assert 1 == len(found)
+    return found[0]
+
+
+def rename_observed(lane: SyntheticStream, name: str) -> None:
+    """Every GPU the recorder observed is a ``name``."""
+    for o in lane.find("device.observed"):
+        for g in o["attrs"]["gpus"]:
+            g["name"] = name
 
 
 def requalify(lane: SyntheticStream) -> None:
@@ -379,14 +396,15 @@ class TestPreflight:
         lane = device_lane()
         self._set_gpus(lane, {"product": "Tesla T4"})
         self._set_gpus(lane, {"product": "Tesla T4"}, 1)
-        rewrite_json(lane, "out/lane-config.json", {"products": ["Tesla T4"]})
+        rename_observed(lane, "Tesla T4")
+        rewrite_json(lane, RECORDED_CONFIG, {"products": ["Tesla T4"]})
         v = lane.evaluate()
         assert ("pass", "pass") == (v.verdict, status_of(v, "preflight-rules"))
 
     def test_lane_config_narrows_products(self) -> None:
         """A lane config whose allow-list excludes the GPU found fails preflight-rules."""
         lane = device_lane()
-        rewrite_json(lane, "out/lane-config.json", {"products": ["NVIDIA GeForce RTX 3070"]})
+        rewrite_json(lane, RECORDED_CONFIG, {"products": ["NVIDIA GeForce RTX 3070"]})
         v = lane.evaluate()
         assert ("fail", "fail") == (v.verdict, status_of(v, "preflight-rules"))
 
@@ -415,8 +433,11 @@ class TestPreflight:
         """Both roles bound to one card (same minor and UUID) leaves the preflight inconclusive, not failed."""
         lane = device_lane()
         self._set_gpus(lane, {"minor": 0, "uuid": "GPU-0000-alpha"}, 1)
+        for p in sample(lane)["attrs"]["processes"]:
+            p["gpu"] = "GPU-0000-alpha"  # and the recorder saw both roles there
         v = lane.evaluate()
         assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "preflight-rules"))
+        assert "pass" == status_of(v, "devices-observed")
 
     def test_binding_file_disagrees_with_receipt(self) -> None:
         """A captured binding.json naming other GPUs than the preflight receipt fails preflight-binding."""
@@ -428,9 +449,9 @@ class TestPreflight:
         assert ("fail", "fail") == (v.verdict, status_of(v, "preflight-binding"))
 
     def test_lane_config_not_captured(self) -> None:
-        """With the config set but lane-config.json not captured, the allow-lists are unknown: inconclusive."""
+        """With the config set but no capture of it at all, the allow-lists are unknown: inconclusive."""
         lane = device_lane()
-        lane.drop(o for o in lane.ops if o["attrs"].get("path") == "out/lane-config.json")
+        lane.drop(o for o in lane.ops if o["attrs"].get("path") in ("out/lane-config.json", RECORDED_CONFIG))
         v = lane.evaluate()
         assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "lane-config"))
         assert "inconclusive" == status_of(v, "preflight-rules")
@@ -477,8 +498,388 @@ class TestEveryEventCounts:
         for i, op in enumerate(right.ops):
             if op["kind"] == "process.start":
                 continue
+            if op["attrs"].get("path") == "out/lane-config.json":
+                continue  # the lane's own copy of its config is no evidence: the recorder's capture is
             lane = device_lane(gate)
             del lane.ops[i]
             if lane.evaluate().verdict == "pass":
                 passed.append((i, op["kind"], op["attrs"].get("name") or op["attrs"].get("path")))
         assert [] == passed
+
+
+class TestStaticExecutables:
+    """Issue 10, finding 3: the static half needs its executables, not receipts naming them."""
+
+    def test_receipts_naming_nothing_captured(self) -> None:
+        """Receipts claiming target nothing/here.pyz, sha256 0...0, with no artifact at all: inconclusive, not 9/9."""
+        s = SyntheticStream(gate="distributed-device")
+        claim = {"role": "r", "target": "nothing/here.pyz", "sha256": "0" * 64}
+        s.step_start("static-build")
+        s.receipt("static-build", step="static-build", **claim)
+        s.step_end("static-build")
+        s.step_start("static-check")
+        s.receipt("static-check", step="static-check", check="c", result="pass", **claim)
+        s.step_end("static-check")
+        s.exit(0)
+        v = s.evaluate()
+        assert ("inconclusive", "static") == (v.verdict, v.scope)
+        assert "inconclusive" == status_of(v, "receipt:static-build")
+        assert "inconclusive" == status_of(v, "receipt:static-check")
+        assert "nothing/here.pyz" in reason_of(v, "receipt:static-build")
+
+    def test_executable_not_captured(self) -> None:
+        """A role's built executable that was never captured leaves the static half inconclusive."""
+        lane = device_lane(physical=False)
+        lane.drop(o for o in lane.ops if o["attrs"].get("path") == "out/static/beta")
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "receipt:static-build"))
+
+    def test_check_of_bytes_never_captured(self) -> None:
+        """A static-check of a file other than the captured executable (same digest claimed) is not a pass."""
+        lane = device_lane(physical=False)
+        lane.fields("static-check", role="alpha")["target"] = "elsewhere/alpha"
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "receipt:static-check"))
+
+    def test_check_of_other_captured_bytes(self) -> None:
+        """A static-check whose target is captured with other bytes than the digest it claims to have checked fails."""
+        lane = device_lane(physical=False)
+        lane.fields("static-check", role="alpha")["target"] = "out/static/beta"
+        v = lane.evaluate()
+        assert ("fail", "fail") == (v.verdict, status_of(v, "receipt:static-check"))
+
+
+class TestLaneConfigCapture:
+    """The lane config judged is the recorder's capture of the file its variable named, never a copy the lane sent."""
+
+    def test_lane_copy_alone_is_inconclusive(self) -> None:
+        """A lane-captured lane-config.json with no recorder capture: lane-config and preflight-rules inconclusive."""
+        lane = device_lane()
+        lane.drop(o for o in lane.ops if o["attrs"].get("path") == RECORDED_CONFIG)
+        assert lane.find("artifact", "out/lane-config.json")
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "lane-config"))
+        assert "origin 'recorder'" in reason_of(v, "lane-config")
+        assert "inconclusive" == status_of(v, "preflight-rules")
+        assert "did not capture" in reason_of(v, "preflight-rules")
+
+    def test_command_capture_of_the_config_path_is_not_the_recorders(self) -> None:
+        """The command capturing the very file its variable names (no origin) is still not the recorder's capture."""
+        lane = device_lane()
+        rec = lane.one("artifact", RECORDED_CONFIG)
+        lane.drop(o for o in lane.ops if o["attrs"].get("path") == RECORDED_CONFIG)
+        i = lane.ops.index(lane.one("step.end", "preflight"))
+        extra = SyntheticStream()
+        extra.artifact(RECORDED_CONFIG, b'{"products": ["NVIDIA GeForce RTX 3090"]}', "preflight")
+        lane.ops[i:i] = extra.ops[2:]
+        assert "origin" in rec["attrs"]
+        assert "origin" not in lane.one("artifact", RECORDED_CONFIG)["attrs"]
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "lane-config"))
+        assert "inconclusive" == status_of(v, "preflight-rules")
+
+    def test_unknown_allow_list_contradicts_nothing(self) -> None:
+        """Without the recorder's capture, a product outside the default list is unknown, not wrong: inconclusive."""
+        lane = device_lane()
+        lane.drop(o for o in lane.ops if o["attrs"].get("path") == RECORDED_CONFIG)
+        TestPreflight()._set_gpus(lane, {"product": "NVIDIA H200"})
+        v = lane.evaluate()
+        assert "inconclusive" == status_of(v, "preflight-rules")
+
+    def test_lane_copy_cannot_widen_the_allow_list(self) -> None:
+        """The lane's own copy naming another product does not change the allow-list: a Tesla T4 still fails."""
+        lane = device_lane()
+        rewrite_json(lane, "out/lane-config.json", {"products": ["Tesla T4"]})
+        gpus = lane.fields("preflight")["gpus"]
+        for g in gpus:
+            g["product"] = "Tesla T4"
+        rewrite_json(lane, "out/binding.json", {"gpus": gpus})
+        rename_observed(lane, "Tesla T4")
+        v = lane.evaluate()
+        assert ("fail", "fail") == (v.verdict, status_of(v, "preflight-rules"))
+        assert "pass" == status_of(v, "devices-observed")
+
+    def test_command_capture_of_the_same_path_does_not_replace_it(self) -> None:
+        """The command capturing the config's own path again (other bytes, no origin) does not hide the recorder's."""
+        lane = device_lane()
+        i = lane.ops.index(lane.one("step.end", "preflight"))
+        extra = SyntheticStream()
+        extra.artifact(RECORDED_CONFIG, json.dumps({"products": ["Tesla T4"]}).encode(), "preflight")
+        lane.ops[i:i] = extra.ops[2:]
+        gpus = lane.fields("preflight")["gpus"]
+        gpus[0]["product"] = "Tesla T4"
+        rewrite_json(lane, "out/binding.json", {"gpus": gpus})
+        v = lane.evaluate()
+        assert ("fail", "pass") == (status_of(v, "preflight-rules"), status_of(v, "lane-config"))
+
+    def test_capture_of_another_variable_does_not_count(self) -> None:
+        """A recorder capture of another lane's variable is not this lane's config."""
+        lane = device_lane("distributed-device")
+        lane.one("artifact", RECORDED_CONFIG)["attrs"]["env"] = "ALPHA_COORDINATE_DEVICE_CONFIG"
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "lane-config"))
+
+    def test_condition_reads_stream_open_env(self) -> None:
+        """The physical part applies by stream.open's env: a recorder capture without the variable set does not."""
+        lane = device_lane()
+        lane.ops[0]["attrs"]["env"].pop("ALPHA_PARTITIONED_DEVICE_CONFIG")
+        assert lane.one("artifact", RECORDED_CONFIG)["attrs"]["origin"] == "recorder"
+        v = lane.evaluate()
+        assert ("pass", "static") == (v.verdict, v.scope)
+        assert not any(c.name in ("lane-config", "devices-observed") for c in v.checks)
+
+
+class TestDevicesObserved:
+    """devices-observed: physical scope rests on what the recorder observed through NVML."""
+
+    @pytest.mark.parametrize("gate", DEVICE_GATES)
+    def test_no_observation_is_inconclusive(self, gate: str) -> None:
+        """A right lane with no device observation at all: inconclusive, and devices-observed alone says why."""
+        v = device_lane(gate, observer=None).evaluate()
+        assert ("inconclusive", "physical") == (v.verdict, v.scope)
+        assert [("devices-observed", "inconclusive")] == [(c.name, c.status) for c in v.checks if c.status != "pass"]
+        assert "no device observation" in reason_of(v, "devices-observed")
+
+    def test_simulated_observer_never_physical(self) -> None:
+        """Observer simulated (ALPHA_OBSERVE_SIMULATED_GPUS): inconclusive, whatever else the stream says."""
+        lane = device_lane(observer="simulated")
+        for o in lane.find("device.observed"):
+            o["attrs"]["simulated_from"] = {"path": "/tmp/gpus.json", "sha256": "b" * 64}
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "devices-observed"))
+        assert "simulated" in reason_of(v, "devices-observed")
+        assert "/tmp/gpus.json" in reason_of(v, "devices-observed")
+
+    def test_forged_file_claiming_nvml_is_still_simulated(self) -> None:
+        """An observation that names an NVML observer but was simulated from a file (simulated_from) is not NVML's."""
+        lane = device_lane()
+        sample(lane)["attrs"]["simulated_from"] = {"path": "/tmp/forged.json", "sha256": "c" * 64}
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "devices-observed"))
+        assert "simulated" in reason_of(v, "devices-observed")
+
+    def test_observer_none(self) -> None:
+        """A machine where NVML could not be loaded: observer none, inconclusive, with NVML's error."""
+        lane = device_lane(observer="none")
+        for o in lane.find("device.observed"):
+            o["attrs"]["error"] = "NVML Shared Library Not Found"
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "devices-observed"))
+        assert "observer none" in reason_of(v, "devices-observed")
+        assert "Not Found" in reason_of(v, "devices-observed")
+
+    def test_nvml_error_listing_no_gpu(self) -> None:
+        """NVML loaded but listed no GPU, with an error: the recorder saw nothing, so nothing is contradicted."""
+        lane = device_lane()
+        for o in lane.find("device.observed"):
+            o["attrs"].update(gpus=[], processes=[], error="NVML_ERROR_GPU_IS_LOST")
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "devices-observed"))
+        assert "GPU_IS_LOST" in reason_of(v, "devices-observed")
+
+    def test_receipt_and_artifact_posing_as_observation_are_ignored(self) -> None:
+        """A receipt named device.observed and a captured observation file are claims: still no observation."""
+        lane = device_lane(observer=None)
+        right = device_lane()
+        forged = sample(right)["attrs"]
+        i = lane.ops.index(lane.one("step.end", "uninterrupted-run"))
+        extra = SyntheticStream()
+        extra.receipt("device.observed", "pass", step="uninterrupted-run", **forged)
+        extra.artifact("out/device.observed.json", json.dumps(forged).encode(), "uninterrupted-run")
+        lane.ops[i:i] = extra.ops[2:]
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "devices-observed"))
+        assert "no device observation" in reason_of(v, "devices-observed")
+
+    def test_lane_process_on_the_wrong_gpu(self) -> None:
+        """Each role's process working on the other's GPU (a CUDA_VISIBLE_DEVICES swap unknown to the binding): fail."""
+        lane = device_lane()
+        procs = sample(lane)["attrs"]["processes"]
+        procs[:] = [p for p in procs if p["used_memory"] > 400 << 20]
+        procs[0]["gpu"], procs[1]["gpu"] = procs[1]["gpu"], procs[0]["gpu"]
+        v = lane.evaluate()
+        assert ("fail", "fail") == (v.verdict, status_of(v, "devices-observed"))
+        reason = reason_of(v, "devices-observed")
+        assert "alpha's pid 200" in reason
+        assert "bound to GPU GPU-0000-alpha" in reason
+
+    @pytest.mark.parametrize(
+        "exe",
+        ["out/static/{r}", "/lane/out/build/{r}", "/srv/lane/remote/{r}"],
+        ids=["static-target", "absolute-in-cwd", "uploaded-copy"],
+    )
+    def test_role_known_by_its_executable_wherever_it_runs(self, exe: str) -> None:
+        """A role's process is known by its executable's path, or by a file name only that role's executables carry."""
+        lane = device_lane()
+        procs = sample(lane)["attrs"]["processes"]
+        for p in procs:
+            r = "alpha" if p["pid"] == 200 else "beta"
+            p["argv"] = ["/usr/bin/python3", exe.format(r=r), "serve", "--socket", "/tmp/s"]
+        right = lane.evaluate()
+        for p in procs:
+            p["gpu"] = "GPU-0001-beta"
+        wrong = lane.evaluate()
+        assert ("pass", "fail") == (status_of(right, "devices-observed"), status_of(wrong, "devices-observed"))
+        assert "alpha's pid 200" in reason_of(wrong, "devices-observed")
+
+    def test_one_finding_per_process(self) -> None:
+        """A process seen on the wrong GPU in many samples is reported once."""
+        lane = device_lane()
+        op = sample(lane)
+        procs = op["attrs"]["processes"]
+        procs[:] = [p for p in procs if p["used_memory"] > 400 << 20]
+        procs[0]["gpu"], procs[1]["gpu"] = procs[1]["gpu"], procs[0]["gpu"]
+        i = lane.ops.index(op)
+        lane.ops[i:i] = [json.loads(json.dumps(op)) for _ in range(5)]
+        v = lane.evaluate()
+        assert 1 == reason_of(v, "devices-observed").count("alpha's pid 200")
+
+    def test_process_works_where_it_holds_most_memory(self) -> None:
+        """beta's process holding more memory on alpha's GPU than on its own works there: fail."""
+        lane = device_lane()
+        for p in sample(lane)["attrs"]["processes"]:
+            if p["pid"] == 201:
+                p["used_memory"] = (300 << 20) if p["gpu"] == "GPU-0001-beta" else (600 << 20)
+        v = lane.evaluate()
+        assert ("fail", "fail") == (v.verdict, status_of(v, "devices-observed"))
+        assert "beta's pid 201" in reason_of(v, "devices-observed")
+
+    def test_tree_process_on_a_gpu_no_role_is_bound_to(self) -> None:
+        """A process of the recorded tree working on a third GPU, bound to no role: fail."""
+        lane = device_lane()
+        for o in lane.find("device.observed"):
+            o["attrs"]["gpus"].append(observed_gpu(2, "GPU-0002-spare"))
+        argv = ["python3", "miner.py"]
+        sample(lane)["attrs"]["processes"].append(
+            {"pid": 300, "gpu": "GPU-0002-spare", "used_memory": 1 << 30, "in_tree": True, "steps": [], "argv": argv}
+        )
+        v = lane.evaluate()
+        assert ("fail", "fail") == (v.verdict, status_of(v, "devices-observed"))
+        assert "GPU-0002-spare, which no role is bound to" in reason_of(v, "devices-observed")
+
+    def test_preflight_names_a_gpu_never_observed(self) -> None:
+        """A preflight (and its binding) naming a GPU the recorder never saw: fail."""
+        lane = device_lane()
+        gpus = lane.fields("preflight")["gpus"]
+        gpus[1]["uuid"] = "GPU-fa4e0000-0000-4000-8000-000000000001"
+        rewrite_json(lane, "out/binding.json", {"gpus": gpus})
+        v = lane.evaluate()
+        assert ("fail", "fail") == (v.verdict, status_of(v, "devices-observed"))
+        assert "GPU-fa4e0000-0000-4000-8000-000000000001" in reason_of(v, "devices-observed")
+        assert "never observed" in reason_of(v, "devices-observed")
+
+    def test_driver_mismatch(self) -> None:
+        """The recorder observed another driver than the preflight reports: fail."""
+        lane = device_lane()
+        for o in lane.find("device.observed"):
+            o["attrs"]["driver"] = "580.65.06"
+        v = lane.evaluate()
+        assert ("fail", "fail") == (v.verdict, status_of(v, "devices-observed"))
+        assert "driver" in reason_of(v, "devices-observed")
+
+    def test_product_mismatch(self) -> None:
+        """The recorder observed another product than the preflight reports: fail."""
+        lane = device_lane()
+        rename_observed(lane, "NVIDIA H200")
+        v = lane.evaluate()
+        assert ("fail", "fail") == (v.verdict, status_of(v, "devices-observed"))
+        assert "NVIDIA H200" in reason_of(v, "devices-observed")
+
+    def test_driver_changed_during_recording(self) -> None:
+        """Observations that disagree on the driver contradict each other: fail."""
+        lane = device_lane()
+        sample(lane)["attrs"]["driver"] = "580.65.06"
+        v = lane.evaluate()
+        assert ("fail", "fail") == (v.verdict, status_of(v, "devices-observed"))
+
+    def test_bound_gpu_idle_during_run_steps(self) -> None:
+        """A bound GPU on which no process of the tree was seen during the run steps: inconclusive."""
+        lane = device_lane()
+        procs = sample(lane)["attrs"]["processes"]
+        procs[:] = [p for p in procs if p["pid"] != 201]
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "devices-observed"))
+        assert "GPU GPU-0001-beta (beta) was not seen running" in reason_of(v, "devices-observed")
+
+    def test_process_seen_outside_the_run_steps_does_not_count(self) -> None:
+        """Processes seen only while building (not in a run step) show no run on the device: inconclusive."""
+        lane = device_lane()
+        op = sample(lane)
+        lane.drop([op])
+        for p in op["attrs"]["processes"]:
+            p["steps"] = ["build"]
+        lane.ops.insert(lane.ops.index(lane.one("step.end", "build")), op)
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "devices-observed"))
+
+    def test_other_process_on_a_bound_gpu(self) -> None:
+        """A process outside the recorded tree on a bound GPU during a run step: the device was shared, inconclusive."""
+        lane = device_lane()
+        sample(lane)["attrs"]["processes"].append(
+            {"pid": 999, "gpu": "GPU-0001-beta", "used_memory": 2 << 30, "in_tree": False, "steps": [], "argv": None}
+        )
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "devices-observed"))
+        assert "pid 999, not of the recorded tree" in reason_of(v, "devices-observed")
+
+    @pytest.mark.parametrize("phase", ["start", "end"])
+    def test_observation_without_start_or_end(self, phase: str) -> None:
+        """An observation that lacks its start or its end did not cover the whole command: inconclusive."""
+        lane = device_lane()
+        lane.drop(o for o in lane.find("device.observed") if o["attrs"]["phase"] == phase)
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "devices-observed"))
+        assert f"no {phase}" in reason_of(v, "devices-observed")
+
+    def _unattributed(self, lane: SyntheticStream) -> dict[str, object]:
+        op = sample(lane)
+        op["attrs"]["processes"] = []
+        op["attrs"]["attribution"] = "unavailable"
+        return op
+
+    def test_unattributed_falls_back_on_activity(self) -> None:
+        """Unattributed by NVML: memory rising above the idle level on each bound GPU passes, and says so."""
+        lane = device_lane()
+        self._unattributed(lane)
+        v = lane.evaluate()
+        assert ("pass", "pass") == (v.verdict, status_of(v, "devices-observed"))
+        reason = reason_of(v, "devices-observed")
+        assert "activity above the idle level" in reason
+        assert "memory in use rose from 1 MiB" in reason
+
+    def test_unattributed_and_idle_is_inconclusive(self) -> None:
+        """Unattributed, with every bound GPU at its idle level during the run steps: inconclusive."""
+        lane = device_lane()
+        op = self._unattributed(lane)
+        op["attrs"]["gpus"] = [dict(g, memory_used=1 << 20, utilization=0) for g in op["attrs"]["gpus"]]
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "devices-observed"))
+        assert "no activity above its idle level" in reason_of(v, "devices-observed")
+
+    def test_unattributed_activity_from_telemetry(self) -> None:
+        """Telemetry showing utilisation on each bound GPU during a run step is activity too."""
+        lane = device_lane()
+        op = self._unattributed(lane)
+        op["attrs"]["gpus"] = [dict(g, memory_used=1 << 20, utilization=0) for g in op["attrs"]["gpus"]]
+        at = lane.ops.index(op)
+        lane.telemetry(
+            [
+                {"uuid": u, "utilization": 87, "memory_used": 1 << 20, "temperature": 50}
+                for u in ("GPU-0000-alpha", "GPU-0001-beta")
+            ],
+            at=at,
+        )
+        v = lane.evaluate()
+        assert ("pass", "pass") == (v.verdict, status_of(v, "devices-observed"))
+        assert "utilisation rose from 0% (idle) to 87%" in reason_of(v, "devices-observed")
+
+    def test_unattributed_without_idle_level(self) -> None:
+        """Unattributed, with no idle level observed before the run steps: inconclusive."""
+        lane = device_lane()
+        self._unattributed(lane)
+        start = next(o for o in lane.find("device.observed") if o["attrs"]["phase"] == "start")
+        for g in start["attrs"]["gpus"]:
+            g.update(memory_used=None, utilization=None)
+        v = lane.evaluate()
+        assert ("inconclusive", "inconclusive") == (v.verdict, status_of(v, "devices-observed"))
+        assert "no idle level" in reason_of(v, "devices-observed")

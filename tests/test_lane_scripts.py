@@ -10,9 +10,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from aos.reader import read_stream
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTING = ROOT / "samples" / "lane" / "testing"
@@ -107,14 +111,55 @@ class TestStaticHalf:
         assert "the physical lane did not run" in out
 
 
+def _observed(stream: Path) -> tuple[list[dict[str, Any]], bool]:
+    """The stream's device observations, and whether the recorder itself captured the lane config."""
+    events = read_stream(stream).events
+    observed = [e.attrs for e in events if e.kind == "device.observed"]
+    captured = any(e.kind == "artifact" and e.attrs.get("origin") == "recorder" for e in events)
+    return observed, captured
+
+
+def _open_checks(verdict: dict[str, Any]) -> dict[str, str]:
+    return {c["name"]: c["status"] for c in verdict["checks"] if c["status"] != "pass"}
+
+
+# Checks that rest on the recorder's own capture of the lane config: open when the
+# recorder made none (a recorder that does not capture it), passing once it does.
+_NEEDS_RECORDER_CONFIG = {"lane-config": "inconclusive", "preflight-rules": "inconclusive"}
+
+
+def _simulated(tmp_path: Path) -> str:
+    """The fake cards as a simulated-observer file, forged to claim it is NVML (testing/gpus.py)."""
+    path = tmp_path / "simulated-gpus.json"
+    doc = subprocess.check_output([sys.executable, str(TESTING / "gpus.py"), "--simulated", "--claim-nvml"])
+    path.write_bytes(doc)
+    assert "nvml" == json.loads(doc)["observer"]
+    return str(path)
+
+
 class TestPhysicalOnTestDoubles:
-    def test_two_fake_gpus_pass_physical(self, tmp_path: Path) -> None:
-        """Every physical step runs and the coordinate-device gate passes with scope physical (on test doubles)."""
-        code, verdict, receipts = _gate(
-            "coordinate-device", tmp_path, _fake_gpu_env(tmp_path, "coordinate-device", [0, 1])
-        )
-        failed = [c for c in verdict["checks"] if c["status"] != "pass"]
-        assert (0, "pass", "physical", []) == (code, verdict["verdict"], verdict["scope"], failed)
+    """Issue 10, finding 2: the CPU test doubles once gave pass, scope physical, with no GPU at all.
+
+    Every physical step still runs on them, but nothing the recorder observed shows a GPU:
+    the physical part is inconclusive, naming devices-observed (fail on a machine whose
+    real GPUs NVML lists, since the fake cards are not among them).
+    """
+
+    def test_two_fake_gpus_are_not_physical(self, tmp_path: Path) -> None:
+        """The fake nvidia-smi and torch with a config: every lane step runs, but the verdict is not a physical pass."""
+        env = _fake_gpu_env(tmp_path, "coordinate-device", [0, 1])
+        env["ALPHA_OBSERVE_SIMULATED_GPUS"] = _simulated(tmp_path)
+        code, verdict, receipts = _gate("coordinate-device", tmp_path, env)
+        observed, captured = _observed(tmp_path / "coordinate-device.aos")
+        on_nvml = any(o.get("observer") == "nvml" and not o.get("simulated_from") for o in observed)
+        expected = {"devices-observed": "fail" if on_nvml else "inconclusive"}
+        if not captured:
+            expected.update(_NEEDS_RECORDER_CONFIG)
+        assert ("physical", expected) == (verdict["scope"], _open_checks(verdict)), verdict["summary"]
+        assert ((1, "fail") if on_nvml else (3, "inconclusive")) == (code, verdict["verdict"])
+        reason = next(c["reason"] for c in verdict["checks"] if c["name"] == "devices-observed")
+        assert any(w in reason for w in ("no device observation", "simulated", "observer none", "never observed"))
+        # The lane itself did all its work: it is the evidence of a GPU that is missing.
         by_name = {r["name"]: r for r in receipts}
         assert "gpu" == by_name["fresh-evaluation"]["fields"]["device"]
         assert (
@@ -124,11 +169,19 @@ class TestPhysicalOnTestDoubles:
         qualification = json.loads((tmp_path / "out" / "qualification.json").read_text())
         assert "coordinates" == qualification["lane"]
 
-    def test_one_fake_gpu_is_inconclusive_only_for_shared_uuid(self, tmp_path: Path) -> None:
-        """Both roles on one GPU: the gate is inconclusive, and only the preflight rules say why."""
-        code, verdict, _ = _gate("distributed-device", tmp_path, _fake_gpu_env(tmp_path, "distributed-device", [0, 0]))
-        open_checks = [(c["name"], c["status"]) for c in verdict["checks"] if c["status"] != "pass"]
-        expected = [("receipt:preflight", "inconclusive"), ("preflight-rules", "inconclusive")]
-        assert (3, "inconclusive", sorted(expected)) == (code, verdict["verdict"], sorted(open_checks))
+    def test_one_fake_gpu_is_also_open_for_shared_uuid(self, tmp_path: Path) -> None:
+        """Both roles on one fake GPU: the preflight rules say so, beside devices-observed."""
+        env = _fake_gpu_env(tmp_path, "distributed-device", [0, 0])
+        code, verdict, _ = _gate("distributed-device", tmp_path, env)
+        observed, captured = _observed(tmp_path / "distributed-device.aos")
+        on_nvml = any(o.get("observer") == "nvml" and not o.get("simulated_from") for o in observed)
+        expected = {
+            "receipt:preflight": "inconclusive",
+            "preflight-rules": "inconclusive",
+            "devices-observed": "fail" if on_nvml else "inconclusive",
+        }
+        if not captured:
+            expected.update(_NEEDS_RECORDER_CONFIG)
+        assert ((1 if on_nvml else 3), expected) == (code, _open_checks(verdict)), verdict["summary"]
         reason = next(c["reason"] for c in verdict["checks"] if c["name"] == "preflight-rules")
         assert "uuid" in reason.lower()
