@@ -12,13 +12,16 @@ verdict always equals a fresh evaluation of the events before it.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from recorder_util import alpha
+from recorder_util import ALPHA, alpha
 
 from aos.reader import read_stream
 from aos.refusals import Refusal
@@ -154,19 +157,56 @@ class TestFileEditedWhileRecording:
         assert_no_pass(tmp_path, code, path, pub, "coordinate-device")
 
 
-def test_recorder_is_not_dumpable_by_its_command(tmp_path: Path) -> None:
-    """The command cannot read the recorder's descriptors (its private copy) through /proc, unless root."""
-    probe = (
-        "import os, sys\n"
-        "try:\n"
-        "    os.listdir(f'/proc/{os.getppid()}/fd')\n"
-        "    print('readable')\n"
-        "except PermissionError:\n"
-        "    print('denied')\n"
+PROBE = (
+    "import os\n"
+    "try:\n"
+    "    os.listdir(f'/proc/{os.getppid()}/fd')\n"
+    "    print('readable')\n"
+    "except PermissionError:\n"
+    "    print('denied')\n"
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_DUMPABLE is Linux's")
+def test_recorder_makes_itself_not_dumpable(tmp_path: Path) -> None:
+    """While it records, the recorder is not dumpable (PR_GET_DUMPABLE is 0), so no same-user ptrace or /proc/PID/fd."""
+    code = (
+        "import ctypes, sys\n"
+        "from pathlib import Path\n"
+        "from observe.recorder import RecordOptions, record\n"
+        "seen = []\n"
+        "libc = ctypes.CDLL(None)\n"
+        "record(['true'], RecordOptions(out=Path(sys.argv[1]), quiet=True),"
+        " before_seal=lambda w: seen.append(libc.prctl(3, 0, 0, 0, 0)))\n"
+        "print(seen)\n"
     )
-    p = alpha("observe", "record", "--out", str(tmp_path / "d.aos"), "--", sys.executable, "-c", probe, cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "d.aos")], capture_output=True, timeout=60, check=False
+    )
     assert 0 == p.returncode, p.stderr.decode()
-    status = Path("/proc/self/status").read_text() if Path("/proc/self/status").exists() else ""
-    if os.geteuid() == 0 or not status:
-        pytest.skip("root (or no /proc) reads any process's descriptors: out of the trust boundary's reach")
-    assert b"denied" in p.stdout
+    assert b"[0]" == p.stdout.strip()
+
+
+def test_command_of_another_user_cannot_open_the_recorders_descriptors(tmp_path: Path) -> None:
+    """Recorder and command as one unprivileged user: the command cannot list /proc/RECORDER/fd."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root to drop to an unprivileged user with setpriv")
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    reach = subprocess.run([*nobody, ALPHA, "--version"], capture_output=True, timeout=60, check=False)
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if reach.returncode != 0 or python is None:
+        pytest.skip("this installation of alpha (or a system python3) cannot run as an unprivileged user")
+    shared = Path(tempfile.mkdtemp(prefix="aos-nobody-"))  # pytest's own tmp is root's alone
+    try:
+        shared.chmod(0o777)
+        p = subprocess.run(
+            [*nobody, ALPHA, "observe", "record", "--out", str(shared / "d.aos"), "--", python, "-c", PROBE],
+            capture_output=True,
+            timeout=60,
+            check=False,
+            cwd=shared,
+        )
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert 0 == p.returncode, p.stderr.decode()
+    assert b"denied\n" == p.stdout
