@@ -104,11 +104,12 @@ class ProcessTree:
         return parents
 
     def _is_our_child(self, pid: int) -> bool:
-        import psutil
-
+        """Whether ``pid`` is alive and a child of the root (from ``/proc/PID/stat``: no psutil on this path)."""
         try:
-            return bool(psutil.Process(pid).ppid() == self.root)
-        except psutil.Error:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+            return int(stat[stat.rindex(b")") + 2 :].split()[1]) == self.root
+        except (OSError, ValueError, IndexError):
             return False
 
     def _walk_psutil(self) -> dict[int, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import json
@@ -462,3 +463,59 @@ class TestStepPid:
         real = int(output(evs))
         assert real == one(evs, "step.start").attrs["pid"]
         assert real == one(evs, "step.end").attrs["pid"]
+
+
+class TestProcessTree:
+    """ProcessTree: every descendant of the root, by the kernel's children files or by psutil."""
+
+    @pytest.mark.parametrize("children_files", [True, False])
+    def test_grandchildren_are_in_the_tree(self, children_files: bool) -> None:
+        """A child and its two children are found, each with its parent, and counted by usage()."""
+        import signal
+        import subprocess
+        import time
+
+        from observe.sampler import ProcessTree
+
+        proc = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])
+        kids: list[int] = []
+        try:
+            tree = ProcessTree()
+            tree.use_children_files = children_files and tree.use_children_files
+            deadline = time.monotonic() + 20
+            while True:
+                snap = tree.snapshot()
+                kids = sorted(pid for pid, parent in snap.parents.items() if parent == proc.pid)
+                if len(kids) == 2 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert os.getpid() == snap.parents[proc.pid]
+            assert 2 == len(kids)
+            assert ["sleep", "30"] == snap.argv(kids[0])
+            assert [kids[0], proc.pid] == snap.ancestry(kids[0])
+            usage = tree.usage(snap)
+            assert 3 == usage["processes"]
+            assert usage["rss"] > 0
+        finally:
+            for pid in kids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            proc.kill()
+            proc.wait()
+
+    def test_a_walk_that_misses_the_command_falls_back_to_psutil(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Where the children files do not list the command (a kernel without them), psutil finds the tree."""
+        import subprocess
+
+        from observe import sampler
+
+        proc = subprocess.Popen(["sleep", "30"])
+        try:
+            monkeypatch.setattr(sampler, "_children_files", lambda _pid: [])
+            tree = sampler.ProcessTree()
+            tree.expected = proc.pid
+            assert os.getpid() == tree.snapshot().parents[proc.pid]
+            assert not tree.use_children_files
+        finally:
+            proc.kill()
+            proc.wait()
