@@ -7,6 +7,7 @@ import ctypes
 import hashlib
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -238,49 +239,59 @@ class TestModes:
             assert "none" == attrs["observer"]
             assert "nvmlInit failed: NVMLError_LibraryNotFound: NVML Shared Library Not Found" == attrs["error"]
 
-    def test_an_nvml_error_is_recorded_not_fatal(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        """NVML starting but failing on a query: observer nvml with the error; the command's exit code stands."""
-        import pynvml
-
-        from observe.recorder import RecordOptions
-        from observe.recorder import record as run_record
-
-        def lost(*_args: object) -> None:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-
-        monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)
-        monkeypatch.setattr(pynvml, "nvmlShutdown", lost)
-        monkeypatch.setattr(pynvml, "nvmlSystemGetDriverVersion", lost)
-        monkeypatch.delenv("ALPHA_OBSERVE_SIMULATED_GPUS", raising=False)
-        out = tmp_path / "err.aos"
-        result = run_record(
-            [sys.executable, "-c", "raise SystemExit(3)"],
-            RecordOptions(out=out, quiet=True, observe_devices="nvml", sample_interval=0.05),
+    def _record_patched(self, tmp_path: Path, patch: str, *args: str) -> tuple[int, list[Event]]:
+        """Record ``args`` with the recorder's own pynvml patched by ``patch`` (in the recorder's process only:
+        recording in this test process would change pyarrow's memory pool for the tests after it)."""
+        out = tmp_path / "patched.aos"
+        driver = tmp_path / "patched_recorder.py"
+        driver.write_text(
+            "import sys\n"
+            "import pynvml\n"
+            "from observe import devices\n"
+            f"{patch}\n"
+            "from observe.cli import main\n"
+            "sys.argv = ['alpha', 'observe', 'record', *sys.argv[1:]]\n"
+            "main()\n"
         )
-        assert 3 == result.exit_code
-        observed = _observed(events(out))
+        env = {k: v for k, v in os.environ.items() if k != "ALPHA_OBSERVE_SIMULATED_GPUS"}
+        proc = subprocess.run(
+            [sys.executable, str(driver), "--quiet", "--out", str(out), *args],
+            env=env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        return proc.returncode, events(out)
+
+    def test_an_nvml_error_is_recorded_not_fatal(self, tmp_path: Path) -> None:
+        """NVML starting but failing on a query: observer nvml with the error; the command's exit code stands."""
+        patch = (
+            "def lost(*_args):\n"
+            "    raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)\n"
+            "pynvml.nvmlInit = lambda: None\n"
+            "pynvml.nvmlShutdown = lost\n"
+            "pynvml.nvmlSystemGetDriverVersion = lost\n"
+        )
+        code, evs = self._record_patched(
+            tmp_path, patch, "--observe-devices", "nvml", *FAST, "--", sys.executable, "-c", "raise SystemExit(3)"
+        )
+        assert 3 == code
+        observed = _observed(evs)
         assert ["start", "end"] == [a["phase"] for a in observed]
         assert all(a["observer"] == "nvml" and a["gpus"] == [] for a in observed)
         assert "NVMLError_GpuIsLost: GPU is lost" in observed[0]["error"]
 
-    def test_an_init_error_is_recorded_not_fatal(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_an_init_error_is_recorded_not_fatal(self, tmp_path: Path) -> None:
         """nvmlInit failing for a reason other than a missing library: observer none with the error, even in auto."""
-        import pynvml
-
-        from observe import devices
-        from observe.recorder import RecordOptions
-        from observe.recorder import record as run_record
-
-        def fail() -> None:
-            raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
-
-        monkeypatch.setattr(pynvml, "nvmlInit", fail)
-        monkeypatch.setattr(devices, "NVML_LIBRARY", "libc.so.6")  # loads here, so auto goes on to nvmlInit
-        monkeypatch.delenv("ALPHA_OBSERVE_SIMULATED_GPUS", raising=False)
-        out = tmp_path / "init.aos"
-        result = run_record(["true"], RecordOptions(out=out, quiet=True))
-        assert 0 == result.exit_code
-        start = _observed(events(out))[0]
+        patch = (
+            "def fail():\n"
+            "    raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)\n"
+            "pynvml.nvmlInit = fail\n"
+            "devices.NVML_LIBRARY = 'libc.so.6'  # loads here, so auto goes on to nvmlInit\n"
+        )
+        code, evs = self._record_patched(tmp_path, patch, "--", "true")
+        assert 0 == code
+        start = _observed(evs)[0]
         assert "none" == start["observer"]
         assert "nvmlInit failed: NVMLError_NoPermission: Insufficient Permissions" == start["error"]
 
@@ -472,7 +483,6 @@ class TestProcessTree:
     def test_grandchildren_are_in_the_tree(self, children_files: bool) -> None:
         """A child and its two children are found, each with its parent, and counted by usage()."""
         import signal
-        import subprocess
         import time
 
         from observe.sampler import ProcessTree
@@ -505,7 +515,6 @@ class TestProcessTree:
 
     def test_a_walk_that_misses_the_command_falls_back_to_psutil(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Where the children files do not list the command (a kernel without them), psutil finds the tree."""
-        import subprocess
 
         from observe import sampler
 
