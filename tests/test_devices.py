@@ -528,3 +528,20 @@ class TestProcessTree:
         finally:
             proc.kill()
             proc.wait()
+
+
+class TestShow:
+    def test_show_names_the_observation(self, tmp_path: Path) -> None:
+        """alpha observe show says which observer saw which GPUs and how many tree processes ran on them."""
+        from recorder_util import alpha
+
+        doc = dict(GPUS, processes=[{"gpu": "GPU-1111", "pid": "tree", "argv_contains": "gpu-worker-marker"}])
+        _train(tmp_path, doc)
+        path = max(tmp_path.glob("run-*.aos"))
+        shown = alpha("observe", "show", str(path)).stdout.decode()
+        line = next(x for x in shown.splitlines() if x.startswith("devices "))
+        assert line.startswith("devices    observer simulated, driver 580.159.04: 2 GPUs (NVIDIA H200); ")
+        assert line.endswith("of the recorded tree seen on a GPU")
+        assert "; 0 processes" not in line
+        _proc, off = record(tmp_path, ["true"], "--observe-devices", "off")
+        assert "devices    not observed" in alpha("observe", "show", str(off)).stdout.decode()
