@@ -11,8 +11,8 @@ Measures, in one run, each as a ratio (it asserts nothing):
 - the recorder's CPU over ``record -- sleep SECONDS`` with the sampler (default
   ``auto``) and without it (``--observe-devices off``): the difference is the
   sampler's whole cost in a real recording;
-- recording SIZE of log text (``cat LOG``) with and without the sampler, best of
-  ``ALPHA_BENCH_REPEAT`` (default 3): the wall and CPU ratios;
+- recording SIZE of log text (``cat LOG``) with and without the sampler, over
+  ``ALPHA_BENCH_REPEAT`` (default 6) interleaved runs: best and median wall ratios, best CPU ratio;
 - ``record -- true`` start-up with and without the sampler (median of
   ``ALPHA_BENCH_STARTS``, default 10).
 
@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_record import ALPHA, best_of, make_log, parse_size, timed
+from bench_record import ALPHA, make_log, parse_size, timed
 
 from observe.devices import SimulatedObserver, gpu_telemetry, observation
 from observe.sampler import ProcessTree
@@ -102,7 +102,7 @@ def startup(n: int, tmp: Path, *opts: str) -> float:
 
 def main() -> None:
     size = parse_size(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("ALPHA_BENCH_SIZE", "200M"))
-    repeat = int(os.environ.get("ALPHA_BENCH_REPEAT", "3"))
+    repeat = int(os.environ.get("ALPHA_BENCH_REPEAT", "6"))
     tree_size = int(os.environ.get("TREE", "32"))
     seconds = float(os.environ.get("ALPHA_BENCH_SLEEP", "20"))
     with tempfile.TemporaryDirectory(prefix="alpha-bench-sampler-") as name:
@@ -125,12 +125,22 @@ def main() -> None:
         make_log(log, size)
         stream = tmp / "run.aos"
         argv = [ALPHA, "observe", "record", "--out", str(stream)]
-        rec_on = best_of(repeat, [*argv, "--", "cat", str(log)], [stream])
-        rec_off = best_of(repeat, [*argv, "--observe-devices", "off", "--", "cat", str(log)], [stream])
+        runs: dict[str, list[tuple[float, float]]] = {"on": [], "off": []}
+        for i in range(repeat):  # interleaved, alternating which goes first: the machine's noise hits both alike
+            for mode in ("on", "off") if i % 2 == 0 else ("off", "on"):
+                opts = [] if mode == "on" else ["--observe-devices", "off"]
+                stream.unlink(missing_ok=True)
+                wall, _kb, cpu, rc = timed([*argv, *opts, "--", "cat", str(log)])
+                if rc != 0:
+                    raise SystemExit(f"record exited {rc}")
+                runs[mode].append((wall, cpu))
+        best = {m: (min(w for w, _ in r), min(c for _, c in r)) for m, r in runs.items()}
+        median = {m: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r)) for m, r in runs.items()}
         print(
-            f"record {size / 1e6:.0f} MB of log text: {rec_on[0]:.2f} s wall, {rec_on[2]:.2f} s CPU with the sampler;"
-            f" {rec_off[0]:.2f} s wall, {rec_off[2]:.2f} s CPU without; ratios wall {rec_on[0] / rec_off[0]:.3f}x,"
-            f" CPU {rec_on[2] / rec_off[2]:.3f}x (best of {repeat})"
+            f"record {size / 1e6:.0f} MB of log text, {repeat} interleaved runs each: best wall {best['on'][0]:.2f} s"
+            f" with the sampler, {best['off'][0]:.2f} s without (ratio {best['on'][0] / best['off'][0]:.3f}x);"
+            f" median wall ratio {median['on'][0] / median['off'][0]:.3f}x;"
+            f" best CPU ratio {best['on'][1] / best['off'][1]:.3f}x"
         )
 
         starts = int(os.environ.get("ALPHA_BENCH_STARTS", "10"))
