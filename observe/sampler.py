@@ -132,7 +132,11 @@ class ProcessTree:
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     raw = f.read()
-                self._argv[pid] = [os.fsdecode(a) for a in raw.split(b"\0")[:-1]] if raw else None
+                # Bytes that are not UTF-8 are kept visible as \xNN escapes: a command's odd argv
+                # must never make an observation unwritable.
+                self._argv[pid] = (
+                    [a.decode("utf-8", "backslashreplace") for a in raw.split(b"\0")[:-1]] if raw else None
+                )
             except OSError:
                 self._argv[pid] = None
         return self._argv[pid]
