@@ -264,11 +264,17 @@ class NvmlObserver:
             self.handles.append((handle, gpu))
 
     def _optional(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``, or None where NVML says the query is not supported here."""
+        """``fn(*args)``, or None where NVML says the query is not supported here (or this driver lacks it)."""
+        nv = self.nvml
         try:
             return fn(*args)
-        except self.nvml.NVMLError as exc:
-            if exc.value in (self.nvml.NVML_ERROR_NOT_SUPPORTED, self.nvml.NVML_ERROR_NO_PERMISSION):
+        except nv.NVMLError as exc:
+            unsupported = (
+                nv.NVML_ERROR_NOT_SUPPORTED,
+                nv.NVML_ERROR_NO_PERMISSION,
+                getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", nv.NVML_ERROR_NOT_SUPPORTED),
+            )
+            if exc.value in unsupported:
                 return None
             raise
 

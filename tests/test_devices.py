@@ -281,6 +281,68 @@ class TestModes:
         assert all(a["observer"] == "nvml" and a["gpus"] == [] for a in observed)
         assert "NVMLError_GpuIsLost: GPU is lost" in observed[0]["error"]
 
+    def test_a_gpu_lost_while_sampling_is_recorded_not_fatal(self, tmp_path: Path) -> None:
+        """A GPU that NVML described at start and then loses: each observation keeps it, with null readings,
+        the error and attribution unavailable; the recording completes."""
+        patch = (
+            "class Mem:\n"
+            "    total, used = 100, 5\n"
+            "class Pci:\n"
+            "    busId = b'00000000:19:00.0'\n"
+            "def lost(*_args):\n"
+            "    raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)\n"
+            "described = []\n"
+            "def memory(_handle):\n"
+            "    if described:\n"
+            "        lost()\n"
+            "    described.append(1)\n"
+            "    return Mem\n"
+            "pynvml.nvmlInit = lambda: None\n"
+            "pynvml.nvmlShutdown = lambda: None\n"
+            "pynvml.nvmlSystemGetDriverVersion = lambda: b'580.159.04'\n"
+            "pynvml.nvmlSystemGetCudaDriverVersion = lambda: 13000\n"
+            "pynvml.nvmlDeviceGetCount = lambda: 1\n"
+            "pynvml.nvmlDeviceGetHandleByIndex = lambda index: object()\n"
+            "pynvml.nvmlDeviceGetMinorNumber = lambda handle: 0\n"
+            "pynvml.nvmlDeviceGetUUID = lambda handle: b'GPU-lost'\n"
+            "pynvml.nvmlDeviceGetName = lambda handle: 'NVIDIA H200'\n"
+            "pynvml.nvmlDeviceGetPciInfo = lambda handle: Pci\n"
+            "pynvml.nvmlDeviceGetMemoryInfo = memory\n"
+            "pynvml.nvmlDeviceGetComputeRunningProcesses = lost\n"
+        )
+        code, evs = self._record_patched(tmp_path, patch, "--observe-devices", "nvml", *FAST, "--", "sleep", "0.3")
+        assert 0 == code
+        observed = _observed(evs)
+        assert ["start", "end"] == [a["phase"] for a in observed]
+        for attrs in observed:
+            assert ("nvml", "580.159.04", 13000, "unavailable", []) == (
+                attrs["observer"],
+                attrs["driver"],
+                attrs["cuda_driver"],
+                attrs["attribution"],
+                attrs["processes"],
+            )
+            assert [
+                {
+                    "index": 0,
+                    "minor": 0,
+                    "uuid": "GPU-lost",
+                    "name": "NVIDIA H200",
+                    "memory": 100,
+                    "memory_used": None,
+                    "utilization": None,
+                    "pci_bus_id": "00000000:19:00.0",
+                }
+            ] == attrs["gpus"]
+            assert "GPU 0: NVMLError_GpuIsLost: GPU is lost" in attrs["error"]
+            assert "GPU 0 processes: NVMLError_GpuIsLost: GPU is lost" in attrs["error"]
+        tele = [e.attrs for e in evs if e.kind == "telemetry"]
+        assert tele
+        assert all(
+            t["gpus"] == [{"uuid": "GPU-lost", "utilization": None, "memory_used": None, "temperature": None}]
+            for t in tele
+        )
+
     def test_an_init_error_is_recorded_not_fatal(self, tmp_path: Path) -> None:
         """nvmlInit failing for a reason other than a missing library: observer none with the error, even in auto."""
         patch = (
