@@ -35,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_record import ALPHA, make_log, parse_size, timed
 
-from observe.devices import SimulatedObserver, gpu_telemetry, observation
+from observe.devices import gpu_telemetry, observation
 from observe.sampler import ProcessTree
+from observe.simulated import SimulatedObserver
 
 
 def _gpus_file(tmp: Path) -> Path:

@@ -8,25 +8,8 @@ Three observers, chosen when the recording starts (``--observe-devices``):
   loaded (read from ``/proc/self/maps`` after ``nvmlInit``), each GPU and the
   compute processes running on it.
 - ``simulated``: ``ALPHA_OBSERVE_SIMULATED_GPUS=FILE`` in the recorder's own
-  environment names a JSON file of GPUs (test doubles). Only the keys below are
-  read; a key of the file can never change the observer's name (a file that says
-  ``"observer": "nvml"`` is still recorded as ``simulated``)::
-
-      {"driver": STR, "cuda_driver": INT,                       # cuda_driver optional
-       "gpus": [{"index": INT, "minor": INT, "uuid": STR, "name": STR, "memory": INT,
-                 "memory_used": INT, "utilization": INT, "temperature": INT,   # optional, default 0/0/null
-                 "pci_bus_id": STR}],                                          # optional
-       "processes": [{"gpu": UUID, "pid": "tree" | INT, "used_memory": INT,
-                      "argv_contains": STR, "utilization": INT}],              # optional
-       "attribution": "unavailable"}                                           # optional
-
-  A process with ``"pid": "tree"`` stands for each innermost process of the
-  recorded tree whose argv (joined by spaces) contains ``argv_contains``, while
-  such a process is alive: that is how a CPU test simulates a lane process
-  running on a GPU. Its ``used_memory`` is added to the GPU's ``memory_used``
-  and its ``utilization`` to the GPU's, while it is seen. An integer ``pid`` is
-  listed as it is. ``"attribution": "unavailable"`` simulates an NVML that
-  cannot list processes.
+  environment names a JSON file of GPUs (test doubles; ``observe.simulated``
+  documents the file). A key of the file can never change the observer's name.
 - ``none``: no NVML here (``auto`` on a machine without a driver), or NVML
   failed to start (then ``error`` says why).
 
@@ -41,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -54,9 +36,13 @@ __all__ = [
     "LANE_CONFIG",
     "DeviceReading",
     "GpuReading",
+    "NoObserver",
+    "NvmlObserver",
     "Observer",
     "Tree",
+    "gpu_telemetry",
     "lane_configs",
+    "observation",
     "open_observer",
 ]
 
@@ -66,8 +52,6 @@ LANE_CONFIG = re.compile(r"^ALPHA_[A-Z0-9_]+_DEVICE_CONFIG$")
 #: A GPU that lists no process while its memory in use is this much above what the
 #: start observation saw hides its processes (attribution ``unavailable``).
 BUSY_MEMORY = 256 << 20
-#: The largest simulated-GPU file read.
-SIMULATED_MAX_BYTES = 1 << 20
 NVML_LIBRARY = "libnvidia-ml.so.1"
 
 
@@ -156,6 +140,8 @@ def open_observer(mode: str, env: Mapping[str, str]) -> Observer:
     """
     simulated = env.get(ENV_SIMULATED)
     if simulated:
+        from observe.simulated import SimulatedObserver
+
         return SimulatedObserver(simulated)
     return NvmlObserver.open(required=mode == "nvml")
 
@@ -310,143 +296,7 @@ class NvmlObserver:
             self.nvml.nvmlShutdown()
 
 
-# -- simulated -----------------------------------------------------------------------
-
-
-class SimulatedError(ValueError):
-    """The simulated-GPU file is not what this module documents."""
-
-
-def _int(obj: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
-    value = obj.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise SimulatedError(f"{where}: {key!r} must be an integer")
-    return value
-
-
-def _str(obj: Mapping[str, Any], key: str, where: str) -> str:
-    value = obj.get(key)
-    if not isinstance(value, str):
-        raise SimulatedError(f"{where}: {key!r} must be a string")
-    return value
-
-
-class SimulatedObserver:
-    """GPUs from ``ALPHA_OBSERVE_SIMULATED_GPUS`` (test doubles): always recorded as ``simulated``."""
-
-    name = "simulated"
-    library: dict[str, str] | None = None
-
-    def __init__(self, path: str) -> None:
-        self.driver: str | None = None
-        self.cuda_driver: int | None = None
-        self.error: str | None = None
-        self.simulated_from: dict[str, str] | None = None
-        self.gpus: list[GpuReading] = []
-        self.processes: list[dict[str, Any]] = []
-        self.listed = True
-        absolute = os.path.abspath(path)
-        try:
-            fd = os.open(absolute, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            try:
-                data = os.read(fd, SIMULATED_MAX_BYTES + 1)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            self.error = f"{ENV_SIMULATED}: cannot read {absolute}: {exc.strerror or exc}"
-            return
-        self.simulated_from = {"path": absolute, "sha256": hashlib.sha256(data).hexdigest()}
-        try:
-            if len(data) > SIMULATED_MAX_BYTES:
-                raise SimulatedError(f"larger than {SIMULATED_MAX_BYTES} bytes")
-            self._parse(data)
-        except (SimulatedError, ValueError, RecursionError) as exc:
-            self.gpus, self.processes, self.driver, self.cuda_driver = [], [], None, None
-            self.error = f"{ENV_SIMULATED}: {absolute}: {exc}"
-
-    def _parse(self, data: bytes) -> None:
-        doc = json.loads(data)
-        if not isinstance(doc, dict):
-            raise SimulatedError("not a JSON object")
-        self.driver = _str(doc, "driver", "the file")
-        if "cuda_driver" in doc:
-            self.cuda_driver = _int(doc, "cuda_driver", "the file")
-        gpus = doc.get("gpus")
-        if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
-            raise SimulatedError("'gpus' must be a list of objects")
-        for i, g in enumerate(gpus):
-            where = f"gpus[{i}]"
-            pci = g.get("pci_bus_id")
-            if pci is not None and not isinstance(pci, str):
-                raise SimulatedError(f"{where}: 'pci_bus_id' must be a string")
-            temperature = g.get("temperature")
-            self.gpus.append(
-                GpuReading(
-                    index=_int(g, "index", where),
-                    minor=_int(g, "minor", where),
-                    uuid=_str(g, "uuid", where),
-                    name=_str(g, "name", where),
-                    memory=_int(g, "memory", where),
-                    pci_bus_id=pci,
-                    memory_used=_int(g, "memory_used", where, 0),
-                    utilization=_int(g, "utilization", where, 0),
-                    temperature=None if temperature is None else _int(g, "temperature", where),
-                )
-            )
-        procs = doc.get("processes", [])
-        if not isinstance(procs, list) or not all(isinstance(p, dict) for p in procs):
-            raise SimulatedError("'processes' must be a list of objects")
-        for i, p in enumerate(procs):
-            where = f"processes[{i}]"
-            entry = {
-                "gpu": _str(p, "gpu", where),
-                "used_memory": _int(p, "used_memory", where, 0),
-                "utilization": _int(p, "utilization", where, 0),
-            }
-            if p.get("pid") == "tree":
-                entry["pid"] = "tree"
-                entry["argv_contains"] = _str(p, "argv_contains", where)
-            else:
-                entry["pid"] = _int(p, "pid", where)
-            self.processes.append(entry)
-        attribution = doc.get("attribution", "pids")
-        if attribution not in ("pids", "unavailable"):
-            raise SimulatedError('\'attribution\' must be "pids" or "unavailable"')
-        self.listed = attribution == "pids"
-
-    def read(self, tree: Tree) -> DeviceReading:
-        gpus = {g.uuid: GpuReading(**vars(g)) for g in self.gpus}
-        reading = DeviceReading(gpus=list(gpus.values()), processes_listed=self.listed)
-        for entry in self.processes:
-            gpu = gpus.get(entry["gpu"])
-            pids = _matching(tree, entry["argv_contains"]) if entry["pid"] == "tree" else [entry["pid"]]
-            for pid in pids:
-                if gpu is not None:
-                    gpu.memory_used = (gpu.memory_used or 0) + entry["used_memory"]
-                    gpu.utilization = min(100, (gpu.utilization or 0) + entry["utilization"])
-                if self.listed:
-                    reading.processes.append((pid, entry["gpu"], entry["used_memory"]))
-        return reading
-
-    def close(self) -> None:
-        pass
-
-
-def _matching(tree: Tree, needle: str) -> list[int]:
-    """The innermost processes of ``tree`` whose argv contains ``needle`` (none of their descendants does)."""
-    found = set()
-    for pid in tree.parents:
-        argv = tree.argv(pid)
-        if argv is not None and needle in " ".join(argv):
-            found.add(pid)
-    inner = set(found)
-    for pid in found:
-        for ancestor in tree.ancestry(pid)[1:]:
-            inner.discard(ancestor)
-    return sorted(inner)
-
-
-# -- lane configuration ----------------------------------------------------------------
+# -- observations ---------------------------------------------------------------------
 
 
 def lane_configs(env: Mapping[str, str]) -> list[tuple[str, str]]:

@@ -21,11 +21,11 @@ from observe.devices import (
     DeviceReading,
     GpuReading,
     NoObserver,
-    SimulatedObserver,
     Tree,
     lane_configs,
     observation,
 )
+from observe.simulated import SimulatedObserver
 
 FAST = ("--sample-interval", "0.05")
 GIB = 1 << 30
