@@ -19,7 +19,7 @@ from typing import Any
 
 from blake3 import blake3
 
-__all__ = ["CHUNK", "Append", "capture", "expand", "relative_name"]
+__all__ = ["CHUNK", "Append", "capture", "capture_file", "expand", "relative_name"]
 
 CHUNK = 1 << 20
 
@@ -103,6 +103,28 @@ def capture(
     for path in files:
         recorded.append(_capture_one(append, path, relative_name(path, base), max_bytes, step))
     return recorded
+
+
+def capture_file(
+    append: Append,
+    path: str,
+    *,
+    cwd: str,
+    max_bytes: int | None = None,
+    attrs: dict[str, Any] | None = None,
+) -> str:
+    """Record exactly the file at ``path`` (no glob, no recursion; a directory is ``other``).
+
+    ``attrs`` are added to every event but the chunks (the recorder's ``origin``
+    and ``env`` for a lane config it captures itself). Returns the recorded path.
+    """
+    extra = dict(attrs or {})
+
+    def tagged(kind: str, event_attrs: dict[str, Any], data: bytes | None, step: str | None) -> object:
+        return append(kind, event_attrs if kind == "artifact.chunk" else {**event_attrs, **extra}, data, step)
+
+    full = os.path.normpath(os.path.join(cwd, path))
+    return _capture_one(tagged, full, relative_name(full, cwd), max_bytes, None)
 
 
 def _capture_one(append: Append, path: str, name: str, max_bytes: int | None, step: str | None) -> str:

@@ -88,6 +88,22 @@ def recording_options(func: F) -> F:
             metavar="N",
             help="Record only the hashes of artifacts larger than N bytes.",
         ),
+        click.option(
+            "--observe-devices",
+            type=click.Choice(["auto", "nvml", "off"]),
+            default="auto",
+            show_default=True,
+            help="Observe GPUs through NVML in the recorder (auto: when NVML loads; nvml: record why it does not; "
+            "off: no device or process-tree sampling).",
+        ),
+        click.option(
+            "--sample-interval",
+            type=click.FloatRange(min=0, min_open=True),
+            default=1.0,
+            show_default=True,
+            metavar="SECONDS",
+            help="Seconds between telemetry samples of the process tree and the GPUs.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -123,6 +139,8 @@ def options_from_click(**kwargs: Any) -> RecordOptions:
         quiet=bool(kwargs.get("quiet")),
         artifact_max_bytes=kwargs.get("artifact_max_bytes"),
         gate=kwargs.get("gate"),
+        observe_devices=str(kwargs.get("observe_devices") or "auto"),
+        sample_interval=float(kwargs.get("sample_interval") or 1.0),
     )
 
 

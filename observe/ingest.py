@@ -13,6 +13,8 @@ import json
 import os
 import selectors
 import socket
+import struct
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +56,19 @@ class _Conn:
     tail: ReceiptTail | None = None
     maskers: dict[str, Masker] = field(default_factory=dict)
     ended: bool = False
+    pid: int | None = None  # the connecting process, from SO_PEERCRED (never from what it says)
+
+
+def _peer_pid(sock: socket.socket) -> int | None:
+    """The pid of the process that connected ``sock`` (Linux ``SO_PEERCRED``; None where there is none)."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    try:
+        pid, _uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+    except (OSError, struct.error):
+        return None
+    return pid if pid > 0 else None
 
 
 class Control:
@@ -86,6 +101,13 @@ class Control:
         self.listener.setblocking(False)
         self.conns: dict[int, _Conn] = {}
         self._last_poll = 0.0
+        self._steps_lock = threading.Lock()
+        self._open_steps: dict[str, tuple[str, int | None]] = {}  # span -> (name, client pid), in start order
+
+    def open_steps(self) -> list[tuple[str, int | None]]:
+        """``(name, client pid)`` of each step open now, in the order they started (any thread may call it)."""
+        with self._steps_lock:
+            return list(self._open_steps.values())
 
     def env(self) -> dict[str, str]:
         """What the command needs to find the channel."""
@@ -139,7 +161,7 @@ class Control:
             except OSError:
                 return
             sock.setblocking(False)
-            conn = _Conn(sock)
+            conn = _Conn(sock, pid=_peer_pid(sock))
             self.conns[sock.fileno()] = conn
             sel.register(sock, selectors.EVENT_READ, ("conn", conn))
 
@@ -199,9 +221,19 @@ class Control:
         self.poll_receipts(force=True)
         argv = [mask_text(str(a), self.secrets) for a in msg.get("argv", [])]
         parent = msg.get("parent")
+        if conn.span is not None:
+            with self._steps_lock:  # a second step.start on one connection: the first is no longer open
+                self._open_steps.pop(conn.span, None)
         conn.span = span
-        conn.start = {"name": mask_text(str(msg["name"]), self.secrets), "argv": argv, "parent": parent}
+        conn.start = {
+            "name": mask_text(str(msg["name"]), self.secrets),
+            "argv": argv,
+            "parent": parent,
+            "pid": conn.pid,
+        }
         self.sink.append("step.start", dict(conn.start), None, span)
+        with self._steps_lock:
+            self._open_steps[span] = (conn.start["name"], conn.pid)
         path = os.path.join(self.directory, f"receipts-{len(self.tails)}")
         conn.tail = ReceiptTail(self._new_file(path), span)
         self.tails.append(conn.tail)
@@ -230,10 +262,15 @@ class Control:
             attrs["incomplete"] = True
         self.sink.append("step.end", attrs, None, conn.span)
         conn.ended = True
+        with self._steps_lock:
+            self._open_steps.pop(str(conn.span), None)
         if not incomplete:
             self._reply(conn, {"ok": True})
 
     def _artifact(self, conn: _Conn, msg: dict[str, Any]) -> None:
+        if "origin" in msg or "env" in msg:
+            # Only the recorder marks an artifact as its own capture (the lane config): never a client.
+            raise ValueError("an artifact request may not set 'origin' or 'env' (only the recorder sets them)")
         self.drain()
         self.poll_receipts(force=True)
         step = msg.get("step")

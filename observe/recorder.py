@@ -37,6 +37,8 @@ from observe.output import Echo, Sink, logger
 
 if TYPE_CHECKING:
     from aos.writer import SealInfo, StreamWriter
+    from observe.ingest import Control
+    from observe.sampler import Sampler
 
 __all__ = ["BeforeSeal", "RecordOptions", "RecordResult", "default_out", "record"]
 
@@ -64,6 +66,8 @@ class RecordOptions:
     quiet: bool = False
     artifact_max_bytes: int | None = None
     gate: str | None = None
+    observe_devices: str = "auto"  # auto | nvml | off
+    sample_interval: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -256,9 +260,7 @@ def _run(
     secrets: list[bytes],
     channel_dir: str,
 ) -> Any:
-    from observe.capture import Capture, Outcome
     from observe.ingest import Control
-    from observe.spawn import SpawnFailure, spawn
 
     def masked(values: Sequence[str]) -> list[str]:
         return [mask_text(v, secrets) for v in values]
@@ -279,6 +281,8 @@ def _run(
             "pid": os.getpid(),
             "pty": options.pty,
             "timeout": options.timeout,
+            "observe_devices": options.observe_devices,
+            "sample_interval_ns": int(options.sample_interval * 1e9),
         },
     )
     control = Control(
@@ -290,6 +294,85 @@ def _run(
         artifact_max_bytes=options.artifact_max_bytes,
         drain=lambda: None,
     )
+    sampler = _start_sampler(options, sink, control, secrets)
+    try:
+        outcome = _run_command(argv, options, path, stream_id, cwd, sink, echo, secrets, control, sampler)
+    finally:
+        if sampler is not None:
+            sampler.finish()  # a no-op after the end observation, which follows process.exit
+    control.finish_receipts()
+    if options.artifacts:
+        artifacts.capture(
+            lambda kind, attrs, data, step: sink.append(kind, attrs, data, step),
+            options.artifacts,
+            cwd=cwd,
+            max_bytes=options.artifact_max_bytes,
+        )
+    control.finish_receipts()
+    control.close()
+    return outcome
+
+
+def _start_sampler(options: RecordOptions, sink: Sink, control: Control, secrets: list[bytes]) -> Sampler | None:
+    """The device and process-tree sampler (None with ``--observe-devices off``), started now."""
+    if options.observe_devices == "off":
+        return None
+    from observe.sampler import Sampler
+
+    sampler = Sampler(
+        sink,
+        mode=options.observe_devices,
+        interval=options.sample_interval,
+        env=os.environ,
+        open_steps=control.open_steps,
+        mask=lambda text: mask_text(text, secrets),
+    )
+    sampler.start()
+    return sampler
+
+
+def _capture_lane_configs(sink: Sink, cwd: str, max_bytes: int | None) -> None:
+    """Capture each ``ALPHA_*_DEVICE_CONFIG`` file named in the recorder's environment, before the command runs.
+
+    These artifacts alone carry ``origin: "recorder"`` (and ``env``): the control
+    channel refuses both keys, so a command cannot pass its own copy off as this one.
+    """
+    from observe.devices import lane_configs
+
+    for name, value in lane_configs(os.environ):
+        artifacts.capture_file(
+            lambda kind, attrs, data, step: sink.append(kind, attrs, data, step),
+            os.path.realpath(os.path.join(cwd, value)),
+            cwd=cwd,
+            max_bytes=max_bytes,
+            attrs={"origin": "recorder", "env": name},
+        )
+
+
+def _run_command(
+    argv: list[str],
+    options: RecordOptions,
+    path: Path,
+    stream_id: str,
+    cwd: str,
+    sink: Sink,
+    echo: Echo,
+    secrets: list[bytes],
+    control: Control,
+    sampler: Sampler | None,
+) -> Any:
+    """Capture the lane configs, append the start observation, run the command; return its outcome."""
+    from observe.capture import Capture, Outcome
+    from observe.spawn import SpawnFailure, spawn
+
+    def masked(values: Sequence[str]) -> list[str]:
+        return [mask_text(v, secrets) for v in values]
+
+    _capture_lane_configs(sink, cwd, options.artifact_max_bytes)
+    if sampler is not None:
+        start = sampler.take_start()
+        if start is not None:
+            sink.append("device.observed", start)
     env = dict(os.environ)
     for name in (ENV_STEP, ENV_STDOUT_ID, ENV_STDERR_ID):
         env.pop(name, None)
@@ -317,6 +400,8 @@ def _run(
             sys.stderr.write(f"alpha observe: {spawned.error}\n")
     else:
         sink.append("process.start", {"pid": spawned.pid, "argv": masked(argv)})
+        if sampler is not None:
+            sampler.command_started(spawned.pid)
         capture = Capture(
             spawned,
             sink,
@@ -349,14 +434,4 @@ def _run(
             )
         if outcome.late_interrupt:
             sink.append("recorder.interrupted", {"signal": outcome.late_interrupt})
-    control.finish_receipts()
-    if options.artifacts:
-        artifacts.capture(
-            lambda kind, attrs, data, step: sink.append(kind, attrs, data, step),
-            options.artifacts,
-            cwd=cwd,
-            max_bytes=options.artifact_max_bytes,
-        )
-    control.finish_receipts()
-    control.close()
     return outcome

@@ -98,6 +98,8 @@ class Summary:
     invalid_receipts: int = 0
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     verdict: dict[str, Any] | None = None
+    devices: dict[str, Any] | None = None  # the first device.observed
+    gpu_processes: set[tuple[int, str]] = field(default_factory=set)  # (pid, gpu) of the tree seen on a GPU
     events: int = 0
     integrity: str = ""
     intact: bool = False
@@ -143,6 +145,11 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
             s.exit = a
         elif ev.kind == "verdict":
             s.verdict = a
+        elif ev.kind == "device.observed":
+            s.devices = s.devices or a
+            for p in a.get("processes") or []:
+                if isinstance(p, dict) and p.get("in_tree"):
+                    s.gpu_processes.add((int(p.get("pid") or 0), str(p.get("gpu"))))
     if not s.stream_id:
         from aos.reader import StreamFile
 
@@ -170,6 +177,24 @@ def _size(n: int) -> str:
 
 def _secs(ns: Any) -> str:
     return f"{ns / 1e9:.2f} s" if isinstance(ns, int) else "?"
+
+
+def _devices(s: Summary) -> str:
+    d = s.devices
+    if d is None:
+        return "not observed"
+    gpus = d.get("gpus") or []
+    names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict)})
+    text = f"observer {d.get('observer')}"
+    if d.get("driver"):
+        text += f", driver {d.get('driver')}"
+    text += f": {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}" + (f" ({', '.join(names)})" if names else "")
+    if gpus:
+        n = len(s.gpu_processes)
+        text += f"; {n} process{'es' if n != 1 else ''} of the recorded tree seen on a GPU"
+    if d.get("error"):
+        text += f"; error: {d.get('error')}"
+    return text
 
 
 def format_summary(s: Summary) -> str:
@@ -212,6 +237,7 @@ def format_summary(s: Summary) -> str:
     for a in s.artifacts:
         digest = str(a.get("sha256") or "")[:12]
         lines.append(f"  {a.get('path')}  {_size(int(a.get('size') or 0))}  sha256 {digest}")
+    lines.append(f"devices    {_devices(s)}")
     if s.verdict is None:
         lines.append("verdict    none")
     else:

@@ -48,6 +48,10 @@ class TestRecordingOptions:
                 "--quiet",
                 "--artifact-max-bytes",
                 "10",
+                "--observe-devices",
+                "nvml",
+                "--sample-interval",
+                "0.25",
             ],
         )
         assert 0 == result.exit_code, result.output
@@ -62,6 +66,8 @@ class TestRecordingOptions:
                 labels={"k": "v", "e": "a=b"},
                 quiet=True,
                 artifact_max_bytes=10,
+                observe_devices="nvml",
+                sample_interval=0.25,
             )
             == seen["opts"]
         )

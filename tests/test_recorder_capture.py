@@ -94,12 +94,19 @@ class TestEvents:
         assert {"stream_id", "version", "host", "pid", "timeout"} <= set(attrs)
 
     def test_event_order_and_process_start(self, tmp_path: Path) -> None:
-        """Events come as stream.open, process.start, output, process.exit, seal; seq is dense."""
+        """Events come as stream.open, the start observation, process.start, output, process.exit, the end
+        observation, seal; seq is dense."""
         _proc, path = record(tmp_path, ["echo", "hi"])
         evs = events(path)
-        assert ["stream.open", "process.start", "stdout", "process.exit", "seal"] == [
-            k for k in kinds(evs) if k != "checkpoint"
-        ]
+        assert [
+            "stream.open",
+            "device.observed",
+            "process.start",
+            "stdout",
+            "process.exit",
+            "device.observed",
+            "seal",
+        ] == [k for k in kinds(evs) if k not in ("checkpoint", "telemetry")]
         assert list(range(len(evs))) == [e.seq for e in evs]
         start = one(evs, "process.start")
         assert ["echo", "hi"] == start.attrs["argv"]
