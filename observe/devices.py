@@ -43,7 +43,6 @@ __all__ = [
     "gpu_telemetry",
     "lane_configs",
     "observation",
-    "open_observer",
 ]
 
 ENV_SIMULATED = "ALPHA_OBSERVE_SIMULATED_GPUS"
@@ -131,19 +130,6 @@ class NoObserver:
 
     def close(self) -> None:
         pass
-
-
-def open_observer(mode: str, env: Mapping[str, str]) -> Observer:
-    """The observer for ``--observe-devices MODE`` (``auto`` or ``nvml``) given the recorder's ``env``.
-
-    Never raises: whatever goes wrong is the observer ``none`` (or ``simulated``) with an ``error``.
-    """
-    simulated = env.get(ENV_SIMULATED)
-    if simulated:
-        from observe.simulated import SimulatedObserver
-
-        return SimulatedObserver(simulated)
-    return NvmlObserver.open(required=mode == "nvml")
 
 
 # -- NVML ------------------------------------------------------------------------------

@@ -26,13 +26,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from observe.devices import (
+    ENV_SIMULATED,
     DeviceReading,
     NoObserver,
+    NvmlObserver,
     Observer,
     Tree,
     gpu_telemetry,
     observation,
-    open_observer,
 )
 from observe.output import Sink, logger
 
@@ -311,3 +312,16 @@ class Sampler:
         if key != self._last_key:
             self._last_key = key
             self._append("device.observed", attrs)
+
+
+def open_observer(mode: str, env: Mapping[str, str]) -> Observer:
+    """The observer for ``--observe-devices MODE`` (``auto`` or ``nvml``) given the recorder's ``env``.
+
+    Never raises: whatever goes wrong is the observer ``none`` (or ``simulated``) with an ``error``.
+    """
+    simulated = env.get(ENV_SIMULATED)
+    if simulated:
+        from observe.simulated import SimulatedObserver
+
+        return SimulatedObserver(simulated)
+    return NvmlObserver.open(required=mode == "nvml")
