@@ -32,8 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from observe import artifacts
 from observe.channel import ENV_STDERR_ID, ENV_STDOUT_ID, ENV_STEP, ENV_STREAM, ENV_STREAM_ID
-from observe.masking import env_secrets, mask_text, redact_env
-from observe.output import Echo, Sink, logger
+from observe.envpolicy import recorded_env
+from observe.masking import SecretSet, mask_text
+from observe.output import Echo, logger
+from observe.secrets import MaskingSink, secrets_for_recording
 
 if TYPE_CHECKING:
     from aos.writer import SealInfo, StreamWriter
@@ -60,6 +62,8 @@ class RecordOptions:
     pty: bool = False
     sign_key: Path | None = None
     masks: tuple[str, ...] = ()
+    mask_env: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     quiet: bool = False
     artifact_max_bytes: int | None = None
@@ -160,7 +164,9 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     stream_id = new_stream_id()
     signer = load_signer(options.sign_key) if options.sign_key is not None else None
     path = Path(options.out) if options.out is not None else default_out(cwd, stream_id)
-    secrets = env_secrets(os.environ) + [m.encode("utf-8", "surrogateescape") for m in options.masks if m]
+    secrets, unset = secrets_for_recording(os.environ, masks=options.masks, mask_env=options.mask_env)
+    for name in unset:
+        logger().warning("--mask-env names a variable that is not set: nothing to mask", name=name)
     writer = StreamWriter(
         path,
         stream_id=stream_id,
@@ -169,7 +175,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
         pipelined=True,
         batch_max_bytes=2 << 20,  # with up to three batches being encoded, keeps peak RSS low
     )
-    sink = Sink(writer)
+    sink = MaskingSink(writer, secrets)
     echo = Echo(not options.quiet)
     channel_dir = _channel_dir()
     try:
@@ -190,7 +196,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
                 before_seal(path, writer)
             except Exception as exc:  # noqa: BLE001 - any failure of the hook is recorded, then sealed
                 failed_hook = True
-                _append_direct(sink, "recorder.error", {"error": f"before_seal failed: {type(exc).__name__}: {exc}"})
+                sink.append_direct("recorder.error", {"error": f"before_seal failed: {type(exc).__name__}: {exc}"})
         seal = sink.seal()
     finally:
         sink.stop()
@@ -213,25 +219,15 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     )
 
 
-def _append_direct(sink: Sink, kind: str, attrs: dict[str, Any]) -> None:
-    """Append after the sink's worker stopped (it is the only writer then)."""
-    from aos.refusals import StreamWrite
-
-    try:
-        sink.writer.append(kind, attrs)
-    except StreamWrite as exc:
-        sink.failure = sink.failure or exc
-
-
 def _run(
     argv: list[str],
     options: RecordOptions,
     path: Path,
     stream_id: str,
     cwd: str,
-    sink: Sink,
+    sink: MaskingSink,
     echo: Echo,
-    secrets: list[bytes],
+    secrets: SecretSet,
     channel_dir: str,
 ) -> Any:
     from observe.capture import Capture, Outcome
@@ -250,7 +246,7 @@ def _run(
             "argv": masked(argv),
             "recorder_argv": masked(sys.argv),
             "cwd": cwd,
-            "env": {k: mask_text(v, secrets) for k, v in redact_env(os.environ).items()},
+            "env": recorded_env(os.environ, options.env),  # the sink masks every event's attrs
             "host": socket.gethostname(),
             "gate": options.gate,
             "labels": {str(k): mask_text(str(v), secrets) for k, v in dict(options.labels).items()},
@@ -292,7 +288,7 @@ def _run(
             },
         )
         if not options.quiet:
-            sys.stderr.write(f"alpha observe: {spawned.error}\n")
+            sys.stderr.write(f"alpha observe: {mask_text(spawned.error, secrets)}\n")
     else:
         sink.append("process.start", {"pid": spawned.pid, "argv": masked(argv)})
         capture = Capture(
@@ -334,6 +330,7 @@ def _run(
             options.artifacts,
             cwd=cwd,
             max_bytes=options.artifact_max_bytes,
+            secrets=secrets,
         )
     control.finish_receipts()
     control.close()
