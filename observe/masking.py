@@ -217,6 +217,14 @@ def _prefix_tail(data: bytes, patterns: tuple[bytes, ...]) -> int:
     return best
 
 
+def _find_marker(data: bytes, start: int) -> int:
+    """``data.find(ADD_MASK, start)``, searching for its rarer tail first (``:`` is common in output)."""
+    pos = data.find(b"::add-mask", start)
+    while pos != -1 and data[pos + 10 : pos + 12] != b"::":
+        pos = data.find(b"::add-mask", pos + 1)
+    return pos
+
+
 def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     merged: list[tuple[int, int]] = []
     for a, b in sorted(spans):
@@ -335,10 +343,10 @@ class Masker:
     def _commands(self, data: bytes, spans: list[tuple[int, int]], whole: list[tuple[int, int]], final: bool) -> int:
         """Honour ``::add-mask::VALUE`` lines; return where an unfinished one starts (or ``len(data)``)."""
         n = len(data)
-        pos = data.find(ADD_MASK)
+        pos = _find_marker(data, 0)
         while pos != -1:
             if not self._line_start(data, pos):
-                pos = data.find(ADD_MASK, pos + 1)
+                pos = _find_marker(data, pos + 1)
                 continue
             start = pos + len(ADD_MASK)
             end = data.find(b"\n", start)
@@ -353,7 +361,7 @@ class Masker:
             if value:
                 spans.append((start, start + len(value)))
             whole.append((pos, end))
-            pos = data.find(ADD_MASK, end)
+            pos = _find_marker(data, end)
         if not final:
             for size in range(min(len(ADD_MASK) - 1, n), 0, -1):
                 if data.endswith(ADD_MASK[:size]) and self._line_start(data, n - size):
@@ -374,22 +382,21 @@ class Masker:
             j = junction.find(b"://")
             if j != -1 and j < len(self._prev):
                 begin = j + 3 - len(self._prev)
-                m = _UI_OPEN.match(data, begin)
+                m = _UI_OPEN.match(data, begin, begin + MAX_USERINFO + 1)
                 stop = m.end() if m else begin
                 if stop < n and data[stop : stop + 1] == b"@" and 0 < stop - begin <= MAX_USERINFO:
                     self._userinfo(data, begin, stop, spans)
                     whole.append((0, stop + 1))
                 elif stop == n and not final and n - begin < MAX_USERINFO:
                     return begin
-        if b"://" not in data:
-            return n
-        for m in _URL_USERINFO.finditer(data):
-            self._userinfo(data, m.start(1), m.end(1), spans)
-            whole.append((m.start(), m.end()))
+        if b"@" in data:  # output without an @ holds no complete userinfo: one scan, no regex
+            for m in _URL_USERINFO.finditer(data):
+                self._userinfo(data, m.start(1), m.end(1), spans)
+                whole.append((m.start(), m.end()))
         if not final:
-            last = data.rfind(b"://")
+            last = data.rfind(b"://", max(0, n - MAX_USERINFO - 3))
             begin = last + 3
-            if n - begin < MAX_USERINFO:
+            if last != -1 and n - begin < MAX_USERINFO:
                 m = _UI_OPEN.match(data, begin)
                 if m is not None and m.end() == n and n > begin:
                     return begin
