@@ -32,7 +32,7 @@ from observe.channel import (
     encode_json,
     parse_receipt_line,
 )
-from observe.masking import Masker, SecretSet, mask_json_bytes, mask_text, mask_value
+from observe.masking import Masker, SecretSet, mask_attrs, mask_json_bytes, mask_text
 from observe.output import Echo, Sink
 
 __all__ = ["Control"]
@@ -117,7 +117,7 @@ class Control:
         # a secret again once parsed; the raw line of an invalid one is masked escapes and all.
         kind, attrs = parse_receipt_line(line)
         raw = mask_json_bytes(line, self.secrets) if kind == "receipt.invalid" else None
-        self.sink.append(kind, mask_value(attrs, self.secrets), raw, step)
+        self.sink.append(kind, mask_attrs(attrs, self.secrets), raw, step)
 
     def finish_receipts(self) -> None:
         """At the end: every remaining line, and final lines without a newline."""

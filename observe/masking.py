@@ -34,14 +34,17 @@ from typing import Any
 
 __all__ = [
     "ADD_MASK",
+    "FREE_FORM_ATTRS",
     "MASK",
     "MIN_ENV_MASK_LEN",
     "SECRET_NAME_PARTS",
+    "VERBATIM_ATTRS",
     "Masker",
     "Scanner",
     "SecretSet",
     "env_secrets",
     "is_secret_name",
+    "mask_attrs",
     "mask_bytes",
     "mask_json_bytes",
     "mask_text",
@@ -372,7 +375,8 @@ class Masker:
         # GitHub's workflow-command escapes: %25 %, %0D CR, %0A LF.
         unescaped = value.replace(b"%0D", b"\r").replace(b"%0A", b"\n").replace(b"%25", b"%")
         for v in {value, value.strip(), unescaped, unescaped.strip()}:
-            self.secrets.add(v)
+            if v.strip():  # "::add-mask:: " must not mask every space
+                self.secrets.add(v)
 
     def _urls(self, data: bytes, spans: list[tuple[int, int]], whole: list[tuple[int, int]], final: bool) -> int:
         """Mask URLs' userinfo; return where an unfinished one starts (or ``len(data)``)."""
@@ -425,8 +429,31 @@ def mask_text(text: str, secrets: SecretSet | Iterable[bytes]) -> str:
     return text if masked is raw else masked.decode("utf-8", "surrogateescape")
 
 
-def mask_value(value: Any, secrets: SecretSet | Iterable[bytes]) -> Any:
-    """A copy of a JSON-like value (attrs) with every string, key and bytes masked; iterative, any depth."""
+#: Top-level attrs the recorder computes and that never carry what a command or user wrote
+#: (digests, enums, ids, signal names): kept verbatim, so a short mask cannot garble evidence.
+VERBATIM_ATTRS = frozenset(
+    {"stream_id", "tool", "version", "gate", "status", "kind", "content", "sha256", "blake3", "signal", "interrupted"}
+)
+#: Top-level attrs that are free-form objects: their keys are data too, and masked.
+FREE_FORM_ATTRS = frozenset({"fields", "labels"})
+
+
+def mask_attrs(attrs: dict[str, Any], secrets: SecretSet | Iterable[bytes]) -> dict[str, Any]:
+    """An event's attrs, masked: every string value at any depth, and the keys of free-form objects
+    (receipt fields, labels). Attr names and :data:`VERBATIM_ATTRS` values are kept."""
+    s = _as_set(secrets)
+    out: dict[str, Any] = {}
+    for key, value in attrs.items():
+        if key in VERBATIM_ATTRS and (value is None or isinstance(value, str | int)):
+            out[key] = value
+        else:
+            out[key] = mask_value(value, s, keys=key in FREE_FORM_ATTRS)
+    return out
+
+
+def mask_value(value: Any, secrets: SecretSet | Iterable[bytes], *, keys: bool = True) -> Any:
+    """A copy of a JSON-like value with every string and bytes (and, with ``keys``, every key) masked;
+    iterative, any depth."""
     s = _as_set(secrets)
 
     def leaf(v: Any) -> Any:
@@ -450,7 +477,7 @@ def mask_value(value: Any, secrets: SecretSet | Iterable[bytes]) -> Any:
             else:
                 child = leaf(v)
             if isinstance(dst, dict):
-                dst[leaf(key)] = child
+                dst[leaf(key) if keys else key] = child
             else:
                 dst.append(child)
     return root

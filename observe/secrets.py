@@ -10,10 +10,12 @@ value. While the command runs, its ``::add-mask::VALUE`` lines and URLs with
 credentials in what it prints add more (observe.masking).
 
 :class:`MaskingSink` is the one place every event passes through: its attrs
-(every string and key, at any depth: receipt fields after parsing, step names
-and argv, labels, artifact paths and symlink targets, errors) and its span are
-masked there, and so is its data, except for output and artifact bytes, which
-their own streaming maskers have already masked (split across reads).
+(every string at any depth: receipt fields after parsing, step names and argv,
+labels, artifact paths and symlink targets, errors; the keys of receipt fields
+and labels) and its span are masked there; attr names, env names and values the
+recorder computes (digests, enums, ids) stay as they are (observe.masking.mask_attrs).
+So is its data, except output and artifact bytes, which their own streaming
+maskers have already masked (split across reads).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from observe.masking import SecretSet, env_secrets, mask_json_bytes, mask_text, mask_value
+from observe.masking import SecretSet, env_secrets, mask_attrs, mask_json_bytes, mask_text
 from observe.output import Sink
 
 if TYPE_CHECKING:
@@ -100,8 +102,7 @@ class MaskingSink(Sink):
         self.secrets = secrets
 
     def mask_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        masked: dict[str, Any] = mask_value(attrs, self.secrets)
-        return masked
+        return mask_attrs(attrs, self.secrets)
 
     def append(
         self, kind: str, attrs: dict[str, Any] | None = None, data: bytes | None = None, step: str | None = None

@@ -200,6 +200,28 @@ class TestAddMask:
         assert b"  ::add-mask::[MASKED]\n" in proc.stderr
 
 
+class TestMaskingCannotGarbleEvidence:
+    def test_short_add_masks_leave_structure_and_digests(self, tmp_path: Path) -> None:
+        """A command masking "name", "pass", "0" or a blank cannot rename attrs, change a status or a digest,
+        or mask every space: it can only hide text."""
+        (tmp_path / "a.txt").write_text("0\n")
+        script = (
+            'printf "::add-mask::name\\n::add-mask::pass\\n::add-mask::0\\n::add-mask::   \\n"\n'
+            'echo \'{"name": "name-x", "status": "pass", "fields": {"name": "pass"}}\' >> "$AOS_RECEIPTS"\n'
+            "echo 'a b c'; alpha observe artifact a.txt\n"
+        )
+        proc, path = record(tmp_path, ["sh", "-c", script], cwd=tmp_path)
+        assert 0 == proc.returncode, proc.stderr
+        evs = events(path)
+        receipt = one(evs, "receipt").attrs
+        assert {"name": "[MASKED]-x", "status": "pass", "fields": {"[MASKED]": "[MASKED]"}} == receipt
+        art = one(evs, "artifact").attrs
+        assert hashlib.sha256(b"0\n").hexdigest() == art["sha256"]
+        assert ("file", "omitted", True) == (art["kind"], art["content"], art["masked"])
+        assert b"a b c\n" in output(evs, "stdout")
+        assert {"stream_id", "argv", "env", "labels", "cwd"} <= set(evs[0].attrs)
+
+
 class TestAfterParsing:
     def test_receipt_fields_with_quotes_backslashes_and_u_escapes(self, tmp_path: Path) -> None:
         """A secret with " and \\ (or written as \\uXXXX escapes) in a receipt is masked after parsing;
