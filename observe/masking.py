@@ -38,6 +38,7 @@ __all__ = [
     "MASK",
     "MIN_ENV_MASK_LEN",
     "SECRET_NAME_PARTS",
+    "SECRET_NAME_WORDS",
     "VERBATIM_ATTRS",
     "Masker",
     "Scanner",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,8 @@ from recorder_util import alpha, events, one, output, record
 
 from aos.event import Event
 from observe import artifacts
-from observe.envpolicy import NOT_RECORDED, is_allowed, recorded_env
-from observe.masking import MASK, Scanner, SecretSet
+from observe.envpolicy import ALLOWED_NAMES, ALLOWED_PREFIXES, NOT_RECORDED, is_allowed, recorded_env
+from observe.masking import MASK, SECRET_NAME_PARTS, SECRET_NAME_WORDS, Scanner, SecretSet
 from observe.secrets import read_mask_file, secrets_for_recording
 
 
@@ -101,6 +102,24 @@ class TestEnvPolicy:
         assert b"postgres://[MASKED]@db/app\npw=[MASKED]\n[MASKED]\n" == output(evs, "stdout")
         assert b"[MASKED]\n" == output(evs, "stderr")
         assert output(evs, "stdout") == proc.stdout
+
+
+class TestDocs:
+    DOC = Path(__file__).resolve().parent.parent / "docs" / "SECRETS.md"
+
+    def test_allow_list_is_documented_exactly(self) -> None:
+        """docs/SECRETS.md's allow-list table names exactly the names and prefixes the recorder allows."""
+        text = self.DOC.read_text(encoding="utf-8")
+        table = text[text.index("The allow-list") : text.index("A prefix never")]
+        names = set(re.findall(r"`([A-Z0-9_]+\*?)`", table))
+        assert ALLOWED_NAMES == {n for n in names if not n.endswith("*")}
+        assert set(ALLOWED_PREFIXES) == {n[:-1] for n in names if n.endswith("*")}
+
+    def test_secret_name_rules_are_documented(self) -> None:
+        """Every part and word that makes a name look secret is named in docs/SECRETS.md."""
+        text = self.DOC.read_text(encoding="utf-8")
+        for part in (*SECRET_NAME_PARTS, *SECRET_NAME_WORDS):
+            assert f"`{part}`" in text, part
 
 
 class TestMaskSources:
