@@ -259,10 +259,6 @@ class Masker:
         self._prev = b""  # the last raw bytes emitted: a "://" split across chunks is still seen
         self._ws_line = True  # everything emitted on the current line is whitespace
 
-    @property
-    def active(self) -> bool:
-        return True
-
     def feed(self, chunk: bytes) -> bytes:
         """Mask ``chunk`` (after anything held back); return what can go out now."""
         data = self._held + chunk if self._held else chunk
