@@ -426,11 +426,25 @@ def mask_text(text: str, secrets: SecretSet | Iterable[bytes]) -> str:
     return text if masked is raw else masked.decode("utf-8", "surrogateescape")
 
 
-#: Top-level attrs the recorder computes and that never carry what a command or user wrote
-#: (digests, enums, ids, signal names): kept verbatim, so a short mask cannot garble evidence.
-VERBATIM_ATTRS = frozenset(
-    {"stream_id", "tool", "version", "gate", "status", "kind", "content", "sha256", "blake3", "signal", "interrupted"}
-)
+#: Top-level attrs whose values are enums, digests, ids or signal names (computed by the recorder,
+#: or checked against an enum): kept verbatim when they have that shape, so a short mask cannot
+#: garble the evidence gates read. Any other value under these names is masked like the rest.
+VERBATIM_ATTRS: dict[str, re.Pattern[str]] = {
+    name: re.compile(shape)
+    for name, shape in {
+        "stream_id": r"[0-9A-Za-z_-]{1,64}",
+        "tool": r"alpha-observe",
+        "version": r"[0-9A-Za-z.+_-]{1,64}",
+        "gate": r"[0-9A-Za-z._-]{1,128}",
+        "status": r"pass|fail|skip|inconclusive|info",
+        "kind": r"[a-z.-]{1,32}",
+        "content": r"inline|omitted",
+        "sha256": r"[0-9a-f]{64}",
+        "blake3": r"[0-9a-f]{64}",
+        "signal": r"SIG[0-9A-Z+]{1,16}",
+        "interrupted": r"SIG[0-9A-Z+]{1,16}",
+    }.items()
+}
 #: Top-level attrs that are free-form objects: their keys are data too, and masked.
 FREE_FORM_ATTRS = frozenset({"fields", "labels"})
 
@@ -441,7 +455,8 @@ def mask_attrs(attrs: dict[str, Any], secrets: SecretSet | Iterable[bytes]) -> d
     s = _as_set(secrets)
     out: dict[str, Any] = {}
     for key, value in attrs.items():
-        if key in VERBATIM_ATTRS and (value is None or isinstance(value, str | int)):
+        shape = VERBATIM_ATTRS.get(key)
+        if value is None or (shape is not None and isinstance(value, str) and shape.fullmatch(value)):
             out[key] = value
         else:
             out[key] = mask_value(value, s, keys=key in FREE_FORM_ATTRS)

@@ -187,7 +187,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
 
             crashed = True
             outcome = Outcome()
-            logger().error("the recorder failed", error=f"{type(exc).__name__}: {exc}")
+            logger().error("the recorder failed", error=mask_text(f"{type(exc).__name__}: {exc}", secrets))
             sink.append("recorder.error", {"error": f"the recorder failed: {type(exc).__name__}: {exc}"})
         failed_hook = crashed
         sink.stop()  # everything queued is in the writer now

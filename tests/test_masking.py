@@ -17,6 +17,7 @@ from observe.masking import (
     SecretSet,
     env_secrets,
     is_secret_name,
+    mask_attrs,
     mask_bytes,
     mask_json_bytes,
     mask_text,
@@ -222,6 +223,33 @@ class TestWholeValues:
         for _ in range(5000):
             inner = inner[0]
         assert "[MASKED]" == inner
+
+    def test_mask_attrs_keeps_shapes_not_names(self) -> None:
+        """Digests, enums and signal names are kept when they have their shape (a mask of "a" or "pass" cannot
+        garble them); the same names holding anything else are masked; only free-form keys are masked."""
+        s = SecretSet(["a", "pass", "SIGTERM-tok"])
+        digest = "ab" * 32
+        got = mask_attrs(
+            {
+                "sha256": digest,
+                "status": "pass",
+                "signal": "SIGTERM-tok",
+                "kind": "file",
+                "name": "a pass",
+                "fields": {"pass": "x"},
+                "rusage": {"pass": 1},
+            },
+            s,
+        )
+        assert {
+            "sha256": digest,
+            "status": "pass",
+            "signal": "[MASKED]",
+            "kind": "file",
+            "name": "[MASKED] [MASKED]",
+            "fields": {"[MASKED]": "x"},
+            "rusage": {"pass": 1},
+        } == got
 
     def test_mask_text_keeps_undecodable_bytes(self) -> None:
         """Text holding surrogate-escaped bytes is masked and keeps them."""
