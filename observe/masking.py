@@ -127,21 +127,31 @@ class SecretSet:
         self._values: set[bytes] = set()
         self._patterns: tuple[bytes, ...] = ()
         self.max_len = 0
-        for value in values:
-            self.add(value)
+        self.update(values)
 
     def add(self, value: bytes | str, *, min_len: int = 1) -> bool:
         """Mask ``value`` from now on (unless shorter than ``min_len``); True when it is new."""
-        raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
-        if len(raw) < max(min_len, 1) or raw in self._values:
-            return False
+        return self.update([value], min_len=min_len) == 1
+
+    def update(self, values: Iterable[bytes | str], *, min_len: int = 1) -> int:
+        """:meth:`add` for many values at once (one sort); the number that were new."""
+        new = set()
+        for value in values:
+            raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
+            if len(raw) >= max(min_len, 1) and raw not in self._values:
+                new.add(raw)
+        if not new:
+            return 0
         with self._lock:
-            self._values.add(raw)
-            patterns = set(self._patterns) | _variants(raw)
+            new -= self._values
+            self._values |= new
+            patterns = set(self._patterns)
+            for raw in new:
+                patterns |= _variants(raw)
             # Longest first, so a secret containing another is masked whole.
             self._patterns = tuple(sorted(patterns, key=lambda s: (-len(s), s)))
             self.max_len = len(self._patterns[0])
-        return True
+        return len(new)
 
     @property
     def patterns(self) -> tuple[bytes, ...]:

@@ -45,19 +45,16 @@ def secrets_for_recording(
     environ: Mapping[str, str], *, masks: Iterable[str | bytes] = (), mask_env: Iterable[str] = ()
 ) -> tuple[SecretSet, list[str]]:
     """The secrets a recording starts with, and the ``mask_env`` names that were not set (nothing to mask)."""
-    secrets = SecretSet()
-    for value in masks:
-        secrets.add(value)
+    values: list[str | bytes] = list(masks)
     unset = []
     for name in mask_env:
         env_value = environ.get(name)
         if env_value:
-            secrets.add(env_value)
+            values.append(env_value)
         else:
             unset.append(name)
-    for value in env_secrets(dict(environ)):
-        secrets.add(value)
-    return secrets, unset
+    values += env_secrets(dict(environ))
+    return SecretSet(values), unset
 
 
 def read_mask_file(path: str | os.PathLike[str]) -> list[str]:
