@@ -174,6 +174,28 @@ class TestMaskSources:
         with pytest.raises(ValueError, match="not a regular file or a pipe"):
             read_mask_file("/dev/null")
 
+    def test_options_reach_record_options(self, tmp_path: Path) -> None:
+        """--mask-env, --env (repeatable) and --mask-file (its lines, after --mask values) reach RecordOptions."""
+        import click
+        from click.testing import CliRunner
+
+        from observe.cli_record import options_from_click, recording_options
+        from observe.recorder import RecordOptions
+
+        seen: dict[str, RecordOptions] = {}
+
+        @click.command()
+        @recording_options
+        def probe(**kwargs: Any) -> None:
+            seen["opts"] = options_from_click(**kwargs)
+
+        (tmp_path / "m").write_text("f1\nf2\n")
+        args = ["--mask", "m1", "--mask-file", str(tmp_path / "m"), "--mask-env", "A", "--mask-env", "B"]
+        result = CliRunner().invoke(probe, [*args, "--env", "C", "--env", "D"])
+        assert 0 == result.exit_code, result.output
+        opts = seen["opts"]
+        assert (("m1", "f1", "f2"), ("A", "B"), ("C", "D")) == (opts.masks, opts.mask_env, opts.env)
+
     def test_unset_mask_env_warns_and_records(self, tmp_path: Path) -> None:
         """--mask-env naming an unset variable warns on stderr; the recording goes on."""
         env = {k: v for k, v in os.environ.items() if k != "NOT_SET_ANYWHERE"}
