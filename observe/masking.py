@@ -232,7 +232,7 @@ def _prefix_tail(data: bytes, patterns: tuple[bytes, ...]) -> int:
 
 
 def _find_marker(data: bytes, start: int) -> int:
-    """``data.find(ADD_MASK, start)``, searching for its rarer tail first (``:`` is common in output)."""
+    """``data.find(ADD_MASK, start)``: found by ``::add-mask`` (a needle ending in a rarer byte than ``:``)."""
     pos = data.find(b"::add-mask", start)
     while pos != -1 and data[pos + 10 : pos + 12] != b"::":
         pos = data.find(b"::add-mask", pos + 1)
