@@ -6,6 +6,13 @@ bytes change between the two reads an ``artifact.error`` says so. Symlinks are
 recorded as links and never followed; a file that cannot be read is recorded as
 ``unreadable`` with the error, never skipped silently. A pattern that matches
 nothing gives an ``artifact.missing`` event.
+
+The first read also scans for masked values (observe.masking), split across
+chunks too: a file holding one is recorded with ``content: "omitted"`` and
+``masked: true``, its digests kept. The second read passes the bytes through a
+masker, so a file that gains a secret in between still never records it (and
+its ``artifact.error`` says ``masked``). Paths and link targets are masked by
+the recorder's sink, like every attr.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from blake3 import blake3
+
+from observe.masking import Masker, Scanner, SecretSet
 
 __all__ = ["CHUNK", "Append", "capture", "capture_file", "expand", "relative_name"]
 
@@ -89,6 +98,7 @@ def capture(
     base: str | None = None,
     max_bytes: int | None = None,
     step: str | None = None,
+    secrets: SecretSet | None = None,
 ) -> list[str]:
     """Record every file ``patterns`` name (relative to ``cwd``); return the recorded paths.
 
@@ -96,12 +106,13 @@ def capture(
     which defaults to ``cwd``.
     """
     base = base or cwd
+    secrets = secrets if secrets is not None else SecretSet()
     files, missing = expand(patterns, cwd)
     for pattern in missing:
         append("artifact.missing", {"pattern": pattern, "error": "no such file or no match"}, None, step)
     recorded = []
     for path in files:
-        recorded.append(_capture_one(append, path, relative_name(path, base), max_bytes, step))
+        recorded.append(_capture_one(append, path, relative_name(path, base), max_bytes, step, secrets))
     return recorded
 
 
@@ -112,6 +123,7 @@ def capture_file(
     cwd: str,
     max_bytes: int | None = None,
     attrs: dict[str, Any] | None = None,
+    secrets: SecretSet | None = None,
 ) -> str:
     """Record exactly the file at ``path`` (no glob, no recursion; a directory is ``other``).
 
@@ -124,10 +136,12 @@ def capture_file(
         return append(kind, event_attrs if kind == "artifact.chunk" else {**event_attrs, **extra}, data, step)
 
     full = os.path.normpath(os.path.join(cwd, path))
-    return _capture_one(tagged, full, relative_name(full, cwd), max_bytes, None)
+    return _capture_one(tagged, full, relative_name(full, cwd), max_bytes, None, secrets or SecretSet())
 
 
-def _capture_one(append: Append, path: str, name: str, max_bytes: int | None, step: str | None) -> str:
+def _capture_one(
+    append: Append, path: str, name: str, max_bytes: int | None, step: str | None, secrets: SecretSet
+) -> str:
     try:
         st = os.lstat(path)
     except OSError as exc:
@@ -155,14 +169,17 @@ def _capture_one(append: Append, path: str, name: str, max_bytes: int | None, st
         append("artifact", _unreadable(name, st, exc), None, step)
         return name
     try:
-        size, sha256, b3 = _hash(fd)
-        inline = max_bytes is None or size <= max_bytes
+        scanner = Scanner(secrets)
+        size, sha256, b3 = _hash(fd, scanner)
+        inline = (max_bytes is None or size <= max_bytes) and not scanner.found
         attrs = _base(name, "file", size, mode)
         attrs.update(sha256=sha256, blake3=b3, content="inline" if inline else "omitted")
+        if scanner.found:
+            attrs["masked"] = True
         append("artifact", attrs, None, step)
         if inline:
             os.lseek(fd, 0, os.SEEK_SET)
-            _emit_chunks(append, fd, name, size, sha256, step)
+            _emit_chunks(append, fd, name, size, sha256, step, Masker(secrets, commands=False))
     except OSError as exc:
         append("artifact.error", {"path": name, "error": f"read failed: {exc.strerror or exc}"}, None, step)
     finally:
@@ -170,36 +187,42 @@ def _capture_one(append: Append, path: str, name: str, max_bytes: int | None, st
     return name
 
 
-def _emit_chunks(append: Append, fd: int, name: str, size: int, sha256: str, step: str | None) -> None:
+def _emit_chunks(append: Append, fd: int, name: str, size: int, sha256: str, step: str | None, masker: Masker) -> None:
     digest = hashlib.sha256()
-    offset = 0
-    while offset < size:
-        chunk = os.read(fd, min(CHUNK, size - offset))
+    read = 0
+    offset = 0  # of the bytes recorded: equal to ``read`` but for what the masker holds back
+    while read < size:
+        chunk = os.read(fd, min(CHUNK, size - read))
         if not chunk:
             break
         digest.update(chunk)
-        append("artifact.chunk", {"path": name, "offset": offset}, chunk, step)
-        offset += len(chunk)
-    if offset != size or digest.hexdigest() != sha256:
-        append(
-            "artifact.error",
-            {
-                "path": name,
-                "error": "file changed while it was captured",
-                "sha256": digest.hexdigest(),
-                "bytes": offset,
-            },
-            None,
-            step,
-        )
+        read += len(chunk)
+        out = masker.feed(chunk)
+        if out:
+            append("artifact.chunk", {"path": name, "offset": offset}, out, step)
+            offset += len(out)
+    out = masker.finish()
+    if out:
+        append("artifact.chunk", {"path": name, "offset": offset}, out, step)
+    if read != size or digest.hexdigest() != sha256 or masker.masked:
+        attrs: dict[str, Any] = {
+            "path": name,
+            "error": "file changed while it was captured",
+            "sha256": digest.hexdigest(),
+            "bytes": read,
+        }
+        if masker.masked:
+            attrs["masked"] = True
+        append("artifact.error", attrs, None, step)
 
 
-def _hash(fd: int) -> tuple[int, str, str]:
+def _hash(fd: int, scanner: Scanner) -> tuple[int, str, str]:
     sha, b3 = hashlib.sha256(), blake3()
     size = 0
     while chunk := os.read(fd, CHUNK):
         sha.update(chunk)
         b3.update(chunk)
+        scanner.feed(chunk)
         size += len(chunk)
     return size, sha.hexdigest(), b3.hexdigest()
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from observe.ingest import Control
-from observe.masking import Masker
+from observe.masking import Masker, SecretSet
 from observe.output import Echo, Sink
 from observe.spawn import Spawned, exit_status, signal_name
 
@@ -77,7 +77,7 @@ class Capture:
         sink: Sink,
         echo: Echo,
         control: Control,
-        secrets: list[bytes],
+        secrets: SecretSet,
         *,
         timeout: float | None,
         kill_grace: float,

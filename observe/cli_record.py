@@ -74,6 +74,26 @@ def recording_options(func: F) -> F:
         ),
         click.option("--mask", multiple=True, metavar="VALUE", help="Mask VALUE in everything recorded (repeatable)."),
         click.option(
+            "--mask-env",
+            multiple=True,
+            metavar="NAME",
+            help="Mask the value of environment variable NAME (repeatable; keeps the value out of `ps`).",
+        ),
+        click.option(
+            "--mask-file",
+            multiple=True,
+            type=click.Path(dir_okay=False, path_type=Path),
+            metavar="FILE",
+            help="Mask each line of FILE (repeatable; a file or a pipe such as <(printf '%s\\n' \"$TOKEN\")).",
+        ),
+        click.option(
+            "--env",
+            "env_names",
+            multiple=True,
+            metavar="NAME",
+            help="Also record the value of environment variable NAME in stream.open (repeatable; masked still).",
+        ),
+        click.option(
             "--label",
             multiple=True,
             metavar="K=V",
@@ -124,17 +144,24 @@ def without_numpy() -> None:
 def options_from_click(**kwargs: Any) -> RecordOptions:
     """The ``RecordOptions`` for the parameters ``recording_options`` added (others are ignored)."""
     from observe.recorder import RecordOptions
+    from observe.secrets import mask_file_values
 
     labels = kwargs.get("label") or {}
     if not isinstance(labels, dict):  # called with raw K=V strings
         labels = _parse_label(None, None, tuple(labels))  # type: ignore[arg-type]
+    try:  # read now, before the command runs: a mask that cannot be read must not record in clear
+        from_files = mask_file_values(kwargs.get("mask_file") or ())
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--mask-file") from None
     return RecordOptions(
         out=kwargs.get("out"),
         artifacts=tuple(kwargs.get("artifact") or ()),
         timeout=kwargs.get("timeout"),
         pty=bool(kwargs.get("pty")),
         sign_key=kwargs.get("sign_key"),
-        masks=tuple(kwargs.get("mask") or ()),
+        masks=(*(kwargs.get("mask") or ()), *from_files),
+        mask_env=tuple(kwargs.get("mask_env") or ()),
+        env=tuple(kwargs.get("env_names") or ()),
         labels=labels,
         quiet=bool(kwargs.get("quiet")),
         artifact_max_bytes=kwargs.get("artifact_max_bytes"),

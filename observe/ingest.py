@@ -34,7 +34,7 @@ from observe.channel import (
     encode_json,
     parse_receipt_line,
 )
-from observe.masking import Masker, mask_bytes, mask_text
+from observe.masking import Masker, SecretSet, mask_attrs, mask_json_bytes, mask_text
 from observe.output import Echo, Sink
 
 __all__ = ["Control"]
@@ -79,7 +79,7 @@ class Control:
         directory: str,
         sink: Sink,
         echo: Echo,
-        secrets: list[bytes],
+        secrets: SecretSet,
         *,
         cwd: str,
         artifact_max_bytes: int | None,
@@ -135,9 +135,11 @@ class Control:
                 self._receipt(line, tail.step)
 
     def _receipt(self, line: bytes, step: str | None) -> None:
-        line = mask_bytes(line, self.secrets) if self.secrets else line
+        # Parsed first, masked after: a secret written with JSON escapes (\", \\, \uXXXX) is
+        # a secret again once parsed; the raw line of an invalid one is masked escapes and all.
         kind, attrs = parse_receipt_line(line)
-        self.sink.append(kind, attrs, line if kind == "receipt.invalid" else None, step)
+        raw = mask_json_bytes(line, self.secrets) if kind == "receipt.invalid" else None
+        self.sink.append(kind, mask_attrs(attrs, self.secrets), raw, step)
 
     def finish_receipts(self) -> None:
         """At the end: every remaining line, and final lines without a newline."""
@@ -281,6 +283,7 @@ class Control:
             base=self.cwd,
             max_bytes=self.artifact_max_bytes,
             step=step if isinstance(step, str) else None,
+            secrets=self.secrets,
         )
         self.sink.drain()
         self._reply(conn, {"ok": not self.sink.failed, "paths": recorded})

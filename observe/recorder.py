@@ -32,8 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from observe import artifacts
 from observe.channel import ENV_STDERR_ID, ENV_STDOUT_ID, ENV_STEP, ENV_STREAM, ENV_STREAM_ID
-from observe.masking import env_secrets, mask_text, redact_env
-from observe.output import Echo, Sink, logger
+from observe.envpolicy import recorded_env
+from observe.masking import SecretSet, mask_text
+from observe.output import Echo, logger
+from observe.secrets import MaskingSink, secrets_for_recording
 
 if TYPE_CHECKING:
     from aos.writer import SealInfo, StreamWriter
@@ -62,6 +64,8 @@ class RecordOptions:
     pty: bool = False
     sign_key: Path | None = None
     masks: tuple[str, ...] = ()
+    mask_env: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     quiet: bool = False
     artifact_max_bytes: int | None = None
@@ -185,7 +189,9 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     stream_id = new_stream_id()
     signer = load_signer(options.sign_key) if options.sign_key is not None else None
     path = Path(options.out) if options.out is not None else default_out(cwd, stream_id)
-    secrets = env_secrets(os.environ) + [m.encode("utf-8", "surrogateescape") for m in options.masks if m]
+    secrets, unset = secrets_for_recording(os.environ, masks=options.masks, mask_env=options.mask_env)
+    for name in unset:
+        logger().warning("--mask-env names a variable that is not set: nothing to mask", name=name)
     writer = StreamWriter(
         path,
         stream_id=stream_id,
@@ -195,7 +201,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
         batch_max_bytes=2 << 20,  # with up to three batches being encoded, keeps peak RSS low
         keep_copy=before_seal is not None,
     )
-    sink = Sink(writer)
+    sink = MaskingSink(writer, secrets)
     echo = Echo(not options.quiet)
     channel_dir = _channel_dir()
     try:
@@ -207,7 +213,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
 
             crashed = True
             outcome = Outcome()
-            logger().error("the recorder failed", error=f"{type(exc).__name__}: {exc}")
+            logger().error("the recorder failed", error=mask_text(f"{type(exc).__name__}: {exc}", secrets))
             sink.append("recorder.error", {"error": f"the recorder failed: {type(exc).__name__}: {exc}"})
         failed_hook = crashed
         sink.stop()  # everything queued is in the writer now
@@ -216,7 +222,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
                 before_seal(writer)
             except Exception as exc:  # noqa: BLE001 - any failure of the hook is recorded, then sealed
                 failed_hook = True
-                _append_direct(sink, "recorder.error", {"error": f"before_seal failed: {type(exc).__name__}: {exc}"})
+                sink.append_direct("recorder.error", {"error": f"before_seal failed: {type(exc).__name__}: {exc}"})
         seal = sink.seal()
     finally:
         sink.stop()
@@ -239,25 +245,15 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     )
 
 
-def _append_direct(sink: Sink, kind: str, attrs: dict[str, Any]) -> None:
-    """Append after the sink's worker stopped (it is the only writer then)."""
-    from aos.refusals import StreamWrite
-
-    try:
-        sink.writer.append(kind, attrs)
-    except StreamWrite as exc:
-        sink.failure = sink.failure or exc
-
-
 def _run(
     argv: list[str],
     options: RecordOptions,
     path: Path,
     stream_id: str,
     cwd: str,
-    sink: Sink,
+    sink: MaskingSink,
     echo: Echo,
-    secrets: list[bytes],
+    secrets: SecretSet,
     channel_dir: str,
 ) -> Any:
     from observe.ingest import Control
@@ -274,7 +270,7 @@ def _run(
             "argv": masked(argv),
             "recorder_argv": masked(sys.argv),
             "cwd": cwd,
-            "env": {k: mask_text(v, secrets) for k, v in redact_env(os.environ).items()},
+            "env": recorded_env(os.environ, options.env),  # the sink masks every event's attrs
             "host": socket.gethostname(),
             "gate": options.gate,
             "labels": {str(k): mask_text(str(v), secrets) for k, v in dict(options.labels).items()},
@@ -307,13 +303,14 @@ def _run(
             options.artifacts,
             cwd=cwd,
             max_bytes=options.artifact_max_bytes,
+            secrets=secrets,
         )
     control.finish_receipts()
     control.close()
     return outcome
 
 
-def _start_sampler(options: RecordOptions, sink: Sink, control: Control, secrets: list[bytes]) -> Sampler | None:
+def _start_sampler(options: RecordOptions, sink: MaskingSink, control: Control, secrets: SecretSet) -> Sampler | None:
     """The device and process-tree sampler (None with ``--observe-devices off``), started now."""
     if options.observe_devices == "off":
         return None
@@ -331,7 +328,7 @@ def _start_sampler(options: RecordOptions, sink: Sink, control: Control, secrets
     return sampler
 
 
-def _capture_lane_configs(sink: Sink, cwd: str, max_bytes: int | None) -> None:
+def _capture_lane_configs(sink: MaskingSink, cwd: str, max_bytes: int | None, secrets: SecretSet) -> None:
     """Capture each ``ALPHA_*_DEVICE_CONFIG`` file named in the recorder's environment, before the command runs.
 
     These artifacts alone carry ``origin: "recorder"`` (and ``env``): the control
@@ -346,6 +343,7 @@ def _capture_lane_configs(sink: Sink, cwd: str, max_bytes: int | None) -> None:
             cwd=cwd,
             max_bytes=max_bytes,
             attrs={"origin": "recorder", "env": name},
+            secrets=secrets,
         )
 
 
@@ -355,9 +353,9 @@ def _run_command(
     path: Path,
     stream_id: str,
     cwd: str,
-    sink: Sink,
+    sink: MaskingSink,
     echo: Echo,
-    secrets: list[bytes],
+    secrets: SecretSet,
     control: Control,
     sampler: Sampler | None,
 ) -> Any:
@@ -368,7 +366,7 @@ def _run_command(
     def masked(values: Sequence[str]) -> list[str]:
         return [mask_text(v, secrets) for v in values]
 
-    _capture_lane_configs(sink, cwd, options.artifact_max_bytes)
+    _capture_lane_configs(sink, cwd, options.artifact_max_bytes, secrets)
     if sampler is not None:
         start = sampler.take_start()
         if start is not None:
@@ -397,7 +395,7 @@ def _run_command(
             },
         )
         if not options.quiet:
-            sys.stderr.write(f"alpha observe: {spawned.error}\n")
+            sys.stderr.write(f"alpha observe: {mask_text(spawned.error, secrets)}\n")
     else:
         sink.append("process.start", {"pid": spawned.pid, "argv": masked(argv)})
         if sampler is not None:

@@ -16,6 +16,7 @@ from recorder_util import ALPHA, events, index, record
 
 from aos.verify import verify_stream
 from observe import artifacts
+from observe.masking import Scanner
 
 
 def _files(evs: list[Any]) -> dict[str, dict[str, Any]]:
@@ -187,8 +188,8 @@ class TestCaptureLibrary:
         f.write_bytes(b"a" * 100)
         real = artifacts._hash
 
-        def hash_then_change(fd: int) -> tuple[int, str, str]:
-            result = real(fd)
+        def hash_then_change(fd: int, scanner: Scanner) -> tuple[int, str, str]:
+            result = real(fd, scanner)
             f.write_bytes(b"b" * 100)
             return result
 

@@ -66,7 +66,8 @@ class TestRoundTrip:
 
 class TestEvents:
     def test_stream_open_attrs(self, tmp_path: Path) -> None:
-        """stream.open names the command, recorder, cwd, host, labels, and redacts secret-looking env."""
+        """stream.open names the command, recorder, cwd, host, labels, and every env name; values only
+        for the allow-list and --env (docs/SECRETS.md)."""
         proc, path = record(
             tmp_path,
             ["true"],
@@ -74,7 +75,15 @@ class TestEvents:
             "lane=ci",
             "--label",
             "n=1",
-            env={"MY_API_TOKEN": "tok-1234567890", "PLAIN_VALUE": "visible"},
+            "--env",
+            "ASKED_FOR",
+            env={
+                "MY_API_TOKEN": "tok-1234567890",
+                "PLAIN_VALUE": "not-on-the-list",
+                "ASKED_FOR": "visible",
+                "ALPHA_LANE_SETTING": "allowed",
+                "EMPTY_ONE": "",
+            },
             cwd=tmp_path,
         )
         assert 0 == proc.returncode
@@ -85,8 +94,12 @@ class TestEvents:
         assert "alpha-observe" == attrs["tool"]
         assert str(tmp_path) == attrs["cwd"]
         assert {"lane": "ci", "n": "1"} == attrs["labels"]
-        assert "[REDACTED]" == attrs["env"]["MY_API_TOKEN"]
-        assert "visible" == attrs["env"]["PLAIN_VALUE"]
+        assert "[NOT RECORDED]" == attrs["env"]["MY_API_TOKEN"]
+        assert "[NOT RECORDED]" == attrs["env"]["PLAIN_VALUE"]
+        assert "visible" == attrs["env"]["ASKED_FOR"]
+        assert "allowed" == attrs["env"]["ALPHA_LANE_SETTING"]
+        assert "" == attrs["env"]["EMPTY_ONE"]
+        assert os.environ["PATH"] == attrs["env"]["PATH"]
         assert attrs["gate"] is None
         assert attrs["pty"] is False
         assert attrs["stream_id"] == evs[0].attrs["stream_id"]
