@@ -19,6 +19,8 @@ from typing import Any
 
 from blake3 import blake3
 
+from aos.text import text_value
+
 __all__ = ["CHUNK", "Append", "capture", "expand", "relative_name"]
 
 CHUNK = 1 << 20
@@ -98,7 +100,7 @@ def capture(
     base = base or cwd
     files, missing = expand(patterns, cwd)
     for pattern in missing:
-        append("artifact.missing", {"pattern": pattern, "error": "no such file or no match"}, None, step)
+        append("artifact.missing", {"pattern": text_value(pattern), "error": "no such file or no match"}, None, step)
     recorded = []
     for path in files:
         recorded.append(_capture_one(append, path, relative_name(path, base), max_bytes, step))
@@ -119,7 +121,7 @@ def _capture_one(append: Append, path: str, name: str, max_bytes: int | None, st
             append("artifact", _unreadable(name, st, exc), None, step)
             return name
         attrs = _base(name, "symlink", len(os.fsencode(target)), mode)
-        attrs["target"] = target
+        attrs["target"] = text_value(target)  # paths are any bytes (FORMAT.md 3.7)
         append("artifact", attrs, None, step)
         return name
     if not stat.S_ISREG(st.st_mode):
@@ -142,7 +144,8 @@ def _capture_one(append: Append, path: str, name: str, max_bytes: int | None, st
             os.lseek(fd, 0, os.SEEK_SET)
             _emit_chunks(append, fd, name, size, sha256, step)
     except OSError as exc:
-        append("artifact.error", {"path": name, "error": f"read failed: {exc.strerror or exc}"}, None, step)
+        error = f"read failed: {exc.strerror or exc}"
+        append("artifact.error", {"path": text_value(name), "error": error}, None, step)
     finally:
         os.close(fd)
     return name
@@ -156,13 +159,13 @@ def _emit_chunks(append: Append, fd: int, name: str, size: int, sha256: str, ste
         if not chunk:
             break
         digest.update(chunk)
-        append("artifact.chunk", {"path": name, "offset": offset}, chunk, step)
+        append("artifact.chunk", {"path": text_value(name), "offset": offset}, chunk, step)
         offset += len(chunk)
     if offset != size or digest.hexdigest() != sha256:
         append(
             "artifact.error",
             {
-                "path": name,
+                "path": text_value(name),
                 "error": "file changed while it was captured",
                 "sha256": digest.hexdigest(),
                 "bytes": offset,
@@ -184,7 +187,7 @@ def _hash(fd: int) -> tuple[int, str, str]:
 
 def _base(name: str, kind: str, size: int, mode: int) -> dict[str, Any]:
     return {
-        "path": name,
+        "path": text_value(name),
         "kind": kind,
         "size": size,
         "mode": mode,

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aos.text import printable, text_key, text_value
 from observe import artifacts
 from observe.channel import ENV_STDERR_ID, ENV_STDOUT_ID, ENV_STEP, ENV_STREAM, ENV_STREAM_ID
 from observe.masking import env_secrets, mask_text, redact_env
@@ -182,7 +183,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
             crashed = True
             outcome = Outcome()
             logger().error("the recorder failed", error=f"{type(exc).__name__}: {exc}")
-            sink.append("recorder.error", {"error": f"the recorder failed: {type(exc).__name__}: {exc}"})
+            sink.append("recorder.error", {"error": printable(f"the recorder failed: {type(exc).__name__}: {exc}")})
         failed_hook = crashed
         sink.stop()  # everything queued is in the writer now
         if before_seal is not None and not sink.failed:
@@ -190,7 +191,8 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
                 before_seal(path, writer)
             except Exception as exc:  # noqa: BLE001 - any failure of the hook is recorded, then sealed
                 failed_hook = True
-                _append_direct(sink, "recorder.error", {"error": f"before_seal failed: {type(exc).__name__}: {exc}"})
+                error = printable(f"before_seal failed: {type(exc).__name__}: {exc}")
+                _append_direct(sink, "recorder.error", {"error": error})
         seal = sink.seal()
     finally:
         sink.stop()
@@ -238,8 +240,9 @@ def _run(
     from observe.ingest import Control
     from observe.spawn import SpawnFailure, spawn
 
-    def masked(values: Sequence[str]) -> list[str]:
-        return [mask_text(v, secrets) for v in values]
+    def masked(values: Sequence[str]) -> list[str | dict[str, str]]:
+        # Any bytes (FORMAT.md 3.7): a value that is not UTF-8 is stored as {"bytes_b64": ...}.
+        return [text_value(mask_text(v, secrets)) for v in values]
 
     sink.append(
         "stream.open",
@@ -249,11 +252,13 @@ def _run(
             "version": _version(),
             "argv": masked(argv),
             "recorder_argv": masked(sys.argv),
-            "cwd": cwd,
-            "env": {k: mask_text(v, secrets) for k, v in redact_env(os.environ).items()},
-            "host": socket.gethostname(),
+            "cwd": text_value(cwd),
+            "env": {text_key(k): text_value(mask_text(v, secrets)) for k, v in redact_env(os.environ).items()},
+            "host": text_value(socket.gethostname()),
             "gate": options.gate,
-            "labels": {str(k): mask_text(str(v), secrets) for k, v in dict(options.labels).items()},
+            "labels": {
+                text_key(str(k)): text_value(mask_text(str(v), secrets)) for k, v in dict(options.labels).items()
+            },
             "pid": os.getpid(),
             "pty": options.pty,
             "timeout": options.timeout,
@@ -288,7 +293,7 @@ def _run(
                 "rusage": None,
                 "interrupted": None,
                 "stray_writers": False,
-                "error": mask_text(spawned.error, secrets),
+                "error": printable(mask_text(spawned.error, secrets)),
             },
         )
         if not options.quiet:
