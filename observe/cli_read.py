@@ -100,9 +100,12 @@ def read_cmd(stream: Path, what: str | None, artifact: str | None, kinds: tuple[
             for ev in events:
                 out.write(event_json(ev).encode("utf-8") + b"\n")
         else:
+            from aos.text import key_bytes
+
             for ev in events:
                 size = "" if ev.data is None else f" +{len(ev.data)}B"
-                step = f" [{ev.step}]" if ev.step else ""
+                # the step column is byte text (FORMAT.md 3.7): shown decoded, undecodable bytes as \xNN
+                step = f" [{key_bytes(ev.step).decode('utf-8', 'backslashreplace')!s}]" if ev.step else ""
                 out.write(f"{ev.seq:>6} {ev.kind}{step} {ev.attrs_json}{size}\n".encode())
         out.flush()
     except Refusal as exc:
