@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import threading
 from typing import Any
 
 __all__ = [
@@ -119,22 +120,40 @@ def _dump(o: Any, out: list[str]) -> None:
         raise TypeError(f"{type(o).__name__} is not a JSON value")
 
 
-def canonical_json(obj: Any) -> str:
+def canonical_json(obj: Any, *, floats: bool | None = None) -> str:
     """The one JSON text for an attrs object: sorted keys, no spaces, UTF-8.
 
-    Non-integer numbers are written in ECMAScript form (``es_number``).
-    Raises ValueError for values JSON cannot state exactly (NaN, infinities)
-    and TypeError for a non-object or a non-JSON value.
+    Non-integer numbers are written in ECMAScript form (``es_number``);
+    ``floats=False`` says the caller knows ``obj`` holds none. Raises
+    ValueError for values JSON cannot state exactly (NaN, infinities) and
+    TypeError for a non-object or a non-JSON value.
     """
     if not isinstance(obj, dict):
         raise TypeError(f"attrs must be a JSON object, not {type(obj).__name__}")
     if not obj:
         return "{}"
-    if not _has_float(obj):
+    if not (_has_float(obj) if floats is None else floats):
         return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     out: list[str] = []
     _dump(obj, out)
     return "".join(out)
+
+
+class _Seen(threading.local):
+    floats = 0
+
+
+_seen = _Seen()
+
+
+def _float_token(token: str) -> float:
+    _seen.floats += 1
+    return float(token)
+
+
+#: One decoder for every parse: it counts the non-integer numbers it meets (so a
+#: text without any is re-serialised by the C encoder, with no walk).
+_DECODER = json.JSONDecoder(parse_float=_float_token)
 
 
 def parse_canonical(text: str) -> dict[str, Any]:
@@ -144,14 +163,15 @@ def parse_canonical(text: str) -> dict[str, Any]:
     form (keys unsorted or repeated, spaces, escapes, NaN, a number not in
     its one canonical form such as ``1.0``, ``1E5`` or ``-0``).
     """
+    _seen.floats = 0
     try:
-        obj = json.loads(text)
+        obj = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"attrs is not JSON ({exc})") from exc
     if not isinstance(obj, dict):
         raise ValueError(f"attrs is a JSON {type(obj).__name__}, not an object")
     try:
-        again = canonical_json(obj)
+        again = canonical_json(obj, floats=bool(_seen.floats))
     except (ValueError, TypeError, RecursionError) as exc:
         raise ValueError(f"attrs holds a value JSON cannot state exactly ({exc})") from exc
     if again != text:
