@@ -230,3 +230,21 @@ class TestHostileClient:
 def test_key_of_each_kind(value: bytes) -> None:
     """Keys that are valid UTF-8 and do not start with NUL stay plain; the rest use the escape."""
     assert (value, value == b"ok" or value == b"") == (key_bytes(text_key(value)), text_key(value) in ("ok", ""))
+
+
+class TestGate:
+    """A gate over names and paths that are not UTF-8 still seals its verdict."""
+
+    def test_verdict_quoting_a_path(self, tmp_path: Path) -> None:
+        """A check whose reason quotes an artifact path that is not UTF-8: the verdict is sealed, the path as \\xNN."""
+        work = tmp_path / "w"
+        (work / "art").mkdir(parents=True)
+        (work / "art" / os.fsdecode(b"f\xff.txt")).write_bytes(b"not json")
+        gate = tmp_path / "g.toml"
+        gate.write_text('[gate]\nname = "arts"\n[[artifact]]\nglob = "art/*"\nschema = {type = "object"}\n')
+        out = tmp_path / "g.aos"
+        cmd = [ALPHA, "observe", "gate", "arts", "--gate-file", str(gate), "--quiet", "--out", str(out)]
+        proc = subprocess.run([*cmd, "--artifact", "art/*", "--", "true"], cwd=work, capture_output=True, timeout=120)
+        assert 1 == proc.returncode, proc.stderr
+        (check,) = one(events(out), "verdict").attrs["checks"]
+        assert ("fail", True) == (check["status"], "art/f\\xff.txt is not JSON" in check["reason"])
