@@ -110,7 +110,9 @@ def decode_batch(message: bytes, stream_id: str = STREAM_ID) -> list[dict[str, A
     """The rows of one record batch message, as dicts of column values."""
     schema = arrow_schema(stream_id)
     reader = ipc.open_stream(schema.serialize().to_pybytes() + message + EOS)
-    rows: list[dict[str, Any]] = reader.read_all().to_pylist()
+    table = reader.read_all()
+    table.validate(full=True)  # never convert unvalidated (possibly damaged) buffers: that can crash
+    rows: list[dict[str, Any]] = table.to_pylist()
     return rows
 
 
