@@ -1,20 +1,26 @@
 """The verifier: is this stream intact, sealed, and (given a key) signed?
 
-Checks, in file order, stopping at the first failure:
+Checks, in file order, stopping at the first failure (docs/FORMAT.md section 5):
 
-1. the file exists (``stream-missing``) and is an AOS v1 stream (``stream-schema``);
-2. for each complete batch, for each event: ``seq`` is the next integer
-   (``stream-order``), its hash follows from the one before (``stream-chain``),
-   a ``checkpoint`` names the chain head and count before it (``stream-chain``)
-   and, with a key, carries a good signature (``stream-signature``);
-3. a ``seal`` stands alone in the last batch and names the head, the count,
-   the byte length and the BLAKE3 digest of every file byte before its batch
-   (``stream-seal``); with a key, its signature is good (``stream-signature``);
-   every event's attrs is the canonical JSON of an object (``stream-schema``);
-4. after the seal's batch comes at most the end-of-stream marker
-   (``stream-seal``: bytes follow it);
-5. damage after the last complete batch: ``stream-truncated``; no seal at all:
-   ``stream-unsealed``. Both name the last intact seq and checkpoint.
+1. the path is a regular file (``stream-missing``) and an AOS v1 stream with
+   exactly the v1 metadata (``stream-schema``);
+2. for each complete batch (well-formed framing, ``aos.framing``; no null
+   where the schema forbids one, ``stream-schema``), for each event: ``seq``
+   is the next integer (``stream-order``), its hash follows from the one
+   before (``stream-chain``), its attrs is the canonical JSON of an object
+   (``stream-schema``), a ``checkpoint`` holds exactly its keys and names the
+   chain head and count (a JSON integer) before it (``stream-chain``);
+3. a ``seal`` stands alone in the last batch, holds exactly its keys and names
+   the head, the count, the byte length and the BLAKE3 digest of every file
+   byte before its batch (``stream-seal``);
+4. signing fields are 128 / 32 lowercase hex digits and come together; with a
+   key, every checkpoint and the seal is signed under that key's id with a
+   good signature (``stream-signature``);
+5. after the seal's batch comes at most the end-of-stream marker (a cut marker
+   is ``stream-truncated``, anything else ``stream-seal``);
+6. without a seal: a cut message is ``stream-truncated``, damage
+   ``stream-chain``, a clean end ``stream-unsealed``; each names the last
+   intact seq and checkpoint.
 """
 
 from __future__ import annotations
@@ -54,7 +60,9 @@ class Verification:
 
     ``head`` is the final head of the chain: the hash of the seal event itself
     (not ``seal["head"]``, which is the head before the seal). ``file_blake3``
-    is BLAKE3 over the whole file, as the tracker records it.
+    is BLAKE3 over the whole file, as the tracker records it. ``key_id`` is the
+    checked key's id when a key was given (the seal's must equal it), else the
+    seal's own claim.
     """
 
     path: Path
