@@ -3,15 +3,17 @@
 An AOS stream is a plain Arrow IPC stream, so any complete one opens with stock
 ``pyarrow.ipc.open_stream``. This reader walks it message by message instead,
 so that on a damaged file it keeps every complete batch before the damage and
-says exactly what is missing. It never raises anything but a ``Refusal``.
+says exactly what is wrong. It never raises anything but a ``Refusal``.
 
-Damage is classified by what the bytes after the last good batch are:
-- fewer bytes than the next message's framing announces: ``stream-truncated``
-  (a torn write: the recorder was killed, or the file was cut);
-- a complete-looking message that does not decode: ``stream-chain`` (the
-  bytes were changed; no event after the last good one can be trusted);
-- anything after the end-of-stream marker: ``stream-truncated`` here, and
-  ``stream-seal`` in the verifier when a seal precedes it.
+What follows the last good batch is classified by ``aos.framing`` (docs/FORMAT.md,
+section 1.1):
+- nothing, or exactly the end-of-stream marker: a clean end;
+- a proper prefix of a well-formed message, or of the end-of-stream marker:
+  ``stream-truncated`` (a torn write: the recorder was killed, or the file was cut);
+- anything else (junk, zeros, a complete message that does not decode, bytes
+  after the end-of-stream marker): ``stream-chain`` here, and ``stream-seal`` in
+  the verifier when a seal precedes it;
+- a complete batch with a null in a column that may not hold one: ``stream-schema``.
 """
 
 from __future__ import annotations
@@ -19,24 +21,45 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import struct
+import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aos.event import Event
+from aos.framing import EOS, Cut, Malformed, batch_frame, schema_frame
 from aos.refusals import Refusal, StreamChain, StreamMissing, StreamSchema, StreamTruncated
-from aos.schema import COLUMNS, FORMAT_NAME, FORMAT_VERSION, META_FORMAT, META_STREAM_ID, META_VERSION
+from aos.schema import (
+    COLUMNS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    HASH_NAME,
+    META_FORMAT,
+    META_HASH,
+    META_STREAM_ID,
+    META_VERSION,
+    NOT_NULL,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["EOS", "RawBatch", "StreamContents", "StreamFile", "iter_events", "open_buffer", "read_stream"]
+__all__ = [
+    "EOS",
+    "RawBatch",
+    "StreamContents",
+    "StreamFile",
+    "check_metadata",
+    "iter_events",
+    "open_buffer",
+    "open_regular",
+    "read_stream",
+    "require_regular",
+]
 
-EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
-_CONT = b"\xff\xff\xff\xff"
-_I32 = struct.Struct("<i")
+_STREAM_ID = re.compile(r"[0-9a-f]{32}")
 
 
 @dataclass(frozen=True)
@@ -66,12 +89,98 @@ class StreamContents:
         return self.damage is None
 
 
+def _file_type(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """Open ``path`` for reading without ever blocking; ``stream-missing`` unless it is a regular file.
+
+    The open is non-blocking and takes no controlling terminal, so a FIFO, a
+    terminal or a device is refused at once instead of waiting for a writer.
+    The caller closes the returned descriptor.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise StreamMissing(f"{path}: {exc.strerror or exc}") from exc
+    try:
+        require_regular(fd, path)
+    except StreamMissing:
+        os.close(fd)
+        raise
+    return fd
+
+
+def require_regular(fd: int, path: str | os.PathLike[str]) -> None:
+    """``stream-missing`` unless ``fd`` is a regular file (a directory, FIFO or device is not a stream)."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:
+        raise StreamMissing(f"{path}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(mode):
+        raise StreamMissing(f"{path} is {_file_type(mode)}, not a stream file")
+
+
+def check_metadata(raw: dict[bytes, bytes] | None, where: str) -> dict[str, str]:
+    """The schema-level metadata, checked exactly as FORMAT.md section 2 says; ``stream-schema`` otherwise."""
+    meta: dict[str, str] = {}
+    for k, v in (raw or {}).items():
+        try:
+            meta[k.decode("utf-8")] = v.decode("utf-8")
+        except UnicodeDecodeError:
+            raise StreamSchema(f"{where}: a schema metadata key or value is not UTF-8") from None
+    if meta.get(META_FORMAT.decode()) != FORMAT_NAME:
+        raise StreamSchema(f"{where} is an Arrow stream but not an AOS stream (no aos.format=AOS)")
+    version = meta.get(META_VERSION.decode())
+    if version != FORMAT_VERSION:
+        raise StreamSchema(f"{where}: AOS version {version!r} is not supported (this reader knows {FORMAT_VERSION})")
+    hash_name = meta.get(META_HASH.decode())
+    if hash_name != HASH_NAME:
+        raise StreamSchema(f"{where}: aos.hash is {hash_name!r}, not {HASH_NAME!r}")
+    stream_id = meta.get(META_STREAM_ID.decode())
+    if stream_id is None or not _STREAM_ID.fullmatch(stream_id):
+        raise StreamSchema(f"{where}: aos.stream_id {stream_id!r} is not 32 lowercase hex digits")
+    known = {k.decode() for k in (META_FORMAT, META_VERSION, META_HASH, META_STREAM_ID)}
+    extra = sorted(set(meta) - known)
+    if extra:
+        raise StreamSchema(f"{where}: unknown schema metadata key {extra[0]!r} (v1 has exactly {sorted(known)})")
+    return meta
+
+
+def null_damage(batch: pa.RecordBatch, start: int) -> StreamSchema | None:
+    """``stream-schema`` when a column that may not hold a null holds one (FORMAT.md section 2)."""
+    for i in NOT_NULL:
+        column = batch.column(i)
+        if column.null_count:
+            row = column.to_pylist().index(None)
+            seqs = batch.column(0).to_pylist()
+            seq = seqs[row] if i != 0 else None
+            named = f"seq {seq}" if seq is not None else f"row {row}"
+            return StreamSchema(
+                f"the batch at byte {start} holds a null {COLUMNS[i]} ({named}); the column may not be null",
+                offset=start,
+                **({"first_bad_seq": seq} if seq is not None else {}),
+            )
+    return None
+
+
 class StreamFile:
     """An open AOS stream: its schema, and its batches read in order.
 
     ``batches()`` yields each complete batch; afterwards ``damage`` holds the
     refusal that describes whatever followed the last one (or None), and
-    ``tail`` the bytes after the end-of-stream marker, if one was found.
+    ``eos_at`` where the end-of-stream marker was found, if it was.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, data: bytes | None = None) -> None:
@@ -85,10 +194,7 @@ class StreamFile:
             self.size = len(data)
             self._init_view(memoryview(data))
             return
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except OSError as exc:
-            raise StreamMissing(f"{self.path}: {exc.strerror or exc}") from exc
+        fd = open_regular(self.path)
         try:
             self.size = os.fstat(fd).st_size
             self._mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if self.size else None
@@ -100,6 +206,7 @@ class StreamFile:
 
     def _init_view(self, view: memoryview) -> None:
         self.view = view
+        self._buf = self._pa.py_buffer(self.view)
         self.damage: Refusal | None = None
         self.eos_at: int | None = None
         self.metadata: dict[str, str] = {}
@@ -109,43 +216,25 @@ class StreamFile:
     # -- schema ----------------------------------------------------------------------
 
     def _read_schema(self) -> None:
-        head = bytes(self.view[:8])
-        if self.size < 8 and _CONT.startswith(head[:4]):
-            raise StreamTruncated(f"{self.path} holds {self.size} bytes: the schema was never completely written")
-        if bytes(self.view[:4]) != _CONT:
-            raise StreamSchema(f"{self.path} is not an Arrow IPC stream (it does not start with a message)")
-        self._buf = self._pa.py_buffer(self.view)
-        self._src = self._pa.BufferReader(self._buf)
+        if self.size == 0:
+            raise StreamTruncated(f"{self.path} holds 0 bytes: the schema was never written")
         try:
-            self._reader = self._ipc.MessageReader.open_stream(self._src)
-            message = self._reader.read_next_message()
-        except StopIteration:
-            raise StreamSchema(f"{self.path} holds no schema") from None
-        except Exception as exc:
-            if self._short(0):
-                raise StreamTruncated(f"{self.path}: the schema message is cut short ({self.size} bytes)") from exc
-            raise StreamSchema(f"{self.path}: unreadable schema message: {exc}") from exc
-        if message.type != "schema":
-            raise StreamSchema(f"{self.path}: the first message is a {message.type}, not a schema")
+            frame = schema_frame(self.view, self.size)
+        except Cut as exc:
+            raise StreamTruncated(f"{self.path}: the schema message is cut short: {exc}") from None
+        except Malformed as exc:
+            raise StreamSchema(f"{self.path} is not an AOS stream: the first message: {exc}") from None
         try:
+            message = self._ipc.read_message(self._buf.slice(0, frame.end))
             schema = self._ipc.read_schema(message)
-        except Exception as exc:
+        except Exception as exc:  # any failure to parse is a schema refusal
             raise StreamSchema(f"{self.path}: unreadable schema: {exc}") from exc
-        meta = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in (schema.metadata or {}).items()}
-        if meta.get(META_FORMAT.decode()) != FORMAT_NAME:
-            raise StreamSchema(f"{self.path} is an Arrow stream but not an AOS stream (no aos.format=AOS)")
-        version = meta.get(META_VERSION.decode())
-        if version != FORMAT_VERSION:
-            raise StreamSchema(
-                f"{self.path}: AOS version {version!r} is not supported (this reader knows {FORMAT_VERSION})"
-            )
-        stream_id = meta.get(META_STREAM_ID.decode())
-        if not stream_id:
-            raise StreamSchema(f"{self.path}: no aos.stream_id in the schema metadata")
+        meta = check_metadata(schema.metadata, str(self.path))
+        stream_id = meta[META_STREAM_ID.decode()]
         from aos.schema import arrow_schema
 
         expected = arrow_schema(stream_id)
-        if not schema.remove_metadata().equals(expected.remove_metadata()):
+        if not schema.remove_metadata().equals(expected.remove_metadata(), check_metadata=True):
             try:
                 names = ", ".join(schema.names)
             except UnicodeDecodeError:
@@ -154,62 +243,56 @@ class StreamFile:
         self.schema = expected
         self.stream_id = stream_id
         self.metadata = meta
-        self.schema_end = self._src.tell()
+        self.schema_end = frame.end
 
     # -- batches ---------------------------------------------------------------------
 
-    def _short(self, pos: int) -> bool:
-        """True when the bytes from ``pos`` cannot hold the message they announce."""
-        left = self.size - pos
-        if left < 8:
-            return True
-        if bytes(self.view[pos : pos + 4]) != _CONT:
-            return False
-        (meta_len,) = _I32.unpack(self.view[pos + 4 : pos + 8])
-        return bool(meta_len > 0 and pos + 8 + meta_len > self.size)
-
     def batches(self) -> Iterator[RawBatch]:
         """Each complete batch in order; stops at the end or at the first damage."""
-        src, reader = self._src, self._reader
-        while True:
-            pos = src.tell()
-            try:
-                message = reader.read_next_message()
-            except StopIteration:
-                self._at_end(pos)
-                return
-            except Exception as exc:  # noqa: BLE001 - classified into a refusal below
-                if self._short(pos) or "message body" in str(exc) or "bytes available" in str(exc):
-                    self.damage = StreamTruncated(
-                        f"{self.size - pos} bytes after the last complete batch (ending at byte {pos}) "
-                        "do not form a complete message",
-                        offset=pos,
+        pos = self.schema_end
+        size = self.size
+        while pos < size:
+            rest = size - pos
+            head = bytes(self.view[pos : pos + 8])
+            if head == EOS:
+                self.eos_at = pos
+                if rest > 8:
+                    self.damage = StreamChain(
+                        f"{rest - 8} bytes follow the end-of-stream marker at byte {pos}", offset=pos + 8
                     )
-                else:
-                    self.damage = StreamChain(f"the message at byte {pos} does not decode: {exc}", offset=pos)
                 return
-            end = src.tell()
-            if message.type != "record batch":
-                self.damage = StreamChain(f"the message at byte {pos} is a {message.type}, not a batch", offset=pos)
+            if rest < 8 and EOS.startswith(head):
+                self.damage = StreamTruncated(
+                    f"the end-of-stream marker at byte {pos} is cut short ({rest} of 8 bytes)", offset=pos
+                )
                 return
             try:
+                frame = batch_frame(self.view, pos, size)
+            except Cut as exc:
+                self.damage = StreamTruncated(
+                    f"the {rest} bytes after the last complete batch (ending at byte {pos}) "
+                    f"are the start of a message cut short: {exc}",
+                    offset=pos,
+                )
+                return
+            except Malformed as exc:
+                self.damage = StreamChain(f"the {rest} bytes at byte {pos} are not a message: {exc}", offset=pos)
+                return
+            try:
+                message = self._ipc.read_message(self._buf.slice(pos, frame.end - pos))
+                if message.type != "record batch":
+                    raise ValueError(f"it is a {message.type}, not a batch")
                 batch = self._ipc.read_record_batch(message, self.schema)
                 batch.validate(full=True)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - classified into a refusal
                 self.damage = StreamChain(f"the batch at byte {pos} does not decode: {exc}", offset=pos)
                 return
-            yield RawBatch(pos, end, batch)
-
-    def _at_end(self, pos: int) -> None:
-        rest = self.size - pos
-        if rest == 0:
-            return
-        if bytes(self.view[pos : pos + 8]) == EOS:
-            self.eos_at = pos
-            if rest > 8:
-                self.damage = StreamTruncated(f"{rest - 8} bytes follow the end-of-stream marker at byte {pos}")
-            return
-        self.damage = StreamTruncated(f"{rest} bytes after the last complete batch (ending at byte {pos})", offset=pos)
+            nulls = null_damage(batch, pos)
+            if nulls is not None:
+                self.damage = nulls
+                return
+            yield RawBatch(pos, frame.end, batch)
+            pos = frame.end
 
     def close(self) -> None:
         try:

@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
+    "COLUMNS",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "HASH_NAME",
@@ -15,6 +16,7 @@ __all__ = [
     "META_HASH",
     "META_STREAM_ID",
     "META_VERSION",
+    "NOT_NULL",
     "arrow_schema",
 ]
 
@@ -28,6 +30,8 @@ META_STREAM_ID = b"aos.stream_id"
 META_HASH = b"aos.hash"
 
 COLUMNS = ("seq", "wall_ns", "mono_ns", "kind", "step", "attrs", "data", "hash")
+#: The columns that may never hold a null (indexes into ``COLUMNS``): all but step and data.
+NOT_NULL = (0, 1, 2, 3, 5, 7)
 
 
 def arrow_schema(stream_id: str) -> pa.Schema:

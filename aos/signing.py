@@ -80,10 +80,23 @@ def generate_keypair(prefix: str | os.PathLike[str]) -> tuple[Path, Path]:
     return key_path, pub_path
 
 
+def _read_key(path: str | os.PathLike[str]) -> bytes:
+    """A key file's bytes; never blocks on a FIFO or a device (``stream-signature`` for those)."""
+    from aos.reader import open_regular
+    from aos.refusals import StreamMissing
+
+    try:
+        fd = open_regular(path)
+    except StreamMissing as exc:
+        raise StreamSignature(f"cannot load key: {exc.detail}") from None
+    with os.fdopen(fd, "rb") as f:
+        return f.read(1 << 20)
+
+
 def load_signer(path: str | os.PathLike[str]) -> Signer:
     """Load an Ed25519 private key; a bad file is a ``stream-signature`` refusal."""
     try:
-        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+        key = serialization.load_pem_private_key(_read_key(path), password=None)
     except (OSError, ValueError, TypeError) as exc:
         raise StreamSignature(f"cannot load private key {path}: {exc}") from exc
     if not isinstance(key, Ed25519PrivateKey):
@@ -94,7 +107,7 @@ def load_signer(path: str | os.PathLike[str]) -> Signer:
 def load_public_key(path: str | os.PathLike[str]) -> Verifier:
     """Load an Ed25519 public key; a bad file is a ``stream-signature`` refusal."""
     try:
-        key = serialization.load_pem_public_key(Path(path).read_bytes())
+        key = serialization.load_pem_public_key(_read_key(path))
     except (OSError, ValueError, TypeError) as exc:
         raise StreamSignature(f"cannot load public key {path}: {exc}") from exc
     if not isinstance(key, Ed25519PublicKey):

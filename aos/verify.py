@@ -1,25 +1,33 @@
 """The verifier: is this stream intact, sealed, and (given a key) signed?
 
-Checks, in file order, stopping at the first failure:
+Checks, in file order, stopping at the first failure (docs/FORMAT.md section 5):
 
-1. the file exists (``stream-missing``) and is an AOS v1 stream (``stream-schema``);
-2. for each complete batch, for each event: ``seq`` is the next integer
-   (``stream-order``), its hash follows from the one before (``stream-chain``),
-   a ``checkpoint`` names the chain head and count before it (``stream-chain``)
-   and, with a key, carries a good signature (``stream-signature``);
-3. a ``seal`` stands alone in the last batch and names the head, the count,
-   the byte length and the BLAKE3 digest of every file byte before its batch
-   (``stream-seal``); with a key, its signature is good (``stream-signature``);
-   every event's attrs is the canonical JSON of an object (``stream-schema``);
-4. after the seal's batch comes at most the end-of-stream marker
-   (``stream-seal``: bytes follow it);
-5. damage after the last complete batch: ``stream-truncated``; no seal at all:
-   ``stream-unsealed``. Both name the last intact seq and checkpoint.
+1. the path is a regular file (``stream-missing``) and an AOS v1 stream with
+   exactly the v1 metadata (``stream-schema``);
+2. for each complete batch (well-formed framing, ``aos.framing``; no null
+   where the schema forbids one, ``stream-schema``), for each event: ``seq``
+   is the next integer (``stream-order``), its hash follows from the one
+   before (``stream-chain``), its attrs is the canonical JSON of an object
+   (``stream-schema``), a ``checkpoint`` holds exactly its keys and names the
+   chain head and count (a JSON integer) before it (``stream-chain``);
+3. a ``seal`` stands alone in the last batch, holds exactly its keys and names
+   the head, the count, the byte length and the BLAKE3 digest of every file
+   byte before its batch (``stream-seal``);
+4. signing fields are 128 / 32 lowercase hex digits and come together; with a
+   key, every checkpoint and the seal is signed under that key's id with a
+   good signature (``stream-signature``);
+5. after the seal's batch comes at most the end-of-stream marker (a cut marker
+   is ``stream-truncated``, anything else ``stream-seal``);
+6. without a seal: a cut message is ``stream-truncated``, damage
+   ``stream-chain``, a clean end ``stream-unsealed``; each names the last
+   intact seq and checkpoint.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +60,9 @@ class Verification:
 
     ``head`` is the final head of the chain: the hash of the seal event itself
     (not ``seal["head"]``, which is the head before the seal). ``file_blake3``
-    is BLAKE3 over the whole file, as the tracker records it.
+    is BLAKE3 over the whole file, as the tracker records it. ``key_id`` is the
+    checked key's id when a key was given (the seal's must equal it), else the
+    seal's own claim.
     """
 
     path: Path
@@ -164,7 +174,7 @@ def verify_stream(path: str | os.PathLike[str], public_key: Verifier | None = No
             head=seal.hash.hex(),
             seal=attrs,
             signed="signature" in attrs,
-            key_id=attrs.get("key_id"),
+            key_id=public_key.key_id if public_key is not None else attrs.get("key_id"),
             signature_checked=public_key is not None,
             verdict=verdict.attrs if verdict is not None else None,
             verdict_seq=verdict.seq if verdict is not None else None,
@@ -175,30 +185,72 @@ def verify_stream(path: str | os.PathLike[str], public_key: Verifier | None = No
         )
 
 
+_HEX128 = re.compile(r"[0-9a-f]{128}")
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+_SIGNING = frozenset({"signature", "key_id"})
+_CHECKPOINT_KEYS = frozenset({"head", "events"})
+_SEAL_KEYS = frozenset({"head", "events", "bytes", "file_blake3"})
+
+
+def _is_int(value: object) -> bool:
+    """A JSON integer: not a float such as 5.0, not a bool."""
+    return type(value) is int
+
+
+def _keys(a: dict[str, Any], required: frozenset[str], what: str, refusal: type[Refusal], seq: int) -> None:
+    """``a`` holds exactly ``required`` plus, optionally, both signing keys."""
+    missing = sorted(required - set(a))
+    extra = sorted(set(a) - required - _SIGNING)
+    if missing or extra:
+        detail = (
+            f"lacks {', '.join(missing)}" if missing else f"has keys the format does not define: {', '.join(extra)}"
+        )
+        raise refusal(f"{what} {detail}", first_bad_seq=seq)
+
+
+def _signature(a: dict[str, Any], what: str, key: Verifier | None, message: bytes) -> None:
+    """Check a checkpoint's or seal's signature fields; with ``key``, the signature itself."""
+    signed = _SIGNING & set(a)
+    if signed:
+        if signed != _SIGNING:
+            raise StreamSignature(f"{what} has {sorted(signed)[0]} without {sorted(_SIGNING - signed)[0]}")
+        sig, kid = a["signature"], a["key_id"]
+        if not isinstance(sig, str) or not _HEX128.fullmatch(sig):
+            raise StreamSignature(f"{what}: its signature is not 128 lowercase hex digits")
+        if not isinstance(kid, str) or not _HEX32.fullmatch(kid):
+            raise StreamSignature(f"{what}: its key_id is not 32 lowercase hex digits")
+    if key is None:
+        return
+    if not signed:
+        raise StreamSignature(f"{what} is not signed, and a key was given")
+    if a["key_id"] != key.key_id:
+        raise StreamSignature(f"{what} names key {a['key_id']}, not the checked key {key.key_id}")
+    if not key.check(message, a["signature"]):
+        raise StreamSignature(f"{what}: the signature is not by key {key.key_id}")
+
+
 def _check_checkpoint(ev: Event, sid: str, prev: bytes, key: Verifier | None) -> None:
     a = ev.attrs
-    if a.get("head") != prev.hex() or a.get("events") != ev.seq:
-        raise StreamChain(f"the checkpoint at seq {ev.seq} does not name the chain before it", first_bad_seq=ev.seq)
-    if key is not None and not key.check(checkpoint_message(sid, prev, ev.seq), a.get("signature")):
-        raise StreamSignature(f"the checkpoint at seq {ev.seq} is not signed by key {key.key_id}")
+    what = f"the checkpoint at seq {ev.seq}"
+    _keys(a, _CHECKPOINT_KEYS, what, StreamChain, ev.seq)
+    if a["head"] != prev.hex() or not _is_int(a["events"]) or a["events"] != ev.seq:
+        raise StreamChain(f"{what} does not name the chain before it", first_bad_seq=ev.seq)
+    _signature(a, what, key, checkpoint_message(sid, prev, ev.seq))
 
 
 def _check_seal(ev: Event, sid: str, prev: bytes, start: int, file_digest: bytes, key: Verifier | None) -> None:
     a = ev.attrs
-    if a.get("head") != prev.hex():
-        raise StreamSeal(f"the seal (seq {ev.seq}) names head {a.get('head')}, the chain's is {prev.hex()}")
-    if a.get("events") != ev.seq:
-        raise StreamSeal(f"the seal (seq {ev.seq}) counts {a.get('events')} events, the chain has {ev.seq}")
-    if a.get("bytes") != start:
-        raise StreamSeal(f"the seal counts {a.get('bytes')} bytes before it, the file has {start}")
-    if a.get("file_blake3") != file_digest.hex():
+    what = f"the seal (seq {ev.seq})"
+    _keys(a, _SEAL_KEYS, what, StreamSeal, ev.seq)
+    if a["head"] != prev.hex():
+        raise StreamSeal(f"{what} names head {a['head']}, the chain's is {prev.hex()}")
+    if not _is_int(a["events"]) or a["events"] != ev.seq:
+        raise StreamSeal(f"{what} counts {json.dumps(a['events'])} events, the chain has {ev.seq}")
+    if not _is_int(a["bytes"]) or a["bytes"] != start:
+        raise StreamSeal(f"{what} counts {json.dumps(a['bytes'])} bytes before it, the file has {start}")
+    if a["file_blake3"] != file_digest.hex():
         raise StreamSeal("the file's bytes before the seal do not match the seal's digest")
-    if key is not None:
-        if "signature" not in a:
-            raise StreamSignature("the seal is not signed, and a key was given")
-        message = seal_message(sid, prev, ev.seq, start, file_digest)
-        if not key.check(message, a.get("signature")):
-            raise StreamSignature(f"the seal's signature is not by key {key.key_id}")
+    _signature(a, what, key, seal_message(sid, prev, ev.seq, start, file_digest))
 
 
 def require_verdict(v: Verification) -> dict[str, Any]:

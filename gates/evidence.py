@@ -29,8 +29,26 @@ from functools import lru_cache
 from typing import Any
 
 from aos.event import Event
+from aos.text import key_bytes, os_text
 
 __all__ = ["Artifact", "Evidence", "Receipt", "Step", "glob_match", "normalise_path"]
+
+
+def _name(stored: Any) -> str:
+    """A recorded name or path (byte text, FORMAT.md 3.7), decoded as ``os`` spells it ("" if absent)."""
+    text = os_text(stored)
+    return text if text is not None else ("" if stored is None else str(stored))
+
+
+def _decoded(obj: Any) -> dict[str, Any]:
+    """A recorded env or labels object with its keys and byte-text values decoded."""
+    if not isinstance(obj, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        text = os_text(v)
+        out[key_bytes(k).decode("utf-8", "surrogateescape")] = v if text is None else text
+    return out
 
 
 def normalise_path(path: str) -> str:
@@ -251,14 +269,14 @@ class Evidence:
             elif kind == "process.exit" and self.exit is None:
                 self.exit = ev
             elif kind == "step.start":
-                name = str(ev.attrs.get("name", ""))
+                name = _name(ev.attrs.get("name"))
                 span = ev.step or str(ev.attrs.get("span") or ev.attrs.get("id") or name)
                 step = Step(name, span, ev)
                 self.steps.append(step)
                 open_spans[span] = step
                 by_span[span] = step
             elif kind == "step.end":
-                name = str(ev.attrs.get("name", ""))
+                name = _name(ev.attrs.get("name"))
                 span = ev.step or str(ev.attrs.get("span") or ev.attrs.get("id") or name)
                 step_or_none = open_spans.pop(span, None)
                 if step_or_none is None:
@@ -282,7 +300,7 @@ class Evidence:
                 fields = ev.attrs.get("fields", {})
                 r = Receipt(
                     ev,
-                    str(ev.attrs.get("name", "")),
+                    _name(ev.attrs.get("name")),
                     status if isinstance(status, str) else str(status),
                     fields if isinstance(fields, dict) else {},
                 )
@@ -290,7 +308,7 @@ class Evidence:
             elif kind == "receipt.invalid":
                 self.invalid_receipts.append(ev)
             elif kind == "artifact":
-                art = Artifact(ev, normalise_path(str(ev.attrs.get("path", ""))))
+                art = Artifact(ev, normalise_path(_name(ev.attrs.get("path"))))
                 self.artifacts.append(art)
                 pending_artifacts[art.path] = art
             elif kind == "device.observed":
@@ -298,7 +316,7 @@ class Evidence:
             elif kind == "telemetry":
                 self.telemetry.append(ev)
             elif kind == "artifact.chunk":
-                path = normalise_path(str(ev.attrs.get("path", "")))
+                path = normalise_path(_name(ev.attrs.get("path")))
                 owner = pending_artifacts.get(path)
                 if owner is not None:
                     owner.chunks.append(ev)
@@ -308,18 +326,15 @@ class Evidence:
     @property
     def env(self) -> dict[str, Any]:
         """The environment recorded at the start (secrets redacted, names kept)."""
-        env = self.open.attrs.get("env", {}) if self.open is not None else {}
-        return env if isinstance(env, dict) else {}
+        return _decoded(self.open.attrs.get("env") if self.open is not None else None)
 
     @property
     def labels(self) -> dict[str, Any]:
-        labels = self.open.attrs.get("labels", {}) if self.open is not None else {}
-        return labels if isinstance(labels, dict) else {}
+        return _decoded(self.open.attrs.get("labels") if self.open is not None else None)
 
     @property
     def cwd(self) -> str | None:
-        cwd = self.open.attrs.get("cwd") if self.open is not None else None
-        return cwd if isinstance(cwd, str) else None
+        return os_text(self.open.attrs.get("cwd")) if self.open is not None else None
 
     def env_set(self, name: str) -> bool:
         """True when ``name`` was set, non-empty, when the recording started."""

@@ -22,6 +22,7 @@ file raises ``GateFileError`` naming the file and the key.
 from __future__ import annotations
 
 import hashlib
+import os
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -596,12 +597,22 @@ def parse_gate(data: Mapping[str, Any], source: str = "<gate>", digest: str = ""
 
 
 def load_gate(path: str | Path) -> Gate:
-    """Read one gate file."""
+    """Read one gate file (a regular file, opened without blocking: a FIFO is refused, not waited on)."""
+    from aos.reader import open_regular
+    from aos.refusals import StreamMissing
+
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with os.fdopen(open_regular(p), "rb") as f:
+            raw = f.read()
+    except StreamMissing as exc:
+        raise GateFileError(f"cannot read gate file: {exc.detail}") from None
     except OSError as exc:
         raise GateFileError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GateFileError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     return parse_gate_text(text, str(p))
 
 
@@ -609,6 +620,8 @@ def parse_gate_text(text: str, source: str) -> Gate:
     """A ``Gate`` from TOML text; its digest is the SHA-256 of that text."""
     try:
         data = tomllib.loads(text)
+        return parse_gate(data, source, hashlib.sha256(text.encode()).hexdigest())
     except tomllib.TOMLDecodeError as exc:
         raise GateFileError(f"{source}: not valid TOML: {exc}") from None
-    return parse_gate(data, source, hashlib.sha256(text.encode()).hexdigest())
+    except RecursionError:
+        raise GateFileError(f"{source}: nested too deeply") from None

@@ -57,6 +57,13 @@ class Check:
     reason: str
     evidence: tuple[int, ...] = ()
 
+    def __post_init__(self) -> None:
+        # A reason may quote a recorded name or path that is not UTF-8 (FORMAT.md 3.7): it is
+        # written as text (\xNN), so the verdict can always be sealed, and reads back equal.
+        from aos.text import printable
+
+        object.__setattr__(self, "reason", printable(self.reason))
+
     def to_attrs(self) -> dict[str, Any]:
         """The JSON object sealed in the verdict event."""
         return {

@@ -26,6 +26,7 @@ from typing import Any
 
 from blake3 import blake3
 
+from aos.text import text_value
 from observe.masking import Masker, Scanner, SecretSet
 
 __all__ = ["CHUNK", "Append", "capture", "capture_file", "expand", "relative_name"]
@@ -109,7 +110,7 @@ def capture(
     secrets = secrets if secrets is not None else SecretSet()
     files, missing = expand(patterns, cwd)
     for pattern in missing:
-        append("artifact.missing", {"pattern": pattern, "error": "no such file or no match"}, None, step)
+        append("artifact.missing", {"pattern": text_value(pattern), "error": "no such file or no match"}, None, step)
     recorded = []
     for path in files:
         recorded.append(_capture_one(append, path, relative_name(path, base), max_bytes, step, secrets))
@@ -155,7 +156,7 @@ def _capture_one(
             append("artifact", _unreadable(name, st, exc), None, step)
             return name
         attrs = _base(name, "symlink", len(os.fsencode(target)), mode)
-        attrs["target"] = target
+        attrs["target"] = text_value(target)  # paths are any bytes (FORMAT.md 3.7)
         append("artifact", attrs, None, step)
         return name
     if not stat.S_ISREG(st.st_mode):
@@ -181,7 +182,8 @@ def _capture_one(
             os.lseek(fd, 0, os.SEEK_SET)
             _emit_chunks(append, fd, name, size, sha256, step, Masker(secrets, commands=False))
     except OSError as exc:
-        append("artifact.error", {"path": name, "error": f"read failed: {exc.strerror or exc}"}, None, step)
+        error = f"read failed: {exc.strerror or exc}"
+        append("artifact.error", {"path": text_value(name), "error": error}, None, step)
     finally:
         os.close(fd)
     return name
@@ -199,14 +201,14 @@ def _emit_chunks(append: Append, fd: int, name: str, size: int, sha256: str, ste
         read += len(chunk)
         out = masker.feed(chunk)
         if out:
-            append("artifact.chunk", {"path": name, "offset": offset}, out, step)
+            append("artifact.chunk", {"path": text_value(name), "offset": offset}, out, step)
             offset += len(out)
     out = masker.finish()
     if out:
-        append("artifact.chunk", {"path": name, "offset": offset}, out, step)
+        append("artifact.chunk", {"path": text_value(name), "offset": offset}, out, step)
     if read != size or digest.hexdigest() != sha256 or masker.masked:
         attrs: dict[str, Any] = {
-            "path": name,
+            "path": text_value(name),
             "error": "file changed while it was captured",
             "sha256": digest.hexdigest(),
             "bytes": read,
@@ -229,7 +231,7 @@ def _hash(fd: int, scanner: Scanner) -> tuple[int, str, str]:
 
 def _base(name: str, kind: str, size: int, mode: int) -> dict[str, Any]:
     return {
-        "path": name,
+        "path": text_value(name),
         "kind": kind,
         "size": size,
         "mode": mode,

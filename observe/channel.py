@@ -22,6 +22,8 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+from aos.text import text_key, text_value, value_bytes
+
 __all__ = [
     "ENV_CONTROL",
     "ENV_RECEIPTS",
@@ -67,9 +69,25 @@ MAX_FRAME = 16 << 20
 
 
 def receipt_line(name: str, status: str = "info", fields: dict[str, Any] | None = None) -> bytes:
-    """One receipt line, newline-terminated, as the channel expects it."""
-    obj: dict[str, Any] = {"name": name, "status": status, "fields": fields or {}}
+    """One receipt line, newline-terminated, as the channel expects it.
+
+    Strings that are not UTF-8 (undecodable command-line bytes) are sent as byte
+    text (FORMAT.md 3.7): a name or value as ``{"bytes_b64": ...}``, a key in the
+    key form. So any bytes make a valid line.
+    """
+    obj: dict[str, Any] = {"name": text_value(name), "status": status, "fields": _byte_text(fields or {})}
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode() + b"\n"
+
+
+def _byte_text(obj: Any) -> Any:
+    """``obj`` with every string that is not Unicode text made byte text (keys in the key form)."""
+    if isinstance(obj, str):
+        return text_value(obj)
+    if isinstance(obj, dict):
+        return {text_key(k) if isinstance(k, str) else k: _byte_text(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_byte_text(v) for v in obj]
+    return obj
 
 
 def parse_receipt_line(raw: bytes) -> tuple[str, dict[str, Any]]:
@@ -89,11 +107,14 @@ def parse_receipt_line(raw: bytes) -> tuple[str, dict[str, Any]]:
         return "receipt.invalid", {"reason": f"not JSON: {exc}"}
     if not isinstance(obj, dict):
         return "receipt.invalid", {"reason": f"not a JSON object but {type(obj).__name__}"}
+    if not _unicode(obj):
+        # "\udcff" escapes name no character; attrs hold only Unicode text (FORMAT.md 3.1, 3.7).
+        return "receipt.invalid", {"reason": "a string escapes a lone surrogate (not Unicode text)"}
     extra = sorted(set(obj) - _KEYS)
     if extra:
         return "receipt.invalid", {"reason": f"unknown key {extra[0]!r}; a receipt has name, status, fields"}
     name = obj.get("name")
-    if not isinstance(name, str) or not name:
+    if not (isinstance(name, str) and name) and not (isinstance(name, dict) and value_bytes(name)):
         return "receipt.invalid", {"reason": "name missing or not a non-empty string"}
     status = obj.get("status", "info")
     if status not in STATUSES:
@@ -104,6 +125,24 @@ def parse_receipt_line(raw: bytes) -> tuple[str, dict[str, Any]]:
     if not isinstance(fields, dict):
         return "receipt.invalid", {"reason": "fields is not a JSON object"}
     return "receipt", {"name": name, "status": status, "fields": fields}
+
+
+def _unicode(obj: Any) -> bool:
+    """True when every string in ``obj`` (keys included) is Unicode text: no lone surrogate."""
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, str):
+            try:
+                o.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(o, dict):
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, list):
+            stack.extend(o)
+    return True
 
 
 def _reject_constant(name: str) -> Any:

@@ -104,7 +104,7 @@ def gate(
 
 
 @click.command()
-@click.argument("stream", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("stream", type=click.Path(path_type=Path))  # a directory is stream-missing, not a usage error
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the sealed verdict as JSON.")
 @click.option(
     "--key",

@@ -26,8 +26,12 @@ def _key(path: str | None):  # type: ignore[no-untyped-def]
     return load_public_key(path)
 
 
+#: A stream argument is any path: what is not a regular file is refused as stream-missing, not a usage error.
+STREAM_PATH = click.Path(path_type=Path)
+
+
 @click.command("verify")
-@click.argument("stream", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("stream", type=STREAM_PATH)
 @click.option(
     "--key", "key", type=click.Path(dir_okay=False), help="Ed25519 public key (PEM) the seal must be signed by."
 )
@@ -60,12 +64,13 @@ def verify_cmd(stream: Path, key: str | None, as_json: bool) -> None:
             )
         )
         return
+    # With --key, v.key_id is the checked key's id (the seal's own claim was checked against it).
     sig = f", signature good (key {v.key_id})" if v.signature_checked else (", signed" if v.signed else "")
     click.echo(f"ok: {stream}: intact and sealed, {v.events} events, head {v.head}{sig}")
 
 
 @click.command("read")
-@click.argument("stream", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("stream", type=STREAM_PATH)
 @click.option("--stdout", "what", flag_value="stdout", help="Write the recorded stdout bytes, exactly.")
 @click.option("--stderr", "what", flag_value="stderr", help="Write the recorded stderr bytes, exactly.")
 @click.option("--artifact", "artifact", metavar="PATH", help="Write a captured file's bytes.")
@@ -95,19 +100,22 @@ def read_cmd(stream: Path, what: str | None, artifact: str | None, kinds: tuple[
             for ev in events:
                 out.write(event_json(ev).encode("utf-8") + b"\n")
         else:
+            from aos.text import key_bytes
+
             for ev in events:
                 size = "" if ev.data is None else f" +{len(ev.data)}B"
-                step = f" [{ev.step}]" if ev.step else ""
+                # the step column is byte text (FORMAT.md 3.7): shown decoded, undecodable bytes as \xNN
+                step = f" [{key_bytes(ev.step).decode('utf-8', 'backslashreplace')!s}]" if ev.step else ""
                 out.write(f"{ev.seq:>6} {ev.kind}{step} {ev.attrs_json}{size}\n".encode())
         out.flush()
     except Refusal as exc:
-        _refuse(exc)
+        _refuse(damage[0] if damage else exc)  # damage first: what was asked for may lie beyond it
     if damage:
         _refuse(damage[0])
 
 
 @click.command("show")
-@click.argument("stream", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("stream", type=STREAM_PATH)
 @click.option("--key", "key", type=click.Path(dir_okay=False), help="Check the signature against this public key.")
 def show_cmd(stream: Path, key: str | None) -> None:
     """A human summary: command, exit, steps, receipts, artifacts, verdict, integrity.

@@ -259,7 +259,7 @@ def artifact(paths: tuple[str, ...]) -> None:
 
 
 @click.command()
-@click.argument("stream", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("stream", type=click.Path(path_type=Path))  # a directory is stream-missing, not a usage error
 @click.option(
     "--idle",
     type=click.FloatRange(min=0),

@@ -15,6 +15,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from aos.text import printable, text_value
 from observe.channel import (
     ENV_CONTROL,
     ENV_RECEIPTS,
@@ -146,7 +147,12 @@ def artifact(paths: list[str]) -> int:
     try:
         link = _Link(control)
         try:
-            msg = {"op": "artifact", "paths": paths, "cwd": os.getcwd(), "step": os.environ.get(ENV_STEP)}
+            msg = {
+                "op": "artifact",
+                "paths": [text_value(p) for p in paths],  # any bytes (FORMAT.md 3.7)
+                "cwd": text_value(os.getcwd()),
+                "step": os.environ.get(ENV_STEP),
+            }
             reply = link.request(msg, ARTIFACT_TIMEOUT)
         finally:
             link.close()
@@ -192,11 +198,13 @@ def step(name: str, argv: list[str], *, standalone: bool = False) -> int:
     parent = os.environ.get(ENV_STEP) or None
     try:
         link = _Link(control or "")
-        reply = link.request(
-            {"op": "step.start", "span": span, "name": name, "argv": argv, "parent": parent}, START_TIMEOUT
-        )
+        # A name or argument that is not UTF-8 goes as {"bytes_b64": ...} (FORMAT.md 3.7).
+        start = {"op": "step.start", "span": span, "name": text_value(name), "parent": parent}
+        reply = link.request({**start, "argv": [text_value(a) for a in argv]}, START_TIMEOUT)
     except (OSError, ValueError) as exc:
-        sys.stderr.write(f"alpha observe step: the recorder did not answer ({exc}); running {name} unrecorded\n")
+        sys.stderr.write(
+            printable(f"alpha observe step: the recorder did not answer ({exc}); running {name} unrecorded\n")
+        )
         return _run_plain(argv)
     return _run_step(link, span, argv, reply.get("receipts"))
 
@@ -227,7 +235,9 @@ def _run_step(link: _Link, span: str, argv: list[str], receipts: str | None) -> 
         os.close(out_r)
         os.close(err_r)
         code = 127 if isinstance(exc, FileNotFoundError) else 126
-        error = f"{argv[0]}: {'command not found' if code == 127 else 'cannot execute'} ({exc.strerror or exc})"
+        error = printable(
+            f"{argv[0]}: {'command not found' if code == 127 else 'cannot execute'} ({exc.strerror or exc})"
+        )
         sys.stderr.write(f"alpha observe step: {error}\n")
         return _end(link, code, None, time.monotonic_ns() - start, error)
     os.close(out_w)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aos.text import printable, text_key, text_value, value_bytes
 from observe import artifacts
 from observe.channel import (
     ENV_CONTROL,
@@ -34,10 +35,19 @@ from observe.channel import (
     encode_json,
     parse_receipt_line,
 )
-from observe.masking import Masker, SecretSet, mask_attrs, mask_json_bytes, mask_text
+from observe.masking import Masker, SecretSet, mask_attrs, mask_bytes, mask_json_bytes, mask_text
 from observe.output import Echo, Sink
 
 __all__ = ["Control"]
+
+
+def _os_path(value: Any) -> str:
+    """A path a client sent (byte text, FORMAT.md 3.7) as Python's ``os`` functions spell it."""
+    raw = value_bytes(value)
+    if raw is None:
+        return "" if value is None else str(value)
+    return os.fsdecode(raw)
+
 
 _DATA_FRAMES = {
     FRAME_OUT: ("stdout", False),
@@ -217,25 +227,28 @@ class Control:
         finally:
             conn.sock.setblocking(False)
 
+    def _bytes_text(self, value: Any) -> str | dict[str, str]:
+        """A client's name or argument as byte text (FORMAT.md 3.7), masked: any bytes are kept."""
+        raw = value_bytes(value)
+        raw = str(value).encode("utf-8", "surrogatepass") if raw is None else raw
+        return text_value(mask_bytes(raw, self.secrets) if self.secrets else raw)
+
     def _step_start(self, conn: _Conn, msg: dict[str, Any]) -> None:
-        span = str(msg["span"])
+        span = text_key(value_bytes(msg["span"]) or str(msg["span"]))  # the step column is text
         self.drain()
         self.poll_receipts(force=True)
-        argv = [mask_text(str(a), self.secrets) for a in msg.get("argv", [])]
+        argv = [self._bytes_text(a) for a in msg.get("argv", [])]
         parent = msg.get("parent")
+        parent = text_key(value_bytes(parent) or str(parent)) if parent is not None else None
         if conn.span is not None:
             with self._steps_lock:  # a second step.start on one connection: the first is no longer open
                 self._open_steps.pop(conn.span, None)
         conn.span = span
-        conn.start = {
-            "name": mask_text(str(msg["name"]), self.secrets),
-            "argv": argv,
-            "parent": parent,
-            "pid": conn.pid,
-        }
+        conn.start = {"name": self._bytes_text(msg["name"]), "argv": argv, "parent": parent, "pid": conn.pid}
         self.sink.append("step.start", dict(conn.start), None, span)
         with self._steps_lock:
-            self._open_steps[span] = (conn.start["name"], conn.pid)
+            name = conn.start["name"]  # byte text: the registry keeps the step column's text form
+            self._open_steps[span] = (name if isinstance(name, str) else text_key(value_bytes(name) or b""), conn.pid)
         path = os.path.join(self.directory, f"receipts-{len(self.tails)}")
         conn.tail = ReceiptTail(self._new_file(path), span)
         self.tails.append(conn.tail)
@@ -259,7 +272,7 @@ class Control:
             duration_ns=msg.get("duration_ns"),
         )
         if msg.get("error"):
-            attrs["error"] = mask_text(str(msg["error"]), self.secrets)
+            attrs["error"] = printable(mask_text(printable(str(msg["error"])), self.secrets))
         if incomplete:
             attrs["incomplete"] = True
         self.sink.append("step.end", attrs, None, conn.span)
@@ -278,11 +291,11 @@ class Control:
         step = msg.get("step")
         recorded = artifacts.capture(
             self._append_artifact,
-            [str(p) for p in msg.get("paths", [])],
-            cwd=str(msg.get("cwd") or self.cwd),
+            [_os_path(p) for p in msg.get("paths", [])],
+            cwd=_os_path(msg.get("cwd")) or self.cwd,
             base=self.cwd,
             max_bytes=self.artifact_max_bytes,
-            step=step if isinstance(step, str) else None,
+            step=text_key(step) if isinstance(step, str) else None,
             secrets=self.secrets,
         )
         self.sink.drain()

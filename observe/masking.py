@@ -32,6 +32,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from aos.text import BYTES_KEY, KEY_PREFIX, key_bytes, text_key, text_value, value_bytes
+
 __all__ = [
     "ADD_MASK",
     "FREE_FORM_ATTRS",
@@ -473,6 +475,10 @@ def mask_attrs(attrs: dict[str, Any], secrets: SecretSet | Iterable[bytes]) -> d
     return out
 
 
+def _is_byte_text(v: Any) -> bool:
+    return isinstance(v, dict) and len(v) == 1 and isinstance(v.get(BYTES_KEY), str)
+
+
 def mask_value(value: Any, secrets: SecretSet | Iterable[bytes], *, keys: bool = True) -> Any:
     """A copy of a JSON-like value with every string and bytes (and, with ``keys``, every key) masked;
     iterative, any depth."""
@@ -480,12 +486,17 @@ def mask_value(value: Any, secrets: SecretSet | Iterable[bytes], *, keys: bool =
 
     def leaf(v: Any) -> Any:
         if isinstance(v, str):
+            if v.startswith(KEY_PREFIX):  # byte text where only a string can stand (FORMAT.md 3.7)
+                return text_key(mask_bytes(key_bytes(v), s))
             return mask_text(v, s)
         if isinstance(v, bytes | bytearray):
             return mask_bytes(bytes(v), s)
+        if _is_byte_text(v):  # {"bytes_b64": ...}: masked as the bytes it stands for, not its base64
+            raw = value_bytes(v)
+            return text_value(mask_bytes(raw, s)) if raw is not None else v
         return v
 
-    if not isinstance(value, dict | list | tuple):
+    if not isinstance(value, dict | list | tuple) or _is_byte_text(value):
         return leaf(value)
     root: Any = {} if isinstance(value, dict) else []
     stack: list[tuple[Any, Any]] = [(value, root)]
@@ -493,7 +504,7 @@ def mask_value(value: Any, secrets: SecretSet | Iterable[bytes], *, keys: bool =
         src, dst = stack.pop()
         items = src.items() if isinstance(src, dict) else enumerate(src)
         for key, v in items:
-            if isinstance(v, dict | list | tuple):
+            if isinstance(v, dict | list | tuple) and not _is_byte_text(v):
                 child: Any = {} if isinstance(v, dict) else []
                 stack.append((v, child))
             else:

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aos.text import printable, text_key, text_value
 from observe import artifacts
 from observe.channel import ENV_STDERR_ID, ENV_STDOUT_ID, ENV_STEP, ENV_STREAM, ENV_STREAM_ID
 from observe.envpolicy import recorded_env
@@ -214,7 +215,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
             crashed = True
             outcome = Outcome()
             logger().error("the recorder failed", error=mask_text(f"{type(exc).__name__}: {exc}", secrets))
-            sink.append("recorder.error", {"error": f"the recorder failed: {type(exc).__name__}: {exc}"})
+            sink.append("recorder.error", {"error": printable(f"the recorder failed: {type(exc).__name__}: {exc}")})
         failed_hook = crashed
         sink.stop()  # everything queued is in the writer now
         if before_seal is not None and not sink.failed:
@@ -222,7 +223,8 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
                 before_seal(writer)
             except Exception as exc:  # noqa: BLE001 - any failure of the hook is recorded, then sealed
                 failed_hook = True
-                sink.append_direct("recorder.error", {"error": f"before_seal failed: {type(exc).__name__}: {exc}"})
+                error = printable(f"before_seal failed: {type(exc).__name__}: {exc}")
+                sink.append_direct("recorder.error", {"error": error})
         seal = sink.seal()
     finally:
         sink.stop()
@@ -245,6 +247,11 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     )
 
 
+def _argv_text(values: Sequence[str], secrets: SecretSet) -> list[str | dict[str, str]]:
+    """An argv, masked, as byte text (FORMAT.md 3.7): an item that is not UTF-8 is ``{"bytes_b64": ...}``."""
+    return [text_value(mask_text(v, secrets)) for v in values]
+
+
 def _run(
     argv: list[str],
     options: RecordOptions,
@@ -258,22 +265,22 @@ def _run(
 ) -> Any:
     from observe.ingest import Control
 
-    def masked(values: Sequence[str]) -> list[str]:
-        return [mask_text(v, secrets) for v in values]
-
     sink.append(
         "stream.open",
         {
             "stream_id": stream_id,
             "tool": TOOL,
             "version": _version(),
-            "argv": masked(argv),
-            "recorder_argv": masked(sys.argv),
-            "cwd": cwd,
-            "env": recorded_env(os.environ, options.env),  # the sink masks every event's attrs
-            "host": socket.gethostname(),
+            "argv": _argv_text(argv, secrets),
+            "recorder_argv": _argv_text(sys.argv, secrets),
+            "cwd": text_value(cwd),
+            # names always, values on the allow-list; the sink masks every event's attrs (byte text included)
+            "env": {text_key(k): text_value(v) for k, v in recorded_env(os.environ, options.env).items()},
+            "host": text_value(socket.gethostname()),
             "gate": options.gate,
-            "labels": {str(k): mask_text(str(v), secrets) for k, v in dict(options.labels).items()},
+            "labels": {
+                text_key(str(k)): text_value(mask_text(str(v), secrets)) for k, v in dict(options.labels).items()
+            },
             "pid": os.getpid(),
             "pty": options.pty,
             "timeout": options.timeout,
@@ -363,9 +370,6 @@ def _run_command(
     from observe.capture import Capture, Outcome
     from observe.spawn import SpawnFailure, spawn
 
-    def masked(values: Sequence[str]) -> list[str]:
-        return [mask_text(v, secrets) for v in values]
-
     _capture_lane_configs(sink, cwd, options.artifact_max_bytes, secrets)
     if sampler is not None:
         start = sampler.take_start()
@@ -391,13 +395,13 @@ def _run_command(
                 "rusage": None,
                 "interrupted": None,
                 "stray_writers": False,
-                "error": mask_text(spawned.error, secrets),
+                "error": printable(mask_text(spawned.error, secrets)),
             },
         )
         if not options.quiet:
             sys.stderr.write(f"alpha observe: {mask_text(spawned.error, secrets)}\n")
     else:
-        sink.append("process.start", {"pid": spawned.pid, "argv": masked(argv)})
+        sink.append("process.start", {"pid": spawned.pid, "argv": _argv_text(argv, secrets)})
         if sampler is not None:
             sampler.command_started(spawned.pid)
         capture = Capture(

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from observe.masking import SecretSet, env_secrets, mask_attrs, mask_json_bytes, mask_text
+from observe.masking import SecretSet, env_secrets, mask_attrs, mask_json_bytes, mask_value
 from observe.output import Sink
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class MaskingSink(Sink):
         if attrs:
             attrs = self.mask_attrs(attrs)
         if step is not None:
-            step = mask_text(step, self.secrets)
+            step = mask_value(step, self.secrets)  # byte text too (FORMAT.md 3.7)
         if data is not None and kind not in _STREAMED:
             data = mask_json_bytes(data, self.secrets)
         super().append(kind, attrs, data, step)

@@ -56,12 +56,14 @@ def artifact_bytes(events: Iterable[Event], path: str, out: IO[bytes]) -> int:
     """
     import hashlib
 
+    from aos.text import os_text
+
     want = os.path.normpath(path)
     meta: dict[str, Any] | None = None
     sha = hashlib.sha256()
     written = 0
     for ev in events:
-        if ev.kind == "artifact" and os.path.normpath(str(ev.attrs.get("path", ""))) == want:
+        if ev.kind == "artifact" and os.path.normpath(os_text(ev.attrs.get("path")) or "") == want:
             meta, sha, written = ev.attrs, hashlib.sha256(), 0
         elif ev.kind == "artifact.chunk" and meta is not None and ev.attrs.get("path") == meta.get("path"):
             chunk = ev.data or b""
@@ -105,8 +107,33 @@ class Summary:
     intact: bool = False
 
 
+def _text(value: Any) -> str:
+    """A stored value (byte text, or anything else) as one safe line: no control characters."""
+    from aos.text import display
+
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in display(value))
+
+
+def _key(stored: Any) -> str:
+    from aos.text import key_bytes
+
+    return _text(key_bytes(stored).decode("utf-8", "surrogateescape")) if isinstance(stored, str) else _text(stored)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
-    """Read a stream (damaged or not) and gather what ``show`` prints."""
+    """Read a stream (damaged or not) and gather what ``show`` prints.
+
+    Attrs are untrusted: every value is checked for its type, and byte text
+    (FORMAT.md section 3.7) is decoded for display.
+    """
     from aos.verify import verify_stream
 
     s = Summary()
@@ -115,12 +142,18 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
     depth: dict[str, int] = {}
     for ev in iter_stream(path, damage):
         s.events += 1
-        a = ev.attrs
+        try:
+            a = ev.attrs
+        except Refusal:  # attrs that are not a JSON object: verify names it on the integrity line
+            a = {}
         if ev.kind == "stream.open":
-            s.stream_id = str(a.get("stream_id", ""))
-            s.argv = list(a.get("argv") or [])
-            s.cwd, s.host, s.gate = str(a.get("cwd", "")), str(a.get("host", "")), a.get("gate")
-            s.labels = dict(a.get("labels") or {})
+            s.stream_id = _text(a.get("stream_id", ""))
+            argv = a.get("argv")
+            s.argv = [_text(v) for v in argv] if isinstance(argv, list) else []
+            s.cwd, s.host = _text(a.get("cwd", "")), _text(a.get("host", ""))
+            gate = a.get("gate")
+            s.gate = None if gate is None else _text(gate)
+            s.labels = {_key(k): _text(v) for k, v in _obj(a.get("labels")).items()}
             s.started_ns = ev.wall_ns
         elif ev.kind in ("stdout", "stderr"):
             s.out_bytes[ev.kind] += len(ev.data or b"")
@@ -128,15 +161,15 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
         elif ev.kind == "step.start" and ev.step is not None:
             parent = a.get("parent")
             depth[ev.step] = depth.get(parent, -1) + 1 if isinstance(parent, str) else 0
-            entry = {"name": a.get("name"), "depth": depth[ev.step], "exit_code": None, "duration_ns": None}
+            entry = {"name": _text(a.get("name")), "depth": depth[ev.step], "exit_code": None, "duration_ns": None}
             open_steps[ev.step] = entry
             s.steps.append(entry)
         elif ev.kind == "step.end" and ev.step in open_steps:
             open_steps[ev.step].update(
-                exit_code=a.get("exit_code"), signal=a.get("signal"), duration_ns=a.get("duration_ns")
+                exit_code=_int(a.get("exit_code")), signal=a.get("signal"), duration_ns=_int(a.get("duration_ns"))
             )
         elif ev.kind == "receipt":
-            s.receipts.append({"name": a.get("name"), "status": a.get("status")})
+            s.receipts.append({"name": _text(a.get("name")), "status": _text(a.get("status"))})
         elif ev.kind == "receipt.invalid":
             s.invalid_receipts += 1
         elif ev.kind == "artifact":
@@ -168,15 +201,19 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
 
 
 def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    if n < 1024 or n >= 1 << 60:  # (a hostile size too large for a float stays an integer)
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB"):
         n /= 1024  # type: ignore[assignment]
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}"
     return str(n)  # pragma: no cover
 
 
 def _secs(ns: Any) -> str:
-    return f"{ns / 1e9:.2f} s" if isinstance(ns, int) else "?"
+    if not isinstance(ns, int) or isinstance(ns, bool):
+        return "?"
+    return f"{ns / 1e9:.2f} s" if abs(ns) < 1 << 62 else f"{ns} ns"
 
 
 def _devices(s: Summary) -> str:
@@ -205,7 +242,10 @@ def format_summary(s: Summary) -> str:
     lines.append(f"command    {shlex.join(s.argv) if s.argv else '?'}")
     lines.append(f"where      {s.cwd} on {s.host}")
     if s.started_ns is not None:
-        when = datetime.fromtimestamp(s.started_ns / 1e9, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            when = datetime.fromtimestamp(s.started_ns / 1e9, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        except (OverflowError, OSError, ValueError):
+            when = f"{s.started_ns} ns (not a date)"
         lines.append(f"started    {when}")
     if s.labels:
         lines.append("labels     " + ", ".join(f"{k}={v}" for k, v in sorted(s.labels.items())))
@@ -213,9 +253,9 @@ def format_summary(s: Summary) -> str:
         lines.append("exit       none recorded (the recording did not finish)")
     else:
         e = s.exit
-        how = f"signal {e['signal']}" if e.get("signal") else f"code {e.get('exit_code')}"
-        extra = " (timed out)" if e.get("timed_out") else ""
-        lines.append(f"exit       {how}{extra} after {_secs(e.get('duration_ns'))}")
+        how = f"signal {_text(e['signal'])}" if e.get("signal") else f"code {_text(e.get('exit_code'))}"
+        extra = " (timed out)" if e.get("timed_out") is True else ""
+        lines.append(f"exit       {how}{extra} after {_secs(_int(e.get('duration_ns')))}")
     lines.append(
         f"output     stdout {_size(s.out_bytes['stdout'])} in {s.out_chunks['stdout']} chunks, "
         f"stderr {_size(s.out_bytes['stderr'])} in {s.out_chunks['stderr']} chunks"
@@ -230,23 +270,26 @@ def format_summary(s: Summary) -> str:
     counts: dict[str, int] = {}
     for r in s.receipts:
         counts[str(r["status"])] = counts.get(str(r["status"]), 0) + 1
-    tally = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-    invalid = f"; {s.invalid_receipts} invalid" if s.invalid_receipts else ""
-    lines.append(f"receipts   {len(s.receipts)}" + (f" ({tally}{invalid})" if s.receipts or invalid else ""))
+    tally = [f"{n} {k}" for k, n in sorted(counts.items())]
+    invalid = [f"{s.invalid_receipts} invalid"] if s.invalid_receipts else []
+    detail = "; ".join(p for p in (", ".join(tally), *invalid) if p)
+    lines.append(f"receipts   {len(s.receipts)}" + (f" ({detail})" if detail else ""))
     lines.append(f"artifacts  {len(s.artifacts)}")
     for a in s.artifacts:
-        digest = str(a.get("sha256") or "")[:12]
-        lines.append(f"  {a.get('path')}  {_size(int(a.get('size') or 0))}  sha256 {digest}")
+        digest = _text(a.get("sha256") or "")[:12]
+        size = _int(a.get("size"))
+        lines.append(f"  {_text(a.get('path'))}  {_size(size) if size is not None else '?'}  sha256 {digest}")
     lines.append(f"devices    {_devices(s)}")
     if s.verdict is None:
         lines.append("verdict    none")
     else:
         v = s.verdict
-        checks = v.get("checks") or []
-        failing = [c.get("name") for c in checks if c.get("status") != "pass"]
-        tail = f"; not passing: {', '.join(map(str, failing))}" if failing else ""
+        checks = [c for c in v.get("checks") or [] if isinstance(c, dict)] if isinstance(v.get("checks"), list) else []
+        failing = [_text(c.get("name")) for c in checks if c.get("status") != "pass"]
+        tail = f"; not passing: {', '.join(failing)}" if failing else ""
         lines.append(
-            f"verdict    {v.get('verdict')} (gate {v.get('gate')}, scope {v.get('scope')}, {len(checks)} checks{tail})"
+            f"verdict    {_text(v.get('verdict'))} (gate {_text(v.get('gate'))}, scope {_text(v.get('scope'))}, "
+            f"{len(checks)} checks{tail})"
         )
     lines.append(f"integrity  {s.integrity}")
     return "\n".join(lines)

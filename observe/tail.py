@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
-from aos.refusals import StreamMissing, StreamSchema, StreamTruncated
+from aos.reader import require_regular
+from aos.refusals import StreamChain, StreamMissing, StreamSchema
 
 __all__ = ["GaveUp", "follow"]
 
@@ -34,10 +34,16 @@ class _Growing:
         self._last = time.monotonic()
         while True:
             try:
-                self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                # Never block in open(): a FIFO or a terminal is refused below, not waited on.
+                self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
                 break
             except FileNotFoundError:
                 self._wait()  # the recorder may not have created it yet
+        try:
+            require_regular(self._fd, path)
+        except StreamMissing:
+            os.close(self._fd)
+            raise
         self._pos = 0
         self._pushback = b""
 
@@ -108,12 +114,14 @@ def follow(
 ) -> bool:
     """Print the stream's output as it is recorded; True at the seal, False when it gave up.
 
-    Raises ``StreamSchema`` for a file that is not an AOS stream.
+    Raises ``StreamSchema`` for a file that is not an AOS stream (or a batch
+    with a null where none may be), ``StreamMissing`` for one that is not a
+    regular file, ``StreamChain`` for a message that does not decode.
     """
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    from aos.schema import FORMAT_NAME, META_FORMAT
+    from aos.reader import check_metadata, null_damage
 
     deadline = time.monotonic() + timeout if timeout is not None else None
     try:
@@ -133,20 +141,27 @@ def follow(
             reader = ipc.open_stream(source)
         except GaveUp:
             return False
-        except pa.ArrowInvalid as exc:
+        except (pa.ArrowException, OSError, ValueError) as exc:
             raise StreamSchema(f"{path} is not an AOS stream: {exc}") from exc
-        meta: dict[Any, Any] = reader.schema.metadata or {}
-        if meta.get(META_FORMAT) != FORMAT_NAME.encode():
-            raise StreamSchema(f"{path} is an Arrow stream but not an AOS stream")
+        from aos.schema import arrow_schema
+
+        expected = arrow_schema(check_metadata(reader.schema.metadata, str(path))["aos.stream_id"])
+        if not reader.schema.remove_metadata().equals(expected.remove_metadata(), check_metadata=True):
+            raise StreamSchema(f"{path}: its columns are not those of an AOS v1 stream")
         while True:
+            start = source.tell()
             try:
                 batch = reader.read_next_batch()
+                batch.validate(full=True)
             except StopIteration:
                 return False  # the end of the stream without a seal
             except GaveUp:
                 return False
-            except pa.ArrowInvalid as exc:
-                raise StreamTruncated(f"{path}: {exc}") from exc
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise StreamChain(f"{path}: the message at byte {start} does not decode: {exc}") from exc
+            nulls = null_damage(batch, start)
+            if nulls is not None:
+                raise nulls
             kinds = batch.column("kind").to_pylist()
             data = batch.column("data")
             for i, kind in enumerate(kinds):

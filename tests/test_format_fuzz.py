@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
+import os
 import random
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aos.canonical import canonical_json
 from aos.reader import EOS, iter_events, read_stream
 from aos.refusals import Refusal
 from aos.verify import verify_stream
@@ -235,3 +238,267 @@ class TestFuzzCli:
             timeout=60,
         )
         assert (1, "refused: stream-chain: ", "") == (proc.returncode, proc.stderr[:23], proc.stdout)
+
+
+# -- every read command, and gate files (issue 11) ------------------------------------------
+
+#: Each read command with each of its options (verify --key and verdict --key check a signature).
+READ_COMMANDS: tuple[tuple[str, ...], ...] = (
+    ("verify",),
+    ("verify", "--json"),
+    ("verify", "--key", str(ASSETS / "signer.pub")),
+    ("read",),
+    ("read", "--json"),
+    ("read", "--stdout"),
+    ("read", "--stderr"),
+    ("read", "--artifact", "out/résumé.txt"),
+    ("read", "--kind", "verdict", "--kind", "stdout"),
+    ("show",),
+    ("show", "--key", str(ASSETS / "signer.pub")),
+    ("verdict",),
+    ("verdict", "--json"),
+    ("verdict", "--key", str(ASSETS / "signer.pub")),
+)
+#: What each command may exit with: 0 (or verdict's 0/1/3) and 1 for a refusal.
+EXITS = {"verify": {0, 1}, "read": {0, 1}, "show": {0, 1}, "verdict": {0, 1, 3}}
+REFUSALS = (
+    "stream-missing",
+    "stream-schema",
+    "stream-truncated",
+    "stream-chain",
+    "stream-order",
+    "stream-unsealed",
+    "stream-seal",
+    "stream-signature",
+    "stream-verdict",
+    "artifact-missing",
+)
+
+
+def run_read_command(args: tuple[str, ...], path: Path) -> tuple[int, str]:
+    """One read command in process: its exit code and stderr; any exception but SystemExit fails the test."""
+    from observe.cli import main
+
+    result = CliRunner().invoke(main, ["observe", args[0], str(path), *args[1:]])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(f"{args} raised {result.exception!r}") from result.exception
+    assert result.exit_code in EXITS[args[0]], (args, result.exit_code, result.stderr)
+    for line in result.stderr.splitlines():
+        assert line.startswith("refused: "), (args, line)
+        assert line.split(":")[1].strip() in REFUSALS, (args, line)
+    if result.exit_code == 1 and args[0] in ("verify", "read"):  # show summarises; verdict 1 is a fail
+        assert result.stderr.startswith("refused: "), (args, result.stderr)
+    return result.exit_code, result.stderr
+
+
+def run_tail(path: Path) -> bool | str:
+    """``tail`` (the library behind `alpha observe tail`) with a short idle limit: True at the seal, or a refusal."""
+    from observe.tail import follow
+
+    with open(os.devnull, "wb") as sink:
+        try:
+            return follow(path, idle=0.2, timeout=10, out_fd=sink.fileno(), err_fd=sink.fileno())
+        except Refusal as exc:
+            refusal = exc.name
+    assert refusal in REFUSALS
+    return refusal
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3),
+    max_leaves=8,
+)
+STREAM = "0123456789abcdef0123456789abcdef"
+
+
+class TestFuzzEveryReadCommand:
+    """verify, read (each option), show, verdict and tail on hostile bytes: named refusals only, and no hang."""
+
+    @pytest.mark.parametrize("name", sorted(p.name for p in ASSETS.glob("*.aos")))
+    def test_assets(self, name: str) -> None:
+        """Every asset through every read command and tail."""
+        for args in READ_COMMANDS:
+            run_read_command(args, ASSETS / name)
+        run_tail(ASSETS / name)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(mutated())
+    def test_mutated(self, tmp_path: Path, data: bytes) -> None:
+        """Mutated streams through every read command and tail."""
+        path = tmp_path / f"e{next(_names)}.aos"
+        path.write_bytes(data)
+        for args in READ_COMMANDS:
+            run_read_command(args, path)
+        run_tail(path)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.binary(max_size=2048))
+    def test_random_bytes_after_schema(self, tmp_path: Path, data: bytes) -> None:
+        """A valid schema followed by random bytes, through every read command and tail."""
+        path = tmp_path / f"b{next(_names)}.aos"
+        path.write_bytes(BASES["good.aos"][:SCHEMA_END] + data)
+        for args in READ_COMMANDS:
+            run_read_command(args, path)
+        run_tail(path)
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.dictionaries(st.sampled_from(["argv", "labels", "cwd", "host", "size", "path", "name"]), JSON_VALUES))
+    def test_odd_attribute_types(self, surgery: ModuleType, tmp_path: Path, odd: dict[str, Any]) -> None:
+        """A forged stream (chain and seal redone) whose open, step, artifact, exit and verdict attrs are odd."""
+        parts = surgery.split(ASSETS / "good.aos")
+        rows = surgery.all_rows(parts)
+        for batch in rows[:-1]:
+            for r in batch:
+                if r["kind"] in ("stream.open", "step.start", "step.end", "artifact", "process.exit", "verdict"):
+                    r["attrs"] = canonical_json({**json.loads(r["attrs"]), **odd, "checks": odd.get("name")})
+        forged = surgery.reseal(surgery.Parts(parts.head, [surgery.encode_batch(r) for r in rows], parts.tail, STREAM))
+        path = tmp_path / f"o{next(_names)}.aos"
+        path.write_bytes(forged.join())
+        for args in READ_COMMANDS:
+            run_read_command(args, path)
+        assert True is run_tail(path)
+
+    def test_tail_on_a_real_process(self) -> None:
+        """`alpha observe tail --idle` as a real process ends on a damaged asset without a traceback."""
+        for name in ("null-kind.aos", "junk-after-last-batch.aos", "not-arrow.aos", "hash-not-blake3.aos"):
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "from observe.cli import main; main()",
+                    "observe",
+                    "tail",
+                    str(ASSETS / name),
+                    "--idle",
+                    "0.5",
+                    "--timeout",
+                    "20",
+                ],
+                capture_output=True,
+                timeout=60,
+            )
+            assert (1, False) == (proc.returncode, b"Traceback" in proc.stderr), (name, proc.stderr)
+
+
+def run_gate_file(path: Path, tmp_path: Path) -> None:
+    """`gates --gate-file` and `gate --gate-file` in process: exit 0, 1, 2 or 3, never an exception."""
+    from observe.cli import main
+
+    for argv in (
+        ["observe", "gates", "--gate-file", str(path)],
+        [
+            "observe",
+            "gate",
+            "fuzz",
+            "--gate-file",
+            str(path),
+            "--quiet",
+            "--out",
+            str(tmp_path / f"g{next(_names)}.aos"),
+            "--",
+            "true",
+        ],
+    ):
+        result = CliRunner().invoke(main, argv)
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise AssertionError(f"{argv[1]} raised {result.exception!r}") from result.exception
+        assert result.exit_code in (0, 1, 2, 3), (argv[1], result.exit_code, result.output)
+
+
+TOML_KEYS = st.sampled_from(
+    [
+        "gate",
+        "name",
+        "scope",
+        "exit",
+        "code",
+        "step",
+        "receipt",
+        "artifact",
+        "part",
+        "when",
+        "env",
+        "label",
+        "equals",
+        "count",
+        "status",
+        "id",
+        "x",
+    ]
+)
+TOML_VALUES = st.recursive(
+    st.booleans() | st.integers(-5, 5) | st.text(max_size=6) | st.floats(allow_nan=False, allow_infinity=False),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(TOML_KEYS, children, max_size=3),
+    max_leaves=10,
+)
+
+
+def _toml(obj: Any) -> str:
+    """A small TOML writer (inline tables and arrays only) for generated documents."""
+    if isinstance(obj, bool):
+        return "true" if obj else "false"
+    if isinstance(obj, int | float):
+        return repr(obj) if isinstance(obj, int) or obj == obj else "nan"
+    if isinstance(obj, str):
+        return json.dumps(obj)
+    if isinstance(obj, list):
+        return "[" + ", ".join(_toml(v) for v in obj) + "]"
+    return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in obj.items()) + "}"
+
+
+class TestFuzzGateFiles:
+    """Random, malformed and deeply nested gate files: a usage error (exit 2) or a gate, never a traceback or hang."""
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.binary(max_size=512))
+    def test_random_bytes(self, tmp_path: Path, data: bytes) -> None:
+        """Random bytes (often not UTF-8) as a gate file."""
+        path = tmp_path / f"r{next(_names)}.toml"
+        path.write_bytes(data)
+        run_gate_file(path, tmp_path)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.dictionaries(TOML_KEYS, TOML_VALUES, max_size=4), st.dictionaries(TOML_KEYS, TOML_VALUES, max_size=4))
+    def test_structured(self, tmp_path: Path, gate: dict[str, Any], rest: dict[str, Any]) -> None:
+        """Valid TOML with the gate language's keys in random shapes."""
+        doc = {"gate": {"name": "fuzz", **gate}, **{k: v for k, v in rest.items() if k != "gate"}}
+        path = tmp_path / f"s{next(_names)}.toml"
+        path.write_text("\n".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in doc.items()) + "\n")
+        run_gate_file(path, tmp_path)
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "a = " + "[" * 5000 + "]" * 5000,
+            "[gate]\nname = 'fuzz'\nx = " + "{a = " * 3000 + "1" + "}" * 3000,
+            "[gate]\nname = 'fuzz'\n" + "".join(f"[{'.'.join(['t'] * n)}]\n" for n in range(1, 400)),
+            "[gate]\nname = 'fuzz'\n[[step]]\nname = " + "'" * 3 + "x" * 100_000 + "'" * 3,
+        ],
+        ids=["arrays", "inline-tables", "dotted-tables", "huge-string"],
+    )
+    def test_deeply_nested(self, tmp_path: Path, text: str) -> None:
+        """Deep nesting and huge values are a usage error (or a gate), never a RecursionError."""
+        path = tmp_path / "deep.toml"
+        path.write_text(text)
+        run_gate_file(path, tmp_path)
+
+    def test_fifo(self, tmp_path: Path) -> None:
+        """A FIFO as a gate file is refused at once (a real process, so a hang is a timeout)."""
+        fifo = tmp_path / "gate.toml"
+        os.mkfifo(fifo)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from observe.cli import main; main()",
+                "observe",
+                "gates",
+                "--gate-file",
+                str(fifo),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (2, "gate-file") == (proc.returncode, "gate-file" if "gate-file" in proc.stderr else proc.stderr)

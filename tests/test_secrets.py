@@ -382,3 +382,64 @@ class TestArtifacts:
         assert ["artifact", "artifact.chunk", "artifact.error"] == [k for k, _, _ in got]
         assert b"a" * 40 + MASK + b"a" * 49 == got[1][2]
         assert got[2][1]["masked"] is True
+
+
+class TestByteText:
+    """A secret inside a value that is not UTF-8 is stored as byte text ({"bytes_b64": ...}): it is
+    masked as the bytes it stands for, never hidden from the masker inside its base64."""
+
+    SECRET = "hunter2-byte-text"
+
+    def test_mask_value_sees_inside_byte_text(self) -> None:
+        from aos.text import KEY_PREFIX, key_bytes, text_key, text_value, value_bytes
+        from observe.masking import mask_value
+
+        secrets = SecretSet([self.SECRET])
+        raw = b"\xff" + self.SECRET.encode() + b"\xfe"
+        stored = text_value(raw)
+        assert isinstance(stored, dict)
+        masked = value_bytes(mask_value(stored, secrets))
+        assert masked is not None
+        assert self.SECRET.encode() not in masked
+        assert MASK in masked
+        key = text_key(raw)
+        assert key.startswith(KEY_PREFIX)
+        assert self.SECRET.encode() not in key_bytes(mask_value(key, secrets))
+
+    def test_recorded_argv_and_step_name(self, tmp_path: Path) -> None:
+        """End to end: a --mask value inside a non-UTF-8 argv item and step name reads back masked."""
+        import base64
+        import subprocess
+
+        from recorder_util import ALPHA
+
+        from aos.text import key_bytes, value_bytes
+
+        out = tmp_path / "b.aos"
+        secret = self.SECRET.encode()
+        arg = b"\xff" + secret
+        script = b'"$ALPHA" observe step "$1" -- true'
+        cmd = [os.fsencode(ALPHA), b"observe", b"record", b"--quiet", b"--mask", secret, b"--out", os.fsencode(out)]
+        cmd += [b"--", b"sh", b"-c", script, b"sh", arg]
+        env = os.environb.copy()
+        env[b"ALPHA"] = os.fsencode(ALPHA)
+        proc = subprocess.run(cmd, env=env, capture_output=True, timeout=120, check=False)
+        assert 0 == proc.returncode, proc.stderr
+        evs = events(out)
+        argv = one(evs, "process.start").attrs["argv"]
+        assert [value_bytes(a) for a in argv][:3] == [b"sh", b"-c", script]
+        last = value_bytes(argv[-1])
+        assert last is not None
+        assert secret not in last
+        assert MASK in last
+        start = one(evs, "step.start")
+        name = value_bytes(start.attrs["name"])
+        assert name is not None
+        assert secret not in name
+        assert start.step is not None
+        assert secret not in key_bytes(start.step)
+        # and nowhere else, decoded or base64-decoded
+        blob = _blob(evs)
+        assert secret not in blob
+        for found in re.findall(rb'"bytes_b64":"([A-Za-z0-9+/=]+)"', blob):
+            assert secret not in base64.b64decode(found)

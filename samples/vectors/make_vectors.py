@@ -23,6 +23,7 @@ from aos.canonical import encode_event
 from aos.chain import genesis
 from aos.reader import read_stream
 from aos.signing import Signer
+from aos.text import text_key, text_value
 from aos.writer import StreamWriter
 
 SEED = bytes(range(32))  # the published test key's seed
@@ -56,10 +57,10 @@ def _write(path: Path, stream_id: str, signer: Signer | None) -> None:
             "stream_id": stream_id,
             "tool": "alpha-observe",
             "version": "0.1.0",
-            "argv": ["sh", "-c", "echo hello; printf '\\000\\377' >&2"],
+            "argv": ["sh", "-c", "echo hello; printf '\\000\\377' >&2", text_value(b"caf\xe9")],
             "recorder_argv": ["alpha", "observe", "record", "--", "sh", "-c", "..."],
             "cwd": "/work",
-            "env": {"HOME": "/root", "API_TOKEN": "[REDACTED]"},
+            "env": {"HOME": "/root", "API_TOKEN": "[REDACTED]", text_key(b"LATIN\xff"): text_value(b"\xe9t\xe9")},
             "host": "vectors",
             "gate": None,
             "labels": {"lane": "vectors", "unicode": "\u00e9\u4e2d\U0001f600"},
@@ -71,10 +72,15 @@ def _write(path: Path, stream_id: str, signer: Signer | None) -> None:
     w.flush()  # first batch, closed by a checkpoint
     w.append("step.start", {"name": "build", "argv": ["make"], "parent": None}, step="s1")
     w.append("stdout", {}, b"", step="s1")
-    w.append(
-        "receipt", {"name": "static-build", "status": "pass", "fields": {"role": "coordinator", "n": 1.5}}, step="s1"
-    )
+    fields = {"role": "coordinator", "n": 1.5, "small": 1e-7, "whole": 2.0, "big": 1e21, "exact": 2**70}
+    w.append("receipt", {"name": "static-build", "status": "pass", "fields": fields}, step="s1")
     w.append("receipt.invalid", {"reason": "not JSON"}, b"{oops\n", step="s1")
+    # A step nested in s1 whose name, argument and span id are not UTF-8 (byte text, FORMAT.md 3.7).
+    inner = {"name": text_value(b"link\xff"), "argv": ["ld", text_value(b"-o\xfe")], "parent": "s1"}
+    span = text_key(b"s2\xff")
+    w.append("step.start", inner, step=span)
+    w.append("stderr", {}, b"warning\n", step=span)
+    w.append("step.end", {**inner, "exit_code": 0, "signal": None, "duration_ns": 500}, step=span)
     w.append(
         "step.end",
         {"name": "build", "argv": ["make"], "parent": None, "exit_code": 0, "signal": None, "duration_ns": 1000},
@@ -99,7 +105,7 @@ def _write(path: Path, stream_id: str, signer: Signer | None) -> None:
         },
     )
     w.append("artifact.chunk", {"path": "out/a.txt", "offset": 0}, content)
-    w.append(
+    exit_seq = w.append(
         "process.exit", {"exit_code": 0, "signal": None, "timed_out": False, "duration_ns": 2_000_000, "rusage": {}}
     )
     w.append(
@@ -108,7 +114,7 @@ def _write(path: Path, stream_id: str, signer: Signer | None) -> None:
             "gate": "exit-zero",
             "verdict": "pass",
             "scope": "command",
-            "checks": [{"name": "exit-code", "status": "pass", "reason": "exit 0", "evidence": [11]}],
+            "checks": [{"name": "exit-code", "status": "pass", "reason": "exit 0", "evidence": [exit_seq]}],
         },
     )
     w.seal()

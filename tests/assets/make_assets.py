@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 import aos.writer
 from aos.canonical import canonical_json
 from aos.chain import checkpoint_message, genesis, link, seal_message
+from aos.framing import batch_frame
 from aos.reader import EOS, StreamFile
 from aos.schema import arrow_schema
 from aos.signing import Signer
@@ -109,7 +110,9 @@ def decode_batch(message: bytes, stream_id: str = STREAM_ID) -> list[dict[str, A
     """The rows of one record batch message, as dicts of column values."""
     schema = arrow_schema(stream_id)
     reader = ipc.open_stream(schema.serialize().to_pybytes() + message + EOS)
-    rows: list[dict[str, Any]] = reader.read_all().to_pylist()
+    table = reader.read_all()
+    table.validate(full=True)  # never convert unvalidated (possibly damaged) buffers: that can crash
+    rows: list[dict[str, Any]] = table.to_pylist()
     return rows
 
 
@@ -303,16 +306,19 @@ def _last_seq(rows_by_batch: list[list[dict[str, Any]]], nbatches: int) -> int:
 
 
 def _padding_flip(parts: Parts, index: int) -> int:
-    """An offset inside batch ``index`` whose flip leaves every decoded value unchanged."""
+    """An offset inside batch ``index`` whose flip keeps the message well-formed and every decoded value."""
     message = parts.batches[index]
     want = decode_batch(message)
     for i in range(len(message) - 1, 0, -1):
         b = bytearray(message)
         b[i] ^= 0x01
         try:
-            if decode_batch(bytes(b)) == want:
+            batch_frame(memoryview(bytes(b)), 0, len(b))
+            batch = ipc.read_record_batch(ipc.read_message(pa.py_buffer(bytes(b))), arrow_schema(STREAM_ID))
+            batch.validate(full=True)
+            if batch.to_pylist() == want:
                 return i
-        except Exception:  # noqa: BLE001 - a flip that breaks decoding is not the one wanted
+        except Exception:  # noqa: BLE001 - a flip that breaks framing or decoding is not the one wanted
             continue
     raise AssertionError("no harmless byte in the batch")
 
@@ -587,8 +593,163 @@ def build(out: Path) -> dict[str, dict[str, Any]]:
             first_bad_seq=int(batches[bi][ri]["seq"]),
         )
 
+    _strict_format_assets(out, good, signed, signer, other, put)
+
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
+
+
+def _resealed_with(parts: Parts, edit: Any, signer: Signer | None = None) -> Parts:
+    """``parts`` with ``edit(rows_by_batch)`` applied, then rechained and resealed (a forger's work)."""
+    batches = all_rows(parts)
+    edit(batches)
+    return reseal(
+        Parts(parts.head, [encode_batch(r, parts.stream_id) for r in batches], parts.tail, parts.stream_id), signer
+    )
+
+
+def _with_seal_attrs(parts: Parts, change: dict[str, Any], *, python_json: bool = False) -> Parts:
+    """``parts`` with keys of the seal's attrs replaced and the seal's own hash recomputed (nothing else).
+
+    With ``python_json`` the attrs text is Python's ``json.dumps`` (sorted, compact), which writes
+    a float such as ``17.0`` where the canonical form writes ``17``.
+    """
+    batches = all_rows(parts)
+    seal = batches[-1][0]
+    attrs = {**json.loads(seal["attrs"]), **change}
+    seal["attrs"] = json.dumps(attrs, sort_keys=True, separators=(",", ":")) if python_json else canonical_json(attrs)
+    rehash([seal], batches[-2][-1]["hash"])
+    return Parts(parts.head, [*parts.batches[:-1], encode_batch([seal], parts.stream_id)], parts.tail, parts.stream_id)
+
+
+def _strict_format_assets(out: Path, good: Parts, signed: Parts, signer: Signer, other: Signer, put: Any) -> None:
+    """The assets of issue 11's "format, checked strictly": nulls, metadata, counts, keys, damage vs truncation."""
+    rows = all_rows(good)
+
+    # A null where the schema forbids one: the batch cannot even be hashed, so it is a schema refusal.
+    for column, index in (("wall_ns", 1), ("mono_ns", 1), ("kind", 2), ("attrs", 0), ("hash", 1), ("seq", 1)):
+        edited = [dict(r) for r in rows[1]]
+        edited[index][column] = None
+        p = Parts(good.head, [good.batches[0], encode_batch(edited), *good.batches[2:]], good.tail, STREAM_ID)
+        put(
+            f"null-{column.replace('_', '-')}.aos",
+            p.join(),
+            "stream-schema",
+            f"a null {column} in the second batch (a column that may not be null)",
+        )
+
+    # Schema metadata checked exactly (FORMAT.md section 2); the chain is consistent with the id it names.
+    base_meta = dict(arrow_schema(STREAM_ID).metadata)
+    for name, meta, what in (
+        ("hash-not-blake3.aos", {**base_meta, b"aos.hash": b"sha256"}, "aos.hash names sha256"),
+        ("hash-missing.aos", {k: v for k, v in base_meta.items() if k != b"aos.hash"}, "no aos.hash"),
+        ("metadata-extra-key.aos", {**base_meta, b"aos.note": b"x"}, "a schema metadata key v1 does not define"),
+    ):
+        forged = reseal(Parts(schema_bytes(STREAM_ID, meta), good.batches, EOS, STREAM_ID))
+        put(name, forged.join(), "stream-schema", what + " (sealed over it)", in_schema=True)
+    for name, sid, what in (
+        ("stream-id-uppercase.aos", STREAM_ID.upper(), "a stream id in upper-case hex"),
+        ("stream-id-short.aos", STREAM_ID[:31], "a stream id of 31 hex digits"),
+        ("stream-id-not-hex.aos", "urn:uuid:" + STREAM_ID[:23], "a stream id that is not hex"),
+    ):
+        tmp = out / "id.tmp"
+        write_sample(tmp, stream_id=sid)
+        put(name, tmp.read_bytes(), "stream-schema", what + " (chained and sealed under it)", in_schema=True)
+        tmp.unlink()
+
+    # Counts are JSON integers. `17.0` is not even canonical JSON any more (canonical numbers are
+    # ECMAScript's: 17); `true` is canonical, and equals 1 in Python: a stream whose seal and
+    # checkpoint fall at seq 1 shows it.
+    seal_seq = rows[-1][0]["seq"]
+    put(
+        "seal-events-float.aos",
+        _with_seal_attrs(good, {"events": float(seal_seq)}, python_json=True).join(),
+        "stream-schema",
+        f"the seal counts {float(seal_seq)} events, written as Python writes a float; its hash recomputed",
+        first_bad_seq=seal_seq,
+    )
+    tiny_path = out / "tiny.tmp"
+    write_sample(tiny_path, events=sample_events()[:1])
+    one = split(tiny_path)
+    assert [["stream.open"], ["seal"]] == [[r["kind"] for r in b] for b in all_rows(one)]
+    put(
+        "seal-events-true.aos",
+        _with_seal_attrs(one, {"events": True}).join(),
+        "stream-seal",
+        "a stream of one event whose seal (seq 1) counts `true` events; its hash recomputed",
+    )
+    write_sample(tiny_path, batch_max_events=1, events=sample_events()[:1])
+    tiny = split(tiny_path)
+    tiny_path.unlink()
+    assert [["stream.open", "checkpoint"], ["seal"]] == [[r["kind"] for r in b] for b in all_rows(tiny)]
+
+    def first_count_true(batches: list[list[dict[str, Any]]]) -> None:
+        a = json.loads(batches[0][1]["attrs"])
+        a["events"] = True
+        batches[0][1]["attrs"] = canonical_json(a)
+
+    put(
+        "checkpoint-events-true.aos",
+        _resealed_with(tiny, first_count_true).join(),
+        "stream-chain",
+        "a checkpoint at seq 1 that counts `true` events (chain and seal recomputed)",
+        first_bad_seq=1,
+    )
+
+    # Keys: with --key, the key id must be the checked key's, the signature lowercase hex, checkpoints signed.
+    put(
+        "seal-names-other-key.aos",
+        _with_seal_attrs(signed, {"key_id": other.key_id}).join(),
+        "stream-signature",
+        "a good signature by signer.key under a key_id naming forger.key; verified with signer.pub",
+        key="signer.pub",
+    )
+    seal_attrs = json.loads(all_rows(signed)[-1][0]["attrs"])
+    put(
+        "signature-uppercase.aos",
+        _with_seal_attrs(signed, {"signature": seal_attrs["signature"].upper()}).join(),
+        "stream-signature",
+        "the seal's good signature written in upper-case hex",
+        key="signer.pub",
+    )
+    put(
+        "checkpoints-unsigned.aos",
+        reseal(good, signer).join(),
+        "stream-signature",
+        "a seal signed by signer.key over unsigned checkpoints; verified with signer.pub",
+        key="signer.pub",
+    )
+
+    # Truncated is only the start of a well-formed message; anything else is damage.
+    cut = split(out / "truncated-at-batch.aos").join()
+    last = all_rows(split(out / "truncated-at-batch.aos"))[-1][-1]["seq"]
+    for name, tail, refusal, what in (
+        ("junk-after-last-batch.aos", b"junk\x00\x01\x02\x03", "stream-chain", "8 bytes of junk after the last batch"),
+        ("zeros-after-last-batch.aos", b"\x00" * 8, "stream-chain", "8 zero bytes after the last batch"),
+        ("eos-then-junk-unsealed.aos", EOS + b"junk", "stream-chain", "junk after an end-of-stream marker, no seal"),
+        ("eos-cut-short-unsealed.aos", EOS[:5], "stream-truncated", "5 bytes of an end-of-stream marker, no seal"),
+        ("framing-cut-short.aos", good.batches[0][:6], "stream-truncated", "6 bytes of a batch's framing"),
+        ("metadata-cut-short.aos", good.batches[0][:200], "stream-truncated", "a batch cut inside its metadata"),
+        ("body-cut-short.aos", good.batches[0][:-8], "stream-truncated", "a batch cut 8 bytes before its end"),
+    ):
+        put(name, cut + tail, refusal, what + " (after truncated-at-batch.aos)", last_intact_seq=last)
+
+    sig = signed.join()
+    seal_at = signed.starts[-1]
+    for name, offset, what in (
+        ("signed-flipped-length.aos", seal_at + 5, "the seal batch's metadata length made 2048 bytes longer"),
+        ("signed-flipped-body-length.aos", None, "the seal batch's bodyLength made larger than the file"),
+        ("signed-flipped-continuation.aos", seal_at + 1, "one byte of the seal batch's continuation marker"),
+    ):
+        b = bytearray(sig)
+        if offset is None:
+            message = signed.batches[-1]
+            body = len(message) - 8 - int.from_bytes(message[4:8], "little")
+            offset = seal_at + 8 + bytes(message[8:]).index(body.to_bytes(8, "little")) + 1
+            b[offset] ^= 0x40
+        else:
+            b[offset] ^= 0x08 if name == "signed-flipped-length.aos" else 0x01
+        put(name, bytes(b), "stream-chain", what + " in a signed stream: damage, not a cut", key="signer.pub")
 
 
 def main() -> None:
