@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -54,14 +55,21 @@ def _gpus_file(tmp: Path) -> Path:
     return path
 
 
-def per_sample_cost(tmp: Path, tree_size: int, n: int) -> tuple[float, int]:
-    """CPU seconds of one sample, over a tree of ``tree_size`` sleeping children of this process."""
+def per_sample_cost(tmp: Path, tree_size: int, n: int, *, real: bool = False) -> tuple[float, int]:
+    """CPU seconds of one sample, over a tree of ``tree_size`` sleeping children of this process
+    (with ``real``, the machine's own NVML instead of the simulated GPUs; init not counted)."""
     children = [subprocess.Popen(["sleep", "600"]) for _ in range(tree_size - 1)]
     children.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "bench-gpu-worker"]))
     try:
         time.sleep(0.5)
         tree = ProcessTree()
-        observer = SimulatedObserver(str(_gpus_file(tmp)))
+        observer: Any = SimulatedObserver(str(_gpus_file(tmp)))
+        if real:
+            from observe.devices import NvmlObserver
+
+            observer = NvmlObserver.open(required=True)
+            if observer.name != "nvml" or observer.error:
+                raise RuntimeError(observer.error or f"observer {observer.name}")
         seen = 0
         t = time.process_time()
         for _ in range(n):
@@ -71,7 +79,7 @@ def per_sample_cost(tmp: Path, tree_size: int, n: int) -> tuple[float, int]:
             usage = tree.usage(snap)
             gpu_telemetry(reading)
             seen = usage["processes"]
-            assert attrs["processes"], "the simulated GPU process was not found"
+            assert real or attrs["processes"], "the simulated GPU process was not found"
         return (time.process_time() - t) / n, seen
     finally:
         for child in children:
@@ -109,11 +117,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="alpha-bench-sampler-") as name:
         tmp = Path(name)
 
-        cost, seen = per_sample_cost(tmp, tree_size, int(os.environ.get("ALPHA_BENCH_SAMPLES", "200")))
+        samples = int(os.environ.get("ALPHA_BENCH_SAMPLES", "200"))
+        cost, seen = per_sample_cost(tmp, tree_size, samples)
         print(
             f"one sample: {cost * 1e3:.2f} ms CPU over a tree of {seen} processes and 8 simulated GPUs;"
             f" at the default 1 s interval {cost * 100:.3f}% of a core (target < 1%)"
         )
+        try:
+            real, seen = per_sample_cost(tmp, tree_size, samples, real=True)
+        except Exception as exc:  # noqa: BLE001 - no NVML here: the simulated figure stands
+            print(f"one sample with this machine's NVML: not measured ({type(exc).__name__}: {exc})")
+        else:
+            print(
+                f"one sample with this machine's NVML: {real * 1e3:.2f} ms CPU over a tree of {seen} processes;"
+                f" at the default 1 s interval {real * 100:.3f}% of a core (target < 1%)"
+            )
 
         on = recorder_cpu(tmp, seconds)
         off = recorder_cpu(tmp, seconds, "--observe-devices", "off")
