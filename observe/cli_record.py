@@ -40,7 +40,9 @@ def recording_options(func: F) -> F:
     options = [
         click.option(
             "--out",
-            type=click.Path(dir_okay=False, path_type=Path),
+            # Not click's dir_okay=False: an --out that cannot be written is refused by the
+            # recorder (stream-write, exit 125), a directory included.
+            type=click.Path(path_type=Path),
             default=None,
             help="Stream file to write (default: a new file under ./aos/).",
         ),
@@ -63,7 +65,7 @@ def recording_options(func: F) -> F:
             is_flag=True,
             default=False,
             help="Run under a pseudo-terminal: exact interleaving and colour; stdout and stderr become one stdout "
-            "stream, and no input is forwarded.",
+            "stream, and stdin is forwarded to it (end of input is the terminal's end of file).",
         ),
         click.option(
             "--sign-key",

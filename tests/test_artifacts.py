@@ -7,6 +7,7 @@ import os
 import resource
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -187,8 +188,8 @@ class TestCaptureLibrary:
         f.write_bytes(b"a" * 100)
         real = artifacts._hash
 
-        def hash_then_change(fd: int) -> tuple[int, str, str]:
-            result = real(fd)
+        def hash_then_change(fd: int, stop: Callable[[], bool]) -> tuple[int, str, str]:
+            result = real(fd, stop)
             f.write_bytes(b"b" * 100)
             return result
 
