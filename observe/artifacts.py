@@ -112,15 +112,15 @@ def _glob(full: str, stop: Callable[[], bool]) -> list[str]:
             if part == "**":
                 nxt.extend(_recursive(directory, stop, dirs_only=not last))
             elif glob.has_magic(part):
-                for entry in _entries(directory):
-                    if _hidden_ok(entry.name, part) and fnmatch.fnmatchcase(entry.name, part):
-                        if last or entry.is_dir(follow_symlinks=False):
-                            nxt.append(entry.path)
+                nxt.extend(
+                    entry.path
+                    for entry in _entries(directory)
+                    if _hidden_ok(entry.name, part)
+                    and fnmatch.fnmatchcase(entry.name, part)
+                    and (last or entry.is_dir(follow_symlinks=False))
+                )
             elif part == "":
-                if last:
-                    nxt.append(directory + os.sep)  # a trailing slash: the directory itself
-                else:
-                    nxt.append(directory)
+                nxt.append(directory)
             else:
                 path = os.path.join(directory, part)
                 try:
@@ -160,9 +160,7 @@ def _recursive(directory: str, stop: Callable[[], bool], *, dirs_only: bool) -> 
     return out
 
 
-def expand(
-    patterns: Iterable[str], cwd: str, *, stop: Callable[[], bool] | None = None
-) -> tuple[list[str], list[str]]:
+def expand(patterns: Iterable[str], cwd: str, *, stop: Callable[[], bool] | None = None) -> tuple[list[str], list[str]]:
     """Files named by ``patterns`` (globs, directories recurse) and patterns matching nothing.
 
     Directory links are recorded as links and never followed, under a glob too.
@@ -173,10 +171,7 @@ def expand(
     seen: set[str] = set()
     for pattern in patterns:
         full = os.path.normpath(os.path.join(cwd, pattern))
-        if glob.has_magic(pattern):
-            matches = _glob(full, stop)
-        else:
-            matches = [full] if os.path.lexists(full) else []
+        matches = _glob(full, stop) if glob.has_magic(pattern) else ([full] if os.path.lexists(full) else [])
         if not matches:
             missing.append(pattern)
             continue

@@ -14,8 +14,8 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from observe.channel import ENV_STDERR_ID, ENV_STDOUT_ID
 
