@@ -120,7 +120,10 @@ class TestProcessTree:
     def test_daemon_left_behind_is_ended_and_recorded(self, tmp_path: Path) -> None:
         """A daemon the command leaves running (own session, no pipes) is ended after the drain, and recorded."""
         pidfile = tmp_path / "pid"
-        script = f"setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > {pidfile}"
+        script = (
+            f"setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > {pidfile};"
+            " until grep -q sleep /proc/$!/cmdline; do sleep 0.01; done"
+        )
         try:
             proc, path = record(tmp_path, ["sh", "-c", script], env={"ALPHA_OBSERVE_DRAIN": "0.2"}, timeout=60)
             pid = int(pidfile.read_text())
