@@ -122,7 +122,7 @@ class TestProcessTree:
         pidfile = tmp_path / "pid"
         script = (
             f"setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > {pidfile};"
-            " until grep -q sleep /proc/$!/cmdline; do sleep 0.01; done"
+            ' until [ "$(head -c 5 /proc/$!/cmdline)" = sleep ]; do sleep 0.01; done"
         )
         try:
             proc, path = record(tmp_path, ["sh", "-c", script], env={"ALPHA_OBSERVE_DRAIN": "0.2"}, timeout=60)
