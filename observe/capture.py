@@ -103,6 +103,7 @@ class Capture:
         self._sel = selectors.DefaultSelector()
         self._drain_until: float | None = None
         self._deadline: float | None = None
+        self._deferred: list[int] = []
         #: Children this process had before the command started: never the command's to end.
         self.not_ours = not_ours
         self._stdin = _StdinForward(spawned.out_fd) if spawned.forward_stdin else None
@@ -140,6 +141,12 @@ class Capture:
         src.open = False
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(src.fd)
+        if self.spawned.err_fd is None and not self.exited:
+            # A pseudo-terminal's master reads EIO once the command closed its side, which it
+            # may do just before it exits (coreutils do): closing the master now would hang up
+            # the terminal and kill the command with SIGHUP. It is closed after the exit.
+            self._deferred.append(src.fd)
+            return
         os.close(src.fd)
 
     def drain_pipes(self, budget: int = 8 << 20) -> None:
@@ -244,6 +251,9 @@ class Capture:
                 os.close(waker)
             if self._stdin is not None:
                 self._stdin.close(sel)
+            for fd in self._deferred:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self.outcome.stray = [s.name for s in self.sources if s.open]
         # What the command left running (daemons, `setsid` children) ends with the recording.
         self.outcome.ended = end_tree(os.getpid(), self.not_ours, {self.spawned.pid}, self.kill_grace)

@@ -122,7 +122,7 @@ class TestProcessTree:
         pidfile = tmp_path / "pid"
         script = (
             f"setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > {pidfile};"
-            ' until [ "$(head -c 5 /proc/$!/cmdline)" = sleep ]; do sleep 0.01; done"
+            ' until [ "$(head -c 5 /proc/$!/cmdline)" = sleep ]; do sleep 0.01; done'
         )
         try:
             proc, path = record(tmp_path, ["sh", "-c", script], env={"ALPHA_OBSERVE_DRAIN": "0.2"}, timeout=60)
@@ -165,3 +165,10 @@ class TestPty:
             )
             assert 0 == proc.returncode, proc.stderr
             assert want == output(events(out))
+
+    def test_command_closing_its_terminal_before_exit_is_not_hung_up(self, tmp_path: Path) -> None:
+        """A command that closes its terminal and then exits keeps its exit code (no SIGHUP from the recorder)."""
+        script = "echo bye; exec 0<&- 1>&- 2>&-; sleep 0.3; exit 3"
+        proc, path = record(tmp_path, ["sh", "-c", script], "--pty", stdin=subprocess.DEVNULL, timeout=60)
+        assert 3 == proc.returncode, proc.stderr
+        assert (3, None) == (one(events(path), "process.exit").attrs["exit_code"], None)
