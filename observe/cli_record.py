@@ -216,13 +216,14 @@ def artifact(paths: tuple[str, ...]) -> None:
 
 
 @click.command()
-@click.argument("stream", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("stream", type=click.Path(path_type=Path))
 @click.option(
     "--idle",
     type=click.FloatRange(min=0),
     default=None,
     metavar="SECONDS",
-    help="Give up after SECONDS without new events (default: wait for the seal).",
+    help="After SECONDS without growth, check that the recorder still runs; end (stream-unsealed) when it is "
+    "gone. Also how long a missing file is waited for. Default 10.",
 )
 @click.option(
     "--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS", help="Give up after SECONDS in all."
@@ -230,7 +231,8 @@ def artifact(paths: tuple[str, ...]) -> None:
 def tail(stream: Path, idle: float | None, timeout: float | None) -> None:
     """Follow STREAM while it is written, printing its stdout and stderr; stop at the seal.
 
-    Exits 0 at the seal, 1 when it gave up (--idle, --timeout) or the stream is damaged.
+    Exits 0 at the seal; 1 when it gave up (--timeout), or refused: the stream is
+    damaged, never appeared, or stopped growing while its recorder is gone.
     """
     from aos.refusals import Refusal
     from observe.cli_errors import refuse
