@@ -116,9 +116,11 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
         a = ev.attrs
         if ev.kind == "stream.open":
             s.stream_id = str(a.get("stream_id", ""))
-            s.argv = list(a.get("argv") or [])
+            argv = a.get("argv")  # attrs are the command's to shape: any JSON type may stand anywhere
+            s.argv = [str(x) for x in argv] if isinstance(argv, list) else []
             s.cwd, s.host, s.gate = str(a.get("cwd", "")), str(a.get("host", "")), a.get("gate")
-            s.labels = dict(a.get("labels") or {})
+            labels = a.get("labels")
+            s.labels = dict(labels) if isinstance(labels, dict) else {}
             s.started_ns = ev.wall_ns
         elif ev.kind in ("stdout", "stderr"):
             s.out_bytes[ev.kind] += len(ev.data or b"")
@@ -126,7 +128,7 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
         elif ev.kind == "step.start" and ev.step is not None:
             parent = a.get("parent")
             depth[ev.step] = depth.get(parent, -1) + 1 if isinstance(parent, str) else 0
-            entry = {"name": a.get("name"), "depth": depth[ev.step], "exit_code": None, "duration_ns": None}
+            entry = {"name": str(a.get("name")), "depth": depth[ev.step], "exit_code": None, "duration_ns": None}
             open_steps[ev.step] = entry
             s.steps.append(entry)
         elif ev.kind == "step.end" and ev.step in open_steps:
@@ -134,7 +136,7 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
                 exit_code=a.get("exit_code"), signal=a.get("signal"), duration_ns=a.get("duration_ns")
             )
         elif ev.kind == "receipt":
-            s.receipts.append({"name": a.get("name"), "status": a.get("status")})
+            s.receipts.append({"name": str(a.get("name")), "status": str(a.get("status"))})
         elif ev.kind == "receipt.invalid":
             s.invalid_receipts += 1
         elif ev.kind == "artifact":
@@ -211,12 +213,15 @@ def format_summary(s: Summary) -> str:
     lines.append(f"artifacts  {len(s.artifacts)}")
     for a in s.artifacts:
         digest = str(a.get("sha256") or "")[:12]
-        lines.append(f"  {a.get('path')}  {_size(int(a.get('size') or 0))}  sha256 {digest}")
+        size = a.get("size")
+        shown = _size(size) if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else "? B"
+        lines.append(f"  {a.get('path')}  {shown}  sha256 {digest}")
     if s.verdict is None:
         lines.append("verdict    none")
     else:
         v = s.verdict
-        checks = v.get("checks") or []
+        checks = v.get("checks")
+        checks = [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
         failing = [c.get("name") for c in checks if c.get("status") != "pass"]
         tail = f"; not passing: {', '.join(map(str, failing))}" if failing else ""
         lines.append(
