@@ -541,6 +541,15 @@ def _check(t: _Table) -> CheckRule:
     if uses not in CHECKS:
         raise t.error(f"no Python check named {uses!r} (known: {', '.join(sorted(CHECKS))})")
     rule = CheckRule(id=name, uses=uses, args=t.get("args", dict, {}), when=t.when())
+    patterns = rule.args.get("patterns")
+    if uses == "output-free-of" and isinstance(patterns, list):
+        from gates.patterns import PatternError, compile_pattern
+
+        for pattern in patterns:
+            try:
+                compile_pattern(str(pattern).encode())
+            except PatternError as exc:
+                raise t.error(f"args.patterns: {exc}") from None
     t.done()
     return rule
 

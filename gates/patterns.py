@@ -3,9 +3,10 @@
 A gate file is read from the user, and what it checks comes from the recorded
 command: neither may stall sealing. So:
 
-- Every user regex (a schema's ``pattern`` and ``patternProperties``) runs on
-  RE2 (google-re2), whose matching time is linear in the input: ``^(a+)+$``
-  against a long ``aaaa…!`` answers at once. A pattern RE2 cannot run
+- Every user regex (a schema's ``pattern`` and ``patternProperties``, the
+  ``output-free-of`` check's ``patterns``) runs on RE2 (google-re2), whose
+  matching time is linear in the input: ``^(a+)+$`` against a long ``aaaa…!``
+  answers at once. A pattern RE2 cannot run
   (backreferences, lookaround) is refused when the gate file is loaded.
 - A schema's ``$ref`` is never fetched: a reference that is not local to the
   schema (``#...``) is refused when the gate file is loaded, and the validators
@@ -31,8 +32,9 @@ class PatternError(ValueError):
 
 
 @lru_cache(maxsize=512)
-def compile_pattern(pattern: str) -> Any:
-    """``pattern`` compiled by RE2; ``PatternError`` when RE2 cannot express it."""
+def compile_pattern(pattern: str | bytes) -> Any:
+    """``pattern`` compiled by RE2 (a bytes pattern searches bytes); ``PatternError`` when RE2
+    cannot express it."""
     import re2
 
     options = re2.Options()

@@ -254,3 +254,24 @@ class TestRandomAndDeepGateFiles:
         proc = alpha("observe", "gate", "g", "--gate-file", str(fifo), "--", "true", timeout=60)
         assert 2 == proc.returncode
         assert b"not a regular file" in proc.stderr
+
+
+class TestOutputFreeOfInLinearTime:
+    def test_pathological_pattern_over_output(self, tmp_path: Path) -> None:
+        """output-free-of with ``(a+)+$`` over a long 'aaaa…!' output ends at once (no match: pass)."""
+        f = _gate_file(
+            tmp_path, '[[check]]\nname = "output-free-of"\nargs = { patterns = ["(a+)+$"], streams = ["stdout"] }\n'
+        )
+        out = tmp_path / "o.aos"
+        proc = alpha(
+            "observe", "gate", "g", "--gate-file", str(f), "--out", str(out), "--quiet", "--",
+            "printf", "a" * 5000 + "!",
+            timeout=120,
+        )  # fmt: skip
+        assert 0 == proc.returncode, proc.stdout + proc.stderr
+
+    def test_pattern_re2_cannot_run_is_refused(self) -> None:
+        """A backreference in output-free-of's patterns is refused when the gate file is read."""
+        text = '[gate]\nname = "g"\n[[check]]\nname = "output-free-of"\nargs = { patterns = ["(a)\\\\1"] }\n'
+        with pytest.raises(GateFileError, match="linear time"):
+            parse_gate_text(text, "t.toml")
