@@ -341,12 +341,19 @@ class _StdinForward:
         self.last = b"\n"
         self.registered = False
         self.done = False
+        self.disabled = False
         try:
             os.fstat(0)
         except OSError:
             self.eof = True  # no stdin at all: end of file at once
+        else:
+            with contextlib.suppress(OSError):
+                # A terminal we are not in the foreground of: reading it would stop us (SIGTTIN).
+                self.disabled = os.isatty(0) and os.tcgetpgrp(0) != os.getpgrp()
 
     def register(self, sel: selectors.BaseSelector) -> None:
+        if self.disabled:
+            return
         if self.eof:
             self._end()
             return
