@@ -104,6 +104,8 @@ class Capture:
         self._drain_until: float | None = None
         self._deadline: float | None = None
         self._deferred: list[int] = []
+        #: Processes of the command's tree (not the command itself) signalled at --timeout.
+        self._signalled: dict[int, dict[str, Any]] = {}
         #: Children this process had before the command started: never the command's to end.
         self.not_ours = not_ours
         self._stdin = _StdinForward(spawned.out_fd) if spawned.forward_stdin else None
@@ -175,8 +177,9 @@ class Capture:
         also those in sessions of their own (the recorder is their subreaper)."""
         self._killpg(signum)
         for proc in descendants(os.getpid(), self.not_ours):
-            if proc.state not in ("Z", "X"):
-                signal_process(proc, signum)
+            if proc.state not in ("Z", "X") and signal_process(proc, signum) and proc.pid != self.spawned.pid:
+                entry = self._signalled.setdefault(proc.pid, {"pid": proc.pid, "argv": list(proc.argv)})
+                entry["signal"] = signal_name(signum)
 
     def must_stop(self) -> bool:
         """True once a capture in progress must end: past ``--timeout``, or interrupted."""
@@ -256,7 +259,11 @@ class Capture:
                     os.close(fd)
         self.outcome.stray = [s.name for s in self.sources if s.open]
         # What the command left running (daemons, `setsid` children) ends with the recording.
-        self.outcome.ended = end_tree(os.getpid(), self.not_ours, {self.spawned.pid}, self.kill_grace)
+        ended = {p["pid"]: p for p in end_tree(os.getpid(), self.not_ours, {self.spawned.pid}, self.kill_grace)}
+        for pid, entry in self._signalled.items():  # ended at --timeout: recorded with the signal sent then
+            if pid not in ended or ended[pid]["signal"] is None:
+                ended[pid] = entry
+        self.outcome.ended = [ended[pid] for pid in sorted(ended)]
         if self.outcome.ended:
             self.drain_pipes()  # their last words, now that the pipes can close
         for src in self.sources:

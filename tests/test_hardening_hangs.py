@@ -116,6 +116,9 @@ class TestProcessTree:
             if pidfile.exists():
                 _kill(int(pidfile.read_text()))
         verify_stream(path)
+        ended = one(events(path), "process.stray").attrs["ended"]
+        assert pid in [p["pid"] for p in ended]
+        assert {"SIGTERM", "SIGKILL"} >= {p["signal"] for p in ended if p["pid"] == pid}
 
     def test_daemon_left_behind_is_ended_and_recorded(self, tmp_path: Path) -> None:
         """A daemon the command leaves running (own session, no pipes) is ended after the drain, and recorded."""
