@@ -358,21 +358,20 @@ def end_tree(
 ) -> list[dict[str, Any]]:
     """End every process below ``root``: ``first`` (SIGTERM), then SIGKILL after ``grace`` seconds.
 
-    Returns, for each process found, ``{"pid", "argv", "signal"}``: the last signal sent
-    (null for a process that was already exiting). Bounded: ``grace`` plus a moment.
+    Returns, for each live process found, ``{"pid", "argv", "signal"}``: the last signal sent
+    (null when it exited before one could be). Exited, unreaped ones are only reaped.
+    Bounded: ``grace`` plus a moment.
     """
     import time
 
     ended: dict[int, dict[str, Any]] = {}
-    infos: dict[int, ProcessInfo] = {}
 
     def sweep(signum: int) -> int:
         live = 0
         for p in descendants(root, exclude):
-            infos.setdefault(p.pid, p)
-            entry = ended.setdefault(p.pid, {"pid": p.pid, "argv": list(p.argv), "signal": None})
             if p.state in ("Z", "X"):
-                continue
+                continue  # already dead, only not yet reaped (reap_children collects it): not left running
+            entry = ended.setdefault(p.pid, {"pid": p.pid, "argv": list(p.argv), "signal": None})
             live += 1
             if signal_process(p, signum):
                 entry["signal"] = signal_name(signum)
