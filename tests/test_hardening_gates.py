@@ -275,3 +275,13 @@ class TestOutputFreeOfInLinearTime:
         text = '[gate]\nname = "g"\n[[check]]\nname = "output-free-of"\nargs = { patterns = ["(a)\\\\1"] }\n'
         with pytest.raises(GateFileError, match="linear time"):
             parse_gate_text(text, "t.toml")
+
+
+class TestArtifactGlobInLinearTime:
+    def test_pathological_glob_against_a_long_path(self) -> None:
+        """A gate's artifact glob ``*a*a*a*a*a*a*a*a*b`` against a long path answers at once (RE2)."""
+        from gates.evidence import glob_match
+
+        assert not glob_match("*a" * 12 + "*b", "a" * 200)
+        assert glob_match("out/**/*.json", "out/a/b/c.json")
+        assert not glob_match("*.txt", "a/b.txt")
