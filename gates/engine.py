@@ -115,6 +115,14 @@ def _exit(rule: ExitRule, ev: Evidence) -> Outcome:
     a = ev.exit.attrs
     if a.get("timed_out") or a.get("signal"):
         return Outcome(cast(Status, rule.unfinished), f"{ev.describe_exit()}; required exit {rule.code}", seqs)
+    if a.get("interrupted"):
+        # It caught the forwarded signal and exited on its own: its code says nothing about its work.
+        return Outcome(
+            cast(Status, rule.interrupted),
+            f"the recording was interrupted ({a.get('interrupted')}) and the command exited {ev.exit_code()}; "
+            f"required exit {rule.code} from a run that was not interrupted",
+            seqs,
+        )
     code = ev.exit_code()
     if code == rule.code:
         return Outcome("pass", f"the command exited {code}", seqs)
@@ -182,9 +190,10 @@ def _selected(receipts: list[Receipt], where: Mapping[str, Any]) -> list[Receipt
 
 def schema_errors(schema: Mapping[str, Any], value: Any) -> list[str]:
     """Every way ``value`` fails a JSON Schema, as ``path: message`` lines."""
-    from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+    from gates.patterns import schema_validator
 
-    errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
+    # RE2 for every pattern, and no $ref is ever fetched (gates.patterns): bounded, offline.
+    errors = sorted(schema_validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
     out = []
     for e in errors:
         where = ".".join(str(p) for p in e.absolute_path) or "(top)"

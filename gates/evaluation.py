@@ -44,7 +44,14 @@ def evaluate_events(gate: Gate, events: Sequence[Event], damage: Refusal | None 
         return inconclusive(gate, "gate-engine", f"the gate could not be evaluated: {type(exc).__name__}: {exc}")
     if damage is not None:
         extra = Check("stream-readback", "inconclusive", f"the stream read back damaged: {damage}")
-        v = Verdict.of(v.gate, v.scope, [*v.checks, extra], v.summary, **v.extra)
+        checks = [*v.checks, extra]
+        # The summary is rewritten from the new checks: the engine's began with its own verdict
+        # ("pass (scope ...)"), which the damage has just made inconclusive.
+        passed = sum(1 for c in checks if c.status == "pass")
+        redone = Verdict.of(v.gate, v.scope, checks)
+        head = f"{redone.verdict} (scope {v.scope}): {passed}/{len(checks)} checks passed; the stream read back damaged"
+        _, sep, rest = v.summary.partition("; ")
+        v = Verdict.of(v.gate, v.scope, checks, head + (sep + rest if sep else ""), **v.extra)
     return v
 
 

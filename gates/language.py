@@ -114,9 +114,15 @@ class ExitRule:
     otherwise: str = "fail"
     unfinished: str = "fail"
     when: Condition | None = None
+    #: The recording was interrupted (a SIGINT, SIGTERM or SIGHUP forwarded to the command)
+    #: and the command still exited on its own: its exit code does not say it finished its work.
+    interrupted: str = "inconclusive"
 
     def describe(self) -> str:
-        return f"the command exits {self.code} (otherwise {self.otherwise}; killed or timed out: {self.unfinished})"
+        return (
+            f"the command exits {self.code} (otherwise {self.otherwise}; killed or timed out: {self.unfinished}; "
+            f"interrupted: {self.interrupted})"
+        )
 
 
 @dataclass(frozen=True)
@@ -377,10 +383,17 @@ class _Table:
         from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
         from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped]
 
+        from gates.patterns import PatternError, check_schema_safety
+
         try:
             Draft202012Validator.check_schema(value)
+            check_schema_safety(value)
         except SchemaError as exc:
             raise self.error(f"{key!r} is not a valid JSON Schema: {exc.message}") from None
+        except PatternError as exc:
+            raise self.error(f"{key!r}: {exc}") from None
+        except RecursionError:
+            raise self.error(f"{key!r} is nested too deeply") from None
         schema: Mapping[str, Any] = value
         return schema
 
@@ -421,6 +434,7 @@ def _exit(t: _Table) -> ExitRule:
         otherwise=t.status_of("otherwise", "fail"),
         unfinished=t.status_of("unfinished", "fail"),
         when=t.when(),
+        interrupted=t.status_of("interrupted", "inconclusive"),
     )
     t.done()
     return rule
@@ -540,6 +554,15 @@ def _check(t: _Table) -> CheckRule:
     if uses not in CHECKS:
         raise t.error(f"no Python check named {uses!r} (known: {', '.join(sorted(CHECKS))})")
     rule = CheckRule(id=name, uses=uses, args=t.get("args", dict, {}), when=t.when())
+    patterns = rule.args.get("patterns")
+    if uses == "output-free-of" and isinstance(patterns, list):
+        from gates.patterns import PatternError, compile_pattern
+
+        for pattern in patterns:
+            try:
+                compile_pattern(str(pattern).encode())
+            except PatternError as exc:
+                raise t.error(f"args.patterns: {exc}") from None
     t.done()
     return rule
 
@@ -598,30 +621,48 @@ def parse_gate(data: Mapping[str, Any], source: str = "<gate>", digest: str = ""
 
 def load_gate(path: str | Path) -> Gate:
     """Read one gate file (a regular file, opened without blocking: a FIFO is refused, not waited on)."""
-    from aos.reader import open_regular
-    from aos.refusals import StreamMissing
-
     p = Path(path)
     try:
-        with os.fdopen(open_regular(p), "rb") as f:
-            raw = f.read()
-    except StreamMissing as exc:
-        raise GateFileError(f"cannot read gate file: {exc.detail}") from None
+        text = _read_text(p)
     except OSError as exc:
         raise GateFileError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise GateFileError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     return parse_gate_text(text, str(p))
+
+
+#: A gate file larger than this is refused: gate files are short, and reading one must be bounded.
+MAX_GATE_FILE = 4 << 20
+
+
+def _read_text(p: Path) -> str:
+    """A regular file's text, bounded; a FIFO or device is refused without blocking on it."""
+    import stat
+
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(0, f"not a regular file (mode {stat.filemode(st.st_mode)})")
+        data = os.read(fd, MAX_GATE_FILE + 1)
+        while len(data) <= MAX_GATE_FILE and (more := os.read(fd, MAX_GATE_FILE + 1 - len(data))):
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) > MAX_GATE_FILE:
+        raise OSError(0, f"larger than {MAX_GATE_FILE} bytes")
+    return data.decode("utf-8")
 
 
 def parse_gate_text(text: str, source: str) -> Gate:
     """A ``Gate`` from TOML text; its digest is the SHA-256 of that text."""
     try:
         data = tomllib.loads(text)
-        return parse_gate(data, source, hashlib.sha256(text.encode()).hexdigest())
     except tomllib.TOMLDecodeError as exc:
         raise GateFileError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise GateFileError(f"{source}: not valid TOML: nested too deeply") from None
+    try:
+        return parse_gate(data, source, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
     except RecursionError:
         raise GateFileError(f"{source}: nested too deeply") from None

@@ -33,13 +33,25 @@ def builtin_gates() -> dict[str, Gate]:
 RESERVED_SCOPES = frozenset({"physical"})
 
 
+def _folded(text: str) -> str:
+    """What a name looks like to a reader: Unicode-compatibility folded, case folded, without
+    spaces, separators, or invisible characters (``Exit_Zero``, `` exit-zero``, ``physical `` fold
+    to the name they imitate)."""
+    import unicodedata
+
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(c for c in folded if c.isalnum())
+
+
 def load_user_gate(path: str | Path) -> Gate:
-    """A gate from a user's file: it may not shadow a built-in nor claim a reserved scope."""
+    """A gate from a user's file: it may not shadow a built-in, nor look like one, nor claim a
+    reserved scope in any spelling."""
     gate = load_gate(path)
-    if gate.name in builtin_gates():
-        raise GateFileError(f"{gate.source}: gate {gate.name!r} would shadow the built-in gate of that name")
+    for builtin in builtin_gates():
+        if gate.name == builtin or _folded(gate.name) == _folded(builtin):
+            raise GateFileError(f"{gate.source}: gate {gate.name!r} would pass for the built-in gate {builtin!r}")
     scopes = {gate.scope, *(p.scope for p in gate.parts if p.scope)}
-    reserved = sorted(scopes & RESERVED_SCOPES)
+    reserved = sorted(s for s in scopes if _folded(s) in {_folded(r) for r in RESERVED_SCOPES})
     if reserved:
         raise GateFileError(f"{gate.source}: scope {reserved[0]!r} is reserved for the built-in device gates")
     return gate
@@ -63,4 +75,6 @@ def resolve_gate(name: str, gate_files: tuple[str | Path, ...] | list[str | Path
     if builtin is not None:
         return builtin
     known = sorted({*builtin_gates(), *(g.name for g in loaded)})
-    raise UnknownGate(f"no gate named {name!r} (known: {', '.join(known)})")
+    near = [k for k in known if _folded(k) == _folded(name)]
+    hint = f"; did you mean {near[0]!r}? Gate names match exactly" if near else ""
+    raise UnknownGate(f"no gate named {name!r} (known: {', '.join(known)}){hint}")

@@ -23,7 +23,7 @@ from typing import Any
 from observe.ingest import Control
 from observe.masking import Masker, SecretSet
 from observe.output import Echo, Sink
-from observe.spawn import Spawned, exit_status, signal_name
+from observe.spawn import Spawned, descendants, end_tree, exit_status, signal_name, signal_process
 
 __all__ = ["Capture", "Outcome"]
 
@@ -52,6 +52,8 @@ class Outcome:
     rusage: dict[str, Any] = field(default_factory=dict)
     stray: list[str] = field(default_factory=list)
     late_interrupt: str | None = None  # a signal that arrived after process.exit
+    ended: list[dict[str, Any]] = field(default_factory=list)  # descendants ended after the drain
+    capture_timed_out: bool = False  # --timeout ran out during the final --artifact captures
 
 
 def _rusage(ru: Any) -> dict[str, Any]:
@@ -83,6 +85,7 @@ class Capture:
         kill_grace: float,
         drain_seconds: float,
         started_ns: int,
+        not_ours: frozenset[int] = frozenset(),
     ) -> None:
         self.spawned = spawned
         self.sink = sink
@@ -99,7 +102,15 @@ class Capture:
         self.exited = False
         self._sel = selectors.DefaultSelector()
         self._drain_until: float | None = None
+        self._deadline: float | None = None
+        self._deferred: list[int] = []
+        #: Processes of the command's tree (not the command itself) signalled at --timeout.
+        self._signalled: dict[int, dict[str, Any]] = {}
+        #: Children this process had before the command started: never the command's to end.
+        self.not_ours = not_ours
+        self._stdin = _StdinForward(spawned.out_fd) if spawned.forward_stdin else None
         control.drain = self.drain_pipes
+        control.stop = self.must_stop
 
     # -- output --------------------------------------------------------------------
 
@@ -132,6 +143,12 @@ class Capture:
         src.open = False
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(src.fd)
+        if self.spawned.err_fd is None and not self.exited:
+            # A pseudo-terminal's master reads EIO once the command closed its side, which it
+            # may do just before it exits (coreutils do): closing the master now would hang up
+            # the terminal and kill the command with SIGHUP. It is closed after the exit.
+            self._deferred.append(src.fd)
+            return
         os.close(src.fd)
 
     def drain_pipes(self, budget: int = 8 << 20) -> None:
@@ -155,6 +172,21 @@ class Capture:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.spawned.pid, signum)
 
+    def _kill_tree(self, signum: int) -> None:
+        """``signum`` to the command's process group and to every process it started,
+        also those in sessions of their own (the recorder is their subreaper)."""
+        self._killpg(signum)
+        for proc in descendants(os.getpid(), self.not_ours):
+            if proc.state not in ("Z", "X") and signal_process(proc, signum) and proc.pid != self.spawned.pid:
+                entry = self._signalled.setdefault(proc.pid, {"pid": proc.pid, "argv": list(proc.argv)})
+                entry["signal"] = signal_name(signum)
+
+    def must_stop(self) -> bool:
+        """True once a capture in progress must end: past ``--timeout``, or interrupted."""
+        if self.outcome.interrupted is not None or self.outcome.late_interrupt is not None:
+            return True
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
     # -- the loop ------------------------------------------------------------------
 
     def run(self) -> Outcome:
@@ -167,17 +199,20 @@ class Capture:
         previous = self._install_handlers()
         start = time.monotonic()
         deadline = start + self.timeout if self.timeout is not None else None
+        self._deadline = deadline
         kill_at: float | None = None
+        if self._stdin is not None:
+            self._stdin.register(sel)
         try:
             while True:
                 now = time.monotonic()
                 if not self.exited:
                     if deadline is not None and now >= deadline and not self.outcome.timed_out:
                         self.outcome.timed_out = True
-                        self._killpg(signal.SIGTERM)
+                        self._kill_tree(signal.SIGTERM)
                         kill_at = now + self.kill_grace
                     if kill_at is not None and now >= kill_at:
-                        self._killpg(signal.SIGKILL)
+                        self._kill_tree(signal.SIGKILL)
                         kill_at = None
                 else:
                     if not any(s.open for s in self.sources):
@@ -189,10 +224,13 @@ class Capture:
                     if t is not None:
                         wait = min(wait, max(t - now, 0.0))
                 ready = sel.select(wait)
-                ready.sort(key=lambda kv: {"pipe": 0, "accept": 1, "conn": 2, "exit": 3}[kv[0].data[0]])
+                ready.sort(key=lambda kv: {"pipe": 0, "stdin": 1, "accept": 1, "conn": 2, "exit": 3}[kv[0].data[0]])
                 for key, _ in ready:
                     what, obj = key.data
-                    if what == "pipe":
+                    if what == "stdin":
+                        if self._stdin is not None and not self.exited:
+                            self._stdin.read(sel)
+                    elif what == "pipe":
                         if obj.open:
                             self._read(obj, 4 << 20)
                     elif what == "accept":
@@ -204,6 +242,8 @@ class Capture:
                         sel.unregister(waker)
                         self._on_exit()
                 self.control.poll_receipts()
+                if self._stdin is not None and not self.exited:
+                    self._stdin.flush(sel)
         except BaseException:
             if not self.exited:  # the recorder itself broke: do not leave the command running unrecorded
                 self._killpg(signal.SIGTERM)
@@ -212,7 +252,20 @@ class Capture:
             self._restore_handlers(previous)
             with contextlib.suppress(OSError):
                 os.close(waker)
+            if self._stdin is not None:
+                self._stdin.close(sel)
+            for fd in self._deferred:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self.outcome.stray = [s.name for s in self.sources if s.open]
+        # What the command left running (daemons, `setsid` children) ends with the recording.
+        ended = {p["pid"]: p for p in end_tree(os.getpid(), self.not_ours, {self.spawned.pid}, self.kill_grace)}
+        for pid, entry in self._signalled.items():  # ended at --timeout: recorded with the signal sent then
+            if pid not in ended or ended[pid]["signal"] is None:
+                ended[pid] = entry
+        self.outcome.ended = [ended[pid] for pid in sorted(ended)]
+        if self.outcome.ended:
+            self.drain_pipes()  # their last words, now that the pipes can close
         for src in self.sources:
             if src.open:
                 self._close(src)
@@ -274,3 +327,92 @@ class Capture:
     def _restore_handlers(self, previous: dict[int, Any]) -> None:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+class _StdinForward:
+    """Under ``--pty``: the recorder's stdin is copied to the terminal the command reads.
+
+    At the end of stdin the terminal gets its end-of-file character (twice after a
+    partial line), so ``echo hi | alpha observe record --pty -- cat`` ends. When
+    stdin is not a terminal, the pseudo-terminal does not echo what is forwarded
+    (a pipe's bytes are input, not output). Writes never block the loop: what the
+    command has not read yet waits here, and stdin is not read meanwhile.
+    """
+
+    LIMIT = 1 << 16
+
+    def __init__(self, master: int) -> None:
+        self.master = master
+        self.pending = b""
+        self.eof = False
+        self.last = b"\n"
+        self.registered = False
+        self.done = False
+        self.disabled = False
+        try:
+            os.fstat(0)
+        except OSError:
+            self.eof = True  # no stdin at all: end of file at once
+        else:
+            with contextlib.suppress(OSError):
+                # A terminal we are not in the foreground of: reading it would stop us (SIGTTIN).
+                self.disabled = os.isatty(0) and os.tcgetpgrp(0) != os.getpgrp()
+
+    def register(self, sel: selectors.BaseSelector) -> None:
+        if self.disabled:
+            return
+        if self.eof:
+            self._end()
+            return
+        try:
+            sel.register(0, selectors.EVENT_READ, ("stdin", None))
+            self.registered = True
+        except (OSError, ValueError):  # a regular file (epoll refuses it): it never blocks, read it now
+            while not self.eof and len(self.pending) < (8 << 20):
+                self.read(None)
+
+    def read(self, sel: selectors.BaseSelector | None) -> None:
+        try:
+            chunk = os.read(0, self.LIMIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._end()
+            if sel is not None:
+                self._unregister(sel)
+            return
+        self.pending += chunk
+        self.last = chunk[-1:]
+        if sel is not None and len(self.pending) >= self.LIMIT:
+            self._unregister(sel)  # until the command has read some
+
+    def _end(self) -> None:
+        self.eof = True
+        self.pending += b"\x04" if self.last == b"\n" else b"\x04\x04"
+
+    def flush(self, sel: selectors.BaseSelector) -> None:
+        if not self.pending:
+            return
+        try:
+            n = os.write(self.master, self.pending)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self.pending = b""
+            return
+        self.pending = self.pending[n:]
+        if not self.pending and not self.eof and not self.registered:
+            with contextlib.suppress(OSError, ValueError):
+                sel.register(0, selectors.EVENT_READ, ("stdin", None))
+                self.registered = True
+
+    def _unregister(self, sel: selectors.BaseSelector) -> None:
+        if self.registered:
+            with contextlib.suppress(KeyError, ValueError):
+                sel.unregister(0)
+            self.registered = False
+
+    def close(self, sel: selectors.BaseSelector) -> None:
+        self._unregister(sel)

@@ -8,8 +8,12 @@ Two paths, both set up by the recorder for its command:
   line; the recorder tails the file and keeps a partial last line until its
   newline arrives. A line is ``{"name": STR, "status": STR, "fields": OBJ}``.
 - ``$AOS_CONTROL``, a Unix stream socket for requests that need an answer:
-  ``step`` (span start/end and the sub-command's output bytes) and ``artifact``
-  (capture now). Frames are a 1-byte type, a big-endian u32 length, a payload.
+  ``step`` (span start/end and the sub-command's output bytes), ``artifact``
+  (capture now) and ``receipts.sync`` (confirm that a receipts file is recorded
+  up to an offset). Frames are a 1-byte type, a big-endian u32 length, a
+  payload. Every request is answered ``{"ok": ...}`` only after what it asked
+  for is appended to the stream's writer; a request the recorder never answers
+  (the recording ended first) was not recorded.
 
 This module is imported by the light client path: no pyarrow, nothing heavy.
 """
@@ -152,13 +156,19 @@ def _reject_constant(name: str) -> Any:
 class ReceiptTail:
     """Follows one receipts file, yielding complete lines as they are appended."""
 
-    __slots__ = ("_buf", "_fd", "path", "step")
+    __slots__ = ("_buf", "_fd", "_read", "path", "step")
 
     def __init__(self, path: str, step: str | None) -> None:
         self.path = path
         self.step = step
         self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         self._buf = b""
+        self._read = 0
+
+    @property
+    def consumed(self) -> int:
+        """Bytes of the file handed out as complete lines so far (a partial last line not counted)."""
+        return self._read - len(self._buf)
 
     def lines(self) -> Iterator[bytes]:
         """Every complete line appended since the last call (newline stripped)."""
@@ -166,6 +176,7 @@ class ReceiptTail:
             chunk = os.read(self._fd, 1 << 20)
             if not chunk:
                 break
+            self._read += len(chunk)
             self._buf += chunk
             if b"\n" in chunk:
                 *done, self._buf = self._buf.split(b"\n")

@@ -40,7 +40,9 @@ def recording_options(func: F) -> F:
     options = [
         click.option(
             "--out",
-            type=click.Path(dir_okay=False, path_type=Path),
+            # Not click's dir_okay=False: an --out that cannot be written is refused by the
+            # recorder (stream-write, exit 125), a directory included.
+            type=click.Path(path_type=Path),
             default=None,
             help="Stream file to write (default: a new file under ./aos/).",
         ),
@@ -63,7 +65,7 @@ def recording_options(func: F) -> F:
             is_flag=True,
             default=False,
             help="Run under a pseudo-terminal: exact interleaving and colour; stdout and stderr become one stdout "
-            "stream, and no input is forwarded.",
+            "stream, and stdin is forwarded to it (end of input is the terminal's end of file).",
         ),
         click.option(
             "--sign-key",
@@ -265,7 +267,8 @@ def artifact(paths: tuple[str, ...]) -> None:
     type=click.FloatRange(min=0),
     default=None,
     metavar="SECONDS",
-    help="Give up after SECONDS without new events (default: wait for the seal).",
+    help="After SECONDS without growth, check that the recorder still runs; end (stream-unsealed) when it is "
+    "gone. Also how long a missing file is waited for. Default 10.",
 )
 @click.option(
     "--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS", help="Give up after SECONDS in all."
@@ -273,7 +276,8 @@ def artifact(paths: tuple[str, ...]) -> None:
 def tail(stream: Path, idle: float | None, timeout: float | None) -> None:
     """Follow STREAM while it is written, printing its stdout and stderr; stop at the seal.
 
-    Exits 0 at the seal, 1 when it gave up (--idle, --timeout) or the stream is damaged.
+    Exits 0 at the seal; 1 when it gave up (--timeout), or refused: the stream is
+    damaged, never appeared, or stopped growing while its recorder is gone.
     """
     from aos.refusals import Refusal
     from observe.cli_errors import refuse

@@ -5,6 +5,15 @@ library and ``observe.channel``: never pyarrow, never the writer.
 
 Outside a recording (``AOS_RECEIPTS`` unset) each says so on stderr and returns
 2; ``step(..., standalone=True)`` runs its command anyway.
+
+Exit 0 means recorded: each waits until the recorder acknowledges that what it
+sent is appended to the stream's writer. ``receipt`` appends its line to
+``$AOS_RECEIPTS`` and then asks the recorder, over ``$AOS_CONTROL``, to confirm
+it has recorded that file up to the end of the line; ``artifact`` waits for the
+capture; ``step`` for its ``step.start`` and ``step.end``. A client that gets
+no acknowledgement (the recording has ended, the recorder is gone) says so on
+stderr and exits non-zero: ``receipt`` and ``artifact`` 1, ``step`` 125 (its
+command still runs, unrecorded, but its exit code cannot be told from a recorded one).
 """
 
 from __future__ import annotations
@@ -43,7 +52,15 @@ if TYPE_CHECKING:
 __all__ = ["NOT_RECORDING", "artifact", "build_fields", "receipt", "step"]
 
 NOT_RECORDING = 2
-START_TIMEOUT = 10.0
+#: Exit code of a ``step`` whose span could not be recorded (the recorder's own failure code).
+NOT_RECORDED = 125
+CONNECT_TIMEOUT = 10.0
+#: How long a client waits for the recorder's acknowledgement. The recorder runs
+#: one loop; under load, or while it captures a large artifact for another
+#: client, an answer can take a while, and giving up early loses nothing but
+#: turns a recorded event into a reported failure.
+ACK_TIMEOUT = 600.0
+START_TIMEOUT = 120.0
 END_TIMEOUT = 120.0
 ARTIFACT_TIMEOUT = 600.0
 STRAY_DRAIN = 2.0
@@ -77,7 +94,7 @@ def build_fields(pairs: list[tuple[str, str]], json_obj: str | None) -> dict[str
 
 
 def receipt(name: str, status: str = "info", fields: dict[str, Any] | None = None) -> int:
-    """Append one receipt line to ``$AOS_RECEIPTS`` (one atomic ``O_APPEND`` write)."""
+    """Append one receipt line to ``$AOS_RECEIPTS`` (one ``O_APPEND`` write), then wait until it is recorded."""
     path = os.environ.get(ENV_RECEIPTS)
     if not path:
         return _outside("receipt")
@@ -85,17 +102,42 @@ def receipt(name: str, status: str = "info", fields: dict[str, Any] | None = Non
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     except OSError as exc:
-        sys.stderr.write(f"alpha observe receipt: cannot open {path}: {exc.strerror or exc}\n")
+        sys.stderr.write(
+            f"alpha observe receipt: cannot open {path}: {exc.strerror or exc} "
+            "(has the recording ended?); receipt not recorded\n"
+        )
         return 1
     try:
         if os.write(fd, line) != len(line):
-            sys.stderr.write("alpha observe receipt: short write to the receipts channel\n")
+            sys.stderr.write("alpha observe receipt: short write to the receipts channel; receipt not recorded\n")
             return 1
+        end = os.lseek(fd, 0, os.SEEK_CUR)  # with O_APPEND: just past our own line
     except OSError as exc:
-        sys.stderr.write(f"alpha observe receipt: cannot write {path}: {exc.strerror or exc}\n")
+        sys.stderr.write(f"alpha observe receipt: cannot write {path}: {exc.strerror or exc}; receipt not recorded\n")
         return 1
     finally:
         os.close(fd)
+    return _confirm("receipt", {"op": "receipts.sync", "receipts": path, "offset": end}, ACK_TIMEOUT)
+
+
+def _confirm(what: str, msg: dict[str, Any], timeout: float) -> int:
+    """Send one request on a fresh control connection; 0 only when the recorder answers ok."""
+    control = _control_path()
+    try:
+        link = _Link(control or "")
+        try:
+            reply = link.request(msg, timeout)
+        finally:
+            link.close()
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(
+            f"alpha observe {what}: the recorder did not confirm it was recorded ({exc or type(exc).__name__}); "
+            "the recording may have ended\n"
+        )
+        return 1
+    if not reply.get("ok"):
+        sys.stderr.write(f"alpha observe {what}: not recorded: {reply.get('error') or 'the recorder refused it'}\n")
+        return 1
     return 0
 
 
@@ -106,8 +148,12 @@ class _Link:
         import socket
 
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(START_TIMEOUT)
-        self.sock.connect(path)
+        self.sock.settimeout(CONNECT_TIMEOUT)
+        try:
+            self.sock.connect(path)
+        except BaseException:
+            self.sock.close()
+            raise
         self.reader = FrameReader()
 
     def send(self, frame: bytes) -> None:
@@ -140,7 +186,11 @@ def _control_path() -> str | None:
 
 
 def artifact(paths: list[str]) -> int:
-    """Ask the recorder to capture ``paths`` now; wait (bounded) until it has."""
+    """Ask the recorder to capture ``paths`` now; wait (bounded) until it has.
+
+    Exits 1 when the recorder did not confirm, or when a path matched nothing or
+    could not be read (the stream then says why: ``artifact.missing``, ``unreadable``).
+    """
     control = _control_path() if os.environ.get(ENV_RECEIPTS) else None
     if control is None:
         return _outside("artifact")
@@ -157,9 +207,16 @@ def artifact(paths: list[str]) -> int:
         finally:
             link.close()
     except (OSError, ValueError) as exc:
-        sys.stderr.write(f"alpha observe artifact: the recorder did not answer: {exc}\n")
+        sys.stderr.write(f"alpha observe artifact: the recorder did not confirm the capture: {exc}\n")
         return 1
-    return 0 if reply.get("ok") else 1
+    if not reply.get("ok"):
+        sys.stderr.write(f"alpha observe artifact: not recorded: {reply.get('error') or 'the recorder refused it'}\n")
+        return 1
+    problems = [str(p) for p in reply.get("not_captured") or []]
+    if problems:
+        sys.stderr.write(f"alpha observe artifact: not captured (recorded as such): {', '.join(problems)}\n")
+        return 1
+    return 0
 
 
 def _shell_code(returncode: int) -> int:
@@ -196,16 +253,26 @@ def step(name: str, argv: list[str], *, standalone: bool = False) -> int:
     control = _control_path()
     span = uuid.uuid4().hex[:16]
     parent = os.environ.get(ENV_STEP) or None
+    link: _Link | None = None
     try:
         link = _Link(control or "")
         # A name or argument that is not UTF-8 goes as {"bytes_b64": ...} (FORMAT.md 3.7).
         start = {"op": "step.start", "span": span, "name": text_value(name), "parent": parent}
         reply = link.request({**start, "argv": [text_value(a) for a in argv]}, START_TIMEOUT)
+        if not reply.get("ok"):
+            raise ValueError(reply.get("error") or "the recorder refused the step")
     except (OSError, ValueError) as exc:
+        if link is not None:
+            link.close()
         sys.stderr.write(
-            printable(f"alpha observe step: the recorder did not answer ({exc}); running {name} unrecorded\n")
+            printable(
+                f"alpha observe step: the recorder did not answer ({exc or type(exc).__name__}); "
+                f"running {name} unrecorded, exit {NOT_RECORDED}\n"
+            )
         )
-        return _run_plain(argv)
+        code = _run_plain(argv)
+        sys.stderr.write(printable(f"alpha observe step: {name} exited {code} unrecorded\n"))
+        return NOT_RECORDED
     return _run_step(link, span, argv, reply.get("receipts"))
 
 
@@ -239,7 +306,7 @@ def _run_step(link: _Link, span: str, argv: list[str], receipts: str | None) -> 
             f"{argv[0]}: {'command not found' if code == 127 else 'cannot execute'} ({exc.strerror or exc})"
         )
         sys.stderr.write(f"alpha observe step: {error}\n")
-        return _end(link, code, None, time.monotonic_ns() - start, error)
+        return code if _end(link, code, None, time.monotonic_ns() - start, error) else NOT_RECORDED
     os.close(out_w)
     os.close(err_w)
     link.sock.settimeout(END_TIMEOUT)
@@ -247,7 +314,7 @@ def _run_step(link: _Link, span: str, argv: list[str], receipts: str | None) -> 
         out_r: (FRAME_OUT_ECHO if echo_out else FRAME_OUT, None if echo_out else 1),
         err_r: (FRAME_ERR_ECHO if echo_err else FRAME_ERR, None if echo_err else 2),
     }
-    _pump(link, proc, frames)
+    forwarded = _pump(link, proc, frames)
     rc = proc.returncode
     if rc < 0:
         import signal as _signal
@@ -259,12 +326,19 @@ def _run_step(link: _Link, span: str, argv: list[str], receipts: str | None) -> 
         code = None
     else:
         code = rc
-    _end(link, code, sig, time.monotonic_ns() - start, error)
+    if not forwarded:
+        error = "the step's output could not all be sent to the recorder"
+    if not _end(link, code, sig, time.monotonic_ns() - start, error) or not forwarded:
+        sys.stderr.write(f"alpha observe step: the step was not recorded whole; exit {NOT_RECORDED}\n")
+        return NOT_RECORDED
     return _shell_code(rc)
 
 
-def _pump(link: _Link, proc: subprocess.Popen[bytes], frames: dict[int, tuple[bytes, int | None]]) -> None:
-    """Forward the sub-command's output until it exits and its pipes close (bounded after exit)."""
+def _pump(link: _Link, proc: subprocess.Popen[bytes], frames: dict[int, tuple[bytes, int | None]]) -> bool:
+    """Forward the sub-command's output until it exits and its pipes close (bounded after exit).
+
+    False when the link to the recorder broke, so some output was not recorded.
+    """
     import selectors
 
     sel = selectors.DefaultSelector()
@@ -303,6 +377,7 @@ def _pump(link: _Link, proc: subprocess.Popen[bytes], frames: dict[int, tuple[by
         sel.unregister(fd)
         os.close(fd)
     proc.wait()
+    return linked
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -314,14 +389,18 @@ def _write_all(fd: int, data: bytes) -> None:
             return
 
 
-def _end(link: _Link, code: int | None, sig: str | None, duration_ns: int, error: str | None) -> int:
+def _end(link: _Link, code: int | None, sig: str | None, duration_ns: int, error: str | None) -> bool:
+    """Send ``step.end``; True only when the recorder acknowledged it."""
     msg: dict[str, Any] = {"op": "step.end", "exit_code": code, "signal": sig, "duration_ns": duration_ns}
     if error:
         msg["error"] = error
     try:
-        link.request(msg, END_TIMEOUT)
+        reply = link.request(msg, END_TIMEOUT)
     except (OSError, ValueError) as exc:
-        sys.stderr.write(f"alpha observe step: the recorder did not acknowledge the step's end: {exc}\n")
+        sys.stderr.write(
+            f"alpha observe step: the recorder did not acknowledge the step's end: {exc or type(exc).__name__}\n"
+        )
+        return False
     finally:
         link.close()
-    return code if code is not None else 125
+    return bool(reply.get("ok"))

@@ -102,6 +102,8 @@ class Control:
         self.cwd = cwd
         self.artifact_max_bytes = artifact_max_bytes
         self.drain = drain
+        #: Polled during artifact captures: true when the capture must end now (``--timeout``, a signal).
+        self.stop: Callable[[], bool] = lambda: False
         self.receipts_path = os.path.join(directory, "receipts")
         self.control_path = os.path.join(directory, "control")
         self.tails: list[ReceiptTail] = [ReceiptTail(self._new_file(self.receipts_path), None)]
@@ -214,6 +216,8 @@ class Control:
             self._step_end(conn, msg)
         elif op == "artifact":
             self._artifact(conn, msg)
+        elif op == "receipts.sync":
+            self._sync(conn, msg)
         else:
             raise ValueError(f"unknown op {op!r}")
 
@@ -252,7 +256,8 @@ class Control:
         path = os.path.join(self.directory, f"receipts-{len(self.tails)}")
         conn.tail = ReceiptTail(self._new_file(path), span)
         self.tails.append(conn.tail)
-        self._reply(conn, {"ok": True, "receipts": path})
+        self.sink.drain()
+        self._reply(conn, {"ok": not self.sink.failed, "receipts": path})
 
     def _flush_maskers(self, conn: _Conn) -> None:
         for name, masker in conn.maskers.items():
@@ -280,7 +285,8 @@ class Control:
         with self._steps_lock:
             self._open_steps.pop(str(conn.span), None)
         if not incomplete:
-            self._reply(conn, {"ok": True})
+            self.sink.drain()
+            self._reply(conn, {"ok": not self.sink.failed})
 
     def _artifact(self, conn: _Conn, msg: dict[str, Any]) -> None:
         if "origin" in msg or "env" in msg:
@@ -289,6 +295,7 @@ class Control:
         self.drain()
         self.poll_receipts(force=True)
         step = msg.get("step")
+        problems: list[str] = []
         recorded = artifacts.capture(
             self._append_artifact,
             [_os_path(p) for p in msg.get("paths", [])],
@@ -297,9 +304,28 @@ class Control:
             max_bytes=self.artifact_max_bytes,
             step=text_key(step) if isinstance(step, str) else None,
             secrets=self.secrets,
+            problems=problems,
+            stop=self.stop,
         )
         self.sink.drain()
-        self._reply(conn, {"ok": not self.sink.failed, "paths": recorded})
+        self._reply(conn, {"ok": not self.sink.failed, "paths": recorded, "not_captured": problems})
+
+    def _sync(self, conn: _Conn, msg: dict[str, Any]) -> None:
+        """Answer once the receipts file ``msg["receipts"]`` is recorded up to ``msg["offset"]``."""
+        path, offset = str(msg.get("receipts")), msg.get("offset")
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise ValueError("receipts.sync needs an integer offset")
+        self.drain()
+        self.poll_receipts(force=True)
+        tail = next((t for t in self.tails if t.path == path), None)
+        if tail is None:
+            self._reply(conn, {"ok": False, "error": f"{path} is not a receipts file of this recording"})
+            return
+        if tail.consumed < offset:
+            self._reply(conn, {"ok": False, "error": f"{path} holds no complete line up to byte {offset}"})
+            return
+        self.sink.drain()
+        self._reply(conn, {"ok": not self.sink.failed})
 
     def _append_artifact(self, kind: str, attrs: dict[str, Any], data: bytes | None, step: str | None) -> None:
         self.sink.append(kind, attrs, data, step)
@@ -314,7 +340,14 @@ class Control:
         conn.sock.close()
 
     def close(self, sel: selectors.BaseSelector | None = None) -> None:
-        """Stop listening; close (and end as incomplete) any connection left."""
+        """Stop listening; close (and end as incomplete) any connection left.
+
+        The socket's name goes first, so a client arriving from now on is refused
+        at once; one already connected but not answered gets end-of-file, and
+        exits non-zero: nothing it sent is acknowledged unless it was recorded.
+        """
+        with contextlib.suppress(OSError):
+            os.unlink(self.control_path)
         for conn in list(self.conns.values()):
             self._close(conn, sel)
         if sel is not None:

@@ -37,6 +37,7 @@ from observe.envpolicy import recorded_env
 from observe.masking import SecretSet, mask_text
 from observe.output import Echo, logger
 from observe.secrets import MaskingSink, secrets_for_recording
+from observe.spawn import become_subreaper, children_of
 
 if TYPE_CHECKING:
     from aos.writer import SealInfo, StreamWriter
@@ -110,9 +111,17 @@ def _version() -> str:
 
 
 def default_out(cwd: str, stream_id: str) -> Path:
-    """``./aos/<UTC time>-<stream id>.aos`` (the directory is created)."""
+    """``./aos/<UTC time>-<stream id>.aos`` (the directory is created).
+
+    Raises ``aos.refusals.StreamWrite`` when it cannot be (``./aos`` is a file, ...).
+    """
+    from aos.refusals import StreamWrite
+
     directory = Path(cwd) / "aos"
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StreamWrite(f"cannot create the stream folder {directory}: {exc.strerror or exc}") from exc
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     return directory / f"{stamp}-{stream_id}.aos"
 
@@ -126,11 +135,30 @@ def _channel_dir() -> str:
     return directory
 
 
-def _float_env(name: str, default: float) -> float:
-    try:
-        return float(os.environ[name])
-    except (KeyError, ValueError):
+def _float_env(name: str, default: float, *, low: float = 0.0, high: float = 86400.0) -> float:
+    """A tuning variable's value; anything else than a number in ``[low, high]`` is ignored, with a warning."""
+    import math
+
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
         return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not low <= value <= high:
+        logger().warning("ignoring a bad tuning variable", variable=name, value=raw[:40], using=default)
+        return default
+    return value
+
+
+def _zstd_level() -> int:
+    """``ALPHA_OBSERVE_ZSTD_LEVEL``: an integer from -7 to 22 (zstd's fast and normal levels), else 1."""
+    level = _float_env("ALPHA_OBSERVE_ZSTD_LEVEL", 1, low=-7, high=22)
+    if level != int(level):
+        logger().warning("ignoring a bad tuning variable", variable="ALPHA_OBSERVE_ZSTD_LEVEL", using=1)
+        return 1
+    return int(level)
 
 
 def _lean_memory_pool() -> None:
@@ -197,7 +225,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
         path,
         stream_id=stream_id,
         signer=signer,
-        compression_level=int(_float_env("ALPHA_OBSERVE_ZSTD_LEVEL", 1)),
+        compression_level=_zstd_level(),
         pipelined=True,
         batch_max_bytes=2 << 20,  # with up to three batches being encoded, keeps peak RSS low
         keep_copy=before_seal is not None,
@@ -205,6 +233,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     sink = MaskingSink(writer, secrets)
     echo = Echo(not options.quiet)
     channel_dir = _channel_dir()
+    restore_reaper = become_subreaper()
     try:
         crashed = False
         try:
@@ -227,6 +256,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
                 sink.append_direct("recorder.error", {"error": error})
         seal = sink.seal()
     finally:
+        restore_reaper()
         sink.stop()
         writer.close()
         shutil.rmtree(channel_dir, ignore_errors=True)
@@ -234,14 +264,15 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     if options.out is None:
         sys.stderr.write(f"alpha observe: stream {path}\n")
         sys.stderr.flush()
-    code = 125 if failed else (124 if outcome.timed_out else outcome.shell_code)
+    timed_out = outcome.timed_out or outcome.capture_timed_out
+    code = 125 if failed else (124 if timed_out else outcome.shell_code)
     return RecordResult(
         path=path,
         stream_id=stream_id,
         exit_code=code,
         command_exit=outcome.exit_code,
         signal=outcome.signal,
-        timed_out=outcome.timed_out,
+        timed_out=timed_out,
         recorder_failed=failed,
         seal=seal,
     )
@@ -299,19 +330,13 @@ def _run(
     )
     sampler = _start_sampler(options, sink, control, secrets)
     try:
-        outcome = _run_command(argv, options, path, stream_id, cwd, sink, echo, secrets, control, sampler)
+        outcome, started_ns = _run_command(argv, options, path, stream_id, cwd, sink, echo, secrets, control, sampler)
     finally:
         if sampler is not None:
             sampler.finish()  # a no-op after the end observation, which follows process.exit
     control.finish_receipts()
     if options.artifacts:
-        artifacts.capture(
-            lambda kind, attrs, data, step: sink.append(kind, attrs, data, step),
-            options.artifacts,
-            cwd=cwd,
-            max_bytes=options.artifact_max_bytes,
-            secrets=secrets,
-        )
+        _final_artifacts(options, cwd, sink, outcome, started_ns, secrets)
     control.finish_receipts()
     control.close()
     return outcome
@@ -365,8 +390,9 @@ def _run_command(
     secrets: SecretSet,
     control: Control,
     sampler: Sampler | None,
-) -> Any:
-    """Capture the lane configs, append the start observation, run the command; return its outcome."""
+) -> tuple[Any, int]:
+    """Capture the lane configs, append the start observation, run the command; return its outcome
+    and when it started (``time.monotonic_ns``)."""
     from observe.capture import Capture, Outcome
     from observe.spawn import SpawnFailure, spawn
 
@@ -381,6 +407,7 @@ def _run_command(
     env.update(control.env())
     env[ENV_STREAM] = str(path.resolve())
     env[ENV_STREAM_ID] = stream_id
+    not_ours = frozenset(children_of(os.getpid()))  # a library caller's own children are not the command's
     started_ns = time.monotonic_ns()
     spawned = spawn(argv, env, pty=options.pty)
     if isinstance(spawned, SpawnFailure):
@@ -414,6 +441,7 @@ def _run_command(
             kill_grace=_float_env("ALPHA_OBSERVE_KILL_GRACE", KILL_GRACE),
             drain_seconds=_float_env("ALPHA_OBSERVE_DRAIN", DRAIN_SECONDS),
             started_ns=started_ns,
+            not_ours=not_ours,
         )
         try:
             outcome = capture.run()
@@ -427,13 +455,58 @@ def _run_command(
                 "background processes still hold the command's output; stopped waiting for them",
                 still_open=",".join(outcome.stray),
             )
+        if outcome.stray or outcome.ended:
             sink.append(
                 "process.stray",
                 {
                     "still_open": outcome.stray,
                     "drained_ns": int(_float_env("ALPHA_OBSERVE_DRAIN", DRAIN_SECONDS) * 1e9),
+                    "ended": [
+                        {"pid": p["pid"], "argv": _argv_text(p["argv"], secrets), "signal": p["signal"]}
+                        for p in outcome.ended
+                    ],
                 },
             )
         if outcome.late_interrupt:
             sink.append("recorder.interrupted", {"signal": outcome.late_interrupt})
-    return outcome
+    return outcome, started_ns
+
+
+def _final_artifacts(
+    options: RecordOptions, cwd: str, sink: MaskingSink, outcome: Any, started_ns: int, secrets: SecretSet
+) -> None:
+    """The ``--artifact`` captures, bounded by ``--timeout`` (counted from the command's start) and by
+    SIGINT/SIGTERM/SIGHUP, which end the capture where it is; the stream is sealed either way."""
+    import signal
+    import threading
+
+    deadline = started_ns / 1e9 + options.timeout if options.timeout is not None else None
+    caught: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        caught.append(signal.Signals(signum).name)
+
+    def stop() -> bool:
+        if deadline is not None and time.monotonic() >= deadline:
+            outcome.capture_timed_out = not outcome.timed_out
+            return True
+        return bool(caught)
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, on_signal)
+    try:
+        artifacts.capture(
+            lambda kind, attrs, data, step: sink.append(kind, attrs, data, step),
+            options.artifacts,
+            cwd=cwd,
+            max_bytes=options.artifact_max_bytes,
+            secrets=secrets,
+            stop=stop,
+        )
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if caught:
+        sink.append("recorder.interrupted", {"signal": caught[0]})

@@ -7,6 +7,7 @@ import os
 import resource
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -188,8 +189,8 @@ class TestCaptureLibrary:
         f.write_bytes(b"a" * 100)
         real = artifacts._hash
 
-        def hash_then_change(fd: int, scanner: Scanner) -> tuple[int, str, str]:
-            result = real(fd, scanner)
+        def hash_then_change(fd: int, scanner: Scanner, stop: Callable[[], bool]) -> tuple[int, str, str]:
+            result = real(fd, scanner, stop)
             f.write_bytes(b"b" * 100)
             return result
 

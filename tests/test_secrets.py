@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -369,8 +370,8 @@ class TestArtifacts:
         f.write_bytes(b"a" * 100)
         real = artifacts._hash
 
-        def hash_then_change(fd: int, scanner: Scanner) -> tuple[int, str, str]:
-            result = real(fd, scanner)
+        def hash_then_change(fd: int, scanner: Scanner, stop: Callable[[], bool]) -> tuple[int, str, str]:
+            result = real(fd, scanner, stop)
             f.write_bytes(b"a" * 40 + b"late-secret" + b"a" * 49)
             return result
 

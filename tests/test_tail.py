@@ -58,3 +58,85 @@ class TestTail:
         proc = alpha("observe", "tail", str(tmp_path / "never.aos"), "--timeout", "0.3")
         assert 1 == proc.returncode
         assert proc.stderr.startswith(b"refused: stream-missing: ")
+
+
+def _dead_recorders_stream(tmp_path: Path) -> Path:
+    """An unsealed stream whose recorder was killed (SIGKILL) mid-run."""
+    import contextlib
+    import os
+    import signal
+
+    from recorder_util import recorded_stdout_so_far, wait_for
+
+    out = tmp_path / "dead.aos"
+    rec = subprocess.Popen(
+        [ALPHA, "observe", "record", "--quiet", "--out", str(out), "--", "sh", "-c", "echo x; exec sleep 60"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: b"x\n" in recorded_stdout_so_far(out))
+    finally:
+        rec.kill()
+        rec.wait()
+    from aos.reader import read_stream
+
+    pgid = next(e.attrs["pid"] for e in read_stream(out).events if e.kind == "process.start")
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)  # the command's group, left behind by the killed recorder
+    return out
+
+
+class TestTailNeverWaitsForever:
+    def test_dead_recorder_is_a_named_refusal(self, tmp_path: Path) -> None:
+        """A stream whose recorder died ends tail with refused: stream-unsealed once idle, after its output."""
+        out = _dead_recorders_stream(tmp_path)
+        proc = alpha("observe", "tail", str(out), "--idle", "0.5", timeout=60)
+        assert 1 == proc.returncode
+        assert b"x\n" == proc.stdout
+        assert proc.stderr.startswith(b"refused: stream-unsealed: "), proc.stderr
+
+    def test_dead_recorder_ends_tail_by_default(self, tmp_path: Path) -> None:
+        """Without --idle, tail still ends on a dead recorder's stream (the default idle limit, 10 s)."""
+        out = _dead_recorders_stream(tmp_path)
+        proc = alpha("observe", "tail", str(out), timeout=60)
+        assert 1 == proc.returncode
+        assert proc.stderr.startswith(b"refused: stream-unsealed: "), proc.stderr
+
+    def test_missing_file_is_refused_by_default(self, tmp_path: Path) -> None:
+        """Without options, a file that never appears is refused (stream-missing) after the idle limit."""
+        proc = alpha("observe", "tail", str(tmp_path / "never.aos"), timeout=60)
+        assert 1 == proc.returncode
+        assert proc.stderr.startswith(b"refused: stream-missing: "), proc.stderr
+
+    def test_quiet_live_recording_is_followed_to_its_seal(self, tmp_path: Path) -> None:
+        """A live recorder whose command prints nothing for longer than --idle is waited for, up to the seal."""
+        out = tmp_path / "quiet.aos"
+        rec = subprocess.Popen(
+            [ALPHA, "observe", "record", "--quiet", "--out", str(out), "--", "sh", "-c", "echo a; sleep 3; echo b"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            proc = alpha("observe", "tail", str(out), "--idle", "0.5", timeout=60)
+        finally:
+            rec.wait(timeout=60)
+        assert (0, b"a\nb\n") == (proc.returncode, proc.stdout), proc.stderr
+
+    def test_damaged_headers_are_refused_without_traceback(self, tmp_path: Path) -> None:
+        """Streams with bytes flipped in and after their header end in a named refusal, never a traceback."""
+        import random
+
+        _proc, path = record(tmp_path, ["echo", "hi"])
+        data = path.read_bytes()
+        rng = random.Random(11)
+        bad = tmp_path / "bad.aos"
+        for _ in range(40):
+            damaged = bytearray(data)
+            for _ in range(rng.randrange(1, 4)):
+                damaged[rng.randrange(4, 420)] = rng.randrange(256)
+            bad.write_bytes(bytes(damaged))
+            proc = alpha("observe", "tail", str(bad), "--idle", "0.2", "--timeout", "20", timeout=60)
+            assert b"Traceback" not in proc.stderr, proc.stderr
+            assert proc.returncode in (0, 1)
+            assert proc.returncode == 0 or proc.stderr.startswith(b"refused: ") or b"stopped before" in proc.stderr
