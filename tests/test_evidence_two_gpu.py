@@ -417,6 +417,15 @@ class TestReadme:
         assert out.count("\n") > 30
         assert out in (TWO_GPU / "README.md").read_text()
 
+    def test_linked_from_the_docs(self) -> None:
+        """The top README and the lane's "what has run where" link to this folder's README, and the links resolve."""
+        for doc, link in (
+            (ROOT / "README.md", "samples/evidence/two-gpu-h200/README.md"),
+            (ROOT / "samples" / "lane" / "README.md", "../evidence/two-gpu-h200/README.md"),
+        ):
+            assert f"]({link})" in doc.read_text(), doc
+            assert (doc.parent / link).resolve() == TWO_GPU / "README.md"
+
     def test_every_committed_stream_is_tested(self) -> None:
         """No stream in the folder escapes these tests, and each has its verdict JSON beside it."""
         committed = sorted(str(p.relative_to(TWO_GPU)) for p in TWO_GPU.glob("**/*.aos"))
