@@ -271,7 +271,8 @@ class TestControls:
         observations = _observations(events)
         start = observations[0]
         assert "start" == start.attrs["phase"]
-        assert {GPU0, GPU1} == {p["gpu"] for p in start.attrs["processes"] if p["pid"] == pid and not p["in_tree"]}
+        for o in observations:  # from the first observation, before the command started, to the last
+            assert {GPU0, GPU1} == {p["gpu"] for p in o.attrs["processes"] if p["pid"] == pid and not p["in_tree"]}
         # where it holds the most memory: GPU 1 (on GPU 0 it holds only a CUDA context)
         memory = {p["gpu"]: p["used_memory"] for p in start.attrs["processes"] if p["pid"] == pid}
         assert max(memory, key=lambda g: memory[g]) == GPU1
