@@ -9,12 +9,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "samples" / "tracker" / "example.sh"
+TWO_GPU = ROOT / "samples" / "tracker" / "two_gpu.sh"
+EVIDENCE = ROOT / "samples" / "evidence" / "two-gpu-h200"
 
 
-def run_example(work: Path) -> str:
+def run_example(work: Path, script: Path = EXAMPLE) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALPHA_")}
     proc = subprocess.run(
-        ["bash", str(EXAMPLE), str(work)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False
+        ["bash", str(script), str(work)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False
     )
     assert 0 == proc.returncode, proc.stdout + proc.stderr
     return proc.stdout + proc.stderr
@@ -41,3 +43,69 @@ def test_worked_example(tmp_path: Path) -> None:
         conn.close()
     readme = (EXAMPLE.parent / "README.md").read_text()
     assert "bash samples/tracker/example.sh" in readme
+
+
+def test_two_gpu_example(tmp_path: Path) -> None:
+    """The passing H200 streams give each lane's run a physical pass; runs holding only a control get none."""
+    work = tmp_path / "two-gpu"
+    for _ in range(2):  # re-runnable in the same place
+        out = run_example(work, TWO_GPU)
+        for run in (1, 2, 3):
+            assert f"run {run}: completed; physical pass recorded" in out
+        for run in (4, 5):
+            assert f"refused: tracker-physical-pass: run {run}: " in out
+        assert 2 == out.count("refused: tracker-evidence-required: item N11: ")
+        assert "5 runs: 3 completed, 1 failed, 1 inconclusive; 3 physical passes recorded" in out
+        assert "evidence: 1 fail (physical), 1 inconclusive (physical), 6 pass (physical)" in out
+        assert "audit: 8 streams: 8 intact, 0 changed, 0 missing; rules intact" in out
+    conn = sqlite3.connect(work / "progress.sqlite3")
+    try:
+        runs = conn.execute("SELECT id, state, physical_pass, lane FROM runs ORDER BY id").fetchall()
+        assert [
+            (1, "completed", 1, "distributed-device"),
+            (2, "completed", 1, "coordinate-device"),
+            (3, "completed", 1, "independent-device"),
+            (4, "failed", 0, "coordinate-device"),
+            (5, "inconclusive", 0, "coordinate-device"),
+        ] == runs
+        evidence = conn.execute(
+            "SELECT run_id, path, verdict, scope, gate FROM evidence ORDER BY run_id, path"
+        ).fetchall()
+        expected = [
+            (run, str(EVIDENCE / folder / f"{gate}.aos"), verdict, "physical", gate)
+            for run, gate in ((1, "distributed-device"), (2, "coordinate-device"), (3, "independent-device"))
+            for folder, verdict in (("forward", "pass"), ("swapped", "pass"))
+        ]
+        expected += [
+            (
+                4,
+                str(EVIDENCE / "control-visible-swap" / "coordinate-device.aos"),
+                "fail",
+                "physical",
+                "coordinate-device",
+            ),
+            (
+                5,
+                str(EVIDENCE / "control-busy" / "coordinate-device.aos"),
+                "inconclusive",
+                "physical",
+                "coordinate-device",
+            ),
+        ]
+        assert expected == evidence
+        statuses = dict(conn.execute("SELECT id, status FROM items").fetchall())
+        assert {"N10": "verified", "N11": "verified", "N12": "verified"} == statuses
+        # the refused verifications left no link to a control stream behind
+        linked = conn.execute(
+            "SELECT DISTINCT e.run_id FROM item_evidence l JOIN evidence e ON e.id = l.evidence_id ORDER BY 1"
+        ).fetchall()
+        assert [(1,), (2,), (3,)] == linked
+        devices = conn.execute("SELECT product, uuid, driver FROM devices ORDER BY id").fetchall()
+        assert [
+            ("NVIDIA H200", "GPU-bb5a03ab-c28f-2074-5197-3838b9dd4798", "580.159.04"),
+            ("NVIDIA H200", "GPU-275f8d7e-27b9-87cf-bff1-529752b689a5", "580.159.04"),
+        ] == devices
+    finally:
+        conn.close()
+    readme = (TWO_GPU.parent / "README.md").read_text()
+    assert "bash samples/tracker/two_gpu.sh" in readme
