@@ -151,9 +151,14 @@ def _recheck(stream: VerifiedStream, got: Verdict, gate: Gate) -> None:
     if (got.verdict, got.scope, have) != (fresh.verdict, fresh.scope, want):
         differ = [f"{n}: sealed {s}" for n, s in have if (n, s) not in want]
         differ += [f"{n}: fresh {s}" for n, s in want if (n, s) not in have]
+        opened = next((e for e in stream.events if e.kind == "stream.open"), None)
+        recorded = opened.attrs.get("version") if opened is not None else None
+        hint = ""
+        if isinstance(recorded, str) and recorded != _tool_version():
+            hint = f" (recorded by alpha-observe {recorded}, this is {_tool_version()}: attest with that version)"
         raise StreamVerdict(
             f"the sealed verdict ({got.verdict}, scope {got.scope}) is not what gate {gate.name} gives over the "
-            f"sealed events ({fresh.verdict}, scope {fresh.scope}); {'; '.join(differ) or 'checks differ'}"
+            f"sealed events ({fresh.verdict}, scope {fresh.scope}); {'; '.join(differ) or 'checks differ'}{hint}"
         )
 
 

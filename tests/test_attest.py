@@ -408,6 +408,7 @@ class TestRefusals:
         name, err = _refused([str(forged)], tmp_path / "e.json")
         assert "stream-verdict" == name
         assert "is not what gate exit-zero gives" in err
+        assert "(recorded by alpha-observe test, this is " in err  # the synthetic stream's recorded version
 
     def test_forged_scope_rechained(self, tmp_path: Path, surgery: ModuleType) -> None:
         """A pass whose scope is edited upwards (and re-chained) is refused: the fresh scope differs."""
@@ -538,3 +539,31 @@ class TestReadOnce:
             verify_stream(good, data=bytes(bad))
         good.write_bytes(bytes(bad))
         assert blake3(data).hexdigest() == verify_stream(good, data=data).file_blake3
+
+
+class TestDocs:
+    def test_ci_md_attesting_block_runs(self, tmp_path: Path) -> None:
+        """docs/CI.md's "Attesting" example runs as written and leaves a signed, verifiable envelope and exports."""
+        import os
+        import re
+        import subprocess
+
+        text = (Path(__file__).resolve().parent.parent / "docs" / "CI.md").read_text(encoding="utf-8")
+        section = text[text.index("## Attesting") :]
+        block = re.findall(r"```sh\n(.*?)```", section, flags=re.S)[0]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AOS_")}
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", block],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert 0 == done.returncode, done.stdout + done.stderr
+        signer = load_signer(tmp_path / "attest.key")
+        st = sslib_verify(envelope_of(tmp_path / "ci.aos.intoto.json"), signer.private.public_key(), signer.key_id)
+        assert "PASSED" == st["predicate"]["verificationResult"]
+        assert "resourceSpans" in json.loads((tmp_path / "ci.otlp.json").read_text())
+        assert 2 == json.loads((tmp_path / "ci.cast").read_text().splitlines()[0])["version"]
