@@ -27,7 +27,7 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -188,15 +188,16 @@ def attest(
     a seal signed by another key is reported, its signature unchecked.
     """
     from aos.signing import Verifier
-    from aos.verify import require_verdict
+    from aos.verify import require_verdict, verify_stream
     from gates.verdict import Verdict
     from observe.export import load_verified
 
     stream = load_verified(path, seal_key)
     v = stream.verification
     if seal_key is None and signer is not None and v.signed and v.seal.get("key_id") == signer.key_id:
-        stream = load_verified(path, Verifier(signer.private.public_key()))
-        v = stream.verification
+        # the same bytes again, now with the signature checked: never a second read of the path
+        v = verify_stream(stream.path, Verifier(signer.private.public_key()), data=stream.data)
+        stream = replace(stream, verification=v)
     sealed = require_verdict(v)
     got = Verdict.from_attrs(sealed)  # stream-verdict when malformed
     gate, policy_uri = _policy_gate(sealed, gate_files)

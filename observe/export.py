@@ -64,7 +64,7 @@ class VerifiedStream:
     """A stream read once: its bytes, what ``verify`` found in them, and their events."""
 
     path: Path
-    data: bytes
+    data: bytes = field(repr=False)
     verification: Verification
     events: list[Event] = field(repr=False)
 

@@ -540,6 +540,24 @@ class TestReadOnce:
         good.write_bytes(bytes(bad))
         assert blake3(data).hexdigest() == verify_stream(good, data=data).file_blake3
 
+    def test_attest_reads_the_file_once(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """attest reads the stream file once, also when it re-verifies the seal with the attester's key."""
+        import observe.export
+
+        _key, _pub, signer = keypair(tmp_path, "k")
+        stream = gated(tmp_path / "s.aos", signer=signer)
+        reads: list[Path] = []
+        real = observe.export._read_once
+
+        def counting(path: Path) -> bytes:
+            reads.append(path)
+            return real(path)
+
+        monkeypatch.setattr(observe.export, "_read_once", counting)
+        a = attest(stream, signer=signer)
+        assert [stream] == reads
+        assert a.statement["predicate"]["pkg:pypi/alpha-observe"]["seal"]["signature_checked"]
+
 
 class TestDocs:
     def test_ci_md_attesting_block_runs(self, tmp_path: Path) -> None:
