@@ -87,10 +87,16 @@ def _where(last_seq: int | None, last_checkpoint: int | None) -> str:
     return f"last intact seq {seq}, last checkpoint {cp}"
 
 
-def verify_stream(path: str | os.PathLike[str], public_key: Verifier | None = None) -> Verification:
-    """Verify a stream end to end; raise the first ``Refusal`` found."""
+def verify_stream(
+    path: str | os.PathLike[str], public_key: Verifier | None = None, *, data: bytes | None = None
+) -> Verification:
+    """Verify a stream end to end; raise the first ``Refusal`` found.
+
+    With ``data`` the stream is those bytes (already read once by the caller, who
+    then knows the bytes it hashes are the bytes verified); ``path`` only names them.
+    """
     whole = blake3(max_threads=blake3.AUTO)
-    with StreamFile(path) as f:
+    with StreamFile(path, data=data) as f:
         view = f.view
         sid = f.stream_id
         prev = genesis(sid)

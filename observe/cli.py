@@ -34,6 +34,10 @@ def _register() -> None:
     for command in (*cli_read.COMMANDS, *cli_record.COMMANDS, *cli_gate.COMMANDS, tracker_cli.attach):
         observe.add_command(command)
     main.add_command(tracker_cli.tracker)
+    from observe.cli_interop import COMMANDS as interop  # attest, export
+
+    for command in interop:
+        observe.add_command(command)
 
 
 _register()
