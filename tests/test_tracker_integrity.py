@@ -418,3 +418,16 @@ class TestAuditOutput:
         raw.close()
         report = report_of(tmp_path / "t.sqlite3")
         assert f"journal entry 1 has a bad signature by key {load_signer(key).key_id}" in report.journal
+
+    def test_dropped_tables_are_findings(self, t: ExampleTracker) -> None:
+        """A client that drops the journal (or evidence) outright gets findings from audit, not a traceback."""
+        t.conn.close()
+        raw = attacker(t.db)
+        raw.execute("DROP TABLE journal")
+        raw.execute("DROP TABLE item_evidence")
+        raw.close()
+        result = CliRunner().invoke(main, ["tracker", "--db", str(t.db), "audit"])
+        assert 1 == result.exit_code
+        assert "JOURNAL  the journal cannot be replayed: no such table: journal" in result.stdout
+        assert "RULE     table journal is missing" in result.stdout
+        assert "RULE     table item_evidence is missing" in result.stdout

@@ -211,13 +211,29 @@ def audit(conn: sqlite3.Connection, *, journal_key: Verifier | None = None) -> A
 
     ``journal_key``: the tracker's public key; every journal entry must be signed by it.
     """
-    keys = trusted_keys(conn)
     report = AuditReport()
-    for row in conn.execute("SELECT * FROM evidence ORDER BY id").fetchall():
-        report.streams.append(_check_stream(row, keys))
-    report.journal_check = check_journal(conn, journal_key=journal_key, trusted=keys)
-    report.journal = list(report.journal_check.problems)
-    report.rules = _check_schema(conn, report.journal_check) + _check_rules(conn)
+    # A client may have dropped a table itself: what cannot be read is a finding, never a traceback.
+    try:
+        keys = trusted_keys(conn)
+    except sqlite3.Error as exc:
+        keys = {}
+        report.rules.append(f"the trusted keys cannot be read: {exc}")
+    try:
+        rows = conn.execute("SELECT * FROM evidence ORDER BY id").fetchall()
+    except sqlite3.Error as exc:
+        rows = []
+        report.rules.append(f"the evidence cannot be read: {exc}")
+    report.streams = [_check_stream(row, keys) for row in rows]
+    try:
+        report.journal_check = check_journal(conn, journal_key=journal_key, trusted=keys)
+        report.journal = list(report.journal_check.problems)
+    except sqlite3.Error as exc:
+        report.journal = [f"the journal cannot be replayed: {exc}"]
+    for check in (lambda: _check_schema(conn, report.journal_check), lambda: _check_rules(conn)):
+        try:
+            report.rules += check()
+        except sqlite3.Error as exc:
+            report.rules.append(f"the rules cannot be checked: {exc}")
     return report
 
 
