@@ -21,6 +21,7 @@ row present that the rules would have refused.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -229,7 +230,11 @@ def audit(conn: sqlite3.Connection, *, journal_key: Verifier | None = None) -> A
         report.journal = list(report.journal_check.problems)
     except sqlite3.Error as exc:
         report.journal = [f"the journal cannot be replayed: {exc}"]
-    for check in (lambda: _check_schema(conn, report.journal_check), lambda: _check_rules(conn)):
+    checks: list[Callable[[], list[str]]] = [
+        lambda: _check_schema(conn, report.journal_check),
+        lambda: _check_rules(conn),
+    ]
+    for check in checks:
         try:
             report.rules += check()
         except sqlite3.Error as exc:
