@@ -247,3 +247,23 @@ class TestStreamVerdict:
         for column in ("verdict", "scope", "gate"):
             with pytest.raises(sqlite3.IntegrityError, match=r"^stream-verdict: "):
                 insert(conn, run, **{column: None, "scope": None} if column == "verdict" else {column: None})
+
+
+def test_devices_found_in_a_long_batch(tmp_path: Path) -> None:
+    """The observed GPUs are found wherever their event sits, also among thousands of events in one batch."""
+    from tracker.streams import derive
+
+    w = StreamWriter(tmp_path / "long.aos", background_flush=False, fsync="never", flush_interval=60)
+    try:
+        w.append("stream.open", {"stream_id": w.stream_id, "argv": ["true"], "gate": "distributed-device"})
+        for i in range(3000):
+            w.append("stdout", {}, data=b"line %d\n" % i)
+            if i == 1500:
+                w.append("device.observed", {"phase": "sample", "observer": "simulated", "gpus": [{"uuid": GPU_B}]})
+        w.append("device.observed", {"phase": "end", "observer": "simulated", "gpus": [{"uuid": GPU_A}, {"x": 1}]})
+        w.append("verdict", _GOOD)
+        w.seal()
+    finally:
+        w.close()
+    facts = derive(tmp_path / "long.aos", {}, require_trusted=True)
+    assert (GPU_A, GPU_B) == facts.devices
