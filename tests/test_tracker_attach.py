@@ -188,3 +188,20 @@ class TestSignature:
                 " strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), '[]')",
                 (run, "a" * 64, "b" * 64),
             )
+
+
+def test_store_url_recorded(tmp_path: Path) -> None:
+    """A copy fetched from a store is recorded by its URL (url and path); the database takes only store URLs."""
+    conn = init(tmp_path / "progress.sqlite3")
+    run = records.start_run(conn, lane="distributed-device")
+    sealed_stream(tmp_path / "copy.aos")
+    a = attach(conn, tmp_path / "copy.aos", run, url="s3://bucket/prefix/abc.aos")
+    assert ("s3://bucket/prefix/abc.aos", "s3://bucket/prefix/abc.aos") == (a.url, a.path)
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+        conn.execute(
+            "INSERT INTO evidence (run_id, stream_id, path, url, seal_head, file_digest, size, events, verdict, scope,"
+            " gate, recorded_at, devices) VALUES (?, 'y', 'p', 'http://x', ?, ?, 1, 1, 'pass', 'static',"
+            " 'distributed-device', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), '[]')",
+            (run, "a" * 64, "b" * 64),
+        )
+    conn.close()
