@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import sqlite3
-import subprocess
-import sys
-import textwrap
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,18 +14,25 @@ from aos.signing import generate_keypair, load_signer
 from aos.verify import verify_stream
 from aos.writer import StreamWriter
 from tracker import records
-from tracker.attach import attach
+from tracker.attach import attach, trusted_keys
 from tracker.db import init
+from tracker.streams import derive
 from tracker.testing import flip_byte, sealed_stream
 
 
 @pytest.fixture
 def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
-    """An empty tracker with one running run (id 1)."""
+    """An empty tracker with one running run of lane distributed-device."""
     c = init(tmp_path / "progress.sqlite3")
     records.start_run(c, lane="distributed-device")
     yield c
     c.close()
+
+
+@pytest.fixture
+def run(conn: sqlite3.Connection) -> str:
+    """The id of the tracker's one run."""
+    return str(conn.execute("SELECT id FROM runs").fetchone()[0])
 
 
 def count(conn: sqlite3.Connection) -> int:
@@ -39,29 +40,31 @@ def count(conn: sqlite3.Connection) -> int:
 
 
 class TestAttach:
-    def test_records_what_was_verified(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_records_what_was_verified(self, conn: sqlite3.Connection, run: str, tmp_path: Path) -> None:
         """The evidence row holds the verified stream id, seal head, whole-file digest and sealed verdict."""
         path = tmp_path / "s.aos"
-        sealed_stream(path, verdict="pass", scope="physical", gate="coordinate-device")
+        sealed_stream(path, verdict="pass", scope="physical", gate="distributed-device")
         v = verify_stream(path)
-        a = attach(conn, path, 1)
+        a = attach(conn, path, run)
         assert (v.stream_id, v.head, v.file_blake3, v.events) == (a.stream_id, a.seal_head, a.file_digest, a.events)
-        assert ("pass", "physical", "coordinate-device", True) == (a.verdict, a.scope, a.gate, a.new)
+        assert ("pass", "physical", "distributed-device", True) == (a.verdict, a.scope, a.gate, a.new)
         assert str(path.resolve()) == a.path
         assert path.stat().st_size == a.size
 
-    def test_stream_without_verdict(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
-        """A sealed stream without a verdict (a plain recording) is attached with no verdict."""
+    def test_stream_without_verdict(self, conn: sqlite3.Connection, run: str, tmp_path: Path) -> None:
+        """A sealed stream without a verdict (a plain recording) is not evidence: stream-verdict, as `verdict` says."""
         path = tmp_path / "s.aos"
         sealed_stream(path, verdict=None)
-        a = attach(conn, path, 1)
-        assert (None, None) == (a.verdict, a.scope)
+        with pytest.raises(Refusal) as info:
+            attach(conn, path, run)
+        assert "stream-verdict" == info.value.name
+        assert 0 == count(conn)
 
-    def test_again_unchanged_is_a_no_op(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_again_unchanged_is_a_no_op(self, conn: sqlite3.Connection, run: str, tmp_path: Path) -> None:
         """Attaching the same unchanged stream to the same run twice records it once."""
         path = tmp_path / "s.aos"
         sealed_stream(path)
-        first, second = attach(conn, path, 1), attach(conn, path, 1)
+        first, second = attach(conn, path, run), attach(conn, path, run)
         assert (True, False) == (first.new, second.new)
         assert first.evidence_id == second.evidence_id
         assert 1 == count(conn)
@@ -72,41 +75,42 @@ class TestAttach:
             attach(conn, tmp_path / "absent.aos", 42)
         assert "tracker-unknown" == info.value.name
 
-    def test_terminal_run(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_terminal_run(self, conn: sqlite3.Connection, run: str, tmp_path: Path) -> None:
         """A terminal run takes no new evidence."""
-        records.finish_run(conn, 1, "completed")
+        records.finish_run(conn, run, "completed")
         sealed_stream(tmp_path / "s.aos")
         with pytest.raises(Refusal) as info:
-            attach(conn, tmp_path / "s.aos", 1)
+            attach(conn, tmp_path / "s.aos", run)
         assert "tracker-run-immutable" == info.value.name
         assert 0 == count(conn)
 
-    def test_other_run(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_other_run(self, conn: sqlite3.Connection, run: str, tmp_path: Path) -> None:
         """A stream already evidence for one run is refused for another."""
         sealed_stream(tmp_path / "s.aos")
-        attach(conn, tmp_path / "s.aos", 1)
-        records.start_run(conn)
+        attach(conn, tmp_path / "s.aos", run)
+        other = records.start_run(conn)
         with pytest.raises(Refusal) as info:
-            attach(conn, tmp_path / "s.aos", 2)
+            attach(conn, tmp_path / "s.aos", other)
         assert "tracker-stream-attached" == info.value.name
 
 
 class TestTampered:
     @pytest.mark.parametrize("where", ["middle", "seal", "first-batch"])
-    def test_flipped_byte_never_attached(self, conn: sqlite3.Connection, tmp_path: Path, where: str) -> None:
+    def test_flipped_byte_never_attached(self, conn: sqlite3.Connection, run: str, tmp_path: Path, where: str) -> None:
         """A sealed stream with one byte flipped is refused by name and nothing is recorded."""
         path = tmp_path / "s.aos"
         sealed_stream(path, scope="physical")
         size = path.stat().st_size
         flip_byte(path, {"middle": None, "seal": size - 40, "first-batch": size // 3}[where])
         with pytest.raises(Refusal) as info:
-            attach(conn, path, 1)
+            attach(conn, path, run)
         assert info.value.name.startswith("stream-")
         assert 0 == count(conn)
 
     def test_known_bad_assets_never_attached(
         self,
         conn: sqlite3.Connection,
+        run: str,
         asset: Callable[[str], Path],
         asset_manifest: dict[str, dict[str, Any]],
     ) -> None:
@@ -116,37 +120,37 @@ class TestTampered:
         assert bad
         for name in bad:
             with pytest.raises(Refusal):
-                attach(conn, asset(name), 1)
+                attach(conn, asset(name), run)
         assert 0 == count(conn)
 
-    def test_unsealed_stream_refused(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_unsealed_stream_refused(self, conn: sqlite3.Connection, run: str, tmp_path: Path) -> None:
         """A stream that was never sealed is refused as stream-unsealed."""
         path = tmp_path / "s.aos"
         w = StreamWriter(path, background_flush=False)
         w.append("stream.open", {})
         w.close()
         with pytest.raises(Refusal) as info:
-            attach(conn, path, 1)
+            attach(conn, path, run)
         assert "stream-unsealed" == info.value.name
 
-    def test_rewritten_stream_refused_as_changed(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_rewritten_stream_refused_as_changed(self, conn: sqlite3.Connection, run: str, tmp_path: Path) -> None:
         """A stream rewritten under its id after attachment (a valid chain, other bytes) is refused on re-attach."""
         path = tmp_path / "s.aos"
         info = sealed_stream(path, verdict="pass", scope="static")
-        attach(conn, path, 1)
+        attach(conn, path, run)
         w = StreamWriter(path, stream_id=info.stream_id, exclusive=False, background_flush=False)
         w.append("stream.open", {})
         w.append("verdict", {"gate": "distributed-device", "verdict": "pass", "scope": "physical", "checks": []})
         w.seal()
         verify_stream(path)  # it verifies on its own: only the tracker's record catches it
         with pytest.raises(Refusal) as refused:
-            attach(conn, path, 1)
+            attach(conn, path, run)
         assert "tracker-stream-changed" == refused.value.name
         assert "static" == conn.execute("SELECT scope FROM evidence").fetchone()[0]
 
 
 class TestSignature:
-    def test_trusted_key_required_once_any_is_held(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_trusted_key_required_once_any_is_held(self, conn: sqlite3.Connection, run: str, tmp_path: Path) -> None:
         """With a trusted key, unsigned streams and streams signed by other keys are refused; its own are attached."""
         _, pub = generate_keypair(tmp_path / "lab")
         other_key, _ = generate_keypair(tmp_path / "other")
@@ -155,89 +159,49 @@ class TestSignature:
         sealed_stream(tmp_path / "other.aos", signer=load_signer(other_key))
         for name in ("plain.aos", "other.aos"):
             with pytest.raises(Refusal) as info:
-                attach(conn, tmp_path / name, 1)
+                attach(conn, tmp_path / name, run)
             assert "stream-signature" == info.value.name
         sealed_stream(tmp_path / "good.aos", signer=load_signer(tmp_path / "lab.key"))
-        a = attach(conn, tmp_path / "good.aos", 1)
+        a = attach(conn, tmp_path / "good.aos", run)
         assert (True, key_id) == (a.signed, a.key_id)
 
-    def test_forged_seal_refused_with_the_key(self, conn: sqlite3.Connection, asset: Callable[[str], Path]) -> None:
+    def test_forged_seal_refused_with_the_key(
+        self, conn: sqlite3.Connection, run: str, asset: Callable[[str], Path]
+    ) -> None:
         """A seal re-signed by a forger under the signer's key id verifies alone, but not against the trusted key."""
         verify_stream(asset("forged-seal.aos"))
         records.add_key(conn, asset("signer.pub"))
         with pytest.raises(Refusal) as info:
-            attach(conn, asset("forged-seal.aos"), 1)
+            attach(conn, asset("forged-seal.aos"), run)
         assert "stream-signature" == info.value.name
-        assert attach(conn, asset("good-signed.aos"), 1).signed
+        # The good asset was recorded long before any run here: its signature is what is checked.
+        assert derive(asset("good-signed.aos"), trusted_keys(conn), require_trusted=True).signature_checked
 
-    def test_database_refuses_untrusted_key(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_database_refuses_untrusted_key(self, conn: sqlite3.Connection, run: str, tmp_path: Path) -> None:
         """Even around attach, the database refuses evidence not signed by a trusted key once it holds one."""
         _, pub = generate_keypair(tmp_path / "lab")
         records.add_key(conn, pub)
         with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-key-untrusted: "):
             conn.execute(
-                "INSERT INTO evidence (run_id, stream_id, path, seal_head, file_digest, size, events)"
-                " VALUES (1, 'x', '/x', ?, ?, 1, 1)",
-                ("a" * 64, "b" * 64),
+                "INSERT INTO evidence (run_id, stream_id, path, seal_head, file_digest, size, events, verdict, scope,"
+                " gate, recorded_at, devices) VALUES (?, 'x', '/x', ?, ?, 1, 1, 'pass', 'static', 'distributed-device',"
+                " strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), '[]')",
+                (run, "a" * 64, "b" * 64),
             )
 
 
-_WORKER = textwrap.dedent(
-    """
-    import os, sys, time
-    import aos.verify  # noqa: F401 - load pyarrow before the start line
-    from tracker.attach import attach
-    from tracker.db import connect
-    db, run, gate, paths = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
-    conn = connect(db)
-    open(gate + "." + str(os.getpid()), "w").close()
-    while not os.path.exists(gate):
-        time.sleep(0.002)
-    for p in paths:
-        attach(conn, p, run)
+def test_store_url_recorded(tmp_path: Path) -> None:
+    """A copy fetched from a store is recorded by its URL (url and path); the database takes only store URLs."""
+    conn = init(tmp_path / "progress.sqlite3")
+    run = records.start_run(conn, lane="distributed-device")
+    sealed_stream(tmp_path / "copy.aos")
+    a = attach(conn, tmp_path / "copy.aos", run, url="s3://bucket/prefix/abc.aos")
+    assert ("s3://bucket/prefix/abc.aos", "s3://bucket/prefix/abc.aos") == (a.url, a.path)
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+        conn.execute(
+            "INSERT INTO evidence (run_id, stream_id, path, url, seal_head, file_digest, size, events, verdict, scope,"
+            " gate, recorded_at, devices) VALUES (?, 'y', 'p', 'http://x', ?, ?, 1, 1, 'pass', 'static',"
+            " 'distributed-device', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), '[]')",
+            (run, "a" * 64, "b" * 64),
+        )
     conn.close()
-    """
-)
-
-
-class TestConcurrency:
-    def test_concurrent_attaches_lose_nothing(self, tmp_path: Path) -> None:
-        """Eight processes attaching four streams each at the same moment record all 32 (WAL, busy timeout)."""
-        db = tmp_path / "progress.sqlite3"
-        conn = init(db)
-        runs = [records.start_run(conn) for _ in range(4)]
-        jobs: list[list[str]] = []
-        for p in range(8):
-            paths = []
-            for i in range(4):
-                path = tmp_path / f"p{p}-{i}.aos"
-                sealed_stream(path)
-                paths.append(str(path))
-            jobs.append(paths)
-        # Each worker verifies on its own; all wait at a start line until every one is ready.
-        gate = tmp_path / "go"
-        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", _WORKER, str(db), str(runs[p % 4]), str(gate), *paths],
-                stderr=subprocess.PIPE,
-                env=env,
-            )
-            for p, paths in enumerate(jobs)
-        ]
-        deadline = time.monotonic() + 60
-        while len(list(tmp_path.glob("go.*"))) < 8 and time.monotonic() < deadline:
-            if any(proc.poll() is not None for proc in procs):
-                break
-            time.sleep(0.01)
-        gate.touch()
-        errors = [(proc.wait(timeout=60), proc.stderr.read().decode() if proc.stderr else "") for proc in procs]
-        assert [(0, "")] * 8 == errors
-        assert 32 == count(conn)
-        assert [8, 8, 8, 8] == [
-            r[0] for r in conn.execute("SELECT count(*) FROM evidence GROUP BY run_id ORDER BY run_id")
-        ]
-        assert "wal" == conn.execute("PRAGMA journal_mode").fetchone()[0]
-        assert "ok" == conn.execute("PRAGMA integrity_check").fetchone()[0]
-        conn.close()
-        shutil.rmtree(tmp_path, ignore_errors=True)

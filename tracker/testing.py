@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,9 +29,15 @@ def sealed_stream(
     gate: str = "distributed-device",
     signer: Signer | None = None,
     stdout: bytes = b"ok\n",
+    devices: Sequence[str] = (),
+    opened_ns: int | None = None,
 ) -> SealInfo:
     """Write and seal a small stream: open, a process that printed ``stdout`` and exited 0,
-    and (unless ``verdict`` is None) a sealed verdict of ``gate`` with ``scope``."""
+    and (unless ``verdict`` is None) a sealed verdict of ``gate`` with ``scope``.
+
+    ``devices``: GPU UUIDs a (simulated) recorder observed, as one ``device.observed``
+    event. ``opened_ns``: the wall time of ``stream.open`` (default: now).
+    """
     from aos.writer import StreamWriter
 
     w = StreamWriter(path, signer=signer, background_flush=False, fsync="never")
@@ -38,7 +45,17 @@ def sealed_stream(
         w.append(
             "stream.open",
             {"stream_id": w.stream_id, "argv": ["true"], "gate": gate if verdict else None, "labels": {}},
+            wall_ns=opened_ns,
         )
+        if devices:
+            gpus = [
+                {"index": i, "minor": i, "uuid": u, "name": "Simulated GPU", "memory": 1 << 30}
+                for i, u in enumerate(devices)
+            ]
+            w.append(
+                "device.observed",
+                {"phase": "start", "observer": "simulated", "driver": "0.0", "gpus": gpus, "processes": []},
+            )
         w.append("process.start", {"pid": 1, "argv": ["true"]})
         seq = w.append("stdout", {}, data=stdout)
         exit_seq = w.append(
@@ -74,9 +91,9 @@ class ExampleTracker:
 
     db: Path
     conn: sqlite3.Connection
-    static_run: int
-    physical_run: int
-    open_run: int
+    static_run: str
+    physical_run: str
+    open_run: str
     streams: dict[str, Path] = field(default_factory=dict)
     stream_ids: dict[str, str] = field(default_factory=dict)
 
