@@ -43,7 +43,19 @@ if TYPE_CHECKING:
     from observe.ingest import Control
     from observe.sampler import Sampler
 
-__all__ = ["BeforeSeal", "RecordOptions", "RecordResult", "default_out", "record"]
+__all__ = [
+    "DEFAULT_DIR",
+    "ENV_ALPHA",
+    "BeforeSeal",
+    "RecordOptions",
+    "RecordResult",
+    "alpha_shim",
+    "default_out",
+    "record",
+]
+
+#: The path of the recorder's own ``alpha`` (a shim), exported to the command.
+ENV_ALPHA = "AOS_ALPHA"
 
 #: Seconds between ``--timeout``'s SIGTERM and the SIGKILL that follows
 #: (``ALPHA_OBSERVE_KILL_GRACE`` overrides).
@@ -73,6 +85,7 @@ class RecordOptions:
     gate: str | None = None
     observe_devices: str = "auto"  # auto | nvml | off
     sample_interval: float = 1.0
+    echo_to_stderr: bool = False  # the command's stdout echoed on stderr (``--json`` keeps stdout one document)
 
 
 @dataclass(frozen=True)
@@ -109,9 +122,13 @@ def _version() -> str:
         return "unknown"
 
 
+#: Where streams go without ``--out`` (not hidden: CI artifact uploaders skip hidden folders).
+DEFAULT_DIR = "aos-streams"
+
+
 def default_out(cwd: str, stream_id: str) -> Path:
-    """``./aos/<UTC time>-<stream id>.aos`` (the directory is created)."""
-    directory = Path(cwd) / "aos"
+    """``./aos-streams/<UTC time>-<stream id>.aos`` (the directory is created)."""
+    directory = Path(cwd) / DEFAULT_DIR
     directory.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     return directory / f"{stamp}-{stream_id}.aos"
@@ -203,7 +220,10 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
         keep_copy=before_seal is not None,
     )
     sink = MaskingSink(writer, secrets)
-    echo = Echo(not options.quiet)
+    from observe.ci import markers_for
+
+    fds = {"stdout": 2, "stderr": 2} if options.echo_to_stderr else None
+    echo = Echo(not options.quiet, fds, markers=markers_for(os.environ))
     channel_dir = _channel_dir()
     try:
         crashed = False
@@ -314,6 +334,7 @@ def _run(
         )
     control.finish_receipts()
     control.close()
+    echo.close_folds()
     return outcome
 
 
@@ -333,6 +354,44 @@ def _start_sampler(options: RecordOptions, sink: MaskingSink, control: Control, 
     )
     sampler.start()
     return sampler
+
+
+def alpha_shim(directory: str) -> str:
+    """Write ``DIRECTORY/bin/alpha``: this recorder's own ``alpha`` (same interpreter, same modules).
+
+    A command started by full path outside a virtualenv (``/venv/bin/alpha observe
+    gate ...`` with no ``alpha`` on ``PATH``) still finds ``alpha observe step``,
+    and never a different version of the tool: the shim runs ``sys.executable``
+    isolated (``-I``: no ``PYTHONPATH``, no current directory on the path) with
+    exactly this process's module path.
+    """
+    import shlex
+
+    bin_dir = os.path.join(directory, "bin")
+    os.makedirs(bin_dir, mode=0o700, exist_ok=True)
+    paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+    code = f"import sys; sys.argv[0] = 'alpha'; sys.path[:] = {paths!a}; from observe.cli import main; main()"
+    python = os.fsencode(sys.executable or "python3")
+    script = b"#!/bin/sh\nexec " + shlex.quote(os.fsdecode(python)).encode("utf-8", "surrogateescape")
+    script += b" -I -c " + shlex.quote(code).encode("ascii") + b' "$@"\n'
+    shim = os.path.join(bin_dir, "alpha")
+    fd = os.open(shim, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o700)
+    try:
+        os.write(fd, script)
+    finally:
+        os.close(fd)
+    return shim
+
+
+def _put_alpha_first(env: dict[str, str], directory: str) -> None:
+    """The command finds this recorder's ``alpha`` first on ``PATH``, and its path in ``$AOS_ALPHA``."""
+    try:
+        shim = alpha_shim(directory)
+    except OSError as exc:  # pragma: no cover - the channel directory was just made, private
+        logger().warning("cannot write the alpha shim; nested alpha resolves from PATH", error=str(exc))
+        return
+    env[ENV_ALPHA] = shim
+    env["PATH"] = os.path.dirname(shim) + (os.pathsep + env["PATH"] if env.get("PATH") else "")
 
 
 def _capture_lane_configs(sink: MaskingSink, cwd: str, max_bytes: int | None, secrets: SecretSet) -> None:
@@ -379,6 +438,7 @@ def _run_command(
     for name in (ENV_STEP, ENV_STDOUT_ID, ENV_STDERR_ID):
         env.pop(name, None)
     env.update(control.env())
+    _put_alpha_first(env, control.directory)
     env[ENV_STREAM] = str(path.resolve())
     env[ENV_STREAM_ID] = stream_id
     started_ns = time.monotonic_ns()
