@@ -12,13 +12,13 @@ import re
 from pathlib import Path
 
 import pytest
+from recorder_util import alpha
 
 from aos.verify import verify_stream
 from gates.report import github_annotations, markdown
 from gates.testing import SyntheticStream
 from gates.verdict import Check, Verdict
 from observe.ci import Markers, detect, github_output_lines, parse_github_file
-from recorder_util import alpha
 
 #: A lane with a step, a nested step, a step whose output ends mid-line, and output outside steps.
 LANE = (
@@ -168,7 +168,8 @@ class TestGitHubSummary:
                 and line.split(" | ")[0][2:].replace("\\", "") == c["name"]
             )
             assert c["reason"][:20].replace("\\", "") in row.replace("\\", "")
-        assert "**Not run:**" in text and "physical lane" in text
+        assert "**Not run:**" in text
+        assert "physical lane" in text
         assert "**Stream:** s\\.aos (id " in text
         assert "alpha observe verify s.aos\nalpha observe verdict s.aos\n" in text
 
@@ -178,7 +179,9 @@ class TestGitHubSummary:
         v = Verdict.of("g", "command", [Check("c|d", "fail", reason)])
         text = markdown(v, stream="a`b.aos")
         row = next(line for line in text.splitlines() if line.startswith("| c\\|d"))
-        assert "<!--" not in text and "](https" not in text and "\n# heading" not in text
+        assert "<!--" not in text
+        assert "](https" not in text
+        assert "\n# heading" not in text
         assert 3 == row.count(" | ")  # the four cells' inner borders only: the hostile pipes are escaped
         assert "`code`" not in row
 
@@ -226,7 +229,8 @@ class TestGitHubAnnotations:
         )
         assert 0 == code
         assert b"Sup3rS3cretV4lue" not in out + err + stdout + stderr
-        assert b"token " in stdout and b"again " in stderr
+        assert b"token " in stdout
+        assert b"again " in stderr
         assert b"Sup3rS3cretV4lue" not in raw  # (compressed, but a stored copy would be findable after decode)
 
 

@@ -10,12 +10,12 @@ from xml.etree import ElementTree as ET
 
 import pytest
 import xmlschema
+from recorder_util import alpha, events
 
 from aos.verify import verify_stream
 from gates.report import TAIL_BYTES, facts_from_events, junit_xml
 from gates.testing import SyntheticStream
 from gates.verdict import Check, Verdict
-from recorder_util import alpha, events
 
 XSD = Path(__file__).resolve().parent / "assets" / "junit-jenkins.xsd"
 
@@ -97,7 +97,8 @@ class TestGateJunit:
         assert f"{build_ns / 1e9:.3f}" == got["step:build"].attrib["time"]
         assert float(got["step:build"].attrib["time"]) >= 0.3
         failure = got["step:test"].find("failure")
-        assert failure is not None and failure.text is not None
+        assert failure is not None
+        assert failure.text is not None
         assert failure.attrib["message"] in failure.text
         assert "--- stderr of step test (last lines) ---\ncollecting\nFAILED test_x: 1 != 2" in failure.text
         assert "evidence seqs: " in failure.text
