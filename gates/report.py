@@ -53,6 +53,16 @@ def use_colour(isatty: bool, env: Mapping[str, str]) -> bool:
     return isatty and env.get("TERM") != "dumb"
 
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _line(text: str) -> str:
+    """Text for one line of a terminal or log: line breaks as spaces, other control characters
+    (a quoted terminal escape) as ``\\xNN``, so quoted text can neither break the table nor drive the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", _LINE_BREAK.sub(" ", text))
+
+
 def _paint(text: str, status: str, colour: bool) -> str:
     return f"\x1b[{_SGR[status]}m{text}\x1b[0m" if colour else text
 
@@ -63,23 +73,25 @@ def table(v: Verdict, *, width: int | None = None, stream: str | None = None, co
     ``width`` (a terminal's) wraps long reasons; None writes each reason whole
     on its line (for a log or a pipe: nothing is cut).
     """
-    head = f"gate {v.gate}: {_paint(v.verdict.upper(), v.verdict, colour)} (scope {v.scope})"
-    lines = [head]
+    gate, scope = _line(v.gate), _line(v.scope)
+    lines = [f"gate {gate}: {_paint(v.verdict.upper(), v.verdict, colour)} (scope {scope})"]
     if stream:
-        lines.append(f"stream {stream}")
-    name_w = min(max((len(c.name) for c in v.checks), default=4), 34)
-    for c in v.checks:
-        prefix = f"  {_MARK[c.status]:<12} {c.name:<{name_w}}  "
-        shown = f"  {_paint(f'{_MARK[c.status]:<12}', c.status, colour)} {c.name:<{name_w}}  "
+        lines.append(f"stream {_line(stream)}")
+    names = [_line(c.name) for c in v.checks]
+    name_w = min(max((len(n) for n in names), default=4), 34)
+    for c, name in zip(v.checks, names, strict=True):
+        prefix = f"  {_MARK[c.status]:<12} {name:<{name_w}}  "
+        shown = f"  {_paint(f'{_MARK[c.status]:<12}', c.status, colour)} {name:<{name_w}}  "
+        reason = _line(c.reason)
         if width is None:
-            lines.append(shown + c.reason)
+            lines.append(shown + reason)
             continue
-        wrapped = textwrap.wrap(c.reason, max(width - len(prefix), 30)) or [""]
+        wrapped = textwrap.wrap(reason, max(width - len(prefix), 30)) or [""]
         lines.append(shown + wrapped[0])
         lines.extend(" " * len(prefix) + w for w in wrapped[1:])
     for note in _not_run(v):
-        lines.append(f"  not run: {note}")
-    lines.append(v.summary or f"gate {v.gate}: {v.verdict.upper()} (scope {v.scope})")
+        lines.append(f"  not run: {_line(note)}")
+    lines.append(_line(v.summary) if v.summary else f"gate {gate}: {v.verdict.upper()} (scope {scope})")
     return "\n".join(lines) + "\n"
 
 

@@ -327,3 +327,12 @@ class TestColourAndWidth:
         assert b"\x1b[1;31mFAIL\x1b[0m" in forced
         both = alpha("observe", "verdict", path, env={"FORCE_COLOR": "1", "NO_COLOR": "1"}).stdout
         assert b"\x1b[" not in both
+
+    def test_quoted_text_cannot_drive_the_terminal(self) -> None:
+        """A reason quoting a terminal escape or a line break stays one inert line of the table."""
+        from gates.report import table
+
+        v = Verdict.of("g", "command", [Check("c", "fail", "exited 1\x1b]0;pwned\x07\nFAKE  pass  all good")])
+        text = table(v, width=None)
+        assert "\x1b" not in text
+        assert "  FAIL         c  exited 1\\x1b]0;pwned\\x07 FAKE  pass  all good" == text.splitlines()[1]
