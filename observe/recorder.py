@@ -369,7 +369,9 @@ def alpha_shim(directory: str) -> str:
 
     bin_dir = os.path.join(directory, "bin")
     os.makedirs(bin_dir, mode=0o700, exist_ok=True)
-    paths = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+    # "" (the current directory) and relative folders as absolute paths; other entries (a path hook's
+    # key, such as an editable install's "__editable__...__path_hook__") exactly as they are
+    paths = [os.getcwd() if not p else os.path.abspath(p) if os.path.isdir(p) else p for p in sys.path]
     code = f"import sys; sys.argv[0] = 'alpha'; sys.path[:] = {paths!a}; from observe.cli import main; main()"
     python = os.fsencode(sys.executable or "python3")
     script = b"#!/bin/sh\nexec " + shlex.quote(os.fsdecode(python)).encode("utf-8", "surrogateescape")
