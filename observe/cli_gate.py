@@ -107,6 +107,16 @@ def _github(v: Verdict, stream: str, stream_id: str, markdown: str) -> None:
             _say(f"cannot append to GITHUB_OUTPUT {output}: {exc.strerror or exc}")
 
 
+def _terminal_width(stream: Any) -> int:
+    """The width of the terminal ``stream`` writes to (the table may go to stderr while stdout is piped)."""
+    import shutil
+
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return shutil.get_terminal_size().columns
+
+
 def _emit(
     v: Verdict,
     *,
@@ -119,8 +129,6 @@ def _emit(
     table_err: bool,
 ) -> bool:
     """Print the verdict and write every report; False when a report asked for could not be written."""
-    import shutil
-
     from gates import report
     from observe.ci import BUILDKITE, GITHUB, detect
 
@@ -129,7 +137,7 @@ def _emit(
     else:
         target = sys.stderr if table_err else sys.stdout
         tty = target.isatty()
-        width = shutil.get_terminal_size().columns if tty else None
+        width = _terminal_width(target) if tty else None
         text = report.table(v, width=width, stream=stream, colour=report.use_colour(tty, os.environ))
         click.echo(text, nl=False, err=table_err, color=True)
     ok = True
