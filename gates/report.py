@@ -1,79 +1,318 @@
-"""How a verdict is shown: a table for people, JSON, JUnit XML, GitHub annotations."""
+"""How a verdict is shown: a table for people, JSON, JUnit XML, markdown, GitHub annotations.
+
+Every text here can quote what the recorded command chose (a step name, a path,
+its stderr): each format escapes it its own way, so a quoted value can never
+become markup, a workflow command or invalid XML.
+"""
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import textwrap
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
 from xml.etree import ElementTree as ET
 
-from gates.verdict import Verdict
+from aos.event import Event
+from aos.text import display
+from gates.verdict import Check, Verdict
 
-__all__ = ["github_annotations", "junit_xml", "table", "to_json"]
+__all__ = [
+    "TAIL_BYTES",
+    "Facts",
+    "SpanFacts",
+    "facts_from_events",
+    "github_annotations",
+    "junit_xml",
+    "markdown",
+    "table",
+    "to_json",
+    "use_colour",
+]
 
 _MARK = {"pass": "pass", "fail": "FAIL", "inconclusive": "INCONCLUSIVE"}
+_SGR = {"pass": "32", "fail": "1;31", "inconclusive": "1;33"}  # green, bold red, bold yellow
+
+#: How much of a step's stderr a failing check's JUnit body quotes (its last bytes, then lines).
+TAIL_BYTES = 4096
+TAIL_LINES = 40
 
 
-def table(v: Verdict, *, width: int = 110, stream: str | None = None) -> str:
-    """A short table a person can read at a glance: one line per check."""
-    head = f"gate {v.gate}: {v.verdict.upper()} (scope {v.scope})"
-    lines = [head]
+def use_colour(isatty: bool, env: Mapping[str, str]) -> bool:
+    """Colour on a terminal, unless ``NO_COLOR`` (any value but empty) or ``TERM=dumb``;
+    ``FORCE_COLOR`` (any value but empty or ``0``) forces it anywhere. ``NO_COLOR`` wins."""
+    if env.get("NO_COLOR"):
+        return False
+    force = env.get("FORCE_COLOR")
+    if force and force.strip().lower() not in ("0", "false"):
+        return True
+    return isatty and env.get("TERM") != "dumb"
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _line(text: str) -> str:
+    """Text for one line of a terminal or log: line breaks as spaces, other control characters
+    (a quoted terminal escape) as ``\\xNN``, so quoted text can neither break the table nor drive the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", _LINE_BREAK.sub(" ", text))
+
+
+def _paint(text: str, status: str, colour: bool) -> str:
+    return f"\x1b[{_SGR[status]}m{text}\x1b[0m" if colour else text
+
+
+def table(v: Verdict, *, width: int | None = None, stream: str | None = None, colour: bool = False) -> str:
+    """A short table a person can read at a glance: one line per check.
+
+    ``width`` (a terminal's) wraps long reasons; None writes each reason whole
+    on its line (for a log or a pipe: nothing is cut).
+    """
+    gate, scope = _line(v.gate), _line(v.scope)
+    lines = [f"gate {gate}: {_paint(v.verdict.upper(), v.verdict, colour)} (scope {scope})"]
     if stream:
-        lines.append(f"stream {stream}")
-    name_w = min(max((len(c.name) for c in v.checks), default=4), 34)
-    for c in v.checks:
-        mark = _MARK[c.status]
-        prefix = f"  {mark:<12} {c.name:<{name_w}}  "
-        reason = c.reason if c.status != "pass" else _short(c.reason, max(width - len(prefix), 30))
+        lines.append(f"stream {_line(stream)}")
+    names = [_line(c.name) for c in v.checks]
+    name_w = min(max((len(n) for n in names), default=4), 34)
+    for c, name in zip(v.checks, names, strict=True):
+        prefix = f"  {_MARK[c.status]:<12} {name:<{name_w}}  "
+        shown = f"  {_paint(f'{_MARK[c.status]:<12}', c.status, colour)} {name:<{name_w}}  "
+        reason = _line(c.reason)
+        if width is None:
+            lines.append(shown + reason)
+            continue
         wrapped = textwrap.wrap(reason, max(width - len(prefix), 30)) or [""]
-        lines.append(prefix + wrapped[0])
+        lines.append(shown + wrapped[0])
         lines.extend(" " * len(prefix) + w for w in wrapped[1:])
-    for note in v.extra.get("not_run", []) or []:
-        lines.append(f"  not run: {note}")
-    lines.append(v.summary or head)
+    for note in _not_run(v):
+        lines.append(f"  not run: {_line(note)}")
+    lines.append(_line(v.summary) if v.summary else f"gate {gate}: {v.verdict.upper()} (scope {scope})")
     return "\n".join(lines) + "\n"
 
 
-def _short(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 3] + "..."
+def _not_run(v: Verdict) -> list[str]:
+    notes = v.extra.get("not_run")
+    return [str(n) for n in notes] if isinstance(notes, list) else []
 
 
-def to_json(v: Verdict) -> str:
-    """The sealed verdict as one JSON document."""
-    return json.dumps(v.to_attrs(), indent=2, sort_keys=True) + "\n"
+def to_json(v: Verdict, *, stream: str | None = None, stream_id: str | None = None) -> str:
+    """The sealed verdict as one JSON document, naming the stream's path and id."""
+    doc = v.to_attrs()
+    doc["stream"] = stream
+    doc["stream_id"] = stream_id
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
-def junit_xml(v: Verdict, *, stream: str | None = None) -> str:
-    """JUnit XML: one testsuite for the gate, one testcase per check.
+# -- facts from the stream, for reports --------------------------------------------------
 
-    ``fail`` is a ``<failure>``; ``inconclusive`` an ``<error>`` (not a skip:
-    an inconclusive gate is not a pass and must not render as one).
+
+@dataclass
+class SpanFacts:
+    """One step (span) as a report needs it."""
+
+    name: str
+    parent: str | None
+    duration_ns: int | None = None
+    exit_code: int | None = None
+    stderr: bytearray = field(default_factory=bytearray)
+
+
+@dataclass
+class Facts:
+    """What reports quote from a stream besides its verdict: times, host, steps, stderr tails."""
+
+    stream_id: str | None = None
+    started_ns: int | None = None
+    host: str | None = None
+    command_ns: int | None = None
+    stderr: bytearray = field(default_factory=bytearray)
+    spans: dict[str, SpanFacts] = field(default_factory=dict)
+    cited: dict[int, tuple[str, str | None]] = field(default_factory=dict)  # seq -> (kind, span)
+
+    def spans_of(self, check: Check) -> list[SpanFacts]:
+        """The steps whose events ``check`` cites, outermost first, each once."""
+        seen: dict[str, SpanFacts] = {}
+        for seq in check.evidence:
+            _, span = self.cited.get(seq, ("", None))
+            if span is not None and span in self.spans:
+                seen.setdefault(span, self.spans[span])
+        return list(seen.values())
+
+    def duration_ns(self, check: Check) -> int | None:
+        """How long what ``check`` judged ran: its longest cited step, else the command when it cites its exit."""
+        durations = [s.duration_ns for s in self.spans_of(check) if s.duration_ns is not None]
+        if durations:
+            return max(durations)
+        if any(self.cited.get(seq, ("", None))[0] == "process.exit" for seq in check.evidence):
+            return self.command_ns
+        return None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _keep_tail(buf: bytearray, data: bytes) -> None:
+    buf += data
+    if len(buf) > 2 * TAIL_BYTES:
+        del buf[: len(buf) - TAIL_BYTES]
+
+
+def facts_from_events(events: Iterable[Event], cited: Iterable[int] = ()) -> Facts:
+    """Gather ``Facts`` in one pass (stderr tails bounded); ``cited``: the seqs whose kind and step to keep."""
+    want = set(cited)
+    f = Facts()
+    for ev in events:
+        if ev.seq in want:
+            f.cited[ev.seq] = (ev.kind, ev.step)
+        kind = ev.kind
+        if kind == "stderr":
+            data = ev.data or b""
+            _keep_tail(f.stderr, data)
+            span = ev.step
+            hops = 0
+            while span is not None and span in f.spans and hops < 64:  # a step's tail holds its nested steps'
+                _keep_tail(f.spans[span].stderr, data)
+                span = f.spans[span].parent
+                hops += 1
+            continue
+        if kind not in ("stream.open", "step.start", "step.end", "process.exit"):
+            continue
+        try:
+            a = ev.attrs
+        except Exception:  # noqa: BLE001 - a report quotes what it can; verify names the damage
+            continue
+        if kind == "stream.open":
+            f.stream_id = str(a.get("stream_id")) if a.get("stream_id") is not None else None
+            f.started_ns = ev.wall_ns
+            f.host = display(a.get("host")) if a.get("host") is not None else None
+        elif kind == "step.start" and ev.step is not None:
+            parent = a.get("parent")
+            f.spans[ev.step] = SpanFacts(display(a.get("name")), parent if isinstance(parent, str) else None)
+        elif kind == "step.end" and ev.step in f.spans:
+            f.spans[ev.step].duration_ns = _int(a.get("duration_ns"))
+            f.spans[ev.step].exit_code = _int(a.get("exit_code"))
+        elif kind == "process.exit":
+            f.command_ns = _int(a.get("duration_ns"))
+    return f
+
+
+def _tail_text(data: bytes | bytearray) -> str:
+    text = bytes(data[-TAIL_BYTES:]).decode("utf-8", "replace")
+    return "\n".join(text.splitlines()[-TAIL_LINES:])
+
+
+# -- JUnit XML ---------------------------------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_XML_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml(text: str) -> str:
+    """Text that XML 1.0 can hold: terminal escapes dropped, other forbidden characters as ``\\xNN``."""
+    return _XML_INVALID.sub(lambda m: f"\\x{ord(m.group()):02x}", _ANSI.sub("", text))
+
+
+def _secs(ns: int | None) -> str:
+    return f"{(ns or 0) / 1e9:.3f}"
+
+
+def _evidence(c: Check) -> str:
+    return "evidence seqs: " + ", ".join(map(str, c.evidence)) if c.evidence else "no evidence"
+
+
+def _failure_body(c: Check, facts: Facts | None) -> str:
+    parts = [c.reason, _evidence(c)]
+    if facts is not None:
+        spans = facts.spans_of(c)
+        if spans:
+            for s in spans:
+                tail = _tail_text(s.stderr)
+                label = f"stderr of step {s.name} (last lines)"
+                parts.append(f"--- {label} ---\n{tail}" if tail else f"--- {label}: empty ---")
+        elif facts.stderr:
+            parts.append(f"--- stderr of the command (last lines) ---\n{_tail_text(facts.stderr)}")
+    return "\n".join(parts)
+
+
+def _timestamp(ns: int | None) -> str | None:
+    """ISO 8601 in UTC without a zone, as Ant's and Jenkins's JUnit schemas write it."""
+    if ns is None:
+        return None
+    try:
+        return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def junit_xml(v: Verdict, *, stream: str | None = None, facts: Facts | None = None) -> str:
+    """JUnit XML (Jenkins/Surefire schema): one testsuite for the gate, one testcase per check.
+
+    ``fail`` is a ``<failure>``, ``inconclusive`` an ``<error>`` (not a skip: an
+    inconclusive gate is not a pass and must not render as one); their body holds
+    the reason, the evidence seqs and the tail of the cited step's stderr (the
+    command's, when the check cites no step). Testcases carry ``time`` (the cited
+    step's duration), the suite ``timestamp`` (the recording's start, UTC) and
+    ``hostname`` (where it was recorded).
     """
     fails = sum(1 for c in v.checks if c.status == "fail")
     errors = sum(1 for c in v.checks if c.status == "inconclusive")
+    total = _secs(facts.command_ns if facts else None)
     root = ET.Element(
-        "testsuites", name="alpha-observe", tests=str(len(v.checks)), failures=str(fails), errors=str(errors)
+        "testsuites",
+        name="alpha-observe",
+        tests=str(len(v.checks)),
+        failures=str(fails),
+        errors=str(errors),
+        time=total,
     )
-    suite = ET.SubElement(
-        root, "testsuite", name=v.gate, tests=str(len(v.checks)), failures=str(fails), errors=str(errors), skipped="0"
-    )
+    suite_attrs = {
+        "name": _xml(v.gate),
+        "tests": str(len(v.checks)),
+        "failures": str(fails),
+        "errors": str(errors),
+        "skipped": "0",
+        "time": total,
+    }
+    stamp = _timestamp(facts.started_ns if facts else None)
+    if stamp is not None:
+        suite_attrs["timestamp"] = stamp
+    suite_attrs["hostname"] = _xml((facts.host if facts else None) or "unknown")
+    if facts is not None and facts.stream_id:
+        suite_attrs["id"] = _xml(facts.stream_id)
+    suite = ET.SubElement(root, "testsuite", suite_attrs)
     props = ET.SubElement(suite, "properties")
-    for key, value in (("verdict", v.verdict), ("scope", v.scope), ("stream", stream or "")):
-        ET.SubElement(props, "property", name=key, value=value)
+    stream_id = (facts.stream_id if facts else None) or ""
+    for key, value in (("verdict", v.verdict), ("scope", v.scope), ("stream", stream or ""), ("stream_id", stream_id)):
+        ET.SubElement(props, "property", name=key, value=_xml(value))
     for c in v.checks:
-        case = ET.SubElement(suite, "testcase", classname=v.gate, name=c.name)
-        evidence = "evidence seqs: " + ", ".join(map(str, c.evidence)) if c.evidence else "no evidence"
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=_xml(v.gate),
+            name=_xml(c.name),
+            time=_secs(facts.duration_ns(c) if facts else 0),
+        )
         if c.status == "fail":
-            el = ET.SubElement(case, "failure", message=c.reason, type="fail")
-            el.text = f"{c.reason}\n{evidence}"
+            el = ET.SubElement(case, "failure", message=_xml(c.reason), type="fail")
+            el.text = _xml(_failure_body(c, facts))
         elif c.status == "inconclusive":
-            el = ET.SubElement(case, "error", message=c.reason, type="inconclusive")
-            el.text = f"{c.reason}\n{evidence}"
+            el = ET.SubElement(case, "error", message=_xml(c.reason), type="inconclusive")
+            el.text = _xml(_failure_body(c, facts))
         else:
-            ET.SubElement(case, "system-out").text = f"{c.reason}\n{evidence}"
+            ET.SubElement(case, "system-out").text = _xml(f"{c.reason}\n{_evidence(c)}")
     out = ET.SubElement(suite, "system-out")
-    out.text = v.summary
+    out.text = _xml("\n".join([v.summary, *(f"not run: {n}" for n in _not_run(v))]))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+# -- GitHub annotations --------------------------------------------------------------------
 
 
 def _escape_data(s: str) -> str:
@@ -85,9 +324,85 @@ def _escape_property(s: str) -> str:
 
 
 def github_annotations(v: Verdict) -> list[str]:
-    """``::error`` workflow commands, one per check that did not pass."""
+    """Workflow commands, one per check that did not pass: ``::error`` for a failure,
+    ``::warning`` for an inconclusive check, each with a ``title=``."""
     out = []
     for c in v.failing():
+        command = "error" if c.status == "fail" else "warning"
         title = _escape_property(f"gate {v.gate}: {c.name} {c.status}")
-        out.append(f"::error title={title}::{_escape_data(c.reason)}")
+        out.append(f"::{command} title={title}::{_escape_data(c.reason)}")
     return out
+
+
+# -- markdown (GitHub job summary, Buildkite annotation) -------------------------------------
+
+_MD_ESCAPE = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_MD_PUNCT = set("\\`*_{}[]()#+-.!|~\"'$:@=")
+_ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️"}
+#: GitHub refuses a step summary over 1 MiB per step (and shows at most 128 KiB of one): stay well under.
+MARKDOWN_MAX_REASON = 2000
+
+
+def md_text(text: str) -> str:
+    """Text for a markdown table cell or line: no markup, no HTML, no line breaks, no links."""
+    out = []
+    for ch in text:
+        if ch in _MD_ESCAPE:
+            out.append(_MD_ESCAPE[ch])
+        elif ch in _MD_PUNCT:
+            out.append("\\" + ch)
+        elif ch in "\r\n":
+            out.append(" ")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _fenced(text: str) -> str:
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}sh\n{text}\n{fence}"
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def markdown(v: Verdict, *, stream: str | None = None, stream_id: str | None = None) -> str:
+    """The verdict as markdown: gate, verdict, scope, every check with its reason, what did
+    not run, the stream and how to verify it (a job summary, an annotation)."""
+    icon = _ICON[v.verdict]
+    lines = [
+        f"### {icon} gate {md_text(v.gate)}: {v.verdict.upper()} (scope {md_text(v.scope)})",
+        "",
+        md_text(v.summary) if v.summary else "",
+        "",
+        "| check | status | reason | evidence (event seqs) |",
+        "| --- | --- | --- | --- |",
+    ]
+    for c in v.checks:
+        seqs = ", ".join(map(str, c.evidence)) or "none"
+        reason = md_text(_cut(c.reason, MARKDOWN_MAX_REASON))
+        lines.append(f"| {md_text(c.name)} | {_ICON[c.status]} {c.status} | {reason} | {seqs} |")
+    notes = _not_run(v)
+    lines.append("")
+    if notes:
+        lines.append("**Not run:**")
+        lines.append("")
+        lines.extend(f"- {md_text(n)}" for n in notes)
+    else:
+        lines.append("**Not run:** nothing; every part of the gate applied.")
+    lines.append("")
+    if stream:
+        ident = f" (id {md_text(stream_id)})" if stream_id else ""
+        lines.append(f"**Stream:** {md_text(stream)}{ident}")
+        lines.append("")
+        lines.append("Verify it (intact, sealed) and read its sealed verdict:")
+        lines.append("")
+        quoted = shlex.quote(display(stream)) if stream else ""
+        cmds = f"alpha observe verify {quoted}\nalpha observe verdict {quoted}\nalpha observe show {quoted}"
+        lines.append(_fenced(_xml(cmds)))
+    lines.append("")
+    return "\n".join(lines)

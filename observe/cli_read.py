@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from aos.refusals import Refusal
+from observe.cli_record import example
 
 __all__ = ["COMMANDS"]
 
@@ -30,7 +31,7 @@ def _key(path: str | None):  # type: ignore[no-untyped-def]
 STREAM_PATH = click.Path(path_type=Path)
 
 
-@click.command("verify")
+@click.command("verify", epilog=example("alpha observe verify ci.aos --key ci.pub"))
 @click.argument("stream", type=STREAM_PATH)
 @click.option(
     "--key", "key", type=click.Path(dir_okay=False), help="Ed25519 public key (PEM) the seal must be signed by."
@@ -69,24 +70,80 @@ def verify_cmd(stream: Path, key: str | None, as_json: bool) -> None:
     click.echo(f"ok: {stream}: intact and sealed, {v.events} events, head {v.head}{sig}")
 
 
-@click.command("read")
+def _seqs(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> frozenset[int] | None:
+    if not values:
+        return None
+    out: set[int] = set()
+    for value in values:
+        for item in value.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            lo, sep, hi = item.partition("-")
+            try:
+                first, last = (int(lo), int(hi)) if sep else (int(item), int(item))
+            except ValueError:
+                raise click.BadParameter(f"{item!r} is not a seq or a range N-M") from None
+            if first < 0 or last < first or last - first > 10_000_000:
+                raise click.BadParameter(f"{item!r} is not a range of seqs")
+            out.update(range(first, last + 1))
+    return frozenset(out)
+
+
+@click.command(
+    "read",
+    epilog=example(
+        "alpha observe read ci.aos --seq 6,8,9",
+        "alpha observe read ci.aos --step build --stderr",
+    ),
+)
 @click.argument("stream", type=STREAM_PATH)
 @click.option("--stdout", "what", flag_value="stdout", help="Write the recorded stdout bytes, exactly.")
 @click.option("--stderr", "what", flag_value="stderr", help="Write the recorded stderr bytes, exactly.")
 @click.option("--artifact", "artifact", metavar="PATH", help="Write a captured file's bytes.")
 @click.option("--json", "what", flag_value="json", help="One JSON object per event (JSON Lines).")
 @click.option("--kind", "kinds", multiple=True, metavar="K", help="Only events of this kind (repeatable).")
-def read_cmd(stream: Path, what: str | None, artifact: str | None, kinds: tuple[str, ...]) -> None:
+@click.option(
+    "--seq",
+    "seqs",
+    multiple=True,
+    callback=_seqs,
+    metavar="N[,M...]",
+    help="Only the events with these seqs (a check's evidence; ranges N-M; repeatable).",
+)
+@click.option(
+    "--step",
+    "step_name",
+    default=None,
+    metavar="NAME",
+    help="Only the events of step NAME (every step of that name, with its nested steps).",
+)
+def read_cmd(
+    stream: Path,
+    what: str | None,
+    artifact: str | None,
+    kinds: tuple[str, ...],
+    seqs: frozenset[int] | None,
+    step_name: str | None,
+) -> None:
     """Read a stream back: events, raw output, or an artifact.
 
-    A damaged stream is read up to its damage; the refusal is printed after
-    and the exit code is 1.
+    --seq, --step and --kind select events; --stdout or --stderr then writes
+    only the selected output bytes. A damaged stream is read up to its
+    damage; the refusal is printed after and the exit code is 1. A seq or step
+    that the stream does not hold is said on stderr, exit 1.
     """
-    from observe.summary import artifact_bytes, event_json, iter_stream
+    from observe.summary import StepFilter, artifact_bytes, event_json, iter_stream, only_seqs
 
     damage: list[Refusal] = []
+    found: set[int] = set()
+    steps = StepFilter(step_name) if step_name is not None else None
     try:
         events = iter_stream(stream, damage)
+        if steps is not None:
+            events = (ev for ev in events if steps.admits(ev))
+        if seqs is not None:
+            events = only_seqs(events, seqs, found)
         if kinds:
             events = (ev for ev in events if ev.kind in kinds)
         out = sys.stdout.buffer
@@ -112,29 +169,52 @@ def read_cmd(stream: Path, what: str | None, artifact: str | None, kinds: tuple[
         _refuse(damage[0] if damage else exc)  # damage first: what was asked for may lie beyond it
     if damage:
         _refuse(damage[0])
+    if seqs is not None and seqs - found:
+        missing = sorted(seqs - found)
+        more = f" (and {len(missing) - 10} more)" if len(missing) > 10 else ""
+        click.echo(f"alpha observe read: no event with seq {', '.join(map(str, missing[:10]))}{more}", err=True)
+        sys.exit(1)
+    if steps is not None and not steps.matched:
+        click.echo(f"alpha observe read: no step named {step_name!r} in {stream}", err=True)
+        sys.exit(1)
 
 
-@click.command("show")
+@click.command("show", epilog=example("alpha observe show ci.aos", "alpha observe show ci.aos --check exit-code"))
 @click.argument("stream", type=STREAM_PATH)
 @click.option("--key", "key", type=click.Path(dir_okay=False), help="Check the signature against this public key.")
-def show_cmd(stream: Path, key: str | None) -> None:
+@click.option(
+    "--check",
+    "check",
+    default=None,
+    metavar="NAME",
+    help="Show the sealed verdict's check NAME with every event it cites as evidence.",
+)
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the summary as one JSON document.")
+def show_cmd(stream: Path, key: str | None, check: str | None, as_json: bool) -> None:
     """A human summary: command, exit, steps, receipts, artifacts, verdict, integrity.
 
-    Exit 1 when the stream is not intact and sealed.
+    Exit 1 when the stream is not intact and sealed (or holds no check NAME).
     """
-    from observe.summary import format_summary, summarize
+    from observe.summary import format_check, format_summary, summarize, summary_json
 
     try:
         s = summarize(stream, _key(key))
+        if check is not None:
+            text, known = format_check(stream, s, check, as_json=as_json)
+            if not known:
+                click.echo(text, err=True)
+                sys.exit(1)
+            click.echo(text)
+            sys.exit(0 if s.intact else 1)
     except Refusal as exc:
         _refuse(exc)
         return
-    click.echo(format_summary(s))
+    click.echo(summary_json(s, str(stream)) if as_json else format_summary(s))
     if not s.intact:
         sys.exit(1)
 
 
-@click.command("keygen")
+@click.command("keygen", epilog=example("alpha observe keygen ci   # writes ci.key (0600) and ci.pub"))
 @click.argument("prefix")
 def keygen_cmd(prefix: str) -> None:
     """Write an Ed25519 key pair: PREFIX.key (mode 0600) and PREFIX.pub."""

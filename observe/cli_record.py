@@ -18,11 +18,70 @@ import click
 if TYPE_CHECKING:
     from observe.recorder import RecordOptions
 
-__all__ = ["COMMANDS", "options_from_click", "recording_options", "without_numpy"]
+__all__ = ["COMMANDS", "CommandAfterOptions", "example", "options_from_click", "recording_options", "without_numpy"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_PASSTHROUGH = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+def example(*lines: str) -> str:
+    """A help epilog that ends the ``--help`` text with example command lines (click keeps them as written)."""
+    return "Example:\n\n\b\n" + "\n".join(f"  {line}" for line in lines)
+
+
+class CommandAfterOptions(click.Command):
+    """A command whose last argument (COMMAND...) is another program's argv.
+
+    Options before ``--`` are parsed strictly: a mistyped one is a usage error
+    (exit 2, with a suggestion) and the command does not run. Everything after
+    ``--`` is the command, verbatim. Without ``--`` the command starts at the
+    first argument that is neither an option (or its value) nor one of the
+    declared arguments before COMMAND (``gate NAME``, ``step NAME``), and is
+    kept verbatim from there (``record make -k`` records ``make -k``).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        settings = dict(kwargs.get("context_settings") or {})
+        settings.update(ignore_unknown_options=False, allow_interspersed_args=True)
+        kwargs["context_settings"] = settings
+        super().__init__(*args, **kwargs)
+
+    def _command_start(self, ctx: click.Context, args: list[str]) -> int:
+        """The index of ``--`` or of the command's first word in ``args`` (``len(args)`` when neither)."""
+        params = self.get_params(ctx)
+        declared = sum(1 for p in params if isinstance(p, click.Argument)) - 1
+        takes_value: set[str] = set()
+        for p in params:
+            if isinstance(p, click.Option) and not (p.is_flag or p.count):
+                takes_value.update(p.opts)
+        positional = 0
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            if arg == "--":
+                return i
+            if arg.startswith("-") and arg != "-":
+                i += 2 if arg in takes_value else 1  # --opt=value and unknown options: one word
+                continue
+            if positional < declared:
+                positional += 1
+                i += 1
+                continue
+            return i
+        return len(args)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        args = list(args)
+        start = self._command_start(ctx, args)
+        tail = args[start + 1 :] if start < len(args) and args[start] == "--" else args[start:]
+        try:
+            return super().parse_args(ctx, [*args[:start], "--", *tail])
+        except click.NoSuchOption as exc:
+            hint = ""
+            if exc.possibilities:
+                hint = f" (did you mean {exc.possibilities[0]}?)"  # the closest first (difflib)
+            raise click.UsageError(
+                f"no such option: {exc.option_name}{hint}; the command to run goes after --", ctx
+            ) from None
 
 
 def _parse_label(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -44,7 +103,7 @@ def recording_options(func: F) -> F:
             # recorder (stream-write, exit 125), a directory included.
             type=click.Path(path_type=Path),
             default=None,
-            help="Stream file to write (default: a new file under ./aos/).",
+            help="Stream file to write (default: a new file under ./aos-streams/, its path printed at the end).",
         ),
         click.option(
             "--artifact",
@@ -170,32 +229,65 @@ def options_from_click(**kwargs: Any) -> RecordOptions:
         gate=kwargs.get("gate"),
         observe_devices=str(kwargs.get("observe_devices") or "auto"),
         sample_interval=float(kwargs.get("sample_interval") or 1.0),
+        echo_to_stderr=bool(kwargs.get("echo_to_stderr")),
     )
 
 
-@click.command(context_settings=_PASSTHROUGH)
+@click.command(
+    cls=CommandAfterOptions,
+    epilog=example("alpha observe record --out run.aos --artifact 'dist/*' -- make test"),
+)
 @recording_options
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    default=False,
+    help="Print what was recorded (stream path and id, exit code, seal) as one JSON document on stdout; "
+    "the command's echo goes to stderr.",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def record(command: tuple[str, ...], **kwargs: Any) -> None:
+def record(command: tuple[str, ...], as_json: bool, **kwargs: Any) -> None:
     """Record COMMAND as a sealed AOS stream; exit with its exit code.
 
     Exit codes: the command's own; 128+N if killed by signal N; 124 on --timeout;
-    126 cannot execute; 127 not found; 125 the recorder itself failed.
+    126 cannot execute; 127 not found; 125 the recorder itself failed. A
+    mistyped option before -- is a usage error (2) and COMMAND does not run.
     """
     without_numpy()
     from aos.refusals import Refusal
     from observe.cli_errors import refuse
     from observe.recorder import record as run_record
 
-    options = options_from_click(**kwargs)
+    options = options_from_click(**kwargs, echo_to_stderr=as_json)
     try:
         result = run_record(command, options)
     except Refusal as exc:
         refuse(exc, 125)
+    if as_json:
+        import json
+
+        seal = result.seal
+        doc = {
+            "stream": str(result.path),
+            "stream_id": result.stream_id,
+            "exit_code": result.exit_code,
+            "command_exit": result.command_exit,
+            "signal": result.signal,
+            "timed_out": result.timed_out,
+            "recorder_failed": result.recorder_failed,
+            "seal": None
+            if seal is None
+            else {"head": seal.head, "events": seal.events, "bytes": seal.bytes, "file_blake3": seal.file_blake3},
+        }
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
     sys.exit(result.exit_code)
 
 
-@click.command(context_settings=_PASSTHROUGH)
+@click.command(
+    cls=CommandAfterOptions,
+    epilog=example("alpha observe step unit-tests -- python3 -m pytest -q"),
+)
 @click.argument("name")
 @click.option("--standalone", is_flag=True, default=False, help="Outside a recording, run COMMAND anyway.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -226,7 +318,7 @@ def _field(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
     return out
 
 
-@click.command()
+@click.command(epilog=example("alpha observe receipt unit-tests --status pass --field passed=120"))
 @click.argument("name")
 @click.option(
     "--status", default="info", show_default=True, type=click.Choice(["pass", "fail", "skip", "inconclusive", "info"])
@@ -251,7 +343,7 @@ def receipt(name: str, status: str, fields: list[tuple[str, str]], json_obj: str
     sys.exit(client.receipt(name, status, merged))
 
 
-@click.command()
+@click.command(epilog=example("alpha observe artifact dist/app.tar.gz 'reports/*.xml'"))
 @click.argument("paths", nargs=-1, required=True)
 def artifact(paths: tuple[str, ...]) -> None:
     """Capture PATHs (files, directories, globs) into the enclosing recording now."""
@@ -260,7 +352,7 @@ def artifact(paths: tuple[str, ...]) -> None:
     sys.exit(client.artifact(list(paths)))
 
 
-@click.command()
+@click.command(epilog=example("alpha observe tail aos-streams/20250101T120000.000000Z-1a2b3c.aos --idle 60"))
 @click.argument("stream", type=click.Path(path_type=Path))  # a directory is stream-missing, not a usage error
 @click.option(
     "--idle",

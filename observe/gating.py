@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from aos.writer import StreamWriter
     from gates.language import Gate
+    from gates.report import Facts
     from gates.verdict import Verdict
     from observe.recorder import RecordOptions, RecordResult
 
@@ -35,6 +36,7 @@ class GateOutcome:
 
     record: RecordResult
     verdict: Verdict | None
+    facts: Facts | None = None  # what reports quote (times, host, stderr tails), from the same events
 
     @property
     def exit_code(self) -> int:
@@ -52,17 +54,24 @@ def run_gate(gate: Gate, argv: Sequence[str], options: RecordOptions) -> GateOut
     """
     from aos.refusals import StreamWrite
     from gates.evaluation import evaluate_events, inconclusive
+    from gates.report import facts_from_events
     from observe.recorder import record
 
     sealed: list[Verdict] = []
+    facts: list[Facts] = []
 
     def before_seal(writer: StreamWriter) -> None:
         try:
-            v = evaluate_events(gate, writer.written_events())
+            events = writer.written_events()
         except StreamWrite as exc:
             v = inconclusive(gate, "stream-readback", f"the recorder cannot read back what it wrote: {exc}")
+            events = []
+        else:
+            v = evaluate_events(gate, events)
         writer.append("verdict", v.to_attrs())
         sealed.append(v)
+        facts.append(facts_from_events(events, (s for c in v.checks for s in c.evidence)))
 
     result = record(list(argv), replace(options, gate=gate.name), before_seal=before_seal)
-    return GateOutcome(result, sealed[0] if sealed and not result.recorder_failed else None)
+    ok = sealed and not result.recorder_failed
+    return GateOutcome(result, sealed[0] if ok else None, facts[0] if ok and facts else None)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aos.text import printable, text_key, text_value, value_bytes
+from aos.text import display, printable, text_key, text_value, value_bytes
 from observe import artifacts
 from observe.channel import (
     ENV_CONTROL,
@@ -250,6 +250,7 @@ class Control:
         conn.span = span
         conn.start = {"name": self._bytes_text(msg["name"]), "argv": argv, "parent": parent, "pid": conn.pid}
         self.sink.append("step.start", dict(conn.start), None, span)
+        self.echo.begin_step(span, display(conn.start["name"]))  # a CI fold, in the echo only
         with self._steps_lock:
             name = conn.start["name"]  # byte text: the registry keeps the step column's text form
             self._open_steps[span] = (name if isinstance(name, str) else text_key(value_bytes(name) or b""), conn.pid)
@@ -281,6 +282,7 @@ class Control:
         if incomplete:
             attrs["incomplete"] = True
         self.sink.append("step.end", attrs, None, conn.span)
+        self.echo.end_step(str(conn.span), attrs.get("exit_code"))
         conn.ended = True
         with self._steps_lock:
             self._open_steps.pop(str(conn.span), None)

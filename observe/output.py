@@ -20,6 +20,7 @@ from aos.refusals import StreamWrite
 
 if TYPE_CHECKING:
     from aos.writer import SealInfo, StreamWriter
+    from observe.ci import Markers
 
 __all__ = ["Echo", "Sink", "logger"]
 
@@ -38,15 +39,47 @@ def logger() -> Any:
 
 
 class Echo:
-    """Writes captured (already masked) bytes to the recorder's own stdout/stderr, unbuffered."""
+    """Writes captured (already masked) bytes to the recorder's own stdout/stderr, unbuffered.
 
-    def __init__(self, enabled: bool, fds: dict[str, int] | None = None) -> None:
+    Under CI (``markers``, from ``observe.ci``) each step is also folded in the
+    CI's markers, written here only: the echo is the recorder's own output, the
+    stream holds what the command wrote. A marker starts on a line of its own.
+    """
+
+    def __init__(self, enabled: bool, fds: dict[str, int] | None = None, markers: Markers | None = None) -> None:
         self.fds: dict[str, int] = dict(fds or {"stdout": 1, "stderr": 2}) if enabled else {}
+        self.markers = markers if enabled else None
+        self._mid_line: dict[int, bool] = {}  # fd -> the last byte echoed there was not a newline
+
+    def begin_step(self, span: str, name: str) -> None:
+        """Open the CI's fold for a step that starts (nothing outside CI)."""
+        if self.markers is not None:
+            self._marker(self.markers.begin(span, name))
+
+    def end_step(self, span: str, exit_code: object) -> None:
+        """Close the step's fold (nothing outside CI, or when the step got none)."""
+        if self.markers is not None:
+            self._marker(self.markers.end(span, exit_code))
+
+    def close_folds(self) -> None:
+        """Close any fold still open (the recording ends)."""
+        if self.markers is not None:
+            self._marker(self.markers.close_all())
+
+    def _marker(self, data: bytes) -> None:
+        fd = self.fds.get("stdout")
+        if not data or fd is None:
+            return
+        if self._mid_line.get(fd):
+            data = b"\n" + data
+        self.write("stdout", data)
 
     def write(self, name: str, data: bytes) -> None:
         fd = self.fds.get(name)
         if fd is None or not data:
             return
+        if self.markers is not None:
+            self._mid_line[fd] = not data.endswith(b"\n")
         view = memoryview(data)
         while view:
             try:

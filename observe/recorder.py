@@ -44,7 +44,19 @@ if TYPE_CHECKING:
     from observe.ingest import Control
     from observe.sampler import Sampler
 
-__all__ = ["BeforeSeal", "RecordOptions", "RecordResult", "default_out", "record"]
+__all__ = [
+    "DEFAULT_DIR",
+    "ENV_ALPHA",
+    "BeforeSeal",
+    "RecordOptions",
+    "RecordResult",
+    "alpha_shim",
+    "default_out",
+    "record",
+]
+
+#: The path of the recorder's own ``alpha`` (a shim), exported to the command.
+ENV_ALPHA = "AOS_ALPHA"
 
 #: Seconds between ``--timeout``'s SIGTERM and the SIGKILL that follows
 #: (``ALPHA_OBSERVE_KILL_GRACE`` overrides).
@@ -74,6 +86,7 @@ class RecordOptions:
     gate: str | None = None
     observe_devices: str = "auto"  # auto | nvml | off
     sample_interval: float = 1.0
+    echo_to_stderr: bool = False  # the command's stdout echoed on stderr (``--json`` keeps stdout one document)
 
 
 @dataclass(frozen=True)
@@ -110,14 +123,18 @@ def _version() -> str:
         return "unknown"
 
 
-def default_out(cwd: str, stream_id: str) -> Path:
-    """``./aos/<UTC time>-<stream id>.aos`` (the directory is created).
+#: Where streams go without ``--out`` (not hidden: CI artifact uploaders skip hidden folders).
+DEFAULT_DIR = "aos-streams"
 
-    Raises ``aos.refusals.StreamWrite`` when it cannot be (``./aos`` is a file, ...).
+
+def default_out(cwd: str, stream_id: str) -> Path:
+    """``./aos-streams/<UTC time>-<stream id>.aos`` (the directory is created).
+
+    Raises ``aos.refusals.StreamWrite`` when it cannot be (``./aos-streams`` is a file, ...).
     """
     from aos.refusals import StreamWrite
 
-    directory = Path(cwd) / "aos"
+    directory = Path(cwd) / DEFAULT_DIR
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -231,7 +248,10 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
         keep_copy=before_seal is not None,
     )
     sink = MaskingSink(writer, secrets)
-    echo = Echo(not options.quiet)
+    from observe.ci import markers_for
+
+    fds = {"stdout": 2, "stderr": 2} if options.echo_to_stderr else None
+    echo = Echo(not options.quiet, fds, markers=markers_for(os.environ))
     channel_dir = _channel_dir()
     restore_reaper = become_subreaper()
     try:
@@ -339,6 +359,7 @@ def _run(
         _final_artifacts(options, cwd, sink, outcome, started_ns, secrets)
     control.finish_receipts()
     control.close()
+    echo.close_folds()
     return outcome
 
 
@@ -358,6 +379,46 @@ def _start_sampler(options: RecordOptions, sink: MaskingSink, control: Control, 
     )
     sampler.start()
     return sampler
+
+
+def alpha_shim(directory: str) -> str:
+    """Write ``DIRECTORY/bin/alpha``: this recorder's own ``alpha`` (same interpreter, same modules).
+
+    A command started by full path outside a virtualenv (``/venv/bin/alpha observe
+    gate ...`` with no ``alpha`` on ``PATH``) still finds ``alpha observe step``,
+    and never a different version of the tool: the shim runs ``sys.executable``
+    isolated (``-I``: no ``PYTHONPATH``, no current directory on the path) with
+    exactly this process's module path.
+    """
+    import shlex
+
+    bin_dir = os.path.join(directory, "bin")
+    os.makedirs(bin_dir, mode=0o700, exist_ok=True)
+    # "" (the current directory) and relative folders as absolute paths; other entries (a path hook's
+    # key, such as an editable install's "__editable__...__path_hook__") exactly as they are
+    paths = [os.getcwd() if not p else os.path.abspath(p) if os.path.isdir(p) else p for p in sys.path]
+    code = f"import sys; sys.argv[0] = 'alpha'; sys.path[:] = {paths!a}; from observe.cli import main; main()"
+    python = os.fsencode(sys.executable or "python3")
+    script = b"#!/bin/sh\nexec " + shlex.quote(os.fsdecode(python)).encode("utf-8", "surrogateescape")
+    script += b" -I -c " + shlex.quote(code).encode("ascii") + b' "$@"\n'
+    shim = os.path.join(bin_dir, "alpha")
+    fd = os.open(shim, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o700)
+    try:
+        os.write(fd, script)
+    finally:
+        os.close(fd)
+    return shim
+
+
+def _put_alpha_first(env: dict[str, str], directory: str) -> None:
+    """The command finds this recorder's ``alpha`` first on ``PATH``, and its path in ``$AOS_ALPHA``."""
+    try:
+        shim = alpha_shim(directory)
+    except OSError as exc:  # pragma: no cover - the channel directory was just made, private
+        logger().warning("cannot write the alpha shim; nested alpha resolves from PATH", error=str(exc))
+        return
+    env[ENV_ALPHA] = shim
+    env["PATH"] = os.path.dirname(shim) + (os.pathsep + env["PATH"] if env.get("PATH") else "")
 
 
 def _capture_lane_configs(sink: MaskingSink, cwd: str, max_bytes: int | None, secrets: SecretSet) -> None:
@@ -405,6 +466,7 @@ def _run_command(
     for name in (ENV_STEP, ENV_STDOUT_ID, ENV_STDERR_ID):
         env.pop(name, None)
     env.update(control.env())
+    _put_alpha_first(env, control.directory)
     env[ENV_STREAM] = str(path.resolve())
     env[ENV_STREAM_ID] = stream_id
     not_ours = frozenset(children_of(os.getpid()))  # a library caller's own children are not the command's

@@ -14,12 +14,16 @@ from aos.event import Event
 from aos.refusals import ArtifactMissing, Refusal
 
 __all__ = [
+    "StepFilter",
     "Summary",
     "artifact_bytes",
     "event_json",
+    "format_check",
     "format_summary",
     "iter_stream",
+    "only_seqs",
     "summarize",
+    "summary_json",
 ]
 
 
@@ -46,6 +50,41 @@ def event_json(ev: Event) -> str:
     if ev.data is not None:
         record["data_b64"] = base64.b64encode(ev.data).decode("ascii")
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def only_seqs(events: Iterable[Event], seqs: frozenset[int], found: set[int]) -> Iterator[Event]:
+    """The events whose seq is in ``seqs`` (each added to ``found``); stops after the last one."""
+    last = max(seqs, default=-1)
+    for ev in events:
+        if ev.seq in seqs:
+            found.add(ev.seq)
+            yield ev
+        if ev.seq >= last:
+            return
+
+
+class StepFilter:
+    """Admits the events of every step named NAME, and of the steps nested in them."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.spans: set[str] = set()
+
+    @property
+    def matched(self) -> bool:
+        return bool(self.spans)
+
+    def admits(self, ev: Event) -> bool:
+        from aos.text import os_text
+
+        if ev.kind == "step.start" and ev.step is not None:
+            try:
+                a = ev.attrs
+            except Refusal:
+                a = {}
+            if os_text(a.get("name")) == self.name or a.get("parent") in self.spans:
+                self.spans.add(ev.step)
+        return ev.step is not None and ev.step in self.spans
 
 
 def artifact_bytes(events: Iterable[Event], path: str, out: IO[bytes]) -> int:
@@ -293,3 +332,89 @@ def format_summary(s: Summary) -> str:
         )
     lines.append(f"integrity  {s.integrity}")
     return "\n".join(lines)
+
+
+def summary_json(s: Summary, stream: str) -> str:
+    """The summary as one JSON document, naming the stream's path and id."""
+    doc = {
+        "stream": stream,
+        "stream_id": s.stream_id,
+        "argv": s.argv,
+        "cwd": s.cwd,
+        "host": s.host,
+        "gate": s.gate,
+        "labels": s.labels,
+        "started_ns": s.started_ns,
+        "exit": s.exit,
+        "output": {"bytes": s.out_bytes, "chunks": s.out_chunks},
+        "steps": s.steps,
+        "receipts": s.receipts,
+        "invalid_receipts": s.invalid_receipts,
+        "artifacts": s.artifacts,
+        "devices": s.devices,
+        "gpu_processes": [{"pid": pid, "gpu": gpu} for pid, gpu in sorted(s.gpu_processes)],
+        "verdict": s.verdict,
+        "events": s.events,
+        "intact": s.intact,
+        "integrity": s.integrity,
+    }
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _preview(data: bytes, n: int = 160) -> str:
+    text = data[:n].decode("utf-8", "backslashreplace")
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return shown + (f"... (+{len(data) - n} B)" if len(data) > n else "")
+
+
+def format_check(path: str | os.PathLike[str], s: Summary, name: str, *, as_json: bool = False) -> tuple[str, bool]:
+    """Check ``name`` of the sealed verdict with every event it cites: ``(text, found)``.
+
+    Raises ``stream-verdict`` when the stream holds no verdict; ``found`` is False
+    (and the text names the checks there are) when the verdict has no such check.
+    """
+    from aos.refusals import StreamVerdict
+
+    if s.verdict is None:
+        raise StreamVerdict(f"{path}: the stream holds no verdict, so no check {name!r}")
+    raw = s.verdict.get("checks")
+    checks = [c for c in raw if isinstance(c, dict)] if isinstance(raw, list) else []
+    check = next((c for c in checks if c.get("name") == name), None)
+    if check is None:
+        known = ", ".join(_text(c.get("name")) for c in checks) or "none"
+        return f"alpha observe show: the verdict has no check {name!r} (checks: {known})", False
+    raw_ev = check.get("evidence")
+    evidence = frozenset(e for e in raw_ev if _int(e) is not None) if isinstance(raw_ev, list) else frozenset()
+    found: set[int] = set()
+    events = list(only_seqs(iter_stream(path, []), evidence, found)) if evidence else []
+    if as_json:
+        doc = {
+            "stream": str(path),
+            "stream_id": s.stream_id,
+            "gate": s.verdict.get("gate"),
+            "check": check,
+            "events": [json.loads(event_json(ev)) for ev in events],
+            "missing": sorted(evidence - found),
+        }
+        return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False), True
+    lines = [
+        f"check      {_text(check.get('name'))}: {_text(check.get('status'))} "
+        f"(gate {_text(s.verdict.get('gate'))}, verdict {_text(s.verdict.get('verdict'))})",
+        f"reason     {_text(check.get('reason'))}",
+        f"evidence   {len(evidence)} event{'s' if len(evidence) != 1 else ''}"
+        + (f": {', '.join(map(str, sorted(evidence)))}" if evidence else " (the check cites none)"),
+    ]
+    for ev in events:
+        step = f" [{_key(ev.step)}]" if ev.step else ""
+        lines.append(f"  {ev.seq:>6} {ev.kind}{step} {_text(ev.attrs_json)}")
+        if ev.data:
+            lines.append(f"         data {len(ev.data)} B: {_preview(ev.data)}")
+    for seq in sorted(evidence - found):
+        lines.append(f"  {seq:>6} (not in the stream)")
+    if evidence:
+        import shlex
+
+        lines.append(
+            f"read them  alpha observe read {shlex.quote(str(path))} --seq {','.join(map(str, sorted(evidence)))}"
+        )
+    return "\n".join(lines), True

@@ -67,6 +67,14 @@ _RECORDING_ENV = (
     "ALPHA_COORDINATE_DEVICE_CONFIG",
     "ALPHA_INDEPENDENT_DEVICE_CONFIG",
     "GITHUB_ACTIONS",
+    # the CI the suite itself runs in: its files and folds are not the tests' to write
+    "GITHUB_OUTPUT",
+    "GITHUB_STEP_SUMMARY",
+    "GITLAB_CI",
+    "BUILDKITE",
+    "AOS_ALPHA",
+    "NO_COLOR",
+    "FORCE_COLOR",
 )
 
 

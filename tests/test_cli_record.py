@@ -95,11 +95,12 @@ class TestRecordingOptions:
 
 
 class TestRecordCommand:
-    def test_default_out_under_aos_dir_and_path_printed(self, tmp_path: Path) -> None:
-        """Without --out the stream goes to ./aos/<time>-<id>.aos and its path is printed on stderr."""
+    def test_default_out_under_aos_streams_dir_and_path_printed(self, tmp_path: Path) -> None:
+        """Without --out the stream goes to ./aos-streams/<time>-<id>.aos (never ./aos/, the source package's name)
+        and its path is printed on stderr."""
         proc = alpha("observe", "record", "--", "echo", "hi", cwd=tmp_path)
-        assert 0 == proc.returncode
-        made = list((tmp_path / "aos").glob("*.aos"))
+        assert (0, False) == (proc.returncode, (tmp_path / "aos").exists())
+        made = list((tmp_path / "aos-streams").glob("*.aos"))
         assert 1 == len(made)
         stream_id = events(made[0])[0].attrs["stream_id"]
         assert made[0].name.endswith(f"-{stream_id}.aos")

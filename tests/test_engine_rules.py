@@ -400,9 +400,9 @@ class TestReports:
         assert {"ok": ["system-out"], "bad": ["failure"], "gap": ["error"]} == cases
 
     def test_github_annotations(self) -> None:
-        """Every check that did not pass is an escaped ::error annotation."""
+        """Every check that did not pass is an escaped annotation: ::error when failed, ::warning when inconclusive."""
         lines = report.github_annotations(self.verdict())
         assert [
             "::error title=gate g%3A bad fail::wrong: 50%25%0Anext",
-            "::error title=gate g%3A gap inconclusive::missing",
+            "::warning title=gate g%3A gap inconclusive::missing",
         ] == lines

@@ -81,7 +81,8 @@ class TestExitZero:
         p = alpha("observe", "gate", "exit-zero", *argv, cwd=tmp_path, env={"GITHUB_ACTIONS": "true"})
         doc = json.loads(p.stdout)
         assert ("fail", "exit-code") == (doc["verdict"], doc["checks"][0]["name"])
-        assert '<testcase classname="exit-zero" name="exit-code">' in (tmp_path / "j.xml").read_text()
+        assert (str(tmp_path / "s.aos"), "s.aos") == (str(tmp_path / doc["stream"]), doc["stream"])
+        assert '<testcase classname="exit-zero" name="exit-code" time="' in (tmp_path / "j.xml").read_text()
 
     def test_github_annotations(self, tmp_path: Path) -> None:
         """Under GitHub Actions each check that did not pass is also an ::error line on stdout."""

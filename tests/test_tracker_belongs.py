@@ -92,6 +92,35 @@ class TestTime:
             with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-evidence-time: "):
                 insert(conn, run, recorded_at=recorded)
 
+    def test_declared_start_admits_only_what_follows_it(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+        """A run registered after its work (--started-at) admits streams recorded after the declared start,
+        never older ones; its id keeps the registration time, so the import stays visible."""
+        now = time.time_ns()
+        declared = now - 600_000_000_000  # ten minutes ago
+        sealed_stream(tmp_path / "during.aos", opened_ns=declared + 60_000_000_000)
+        sealed_stream(tmp_path / "before.aos", opened_ns=declared - 60_000_000_000)
+        run = records.start_run(conn, lane="distributed-device", started_at_ns=declared)
+        attach(conn, tmp_path / "during.aos", run)
+        assert "tracker-evidence-time" == refusal(conn, tmp_path / "before.aos", run)
+        from tracker.ids import iso_ms
+
+        started = conn.execute("SELECT started_at FROM runs WHERE id = ?", (run,)).fetchone()[0]
+        assert iso_ms(declared) == started
+        assert int(run.replace("-", "")[:12], 16) >= now // 1_000_000  # UUIDv7: registered now, not then
+        with pytest.raises(ValueError, match="future"):
+            records.start_run(conn, lane="distributed-device", started_at_ns=time.time_ns() + 3_600_000_000_000)
+
+    def test_declared_start_on_the_command_line(self, tmp_path: Path) -> None:
+        """`run start --started-at` takes ISO 8601 with a zone; anything else is a usage error."""
+        db = str(tmp_path / "t.sqlite3")
+        runner = CliRunner()
+        assert 0 == runner.invoke(main, ["tracker", "--db", db, "init"]).exit_code
+        ok = runner.invoke(main, ["tracker", "--db", db, "run", "start", "--started-at", "2026-01-02T03:04:05Z"])
+        assert 0 == ok.exit_code, ok.output
+        for bad in ("yesterday", "2026-01-02T03:04:05", "2999-01-01T00:00:00Z"):
+            r = runner.invoke(main, ["tracker", "--db", db, "run", "start", "--started-at", bad])
+            assert 2 == r.exit_code, (bad, r.output)
+
     def test_start_time_cannot_be_moved_back(self, conn: sqlite3.Connection) -> None:
         """Moving a run's start back (to admit an older stream) is refused."""
         run = records.start_run(conn, lane="distributed-device")

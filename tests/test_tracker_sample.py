@@ -51,27 +51,32 @@ def test_two_gpu_example(tmp_path: Path) -> None:
     work = tmp_path / "two-gpu"
     for _ in range(2):  # re-runnable in the same place
         out = run_example(work, TWO_GPU)
-        for run in (1, 2, 3):
-            assert f"run {run}: completed; physical pass recorded" in out
-        for run in (4, 5):
-            assert f"refused: tracker-physical-pass: run {run}: " in out
+        assert 3 == len(re.findall(r"^run [0-9a-f-]{36}: completed; physical pass recorded$", out, re.M))
+        assert 2 == len(re.findall(r"^refused: tracker-physical-pass: run [0-9a-f-]{36}: ", out, re.M))
         assert 2 == out.count("refused: tracker-evidence-required: item N11: ")
         assert "5 runs: 3 completed, 1 failed, 1 inconclusive; 3 physical passes recorded" in out
         assert "evidence: 1 fail (physical), 1 inconclusive (physical), 6 pass (physical)" in out
         assert "audit: 8 streams: 8 intact, 0 changed, 0 missing; rules intact" in out
     conn = sqlite3.connect(work / "progress.sqlite3")
     try:
-        runs = conn.execute("SELECT id, state, physical_pass, lane FROM runs ORDER BY id").fetchall()
+        # Runs in the order they were registered (UUIDv7 ids sort by registration time); each was
+        # registered with the device session's declared start, before every stream it holds.
+        runs = conn.execute("SELECT id, state, physical_pass, lane, started_at FROM runs ORDER BY id").fetchall()
         assert [
-            (1, "completed", 1, "distributed-device"),
-            (2, "completed", 1, "coordinate-device"),
-            (3, "completed", 1, "independent-device"),
-            (4, "failed", 0, "coordinate-device"),
-            (5, "inconclusive", 0, "coordinate-device"),
-        ] == runs
-        evidence = conn.execute(
-            "SELECT run_id, path, verdict, scope, gate FROM evidence ORDER BY run_id, path"
-        ).fetchall()
+            ("completed", 1, "distributed-device"),
+            ("completed", 1, "coordinate-device"),
+            ("completed", 1, "independent-device"),
+            ("failed", 0, "coordinate-device"),
+            ("inconclusive", 0, "coordinate-device"),
+        ] == [r[1:4] for r in runs]
+        assert {"2026-11-30T13:16:00.000Z"} == {r[4] for r in runs}
+        number = {r[0]: i for i, r in enumerate(runs, 1)}
+        evidence = sorted(
+            (number[run], path, verdict, scope, gate)
+            for run, path, verdict, scope, gate in conn.execute(
+                "SELECT run_id, path, verdict, scope, gate FROM evidence"
+            ).fetchall()
+        )
         expected = [
             (run, str(EVIDENCE / folder / f"{gate}.aos"), verdict, "physical", gate)
             for run, gate in ((1, "distributed-device"), (2, "coordinate-device"), (3, "independent-device"))
@@ -98,9 +103,9 @@ def test_two_gpu_example(tmp_path: Path) -> None:
         assert {"N10": "verified", "N11": "verified", "N12": "verified"} == statuses
         # the refused verifications left no link to a control stream behind
         linked = conn.execute(
-            "SELECT DISTINCT e.run_id FROM item_evidence l JOIN evidence e ON e.id = l.evidence_id ORDER BY 1"
+            "SELECT DISTINCT e.run_id FROM item_evidence l JOIN evidence e ON e.id = l.evidence_id"
         ).fetchall()
-        assert [(1,), (2,), (3,)] == linked
+        assert [1, 2, 3] == sorted(number[r[0]] for r in linked)
         devices = conn.execute("SELECT product, uuid, driver FROM devices ORDER BY id").fetchall()
         assert [
             ("NVIDIA H200", "GPU-bb5a03ab-c28f-2074-5197-3838b9dd4798", "580.159.04"),

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from aos.canonical import canonical_json
 from aos.chain import link
+from aos.verify import verify_stream
 from gates.testing import SyntheticStream, device_lane
 from gates.verdict import Check, Verdict
 from observe.cli import main
@@ -48,9 +49,11 @@ class TestSealedVerdict:
         assert f"gate {v.gate}: {v.verdict.upper()} (scope {v.scope})" == out.splitlines()[0]
 
     def test_json(self, tmp_path: Path) -> None:
-        """--json prints the sealed verdict attrs."""
-        code, out, _ = invoke(str(write_with_verdict(tmp_path / "s.aos", FAIL)), "--json")
-        assert (1, FAIL.to_attrs()) == (code, json.loads(out))
+        """--json prints the sealed verdict attrs, with the stream's path and id."""
+        path = write_with_verdict(tmp_path / "s.aos", FAIL)
+        code, out, _ = invoke(str(path), "--json")
+        expected = {**FAIL.to_attrs(), "stream": str(path), "stream_id": verify_stream(path).stream_id}
+        assert (1, expected) == (code, json.loads(out))
 
     def test_never_re_evaluates(self, tmp_path: Path) -> None:
         """A sealed pass over events that would now fail is still reported as the sealed pass."""

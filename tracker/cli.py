@@ -439,20 +439,49 @@ def run_group() -> None:
 @click.option("--lane", help="The lane, e.g. distributed-device.")
 @click.option("--device", "devices", multiple=True, metavar="UUID", help="A device it runs on (repeatable).")
 @click.option("--note")
+@click.option(
+    "--started-at",
+    metavar="ISO8601",
+    default=None,
+    help="Register a run whose work started earlier (importing evidence recorded elsewhere): its declared "
+    "start, e.g. 2026-11-30T13:16:00Z. The run id keeps the registration time.",
+)
 @click.pass_context
 @_refusals
 def run_start(
-    ctx: click.Context, experiment: str | None, lane: str | None, devices: tuple[str, ...], note: str | None
+    ctx: click.Context,
+    experiment: str | None,
+    lane: str | None,
+    devices: tuple[str, ...],
+    note: str | None,
+    started_at: str | None,
 ) -> None:
     """Start a run; prints the new run's id alone on stdout.
 
     The id is globally unique text (a UUIDv7). Under GitHub Actions, GitLab CI or
-    Buildkite the run records its CI job (provider, job URL, commit).
+    Buildkite the run records its CI job (provider, job URL, commit). Evidence must
+    be recorded after the run started: register the run first, or, for evidence
+    recorded where no tracker was, declare its start with --started-at.
     """
+    from datetime import datetime
+
     from tracker.records import start_run
 
+    declared = None
+    if started_at is not None:
+        try:
+            when = datetime.fromisoformat(started_at.replace("Z", "+00:00"))
+        except ValueError:
+            raise click.BadParameter(f"{started_at!r} is not an ISO 8601 time", param_hint="--started-at") from None
+        if when.tzinfo is None:
+            raise click.BadParameter("give a time zone (e.g. a trailing Z for UTC)", param_hint="--started-at")
+        declared = int(when.timestamp() * 1_000_000) * 1000
     with _open(ctx) as conn:
-        click.echo(start_run(conn, experiment=experiment, lane=lane, devices=devices, note=note))
+        try:
+            run = start_run(conn, experiment=experiment, lane=lane, devices=devices, note=note, started_at_ns=declared)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--started-at") from None
+        click.echo(run)
 
 
 @run_group.command("finish")

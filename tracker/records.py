@@ -237,12 +237,17 @@ def start_run(
     devices: Iterable[str] = (),
     note: str | None = None,
     environ: Mapping[str, str] | None = None,
+    started_at_ns: int | None = None,
 ) -> str:
     """Start a run (state ``running``) on the named devices (by UUID); returns its id.
 
     The run records the CI job ``environ`` (default: this process's environment)
     names, if any (:mod:`tracker.ci`). Its start time is this machine's clock, the
-    clock that records its streams (evidence recorded before it is refused).
+    clock that records its streams (evidence recorded before it is refused), unless
+    ``started_at_ns`` declares an earlier start: a run registered after its work (the
+    import of evidence recorded where no tracker was). A declared start is the
+    registrar's word, not something the tracker saw: the run's id (a UUIDv7) keeps
+    the time it was registered, so the two are always told apart (docs/TRACKER.md).
     """
     uuids = list(devices)
     job = ci_job(os.environ if environ is None else environ)
@@ -250,6 +255,8 @@ def start_run(
         exp = _experiment_id(conn, experiment) if experiment is not None else None
         now = time.time_ns()
         run = new_run_id(now)
+        if started_at_ns is not None and started_at_ns > now:
+            raise ValueError("a run cannot be declared to start in the future")
         conn.execute(
             "INSERT INTO runs (id, experiment_id, lane, note, started_at, ci_provider, ci_job_url, ci_commit)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -258,7 +265,7 @@ def start_run(
                 exp,
                 lane,
                 note,
-                iso_ms(now),
+                iso_ms(now if started_at_ns is None else started_at_ns),
                 job.provider if job else None,
                 job.job_url if job else None,
                 job.commit if job else None,

@@ -13,6 +13,12 @@
 #
 # The committed streams are attached where they are (attach records their
 # absolute paths; audit re-reads them there). No GPU is needed.
+#
+# The streams were recorded on the lent machine, where no tracker ran, before
+# this tracker existed; evidence must be recorded after its run started, so each
+# run is registered with the session's declared start (--started-at, the minute
+# the device session began: the first stream opened at 13:16:02 UTC). The run ids
+# (UUIDv7) keep the time they were registered, so the import is visible.
 # Re-runnable: WORKDIR (default: $TMPDIR/alpha-tracker-two-gpu) is emptied first.
 set -euo pipefail
 
@@ -26,6 +32,7 @@ work=$(cd "$work" && pwd)
 
 GPU0=GPU-bb5a03ab-c28f-2074-5197-3838b9dd4798
 GPU1=GPU-275f8d7e-27b9-87cf-bff1-529752b689a5
+SESSION_START=2026-11-30T13:16:00Z  # the device session's start (samples/evidence/two-gpu-h200/README.md)
 
 show() {  # echo a command as one would type it
     local arg line='$'
@@ -43,9 +50,9 @@ refused() {  # run a command that must be refused; fail the example if it is not
         exit 1
     fi
 }
-start() {  # start RUN-ARGS...: start a run and print its id alone
-    show alpha tracker run start "$@" >&2
-    alpha tracker run start "$@"
+start() {  # start RUN-ARGS...: register a run of the device session and print its id alone
+    show alpha tracker run start --started-at "$SESSION_START" "$@" >&2
+    alpha tracker run start --started-at "$SESSION_START" "$@"
 }
 
 # Every `alpha tracker` and `alpha observe attach` below uses this database.
