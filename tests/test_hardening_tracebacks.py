@@ -12,7 +12,7 @@ from aos.writer import StreamWriter
 
 class TestWhereTheStreamGoes:
     def test_stream_folder_is_a_file(self, tmp_path: Path) -> None:
-        """With the default --out, ./aos-streams being a file is refused (stream-write, 125); the command does not run."""
+        """With the default --out, ./aos-streams being a file is stream-write (125); the command does not run."""
         (tmp_path / "aos-streams").write_text("not a folder")
         proc = alpha("observe", "record", "--", "touch", "ran", cwd=tmp_path)
         assert 125 == proc.returncode
