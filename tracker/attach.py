@@ -7,12 +7,18 @@ sealed verdict's gate, verdict and scope. The database refuses the rest: a run
 that is not running, a stream already evidence for another run, and a stream id
 attached before with a different seal or file digest (``tracker-stream-changed``).
 Attaching the same unchanged stream to the same run again changes nothing.
+
+A store URL (``s3://...``, ``file://...``, as ``alpha observe push`` prints) is
+fetched first (``observe.store.fetch``: its BLAKE3 must equal its name, and it
+must verify) into a temporary file, which is attached; the row keeps the URL
+(``path`` and ``url``), so ``audit`` re-fetches from the store.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,8 +98,14 @@ def _row(conn: sqlite3.Connection, stream_id: str, new: bool) -> Attached:
     return Attached(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], bool(r[11]), r[12], r[13], new)
 
 
-def attach(conn: sqlite3.Connection, path: str | os.PathLike[str], run: int) -> Attached:
-    """Verify the stream at ``path`` and link it to ``run``; raises a ``Refusal`` and records nothing otherwise."""
+def attach(conn: sqlite3.Connection, path: str | os.PathLike[str], run: int, *, url: str | None = None) -> Attached:
+    """Verify the stream at ``path`` and link it to ``run``; raises a ``Refusal`` and records nothing otherwise.
+
+    ``path`` may be a store URL: see :func:`_attach_from_store`. ``url`` is where a
+    fetched copy at ``path`` came from.
+    """
+    if url is None and isinstance(path, str) and path.startswith(("s3://", "file://")):
+        return _attach_from_store(conn, path, run)
     run_id_of(conn, run)
     p = Path(path)
     v = verify_for_tracker(p, trusted_keys(conn))
@@ -104,11 +116,11 @@ def attach(conn: sqlite3.Connection, path: str | os.PathLike[str], run: int) -> 
             raise TrackerUnknown(f"no run {run}")
         cur = conn.execute(
             "INSERT INTO evidence (run_id, stream_id, path, seal_head, file_digest, size, events,"
-            " verdict, scope, gate, signed, key_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " verdict, scope, gate, signed, key_id, url) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run,
                 v.stream_id,
-                str(p.resolve()),
+                url or str(p.resolve()),
                 v.head,
                 v.file_blake3,
                 size,
@@ -118,7 +130,18 @@ def attach(conn: sqlite3.Connection, path: str | os.PathLike[str], run: int) -> 
                 verdict.get("gate") if v.verdict is not None else None,
                 int(v.signed),
                 v.key_id,
+                url,
             ),
         )
         # A BEFORE trigger's RAISE(IGNORE) (same stream, same run, unchanged) inserts nothing.
         return _row(conn, v.stream_id, new=cur.rowcount == 1)
+
+
+def _attach_from_store(conn: sqlite3.Connection, url: str, run: int) -> Attached:
+    """Fetch a stored stream (its digest checked and the stream verified) into a temporary folder,
+    attach that copy, and record the URL it came from; the copy is removed after."""
+    from observe.store import fetch
+
+    run_id_of(conn, run)  # an unknown run is refused before anything is downloaded
+    with tempfile.TemporaryDirectory(prefix="alpha-attach-") as tmp:
+        return attach(conn, fetch(url, os.path.join(tmp, "stream.aos")), run, url=url)

@@ -5,6 +5,9 @@ too, when it was signed by a key the tracker trusts); it must still be intact
 and sealed, carry the same stream id and seal head, and hash (BLAKE3, whole
 file) to the digest recorded at attach time. A file that is gone is
 ``missing``; one whose bytes, seal or verification differ is ``changed``.
+A stream attached from a store URL is fetched from the store again (its bytes
+must still hash to its name, ``observe.store.fetch``) and that copy checked the
+same way; gone from the store, or the store unreachable, is ``missing``.
 
 The audit also checks that the database's rules are still in force: every
 trigger of the shipped migrations present with its shipped text, and no row
@@ -16,13 +19,15 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from dataclasses import asdict, dataclass, field
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from blake3 import blake3
 
-from aos.refusals import Refusal
+from aos.refusals import Refusal, StreamMissing
 from tracker.attach import trusted_keys
 from tracker.db import _statements, migrations
 
@@ -87,7 +92,7 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _check_stream(row: sqlite3.Row, keys: dict[str, Any]) -> StreamFinding:
+def _check_stream(row: Mapping[str, Any], keys: dict[str, Any]) -> StreamFinding:
     from aos.verify import verify_stream
 
     path = Path(row["path"])
@@ -117,6 +122,26 @@ def _check_stream(row: sqlite3.Row, keys: dict[str, Any]) -> StreamFinding:
     if problems:
         return finding("changed", "; ".join(problems))
     return finding("ok", f"intact and sealed, {v.events} events" + (", signature good" if key is not None else ""))
+
+
+def _check_from_store(row: sqlite3.Row, keys: dict[str, Any]) -> StreamFinding:
+    """A stream attached from a store URL: fetch it again into a temporary folder and check that copy."""
+    from observe.store import StoreUnreachable, fetch
+
+    url = row["url"]
+    with tempfile.TemporaryDirectory(prefix="alpha-audit-") as tmp:
+        copy = f"{tmp}/stream.aos"
+        try:
+            fetch(url, copy)
+        except (StreamMissing, StoreUnreachable) as exc:
+            return StreamFinding(
+                row["stream_id"], row["run_id"], url, "missing", f"not in the store: {exc.diagnostics()}"
+            )
+        except Refusal as exc:
+            return StreamFinding(
+                row["stream_id"], row["run_id"], url, "changed", f"the stored copy is refused: {exc.diagnostics()}"
+            )
+        return replace(_check_stream({**dict(row), "path": copy}, keys), path=url)
 
 
 def _check_rules(conn: sqlite3.Connection) -> list[str]:
@@ -150,7 +175,7 @@ def audit(conn: sqlite3.Connection) -> AuditReport:
     keys = trusted_keys(conn)
     report = AuditReport()
     for row in conn.execute("SELECT * FROM evidence ORDER BY id").fetchall():
-        report.streams.append(_check_stream(row, keys))
+        report.streams.append(_check_from_store(row, keys) if row["url"] else _check_stream(row, keys))
     report.rules = _check_rules(conn)
     return report
 
