@@ -32,7 +32,8 @@ import os
 import re
 import secrets
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -130,7 +131,8 @@ class _Folder:
 
         fd = open_regular(self.root / name)  # stream-missing when absent, or not a regular file
         try:
-            _copy_hashing(fd, out)
+            while chunk := os.read(fd, _COPY_CHUNK):
+                out.write(chunk)
         finally:
             os.close(fd)
 
@@ -151,15 +153,7 @@ class _Bucket:
 
     def client(self) -> Any:
         if self._client is None:
-            try:
-                import boto3
-                from botocore.config import Config
-            except ImportError as exc:
-                raise StoreUnreachable("an s3:// store needs boto3: pip install 'alpha-observe[s3]'") from exc
-            # Endpoint, region, credentials and retries come from the standard AWS variables and files.
-            config = Config(connect_timeout=10, read_timeout=60, max_pool_connections=CONCURRENCY + 2)
-            with self._errors("connect to"):
-                self._client = boto3.session.Session().client("s3", config=config)
+            self._client = _s3_client(self._errors)
         return self._client
 
     def _transfer(self) -> Any:
@@ -235,6 +229,28 @@ class _Bucket:
 
 
 _Store = _Folder | _Bucket
+
+#: One boto3 client per AWS configuration (the AWS_* variables): making one loads the service
+#: model (a fifth of a second), too slow to pay per stream when an audit re-fetches thousands.
+_CLIENTS: dict[tuple[tuple[str, str], ...], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _s3_client(errors: Callable[[str], contextlib.AbstractContextManager[None]]) -> Any:
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as exc:
+        raise StoreUnreachable("an s3:// store needs boto3: pip install 'alpha-observe[s3]'") from exc
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            # Endpoint, region, credentials and retries come from the standard AWS variables and files.
+            config = Config(connect_timeout=10, read_timeout=60, max_pool_connections=CONCURRENCY + 2)
+            with errors("connect to"):
+                client = _CLIENTS[key] = boto3.session.Session().client("s3", config=config)
+        return client
 
 
 def open_store(url: str | os.PathLike[str]) -> _Store:
@@ -323,10 +339,17 @@ def fetch(url: str | os.PathLike[str], out: str | os.PathLike[str], key: Verifie
             store.get(name, f)
             f.flush()
             os.fsync(f.fileno())
-        got = _file_digest(tmp)
+        # The verifier hashes the whole file too: one pass decides both (bytes that are not
+        # their name are stream-digest, whatever else is wrong with them).
+        try:
+            got = verify_stream(tmp, key).file_blake3
+        except Refusal as exc:
+            got = _file_digest(tmp)
+            if got == digest:
+                raise
+            raise StreamDigest(f"{os.fspath(url)}: the stored bytes hash to {got}, not to their name") from exc
         if got != digest:
             raise StreamDigest(f"{os.fspath(url)}: the stored bytes hash to {got}, not to their name")
-        verify_stream(tmp, key)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
