@@ -432,3 +432,32 @@ class TestCli:
         done = alpha("observe", "fetch", "ftp://x/y.aos", "-o", str(tmp_path / "o.aos"))
         assert 1 == done.returncode
         assert done.stderr.startswith("refused: store-url: ")
+
+
+class TestReadme:
+    """The README's "Evidence beyond one machine" block runs as written (its bucket made on the test server)."""
+
+    def test_block_runs(self, tmp_path: Path, s3_bucket: S3Bucket) -> None:
+        """push, fetch, attach by URL and audit all exit 0, and the copy is the stream's bytes."""
+        import re
+
+        text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+        section = text[text.index("## Evidence beyond one machine") : text.index("## Documentation")]
+        (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+        sealed_stream(tmp_path / "ci.aos", gate="exit-zero", scope="command")
+        for argv in (["tracker", "init"], ["tracker", "run", "start", "--lane", "exit-zero"]):
+            done = alpha(*argv, cwd=tmp_path)
+            assert 0 == done.returncode, done.stderr
+        script = block.replace("s3://evidence", s3_bucket.url)
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=tmp_path,
+            env={**os.environ, "RUN": done.stdout.strip()},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert 0 == done.returncode, done.stdout + done.stderr
+        assert (tmp_path / "ci.aos").read_bytes() == (tmp_path / "copy.aos").read_bytes()
+        assert "1 intact, 0 changed, 0 missing" in done.stdout
