@@ -62,7 +62,7 @@ DEFAULT_STORE = "aos-store"
 PART_SIZE = 8 * 1024 * 1024
 CONCURRENCY = 8
 
-_COPY_CHUNK = 1024 * 1024
+_COPY_CHUNK = 8 * 1024 * 1024
 _NAME = re.compile(r"^([0-9a-f]{64})\.aos$")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -113,11 +113,14 @@ class _Folder:
         except OSError as exc:
             raise StoreUnreachable(f"{self.root}: cannot write to the store: {exc.strerror or exc}") from exc
         try:
-            with os.fdopen(tmp_fd, "wb") as out:
-                sent = _copy_hashing(fd, out)
-                out.flush()
-                os.fsync(out.fileno())
-            _check_sent(sent, digest)
+            try:
+                with os.fdopen(tmp_fd, "wb") as out:
+                    size = _copy(fd, out)
+                    os.fsync(out.fileno())
+            except OSError as exc:
+                raise StoreUnreachable(f"{self.root}: cannot write to the store: {exc.strerror or exc}") from exc
+            # What landed in the store is what gets the name: hash the copy, not the source.
+            _check_sent((size, _file_digest(tmp)), digest)
             os.chmod(tmp, 0o444)
             # An object of this name that did not hash to it (damaged) is replaced by the true bytes.
             os.replace(tmp, final)
@@ -131,8 +134,7 @@ class _Folder:
 
         fd = open_regular(self.root / name)  # stream-missing when absent, or not a regular file
         try:
-            while chunk := os.read(fd, _COPY_CHUNK):
-                out.write(chunk)
+            _copy(fd, out)
         finally:
             os.close(fd)
 
@@ -335,10 +337,13 @@ def fetch(url: str | os.PathLike[str], out: str | os.PathLike[str], key: Verifie
         target = target / name
     fd, tmp = _create_beside(target)
     try:
-        with os.fdopen(fd, "wb") as f:
-            store.get(name, f)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with os.fdopen(fd, "wb") as f:
+                store.get(name, f)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:  # the store's errors are refusals already: this is the target's side
+            raise StreamWrite(f"{target}: cannot write here: {exc.strerror or exc}") from exc
         # The verifier hashes the whole file too: one pass decides both (bytes that are not
         # their name are stream-digest, whatever else is wrong with them).
         try:
@@ -392,12 +397,22 @@ def _file_digest(path: str | os.PathLike[str]) -> str:
         os.close(fd)
 
 
-def _copy_hashing(fd: int, out: IO[bytes]) -> tuple[int, str]:
-    """Copy everything readable from ``fd`` to ``out``; return the size and BLAKE3 of what was copied."""
-    reader = _HashingReader(fd)
-    while chunk := reader.read(_COPY_CHUNK):
+def _copy(fd: int, out: IO[bytes]) -> int:
+    """Copy everything readable from ``fd`` to ``out`` (in the kernel where it can); return the byte count."""
+    out.flush()
+    copied = 0
+    try:
+        while sent := os.sendfile(out.fileno(), fd, None, 1 << 30):
+            copied += sent
+        return copied
+    except OSError:
+        if copied:
+            raise
+    while chunk := os.read(fd, _COPY_CHUNK):  # a file system without sendfile between these files
         out.write(chunk)
-    return reader.size, reader.hash.hexdigest()
+        copied += len(chunk)
+    out.flush()
+    return copied
 
 
 def _check_sent(sent: tuple[int, str], digest: str) -> None:
@@ -419,7 +434,7 @@ class _HashingReader:
     def __post_init__(self) -> None:
         from blake3 import blake3
 
-        self.hash = blake3()
+        self.hash = blake3(max_threads=blake3.AUTO)
 
     def readable(self) -> bool:
         return True
@@ -431,7 +446,7 @@ class _HashingReader:
         chunks: list[bytes] = []
         want = amount if amount is not None and amount >= 0 else None
         while want is None or want > 0:
-            chunk = os.read(self.fd, min(want, _COPY_CHUNK * 8) if want is not None else _COPY_CHUNK * 8)
+            chunk = os.read(self.fd, min(want, _COPY_CHUNK) if want is not None else _COPY_CHUNK)
             if not chunk:
                 break
             chunks.append(chunk)

@@ -104,8 +104,10 @@ def attach(conn: sqlite3.Connection, path: str | os.PathLike[str], run: int, *, 
     ``path`` may be a store URL: see :func:`_attach_from_store`. ``url`` is where a
     fetched copy at ``path`` came from.
     """
-    if url is None and isinstance(path, str) and path.startswith(("s3://", "file://")):
-        return _attach_from_store(conn, path, run)
+    from observe.store import is_store_url  # light: stdlib and aos.refusals
+
+    if url is None and is_store_url(path):
+        return _attach_from_store(conn, str(path), run)
     run_id_of(conn, run)
     p = Path(path)
     v = verify_for_tracker(p, trusted_keys(conn))
