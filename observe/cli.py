@@ -77,10 +77,12 @@ def _add_examples(command: click.Command, path: str) -> None:
 def _register() -> None:
     # Each command lives in the module of the idea it belongs to; importing them is
     # cheap (click only), the heavy imports happen inside the commands.
-    from observe import cli_gate, cli_read, cli_record
+    from observe import cli_gate, cli_read, cli_record, cli_store
     from tracker import cli as tracker_cli
 
     for command in (*cli_read.COMMANDS, *cli_record.COMMANDS, *cli_gate.COMMANDS, tracker_cli.attach):
+        observe.add_command(command)
+    for command in cli_store.COMMANDS:
         observe.add_command(command)
     main.add_command(tracker_cli.tracker)
     from observe.cli_interop import COMMANDS as interop  # attest, export

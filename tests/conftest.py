@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -83,3 +85,97 @@ def _outside_any_recording(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test starts outside any recording, with no lane config and no CI annotations."""
     for name in _RECORDING_ENV:
         monkeypatch.delenv(name, raising=False)
+
+
+# -- a real S3-compatible server (moto's standalone server) for the store tests -------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto's S3-compatible server, run as its own process on 127.0.0.1: its endpoint URL.
+
+    A real HTTP server the client talks to over a socket (``python -m moto.server``),
+    never a mocked client. Started once per session; each test gets its own bucket.
+    """
+    import subprocess
+    import time
+    import urllib.error
+    import urllib.request
+
+    log = tmp_path_factory.mktemp("moto") / "server.log"
+    for _attempt in range(3):  # a port taken between choosing and binding: try another
+        port = _free_port()
+        endpoint = f"http://127.0.0.1:{port}"
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{endpoint}/", timeout=5):
+                    break
+            except urllib.error.HTTPError:
+                break  # it answers
+            except OSError:
+                time.sleep(0.2)
+        if proc.poll() is None and time.monotonic() < deadline:
+            break
+        proc.kill()
+        proc.wait()
+    else:
+        pytest.fail(f"moto's S3 server did not start; its log:\n{log.read_text(errors='replace')}")
+    try:
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@dataclass
+class S3Bucket:
+    """A fresh bucket on the test S3 server: ``url`` is ``s3://NAME``, ``client`` a boto3 client for it."""
+
+    name: str
+    url: str
+    endpoint: str
+    client: Any
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> S3Bucket:
+    """A new, empty bucket; the standard AWS variables point this process and its children at the test server."""
+    import uuid
+
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    # no stray profile, config or instance-metadata lookup from the machine running the tests
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config-absent"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials-absent"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    import boto3
+
+    client = boto3.session.Session().client("s3")
+    name = f"aos-{uuid.uuid4().hex[:16]}"
+    client.create_bucket(Bucket=name)
+    return S3Bucket(name, f"s3://{name}", s3_endpoint, client)

@@ -17,12 +17,18 @@ run device the recorder did not observe (``tracker-evidence-lane``, ``-time``,
 ``-devices``). A run started without a lane takes the gate of its first stream
 as its lane. Attaching the same unchanged stream to the same run again changes
 nothing. Each attach is one journal entry.
+
+A store URL (``s3://...``, ``file://...``, as ``alpha observe push`` prints) is
+fetched first (``observe.store.fetch``: its BLAKE3 must equal its name, and it
+must verify) into a temporary file, which is attached; the row keeps the URL
+(``path`` and ``url``), so ``audit`` re-fetches from the store.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -101,9 +107,14 @@ def attach(
 ) -> Attached:
     """Verify the stream at ``path`` and link it to ``run``; raises a ``Refusal`` and records nothing otherwise.
 
-    ``url``: the store URL the file at ``path`` was fetched from; recorded as both ``url`` and
-    ``path`` (the fetched copy does not last).
+    ``path`` may be a store URL: see :func:`_attach_from_store`. ``url``: the store URL
+    the file at ``path`` was fetched from; recorded as both ``url`` and ``path`` (the
+    fetched copy does not last).
     """
+    from observe.store import is_store_url  # light: stdlib and aos.refusals
+
+    if url is None and is_store_url(path):
+        return _attach_from_store(conn, str(path), run)
     run = run_id_of(conn, run)
     p = Path(path)
     facts = derive(p, trusted_keys(conn), require_trusted=True)
@@ -140,3 +151,13 @@ def attach(
                 changes,
             )
         return row
+
+
+def _attach_from_store(conn: sqlite3.Connection, url: str, run: str | int) -> Attached:
+    """Fetch a stored stream (its digest checked and the stream verified) into a temporary folder,
+    attach that copy, and record the URL it came from; the copy is removed after."""
+    from observe.store import fetch
+
+    run_id_of(conn, run)  # an unknown run is refused before anything is downloaded
+    with tempfile.TemporaryDirectory(prefix="alpha-attach-") as tmp:
+        return attach(conn, fetch(url, os.path.join(tmp, "stream.aos")), run, url=url)

@@ -6,6 +6,9 @@ column derived again from it (:func:`tracker.streams.derive`, the code path
 verdict, scope, signed, key id, recording time, observed devices. A file that is
 gone is ``missing``; one that no longer verifies, or whose columns differ from
 the row, is ``changed``, and each differing column is named.
+A stream attached from a store URL is fetched from the store again (its bytes
+must still hash to its name, ``observe.store.fetch``) and that copy checked the
+same way; gone from the store, or the store unreachable, is ``missing``.
 
 Journal: the chain and signatures are verified and replayed into the rows the
 tables should hold (:func:`tracker.journal.check`); any row edited, added or
@@ -21,14 +24,15 @@ row present that the rules would have refused.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from blake3 import blake3
 
-from aos.refusals import Refusal
+from aos.refusals import Refusal, StreamMissing
 from tracker.attach import trusted_keys
 from tracker.db import expected_schema, migrations, schema_cookie
 from tracker.journal import JournalCheck
@@ -111,7 +115,7 @@ def _digest(path: Path) -> str:
 _LEGACY_NULL = frozenset({"recorded_at", "devices"})
 
 
-def _check_stream(row: sqlite3.Row, keys: dict[str, Verifier]) -> StreamFinding:
+def _check_stream(row: Mapping[str, Any], keys: dict[str, Verifier]) -> StreamFinding:
     path = Path(row["path"])
 
     def finding(state: str, detail: str, columns: list[str] | None = None) -> StreamFinding:
@@ -165,6 +169,26 @@ def _check_schema(conn: sqlite3.Connection, jc: JournalCheck) -> list[str]:
     if recorded != shipped:
         problems.append("the record of applied migrations differs from the shipped migrations")
     return problems
+
+
+def _check_from_store(row: sqlite3.Row, keys: dict[str, Any]) -> StreamFinding:
+    """A stream attached from a store URL: fetch it again into a temporary folder and check that copy."""
+    from observe.store import StoreUnreachable, fetch
+
+    url = row["url"]
+    with tempfile.TemporaryDirectory(prefix="alpha-audit-") as tmp:
+        copy = f"{tmp}/stream.aos"
+        try:
+            fetch(url, copy)
+        except (StreamMissing, StoreUnreachable) as exc:
+            return StreamFinding(
+                row["stream_id"], row["run_id"], url, "missing", f"not in the store: {exc.diagnostics()}"
+            )
+        except Refusal as exc:
+            return StreamFinding(
+                row["stream_id"], row["run_id"], url, "changed", f"the stored copy is refused: {exc.diagnostics()}"
+            )
+        return replace(_check_stream({**dict(row), "path": copy}, keys), path=url)
 
 
 def _check_rules(conn: sqlite3.Connection) -> list[str]:
@@ -224,7 +248,7 @@ def audit(conn: sqlite3.Connection, *, journal_key: Verifier | None = None) -> A
     except sqlite3.Error as exc:
         rows = []
         report.rules.append(f"the evidence cannot be read: {exc}")
-    report.streams = [_check_stream(row, keys) for row in rows]
+    report.streams = [_check_from_store(row, keys) if row["url"] else _check_stream(row, keys) for row in rows]
     try:
         report.journal_check = check_journal(conn, journal_key=journal_key, trusted=keys)
         report.journal = list(report.journal_check.problems)

@@ -84,7 +84,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 
 
 @click.command("attach")
-@click.argument("stream", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("stream", type=click.Path(dir_okay=False))  # a str: a store URL must keep its "//"
 @click.option(
     "--tracker",
     "db",
@@ -103,8 +103,11 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 )
 @json_option
 @_refusals
-def attach(stream: Path, db: Path, run: str, signing_key: Path | None, as_json: bool) -> None:
+def attach(stream: str, db: Path, run: str, signing_key: Path | None, as_json: bool) -> None:
     """Verify a sealed stream and attach it to a run in the tracker.
+
+    STREAM is a path, or a store URL as `alpha observe push` prints it
+    (s3://..., file://...): fetched and verified first, and the URL recorded.
 
     The stream must be intact and sealed (and signed by a trusted key when the
     tracker holds any: `alpha tracker key add`), with exactly one well-formed
