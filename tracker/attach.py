@@ -12,13 +12,13 @@ Attaching the same unchanged stream to the same run again changes nothing.
 from __future__ import annotations
 
 import os
-import sqlite3
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aos.refusals import StreamSignature
 from aos.signing import Verifier
+from tracker.backends import Connection
 from tracker.db import transaction
 from tracker.records import run_id_of
 from tracker.refusals import TrackerUnknown
@@ -53,7 +53,7 @@ class Attached:
         return asdict(self)
 
 
-def trusted_keys(conn: sqlite3.Connection) -> dict[str, Verifier]:
+def trusted_keys(conn: Connection) -> dict[str, Verifier]:
     """The tracker's trusted public keys, by key id."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -83,7 +83,7 @@ def verify_for_tracker(path: str | os.PathLike[str], keys: dict[str, Verifier]) 
     return v
 
 
-def _row(conn: sqlite3.Connection, stream_id: str, new: bool) -> Attached:
+def _row(conn: Connection, stream_id: str, new: bool) -> Attached:
     r = conn.execute(
         "SELECT id, run_id, stream_id, path, seal_head, file_digest, size, events, verdict, scope, gate,"
         " signed, key_id, attached_at FROM evidence WHERE stream_id = ?",
@@ -92,7 +92,7 @@ def _row(conn: sqlite3.Connection, stream_id: str, new: bool) -> Attached:
     return Attached(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], bool(r[11]), r[12], r[13], new)
 
 
-def attach(conn: sqlite3.Connection, path: str | os.PathLike[str], run: int) -> Attached:
+def attach(conn: Connection, path: str | os.PathLike[str], run: int) -> Attached:
     """Verify the stream at ``path`` and link it to ``run``; raises a ``Refusal`` and records nothing otherwise."""
     run_id_of(conn, run)
     p = Path(path)

@@ -15,7 +15,6 @@ physical pass without a physical stream), in case a client dropped a trigger.
 from __future__ import annotations
 
 import re
-import sqlite3
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from blake3 import blake3
 
 from aos.refusals import Refusal
 from tracker.attach import trusted_keys
+from tracker.backends import Connection, is_sqlite
 from tracker.db import _statements, migrations
 
 __all__ = ["AuditReport", "StreamFinding", "audit", "expected_triggers", "format_audit"]
@@ -87,7 +87,7 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _check_stream(row: sqlite3.Row, keys: dict[str, Any]) -> StreamFinding:
+def _check_stream(row: Any, keys: dict[str, Any]) -> StreamFinding:
     from aos.verify import verify_stream
 
     path = Path(row["path"])
@@ -119,7 +119,13 @@ def _check_stream(row: sqlite3.Row, keys: dict[str, Any]) -> StreamFinding:
     return finding("ok", f"intact and sealed, {v.events} events" + (", signature good" if key is not None else ""))
 
 
-def _check_rules(conn: sqlite3.Connection) -> list[str]:
+def _catalog_problems(conn: Connection) -> list[str]:
+    """Missing or altered triggers (PostgreSQL: also disabled or added ones, altered functions, rewrite rules)."""
+    if not is_sqlite(conn):
+        from tracker import pg
+
+        assert isinstance(conn, pg.PgConnection)
+        return pg.catalog_problems(conn)
     problems: list[str] = []
     present = {
         r[0]: (r[1] or "").strip() for r in conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")
@@ -129,6 +135,11 @@ def _check_rules(conn: sqlite3.Connection) -> list[str]:
             problems.append(f"trigger {name} is missing: its rule is no longer enforced")
         elif present[name] != sql:
             problems.append(f"trigger {name} was altered")
+    return problems
+
+
+def _check_rules(conn: Connection) -> list[str]:
+    problems = _catalog_problems(conn)
     for r in conn.execute(
         """SELECT i.id, i.hardware FROM items i WHERE i.status = 'verified' AND NOT EXISTS (
                SELECT 1 FROM item_evidence l JOIN evidence e ON e.id = l.evidence_id JOIN runs r ON r.id = e.run_id
@@ -145,7 +156,7 @@ def _check_rules(conn: sqlite3.Connection) -> list[str]:
     return problems
 
 
-def audit(conn: sqlite3.Connection) -> AuditReport:
+def audit(conn: Connection) -> AuditReport:
     """Re-verify every attached stream and the rules; read-only."""
     keys = trusted_keys(conn)
     report = AuditReport()

@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import functools
 import json
-import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from aos.refusals import Refusal
 
+if TYPE_CHECKING:
+    from tracker.backends import Connection
+
 __all__ = ["attach", "tracker"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_DB_HELP = "The tracker database (default ./progress.sqlite3, or $ALPHA_TRACKER_DB)."
+_DB_HELP = (
+    "The tracker: an SQLite file (default ./progress.sqlite3, or $ALPHA_TRACKER_DB),"
+    " or a PostgreSQL database, postgresql://USER@HOST/DB."
+)
 
 
 def _refusals(fn: F) -> F:
@@ -39,17 +44,19 @@ def _refusals(fn: F) -> F:
         except Refusal as exc:
             click.echo(exc.diagnostics(), err=True)
             sys.exit(1)
-        except sqlite3.Error as exc:  # a read outside any transaction: still a named refusal
-            from tracker.refusals import from_sqlite_error
+        except Exception as exc:  # a read outside any transaction: still a named refusal
+            from tracker.refusals import from_db_error, is_db_error
 
-            click.echo(from_sqlite_error(exc).diagnostics(), err=True)
+            if not is_db_error(exc):
+                raise
+            click.echo(from_db_error(exc).diagnostics(), err=True)
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
 
 
 @contextmanager
-def _open(ctx: click.Context) -> Iterator[sqlite3.Connection]:
+def _open(ctx: click.Context) -> Iterator[Connection]:
     from tracker.db import connect
 
     conn = connect(ctx.obj["db"])
@@ -74,16 +81,15 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 @click.option(
     "--tracker",
     "db",
-    type=click.Path(dir_okay=False, path_type=Path),
     default="progress.sqlite3",
     show_default=True,
     envvar="ALPHA_TRACKER_DB",
-    help="The tracker database.",
+    help="The tracker: an SQLite file, or postgresql://USER@HOST/DB.",
 )
 @click.option("--run", "run", type=int, required=True, help="The run (id) the stream is evidence for.")
 @json_option
 @_refusals
-def attach(stream: Path, db: Path, run: int, as_json: bool) -> None:
+def attach(stream: Path, db: str, run: int, as_json: bool) -> None:
     """Verify a sealed stream and attach it to a run in the tracker.
 
     The stream must be intact and sealed (and signed by a trusted key when the
@@ -115,14 +121,13 @@ def attach(stream: Path, db: Path, run: int, as_json: bool) -> None:
 @click.group("tracker")
 @click.option(
     "--db",
-    type=click.Path(dir_okay=False, path_type=Path),
     default="progress.sqlite3",
     show_default=True,
     envvar="ALPHA_TRACKER_DB",
     help=_DB_HELP,
 )
 @click.pass_context
-def tracker(ctx: click.Context, db: Path) -> None:
+def tracker(ctx: click.Context, db: str) -> None:
     """The progress tracker: work items, runs, and the sealed streams that are their evidence.
 
     The rules live in the database (SQLite triggers), so every client is held to
@@ -146,7 +151,9 @@ def init_cmd(ctx: click.Context) -> None:
         version = schema_version(conn)
     finally:
         conn.close()
-    click.echo(f"tracker {ctx.obj['db']}: schema version {version}")
+    from tracker.pg import redact
+
+    click.echo(f"tracker {redact(ctx.obj['db'])}: schema version {version}")
 
 
 @tracker.command("status")

@@ -7,6 +7,10 @@ settings, so a client that leaves foreign keys off is still held to them.
 Migrations are the files ``migrations/NNNN_name.sql``, applied in order, each in
 one ``BEGIN IMMEDIATE`` transaction that also records it in ``schema_migrations``
 (version, name, BLAKE3 of the SQL, time) and sets ``PRAGMA user_version``.
+
+A ``postgresql://`` URL instead of a path opens the PostgreSQL backend
+(:mod:`tracker.pg`, migrations in ``migrations_pg/``); :func:`init`,
+:func:`connect`, :func:`transaction` and :func:`schema_version` take either.
 """
 
 from __future__ import annotations
@@ -19,10 +23,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from blake3 import blake3
 
+from tracker.backends import is_postgres_url
 from tracker.refusals import TrackerMissing, TrackerSchema, from_sqlite_error
+
+if TYPE_CHECKING:
+    from tracker.backends import Connection
 
 __all__ = [
     "APPLICATION_ID",
@@ -112,8 +121,13 @@ def _statements(sql: str) -> Iterator[str]:
         raise TrackerSchema(f"incomplete statement at the end of a migration: {rest[:60]!r}")
 
 
-def schema_version(conn: sqlite3.Connection) -> int:
+def schema_version(conn: Connection) -> int:
     """The migration version the database is at (0: empty)."""
+    if not isinstance(conn, sqlite3.Connection):
+        from tracker import pg
+
+        assert isinstance(conn, pg.PgConnection)
+        return pg.schema_version(conn)
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
@@ -156,11 +170,16 @@ def _migrate(conn: sqlite3.Connection, path: Path, target: int | None = None) ->
     return len(known)
 
 
-def init(path: str | os.PathLike[str], *, target: int | None = None) -> sqlite3.Connection:
+def init(path: str | os.PathLike[str], *, target: int | None = None) -> Connection:
     """Create (or bring up to date) the tracker at ``path``; WAL mode is set once, on the file.
 
     ``target`` stops at that schema version (for testing migrations); default: the latest.
+    A ``postgresql://`` URL: the tracker in that database (see :func:`tracker.pg.init`).
     """
+    if is_postgres_url(path):
+        from tracker import pg
+
+        return pg.init(str(path), target=target)
     p = Path(path)
     conn = _open(p)
     try:
@@ -174,8 +193,12 @@ def init(path: str | os.PathLike[str], *, target: int | None = None) -> sqlite3.
     return conn
 
 
-def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
+def connect(path: str | os.PathLike[str]) -> Connection:
     """Open an existing tracker (migrating it forward if needed); ``tracker-missing`` if there is none."""
+    if is_postgres_url(path):
+        from tracker import pg
+
+        return pg.connect(str(path))
     p = Path(path)
     if not p.is_file():
         raise TrackerMissing(f"no tracker at {p} (create one with: alpha tracker --db {p} init)")
@@ -194,8 +217,18 @@ def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
 
 
 @contextmanager
-def transaction(conn: sqlite3.Connection, context: str = "") -> Iterator[sqlite3.Connection]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``; a database error rolls back and becomes its refusal."""
+def transaction(conn: Connection, context: str = "") -> Iterator[Any]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``; a database error rolls back and becomes its refusal.
+
+    PostgreSQL: ``BEGIN`` and the tracker's write lock (:func:`tracker.pg.transaction`).
+    """
+    if not isinstance(conn, sqlite3.Connection):
+        from tracker import pg
+
+        assert isinstance(conn, pg.PgConnection)
+        with pg.transaction(conn, context) as c:
+            yield c
+        return
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:

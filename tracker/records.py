@@ -7,10 +7,10 @@ little themselves: the rules are the database's (``migrations/*.sql``).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
+from tracker.backends import Connection
 from tracker.db import transaction
 from tracker.refusals import TrackerInvalid, TrackerUnknown
 
@@ -36,7 +36,7 @@ TERMINAL_STATES = ("completed", "failed", "inconclusive")
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
 
-def add_milestone(conn: sqlite3.Connection, milestone_id: str, title: str, position: int | None = None) -> None:
+def add_milestone(conn: Connection, milestone_id: str, title: str, position: int | None = None) -> None:
     """Add a milestone; ``position`` orders them (default: after the last)."""
     with transaction(conn, f"milestone {milestone_id}"):
         if position is None:
@@ -45,7 +45,7 @@ def add_milestone(conn: sqlite3.Connection, milestone_id: str, title: str, posit
 
 
 def add_item(
-    conn: sqlite3.Connection,
+    conn: Connection,
     item_id: str,
     title: str,
     milestone: str,
@@ -64,7 +64,7 @@ def add_item(
             conn.execute("INSERT INTO item_deps (item_id, depends_on) VALUES (?, ?)", (item_id, dep))
 
 
-def _evidence_ids(conn: sqlite3.Connection, refs: Iterable[str]) -> list[int]:
+def _evidence_ids(conn: Connection, refs: Iterable[str]) -> list[int]:
     """Evidence rows named by stream id (or a unique prefix of one, at least 8 digits)."""
     ids: list[int] = []
     for ref in refs:
@@ -79,7 +79,7 @@ def _evidence_ids(conn: sqlite3.Connection, refs: Iterable[str]) -> list[int]:
 
 
 def set_item(
-    conn: sqlite3.Connection,
+    conn: Connection,
     item_id: str,
     *,
     status: str | None = None,
@@ -117,9 +117,7 @@ def set_item(
             conn.execute(f"UPDATE items SET {', '.join(sets)} WHERE id = ?", (*args, item_id))
 
 
-def add_experiment(
-    conn: sqlite3.Connection, name: str, *, item: str | None = None, description: str | None = None
-) -> int:
+def add_experiment(conn: Connection, name: str, *, item: str | None = None, description: str | None = None) -> int:
     """Add an experiment (optionally for a work item); returns its id."""
     with transaction(conn, f"experiment {name}"):
         if item is not None and conn.execute("SELECT 1 FROM items WHERE id = ?", (item,)).fetchone() is None:
@@ -130,14 +128,14 @@ def add_experiment(
         return int(cur.lastrowid or 0)
 
 
-def add_device(conn: sqlite3.Connection, product: str, uuid: str, driver: str | None = None) -> int:
+def add_device(conn: Connection, product: str, uuid: str, driver: str | None = None) -> int:
     """Add a device (a GPU, by UUID); returns its id."""
     with transaction(conn, f"device {uuid}"):
         cur = conn.execute("INSERT INTO devices (product, uuid, driver) VALUES (?, ?, ?)", (product, uuid, driver))
         return int(cur.lastrowid or 0)
 
 
-def _experiment_id(conn: sqlite3.Connection, ref: str) -> int:
+def _experiment_id(conn: Connection, ref: str) -> int:
     row = conn.execute("SELECT id FROM experiments WHERE name = ? OR CAST(id AS TEXT) = ?", (ref, ref)).fetchone()
     if row is None:
         raise TrackerUnknown(f"no experiment {ref!r}")
@@ -145,7 +143,7 @@ def _experiment_id(conn: sqlite3.Connection, ref: str) -> int:
 
 
 def start_run(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     experiment: str | None = None,
     lane: str | None = None,
@@ -165,16 +163,14 @@ def start_run(
         return run
 
 
-def run_id_of(conn: sqlite3.Connection, run: int) -> int:
+def run_id_of(conn: Connection, run: int) -> int:
     """``run`` if such a run exists, else ``tracker-unknown``."""
     if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run,)).fetchone() is None:
         raise TrackerUnknown(f"no run {run}")
     return run
 
 
-def finish_run(
-    conn: sqlite3.Connection, run: int, state: str, *, physical_pass: bool = False, note: str | None = None
-) -> None:
+def finish_run(conn: Connection, run: int, state: str, *, physical_pass: bool = False, note: str | None = None) -> None:
     """Move a running run to a terminal state, in one update; after it the run never changes.
 
     ``physical_pass`` records a physical pass: the database accepts it only with
@@ -192,7 +188,7 @@ def finish_run(
         )
 
 
-def add_measurement(conn: sqlite3.Connection, run: int, name: str, value: float, unit: str | None = None) -> int:
+def add_measurement(conn: Connection, run: int, name: str, value: float, unit: str | None = None) -> int:
     """Record a measurement on a running run; returns its id."""
     with transaction(conn, f"run {run}"):
         cur = conn.execute(
@@ -201,7 +197,7 @@ def add_measurement(conn: sqlite3.Connection, run: int, name: str, value: float,
         return int(cur.lastrowid or 0)
 
 
-def add_key(conn: sqlite3.Connection, path: str | Path) -> str:
+def add_key(conn: Connection, path: str | Path) -> str:
     """Trust an Ed25519 public key (PEM); from now on every attached stream must be signed by a trusted key."""
     from aos.signing import load_public_key
 

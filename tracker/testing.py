@@ -8,10 +8,11 @@ writes a stream as a gate would leave it, without running any command.
 from __future__ import annotations
 
 import os
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tracker.backends import Connection
 
 if TYPE_CHECKING:
     from aos.signing import Signer
@@ -73,7 +74,7 @@ class ExampleTracker:
     """A small tracker in a known state (see :func:`example_tracker`)."""
 
     db: Path
-    conn: sqlite3.Connection
+    conn: Connection
     static_run: int
     physical_run: int
     open_run: int
