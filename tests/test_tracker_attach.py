@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from backend_util import integrity_errors
 
 from aos.refusals import Refusal
 from aos.signing import generate_keypair, load_signer
@@ -21,25 +22,26 @@ from aos.verify import verify_stream
 from aos.writer import StreamWriter
 from tracker import records
 from tracker.attach import attach
+from tracker.backends import Connection
 from tracker.db import init
 from tracker.testing import flip_byte, sealed_stream
 
 
 @pytest.fixture
-def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
-    """An empty tracker with one running run (id 1)."""
-    c = init(tmp_path / "progress.sqlite3")
+def conn(tracker_db: str) -> Iterator[Connection]:
+    """An empty tracker with one running run (id 1), on each backend."""
+    c = init(tracker_db)
     records.start_run(c, lane="distributed-device")
     yield c
     c.close()
 
 
-def count(conn: sqlite3.Connection) -> int:
+def count(conn: Connection) -> int:
     return int(conn.execute("SELECT count(*) FROM evidence").fetchone()[0])
 
 
 class TestAttach:
-    def test_records_what_was_verified(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_records_what_was_verified(self, conn: Connection, tmp_path: Path) -> None:
         """The evidence row holds the verified stream id, seal head, whole-file digest and sealed verdict."""
         path = tmp_path / "s.aos"
         sealed_stream(path, verdict="pass", scope="physical", gate="coordinate-device")
@@ -50,14 +52,14 @@ class TestAttach:
         assert str(path.resolve()) == a.path
         assert path.stat().st_size == a.size
 
-    def test_stream_without_verdict(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_stream_without_verdict(self, conn: Connection, tmp_path: Path) -> None:
         """A sealed stream without a verdict (a plain recording) is attached with no verdict."""
         path = tmp_path / "s.aos"
         sealed_stream(path, verdict=None)
         a = attach(conn, path, 1)
         assert (None, None) == (a.verdict, a.scope)
 
-    def test_again_unchanged_is_a_no_op(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_again_unchanged_is_a_no_op(self, conn: Connection, tmp_path: Path) -> None:
         """Attaching the same unchanged stream to the same run twice records it once."""
         path = tmp_path / "s.aos"
         sealed_stream(path)
@@ -66,13 +68,13 @@ class TestAttach:
         assert first.evidence_id == second.evidence_id
         assert 1 == count(conn)
 
-    def test_unknown_run(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_unknown_run(self, conn: Connection, tmp_path: Path) -> None:
         """A run that does not exist is refused before the stream is read."""
         with pytest.raises(Refusal) as info:
             attach(conn, tmp_path / "absent.aos", 42)
         assert "tracker-unknown" == info.value.name
 
-    def test_terminal_run(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_terminal_run(self, conn: Connection, tmp_path: Path) -> None:
         """A terminal run takes no new evidence."""
         records.finish_run(conn, 1, "completed")
         sealed_stream(tmp_path / "s.aos")
@@ -81,7 +83,7 @@ class TestAttach:
         assert "tracker-run-immutable" == info.value.name
         assert 0 == count(conn)
 
-    def test_other_run(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_other_run(self, conn: Connection, tmp_path: Path) -> None:
         """A stream already evidence for one run is refused for another."""
         sealed_stream(tmp_path / "s.aos")
         attach(conn, tmp_path / "s.aos", 1)
@@ -93,7 +95,7 @@ class TestAttach:
 
 class TestTampered:
     @pytest.mark.parametrize("where", ["middle", "seal", "first-batch"])
-    def test_flipped_byte_never_attached(self, conn: sqlite3.Connection, tmp_path: Path, where: str) -> None:
+    def test_flipped_byte_never_attached(self, conn: Connection, tmp_path: Path, where: str) -> None:
         """A sealed stream with one byte flipped is refused by name and nothing is recorded."""
         path = tmp_path / "s.aos"
         sealed_stream(path, scope="physical")
@@ -106,7 +108,7 @@ class TestTampered:
 
     def test_known_bad_assets_never_attached(
         self,
-        conn: sqlite3.Connection,
+        conn: Connection,
         asset: Callable[[str], Path],
         asset_manifest: dict[str, dict[str, Any]],
     ) -> None:
@@ -119,7 +121,7 @@ class TestTampered:
                 attach(conn, asset(name), 1)
         assert 0 == count(conn)
 
-    def test_unsealed_stream_refused(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_unsealed_stream_refused(self, conn: Connection, tmp_path: Path) -> None:
         """A stream that was never sealed is refused as stream-unsealed."""
         path = tmp_path / "s.aos"
         w = StreamWriter(path, background_flush=False)
@@ -129,7 +131,7 @@ class TestTampered:
             attach(conn, path, 1)
         assert "stream-unsealed" == info.value.name
 
-    def test_rewritten_stream_refused_as_changed(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_rewritten_stream_refused_as_changed(self, conn: Connection, tmp_path: Path) -> None:
         """A stream rewritten under its id after attachment (a valid chain, other bytes) is refused on re-attach."""
         path = tmp_path / "s.aos"
         info = sealed_stream(path, verdict="pass", scope="static")
@@ -146,7 +148,7 @@ class TestTampered:
 
 
 class TestSignature:
-    def test_trusted_key_required_once_any_is_held(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_trusted_key_required_once_any_is_held(self, conn: Connection, tmp_path: Path) -> None:
         """With a trusted key, unsigned streams and streams signed by other keys are refused; its own are attached."""
         _, pub = generate_keypair(tmp_path / "lab")
         other_key, _ = generate_keypair(tmp_path / "other")
@@ -161,7 +163,7 @@ class TestSignature:
         a = attach(conn, tmp_path / "good.aos", 1)
         assert (True, key_id) == (a.signed, a.key_id)
 
-    def test_forged_seal_refused_with_the_key(self, conn: sqlite3.Connection, asset: Callable[[str], Path]) -> None:
+    def test_forged_seal_refused_with_the_key(self, conn: Connection, asset: Callable[[str], Path]) -> None:
         """A seal re-signed by a forger under the signer's key id verifies alone, but not against the trusted key."""
         verify_stream(asset("forged-seal.aos"))
         records.add_key(conn, asset("signer.pub"))
@@ -170,11 +172,11 @@ class TestSignature:
         assert "stream-signature" == info.value.name
         assert attach(conn, asset("good-signed.aos"), 1).signed
 
-    def test_database_refuses_untrusted_key(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_database_refuses_untrusted_key(self, conn: Connection, tmp_path: Path) -> None:
         """Even around attach, the database refuses evidence not signed by a trusted key once it holds one."""
         _, pub = generate_keypair(tmp_path / "lab")
         records.add_key(conn, pub)
-        with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-key-untrusted: "):
+        with pytest.raises(integrity_errors(), match=r"^tracker-key-untrusted: "):
             conn.execute(
                 "INSERT INTO evidence (run_id, stream_id, path, seal_head, file_digest, size, events)"
                 " VALUES (1, 'x', '/x', ?, ?, 1, 1)",
@@ -184,30 +186,45 @@ class TestSignature:
 
 _WORKER = textwrap.dedent(
     """
-    import os, sys, time
+    import json, os, sys, time
     import aos.verify  # noqa: F401 - load pyarrow before the start line
+    from aos.refusals import Refusal
     from tracker.attach import attach
     from tracker.db import connect
-    db, run, gate, paths = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+    db, gate, contested, late = sys.argv[1:5]
+    run, closed, paths = int(sys.argv[5]), int(sys.argv[6]), sys.argv[7:]
     conn = connect(db)
     open(gate + "." + str(os.getpid()), "w").close()
     while not os.path.exists(gate):
         time.sleep(0.002)
+    out = {"attached": 0, "refused": []}
     for p in paths:
-        attach(conn, p, run)
+        out["attached"] += attach(conn, p, run).new
+    for p, target in ((contested, run), (late, closed)):
+        try:
+            out["contested" if p == contested else "closed"] = attach(conn, p, target).new
+        except Refusal as exc:
+            out["refused"].append(exc.name)
     conn.close()
+    print(json.dumps(out))
     """
 )
 
+WORKERS = 16
+
 
 class TestConcurrency:
-    def test_concurrent_attaches_lose_nothing(self, tmp_path: Path) -> None:
-        """Eight processes attaching four streams each at the same moment record all 32 (WAL, busy timeout)."""
-        db = tmp_path / "progress.sqlite3"
-        conn = init(db)
+    def test_concurrent_attaches_lose_nothing(self, tracker_db: str, tmp_path: Path) -> None:
+        """16 processes attach four streams each at the same moment: all 64 are recorded; meanwhile every one
+        also races for one contested stream (evidence for one run only) and tries a finished run (refused)."""
+        conn = init(tracker_db)
         runs = [records.start_run(conn) for _ in range(4)]
+        closed = records.start_run(conn)
+        records.finish_run(conn, closed, "completed")
+        sealed_stream(tmp_path / "contested.aos")
         jobs: list[list[str]] = []
-        for p in range(8):
+        for p in range(WORKERS):
+            sealed_stream(tmp_path / f"late{p}.aos")
             paths = []
             for i in range(4):
                 path = tmp_path / f"p{p}-{i}.aos"
@@ -219,25 +236,40 @@ class TestConcurrency:
         env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
         procs = [
             subprocess.Popen(
-                [sys.executable, "-c", _WORKER, str(db), str(runs[p % 4]), str(gate), *paths],
+                [
+                    *(sys.executable, "-c", _WORKER, tracker_db, str(gate), str(tmp_path / "contested.aos")),
+                    *(str(tmp_path / f"late{p}.aos"), str(runs[p % 4]), str(closed), *paths),
+                ],
+                stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,
             )
             for p, paths in enumerate(jobs)
         ]
-        deadline = time.monotonic() + 60
-        while len(list(tmp_path.glob("go.*"))) < 8 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("go.*"))) < WORKERS and time.monotonic() < deadline:
             if any(proc.poll() is not None for proc in procs):
                 break
             time.sleep(0.01)
         gate.touch()
-        errors = [(proc.wait(timeout=60), proc.stderr.read().decode() if proc.stderr else "") for proc in procs]
-        assert [(0, "")] * 8 == errors
-        assert 32 == count(conn)
-        assert [8, 8, 8, 8] == [
-            r[0] for r in conn.execute("SELECT count(*) FROM evidence GROUP BY run_id ORDER BY run_id")
-        ]
-        assert "wal" == conn.execute("PRAGMA journal_mode").fetchone()[0]
-        assert "ok" == conn.execute("PRAGMA integrity_check").fetchone()[0]
+        done = [proc.communicate(timeout=240) for proc in procs]
+        assert [0] * WORKERS == [proc.returncode for proc in procs], [err.decode() for _, err in done]
+        results = [json.loads(out) for out, _ in done]
+        assert [4] * WORKERS == [r["attached"] for r in results]
+        assert 4 * WORKERS + 1 == count(conn)
+        # The contested stream is evidence for exactly one run: one worker attached it, the three others
+        # on that run found it already there, the rest were refused.
+        winners = [r for r in results if r.get("contested") is True]
+        assert 1 == len(winners)
+        assert 3 == sum(1 for r in results if r.get("contested") is False)
+        assert WORKERS - 4 == sum(r["refused"].count("tracker-stream-attached") for r in results)
+        # No stream reached the finished run.
+        assert WORKERS == sum(r["refused"].count("tracker-run-immutable") for r in results)
+        assert 0 == conn.execute("SELECT count(*) FROM evidence WHERE run_id = ?", (closed,)).fetchone()[0]
+        # Four workers per run, four streams each; the contested stream on one of them.
+        assert [16, 16, 16, 17] == sorted(r[0] for r in conn.execute("SELECT count(*) FROM evidence GROUP BY run_id"))
+        if tracker_db.endswith(".sqlite3"):
+            assert "wal" == conn.execute("PRAGMA journal_mode").fetchone()[0]
+            assert "ok" == conn.execute("PRAGMA integrity_check").fetchone()[0]
         conn.close()
         shutil.rmtree(tmp_path, ignore_errors=True)

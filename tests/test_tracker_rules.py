@@ -1,14 +1,17 @@
-"""The tracker's rules hold in the database itself: plain sqlite3 clients, no CLI, are held to them."""
+"""The tracker's rules hold in the database itself: plain clients (sqlite3, psycopg, shells) are held to them.
+
+Every test runs on both backends (the ``tracker_backend`` fixture): SQLite and PostgreSQL.
+"""
 
 from __future__ import annotations
 
 import shutil
-import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from backend_util import PlainClient, integrity_errors
 
 from tracker.testing import ExampleTracker, example_tracker
 
@@ -19,40 +22,56 @@ _EVIDENCE = (
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tracker in the example state, built once; each test gets a copy."""
+def built(tracker_backend: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> str:
+    """A tracker in the example state, built once per backend; each test gets a copy."""
     work = tmp_path_factory.mktemp("tracker")
-    t = example_tracker(work / "progress.sqlite3", work)
-    t.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    if tracker_backend == "postgresql":
+        server = request.getfixturevalue("pg_server")
+        db = server.url(f"built_{work.name.replace('-', '_')}")
+    else:
+        db = str(work / "progress.sqlite3")
+    t = example_tracker(db, work)
+    if tracker_backend == "sqlite":
+        t.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     t.conn.close()
-    return work
+    return db
 
 
 @pytest.fixture
-def t(built: Path, tmp_path: Path) -> Iterator[ExampleTracker]:
-    """A fresh copy of the example tracker (runs: 1 static completed, 2 physical pass, 3 running)."""
-    db = tmp_path / "progress.sqlite3"
-    shutil.copy(built / "progress.sqlite3", db)
-    conn = sqlite3.connect(db)  # plain: no foreign keys, no busy timeout, default transactions
+def t(built: str, tracker_backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ExampleTracker]:
+    """A fresh copy of the example tracker (runs: 1 static completed, 2 physical pass, 3 running),
+    opened with a plain client of its backend (sqlite3: no foreign keys, no busy timeout)."""
+    server = None
+    if tracker_backend == "postgresql":
+        server = request.getfixturevalue("pg_server")
+        name = f"t_{tmp_path.name.replace('-', '_')}"[:60]
+        db = server.create_database(name, template=built.split("?")[0].rsplit("/", 1)[1])
+    else:
+        db = str(tmp_path / "progress.sqlite3")
+        shutil.copy(built, db)
+    conn = PlainClient(db)
     ids = {
         r[0]: r[1]
         for r in conn.execute(
             "SELECT CASE run_id WHEN 1 THEN 'static' WHEN 2 THEN 'physical' ELSE 'open' END, stream_id FROM evidence"
         )
     }
-    yield ExampleTracker(db, conn, 1, 2, 3, {}, ids)
+    conn.rollback()
+    yield ExampleTracker(db, conn, 1, 2, 3, {}, ids)  # type: ignore[arg-type]
     conn.close()
+    if server is not None:
+        server.drop_database(name)
 
 
-def refused(conn: sqlite3.Connection, sql: str, args: tuple[object, ...] = ()) -> str:
+def refused(conn: PlainClient, sql: str, args: tuple[object, ...] = ()) -> str:
     """Run ``sql`` expecting the database to refuse it; return the refusal's message."""
-    with pytest.raises(sqlite3.IntegrityError) as info:
+    with pytest.raises(integrity_errors()) as info:
         conn.execute(sql, args)
     conn.rollback()
     return str(info.value)
 
 
-def link(conn: sqlite3.Connection, item: str, run: int) -> None:
+def link(conn: PlainClient, item: str, run: int) -> None:
     conn.execute(
         "INSERT INTO item_evidence (item_id, evidence_id) SELECT ?, id FROM evidence WHERE run_id = ?", (item, run)
     )
@@ -191,11 +210,11 @@ class TestPhysicalPass:
     def test_needs_completed(self, t: ExampleTracker) -> None:
         """A physical pass is recorded only on a completed run."""
         t.conn.execute(_EVIDENCE, (3, "d" * 32, digest("a"), digest("b"), "pass", "physical"))
+        t.conn.commit()
         for state in ("failed", "inconclusive", "running"):
             finished = "NULL" if state == "running" else "'now'"
             sql = f"UPDATE runs SET state = '{state}', finished_at = {finished}, physical_pass = 1 WHERE id = 3"
-            with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-physical-pass: "):
-                t.conn.execute(sql)
+            assert refused(t.conn, sql).startswith("tracker-physical-pass: ")
 
     def test_physical_stream_must_pass(self, t: ExampleTracker) -> None:
         """An inconclusive physical-scope stream is not a physical pass."""
@@ -252,7 +271,8 @@ class TestStreamSeal:
 class TestWithoutForeignKeys:
     def test_unknown_references_refused(self, t: ExampleTracker) -> None:
         """Triggers refuse dangling references even with foreign keys off."""
-        assert 0 == t.conn.execute("PRAGMA foreign_keys").fetchone()[0]
+        if t.conn.backend == "sqlite":
+            assert 0 == t.conn.execute("PRAGMA foreign_keys").fetchone()[0]
         assert refused(t.conn, _EVIDENCE, (77, "c" * 32, digest("a"), digest("b"), "pass", "physical")).startswith(
             "tracker-unknown: "
         )
@@ -265,11 +285,22 @@ class TestWithoutForeignKeys:
         assert refused(t.conn, "INSERT INTO item_deps VALUES ('N1', 'N1')").startswith("tracker-dependency-cycle: ")
 
 
-@pytest.mark.skipif(shutil.which("sqlite3") is None, reason="no sqlite3 shell")
-class TestSqliteShell:
+def shell(db: str) -> list[str]:
+    """The backend's stock shell, taking one SQL string as its last argument: `sqlite3 DB`, or `psql URL -c`."""
+    if db.startswith("postgresql://"):
+        from tracker.pglocal import server_binaries
+
+        return [str(server_binaries() / "psql"), "--no-psqlrc", "-v", "ON_ERROR_STOP=1", db, "-c"]
+    if shutil.which("sqlite3") is None:
+        pytest.skip("no sqlite3 shell")
+    return ["sqlite3", db]
+
+
+class TestShell:
     def test_shell_is_held_to_the_rules(self, t: ExampleTracker) -> None:
-        """The stock `sqlite3` shell cannot change a terminal run or fake a physical pass."""
+        """The stock shell (`sqlite3`, `psql`) cannot change a terminal run or fake a physical pass."""
         t.conn.close()
+        db = str(t.db)
         for sql, name in (
             ("UPDATE runs SET state = 'failed' WHERE id = 1;", "tracker-run-immutable"),
             ("DELETE FROM evidence WHERE run_id = 2;", "tracker-run-immutable"),
@@ -284,14 +315,14 @@ class TestSqliteShell:
                 "tracker-physical-pass",
             ),
         ):
-            proc = subprocess.run(["sqlite3", str(t.db), sql], capture_output=True, text=True, check=False)
+            proc = subprocess.run([*shell(db), sql], capture_output=True, text=True, check=False, timeout=60)
             assert 0 != proc.returncode
             assert f"{name}: " in proc.stderr
-        after = sqlite3.connect(t.db)
+        after = PlainClient(db)
         try:
-            assert [("completed", 0), ("completed", 1), ("running", 0)] == after.execute(
-                "SELECT state, physical_pass FROM runs ORDER BY id"
-            ).fetchall()
+            assert [("completed", 0), ("completed", 1), ("running", 0)] == [
+                tuple(r) for r in after.execute("SELECT state, physical_pass FROM runs ORDER BY id").fetchall()
+            ]
             assert "planned" == after.execute("SELECT status FROM items WHERE id = 'H1'").fetchone()[0]
         finally:
             after.close()

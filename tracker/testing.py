@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracker.backends import Connection
+from tracker.backends import Connection, is_postgres_url
 
 if TYPE_CHECKING:
     from aos.signing import Signer
@@ -73,7 +73,7 @@ def flip_byte(path: str | os.PathLike[str], offset: int | None = None) -> int:
 class ExampleTracker:
     """A small tracker in a known state (see :func:`example_tracker`)."""
 
-    db: Path
+    db: Path | str  # an SQLite path, or a postgresql:// URL
     conn: Connection
     static_run: int
     physical_run: int
@@ -83,7 +83,7 @@ class ExampleTracker:
 
 
 def example_tracker(db: str | os.PathLike[str], workdir: str | os.PathLike[str]) -> ExampleTracker:
-    """Build a tracker at ``db`` with streams under ``workdir``.
+    """Build a tracker at ``db`` (an SQLite path or a ``postgresql://`` URL) with streams under ``workdir``.
 
     Milestones M1 (static) and M2 (physical). Items: N1 implemented; N2 in
     progress, needs N1; N3 planned, needs N2; H1 hardware, planned, needs N1.
@@ -122,4 +122,6 @@ def example_tracker(db: str | os.PathLike[str], workdir: str | os.PathLike[str])
     records.finish_run(conn, physical_run, "completed", physical_pass=True)
     open_run = records.start_run(conn, experiment="distributed", lane="distributed-device")
     attach(conn, stream("open", "static"), open_run)
-    return ExampleTracker(Path(db), conn, static_run, physical_run, open_run, streams, ids)
+    return ExampleTracker(
+        db if is_postgres_url(db) else Path(db), conn, static_run, physical_run, open_run, streams, ids
+    )
