@@ -307,8 +307,8 @@ def _create_database(url: str) -> None:
     try:
         with psycopg.connect(make_conninfo(url, dbname="postgres"), autocommit=True, connect_timeout=30) as admin:
             admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(str(name))))
-    except psycopg.errors.DuplicateDatabase:
-        pass  # another init made it first
+    except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+        pass  # another init made it first (a race on pg_database's unique index reads as UniqueViolation)
     except psycopg.Error as exc:
         raise TrackerDatabase(f"{redact(url)}: the database does not exist and cannot be created: {exc}") from exc
 
@@ -337,15 +337,27 @@ _MIGRATIONS_TABLE = (
 )
 
 
+def _has_table(conn: PgConnection, name: str) -> bool:
+    # A query of pg_class, not to_regclass(): the catalog cache behind to_regclass is not refreshed
+    # inside a transaction that began before another one (a racing init) committed the table.
+    return bool(
+        conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = current_schema() AND c.relname = ?)",
+            (name,),
+        ).fetchone()[0]
+    )
+
+
 def schema_version(conn: PgConnection) -> int:
     """The migration version the database is at (0: no tracker in it)."""
-    if conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()[0]:
+    if _has_table(conn, "schema_migrations"):
         return int(conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0])
     return 0
 
 
 def _application(conn: PgConnection) -> int | None:
-    if conn.execute("SELECT to_regclass('tracker_lock') IS NULL").fetchone()[0]:
+    if not _has_table(conn, "tracker_lock"):
         return None
     row = conn.execute("SELECT application FROM tracker_lock WHERE id = 1").fetchone()
     return None if row is None else int(row[0])

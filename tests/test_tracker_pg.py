@@ -1,0 +1,350 @@
+"""The PostgreSQL backend: SQL translation, the schema as shipped, the write lock, and the database's edges.
+
+The rules themselves are tested on both backends by test_tracker_rules.py and its
+neighbours; this module holds what only PostgreSQL has (or does differently).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backend_util import PlainClient, integrity_errors
+from click.testing import CliRunner
+
+from aos.refusals import Refusal
+from observe.cli import main
+from tracker import db as trackerdb
+from tracker import pg, records
+from tracker.audit import audit, format_audit
+from tracker.testing import example_tracker, sealed_stream
+
+psycopg = pytest.importorskip("psycopg", reason="PostgreSQL tests need the test extra (pip install '.[test]')")
+
+
+@pytest.fixture
+def url(pg_server: Any, request: pytest.FixtureRequest) -> str:
+    """A URL for a database that does not exist yet (init creates it); dropped afterwards."""
+    name = "pg_" + request.node.name.lower().translate({ord(c): "_" for c in "[]-. "})[:50]
+    pg_server.drop_database(name)
+    yield pg_server.url(name)
+    pg_server.drop_database(name)
+
+
+class TestTranslate:
+    def test_placeholders(self) -> None:
+        """`?` becomes `%s`; `?N` reuses argument N; `?` and `%` inside literals and comments stay text."""
+        q = pg.translate("SELECT * FROM t WHERE a = ? AND b LIKE ? || '%' AND c = '?' -- what?")
+        assert "SELECT * FROM t WHERE a = %s AND b LIKE %s || '%%' AND c = '?' -- what?" == q.sql
+        assert ["x", "y"] == q.arrange(("x", "y"))
+        q = pg.translate("SELECT (?1 IS NULL OR a = ?1) AND (?2 IS NULL OR b = ?2)")
+        assert "SELECT (%s IS NULL OR a = %s) AND (%s IS NULL OR b = %s)" == q.sql
+        assert ["m", "m", None, None] == q.arrange(("m", None))
+        with pytest.raises(TypeError):
+            q.arrange(("only one",))
+
+    def test_sqlite_spellings(self) -> None:
+        """INSERT OR IGNORE, strftime('...', 'now') and lastrowid have their PostgreSQL forms."""
+        q = pg.translate("INSERT OR IGNORE INTO item_deps (item_id, depends_on) VALUES (?, ?)")
+        assert "INSERT INTO item_deps (item_id, depends_on) VALUES (%s, %s) ON CONFLICT DO NOTHING" == q.sql
+        assert not q.returning_id
+        q = pg.translate("INSERT INTO runs (lane) VALUES (?)")
+        assert q.sql.endswith(" RETURNING id")
+        assert q.returning_id
+        q = pg.translate("UPDATE items SET updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')")
+        assert 'to_char(statement_timestamp() AT TIME ZONE \'UTC\', \'YYYY"-"MM"-"DD"T"HH24":"MI":"SS.MS"Z"\')' in q.sql
+
+    def test_times_match_sqlite(self, url: str) -> None:
+        """The translated strftime prints the same shape of UTC time as SQLite's."""
+        import re
+        import sqlite3
+
+        conn = trackerdb.init(url)
+        try:
+            sql = "SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+            shape = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+            assert shape.match(conn.execute(sql).fetchone()[0])
+            assert shape.match(sqlite3.connect(":memory:").execute(sql).fetchone()[0])
+            assert shape.match(
+                conn.execute("SELECT created_at FROM milestones UNION SELECT tracker_now()").fetchone()[0]
+            )
+        finally:
+            conn.close()
+
+    def test_rows_and_cursors(self, url: str) -> None:
+        """Rows read by index, by name and as dicts; lastrowid and rowcount as sqlite3 gives them."""
+        conn = trackerdb.init(url)
+        try:
+            cur = conn.execute("INSERT INTO devices (product, uuid) VALUES (?, ?)", ("RTX", "GPU-1"))
+            assert (1, 1) == (cur.lastrowid, cur.rowcount)
+            assert cur.fetchone() is None
+            row = conn.execute("SELECT id, product, uuid FROM devices").fetchone()
+            assert (1, "RTX", "GPU-1") == (row[0], row["product"], row[2])
+            assert {"id": 1, "product": "RTX", "uuid": "GPU-1"} == dict(row)
+            assert conn.execute("UPDATE devices SET driver = 'x'").fetchone() is None
+            records.add_milestone(conn, "M1", "one")
+            records.add_item(conn, "N1", "a", "M1")
+            records.add_item(conn, "N2", "b", "M1", depends_on=["N1"])
+            records.set_item(conn, "N2", depends_on=["N1"])  # INSERT OR IGNORE: already there, nothing happens
+            assert 1 == conn.execute("SELECT count(*) FROM item_deps").fetchone()[0]
+        finally:
+            conn.close()
+
+
+class TestSchema:
+    def test_same_migrations_as_sqlite(self) -> None:
+        """Both backends ship the same migration versions and names, and raise the same refusal names."""
+        import re
+
+        sqlite_side, pg_side = trackerdb.migrations(), pg.migrations()
+        assert [(m.version, m.name) for m in sqlite_side] == [(m.version, m.name) for m in pg_side]
+        raised_sqlite = {n for m in sqlite_side for n in re.findall(r"RAISE\(ABORT, '(tracker-[a-z-]+): ", m.sql)}
+        raised_pg = {n for m in pg_side for n in re.findall(r"tracker_refuse\('(tracker-[a-z-]+): ", m.sql)}
+        assert raised_sqlite <= raised_pg
+        from tracker.refusals import tracker_refusal_by_name
+
+        for name in raised_pg:
+            assert name == tracker_refusal_by_name(name).name
+
+    def test_every_sqlite_trigger_has_its_namesake(self) -> None:
+        """Every SQLite trigger has a PostgreSQL trigger of the same name (audit names them the same way)."""
+        from tracker.audit import expected_triggers
+
+        assert set(expected_triggers()) <= set(pg.expected_objects().triggers)
+
+    def test_shipped_schema_audits_clean(self, url: str) -> None:
+        """A new tracker's catalog matches the shipped text exactly: audit reports no rule problem."""
+        conn = trackerdb.init(url)
+        try:
+            assert [] == pg.catalog_problems(conn)
+            expected = pg.expected_objects()
+            assert len(expected.triggers) > 50
+            assert len(expected.functions) > 25
+        finally:
+            conn.close()
+
+    def test_migrated_forward(self, url: str) -> None:
+        """A tracker at schema version 1 is brought to the latest on open, its rows kept and the new rules in force."""
+        old = trackerdb.init(url, target=1)
+        old.execute("INSERT INTO milestones (id, title) VALUES ('M1', 'first')")
+        old.execute("INSERT INTO items (id, title, milestone_id) VALUES ('N1', 'one', 'M1')")
+        assert 1 == trackerdb.schema_version(old)
+        old.close()
+        conn = trackerdb.connect(url)
+        try:
+            assert len(pg.migrations()) == trackerdb.schema_version(conn) >= 2
+            rows = conn.execute("SELECT version, name, sql_blake3 FROM schema_migrations ORDER BY version").fetchall()
+            assert [(m.version, m.name, m.digest) for m in pg.migrations()] == [tuple(r) for r in rows]
+            with pytest.raises(integrity_errors(), match=r"^tracker-invalid: a milestone with work items"):
+                conn.execute("DELETE FROM milestones WHERE id = 'M1'")
+        finally:
+            conn.close()
+
+
+class TestOpening:
+    def test_missing_database(self, url: str, pg_server: Any) -> None:
+        """Opening a tracker whose database does not exist is tracker-missing, and creates nothing."""
+        with pytest.raises(Refusal) as info:
+            trackerdb.connect(url)
+        assert "tracker-missing" == info.value.name
+        with psycopg.connect(pg_server.url("postgres")) as admin:
+            name = url.split("?")[0].rsplit("/", 1)[1]
+            assert admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None
+
+    def test_empty_database(self, url: str, pg_server: Any) -> None:
+        """An existing database without a tracker is tracker-missing to every command but init."""
+        pg_server.create_database(url.split("?")[0].rsplit("/", 1)[1])
+        result = CliRunner().invoke(main, ["tracker", "--db", url, "status"])
+        assert 1 == result.exit_code
+        assert result.stderr.startswith("refused: tracker-missing: no tracker at ")
+        assert 0 == CliRunner().invoke(main, ["tracker", "--db", url, "init"]).exit_code
+        assert 0 == CliRunner().invoke(main, ["tracker", "--db", url, "status"]).exit_code
+
+    def test_other_database_refused(self, url: str, pg_server: Any) -> None:
+        """Another application's database is refused as tracker-schema, by init and by open, and left alone."""
+        pg_server.create_database(url.split("?")[0].rsplit("/", 1)[1])
+        with psycopg.connect(url) as other:
+            other.execute("CREATE TABLE accounts (id int)")
+        for action in (trackerdb.init, trackerdb.connect):
+            with pytest.raises(Refusal) as info:
+                action(url)
+            assert info.value.name in ("tracker-schema", "tracker-missing")
+        with pytest.raises(Refusal) as info:
+            trackerdb.init(url)
+        assert "tracker-schema" == info.value.name
+        with psycopg.connect(url) as other:
+            assert other.execute("SELECT to_regclass('items')").fetchone()[0] is None
+
+    def test_newer_schema_refused(self, url: str) -> None:
+        """A tracker from a newer tool is refused as tracker-schema, not guessed at."""
+        trackerdb.init(url).close()
+        with psycopg.connect(url) as raw:
+            raw.execute("INSERT INTO schema_migrations (version, name, sql_blake3) VALUES (99, 'future', 'x')")
+        with pytest.raises(Refusal) as info:
+            trackerdb.connect(url)
+        assert "tracker-schema" == info.value.name
+
+    def test_unreachable_server_and_password_kept_out(self, tmp_path: Path) -> None:
+        """A server that is not there is tracker-database; the password in the URL is never printed."""
+        url = f"postgresql://alice:s3cret@/db?host={tmp_path}&port=1"
+        result = CliRunner().invoke(main, ["tracker", "--db", url, "status"])
+        assert 1 == result.exit_code
+        assert result.stderr.startswith("refused: tracker-database: postgresql://alice:***@/db")
+        assert "s3cret" not in result.output + result.stderr
+
+
+class TestLoad:
+    def test_two_inits_at_once(self, url: str) -> None:
+        """Several `init`s at the same moment on a database that does not exist yet: all succeed, migrated once."""
+        cmd = [sys.executable, "-c", "from observe.cli import main; main()", "tracker", "--db", url, "init"]
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(4)]
+        done = [p.communicate(timeout=240) for p in procs]
+        assert [0, 0, 0, 0] == [p.returncode for p in procs], [e.decode() for _, e in done]
+        conn = trackerdb.connect(url)
+        try:
+            assert len(pg.migrations()) == conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
+            assert [] == pg.catalog_problems(conn)
+        finally:
+            conn.close()
+
+    def test_write_skew_is_serialised(self, url: str, tmp_path: Path) -> None:
+        """Detaching a run's physical stream while another client records the run's physical pass: the lock row makes
+        one wait for the other, so the pass is refused instead of landing without its stream (write skew)."""
+        t = example_tracker(url, tmp_path)
+        sealed_stream(Path(t.streams["open"]).with_name("phys.aos"), scope="physical")
+        from tracker.attach import attach
+
+        attach(t.conn, Path(t.streams["open"]).with_name("phys.aos"), t.open_run)
+        t.conn.close()
+        detach, finish = PlainClient(url), PlainClient(url)
+        try:
+            detach.execute("DELETE FROM evidence WHERE run_id = 3 AND scope = 'physical'")  # not committed yet
+            outcome: list[BaseException | None] = []
+
+            def finish_run() -> None:
+                try:
+                    finish.execute(
+                        "UPDATE runs SET state = 'completed', finished_at = 'now', physical_pass = 1 WHERE id = 3"
+                    )
+                    finish.commit()
+                    outcome.append(None)
+                except integrity_errors() as exc:
+                    finish.rollback()
+                    outcome.append(exc)
+
+            worker = threading.Thread(target=finish_run)
+            worker.start()
+            worker.join(timeout=1.0)
+            assert worker.is_alive(), "the second writer did not wait for the first"
+            detach.commit()
+            worker.join(timeout=60)
+            assert 1 == len(outcome)
+            assert str(outcome[0]).startswith("tracker-physical-pass: ")
+        finally:
+            detach.close()
+            finish.close()
+
+    def test_repeatable_read_cannot_check_a_stale_snapshot(self, url: str, tmp_path: Path) -> None:
+        """A REPEATABLE READ transaction that saw run 3 running cannot attach to it after another finished it:
+        its first write fails to serialise (the lock row changed under it) instead of passing a stale check."""
+        t = example_tracker(url, tmp_path)
+        t.conn.close()
+        stale, other = PlainClient(url), PlainClient(url)
+        try:
+            stale.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            assert "running" == stale.execute("SELECT state FROM runs WHERE id = 3").fetchone()[0]
+            other.execute("UPDATE runs SET state = 'failed', finished_at = 'now' WHERE id = 3")
+            other.commit()
+            with pytest.raises(psycopg.errors.SerializationFailure):
+                stale.execute(
+                    "INSERT INTO measurements (run_id, name, value) VALUES (3, 'late', 1)",
+                )
+            stale.rollback()
+            assert 0 == other.execute("SELECT count(*) FROM measurements").fetchone()[0]
+        finally:
+            stale.close()
+            other.close()
+
+
+class TestAuditCatalog:
+    """Ways a client with DDL rights can switch a rule off in PostgreSQL; audit names each."""
+
+    @pytest.mark.parametrize(
+        ("ddl", "finding"),
+        [
+            ("ALTER TABLE items DISABLE TRIGGER items_verified_update", "trigger items_verified_update is disabled"),
+            (
+                "CREATE FUNCTION quiet() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                " IF NEW.verdict = 'fail' THEN RETURN NULL; END IF; RETURN NEW; END $$;"
+                " CREATE TRIGGER evidence_aa_quiet BEFORE INSERT ON evidence FOR EACH ROW EXECUTE FUNCTION quiet()",
+                "trigger evidence_aa_quiet on evidence is not one of the tracker's",
+            ),
+            (
+                "CREATE OR REPLACE FUNCTION items_verified_update() RETURNS trigger LANGUAGE plpgsql AS"
+                " $$ BEGIN RETURN NEW; END $$",
+                "function items_verified_update was altered",
+            ),
+            (
+                "DROP TRIGGER runs_update ON runs;"
+                " CREATE TRIGGER runs_update BEFORE DELETE ON runs FOR EACH ROW EXECUTE FUNCTION runs_update()",
+                "trigger runs_update was altered",
+            ),
+            (
+                "CREATE RULE no_fail AS ON INSERT TO evidence WHERE NEW.verdict = 'fail' DO INSTEAD NOTHING",
+                "rule no_fail on evidence is not one of the tracker's",
+            ),
+        ],
+        ids=["disabled", "extra-trigger", "function-body", "trigger-event", "rewrite-rule"],
+    )
+    def test_switched_off_rule_is_found(self, url: str, tmp_path: Path, ddl: str, finding: str) -> None:
+        t = example_tracker(url, tmp_path)
+        assert audit(t.conn).ok
+        with psycopg.connect(url) as raw:
+            raw.execute(ddl.encode())
+        report = audit(t.conn)
+        t.conn.close()
+        assert not report.ok
+        assert any(p.startswith(finding) for p in report.rules), format_audit(report)
+
+    def test_truncate_refused(self, url: str, tmp_path: Path) -> None:
+        """TRUNCATE would skip every row trigger: it is refused on every tracker table."""
+        t = example_tracker(url, tmp_path)
+        t.conn.close()
+        raw = PlainClient(url)
+        try:
+            for table in ("evidence", "runs", "items", "item_evidence", "tracker_lock"):
+                with pytest.raises(integrity_errors(), match=r"^tracker-invalid: "):
+                    raw.execute(f"TRUNCATE {table} CASCADE")
+                raw.rollback()
+            assert 3 == raw.execute("SELECT count(*) FROM evidence").fetchone()[0]
+        finally:
+            raw.close()
+
+    def test_lock_row_cannot_be_removed(self, url: str) -> None:
+        """The lock row is only ever locked: deleting or re-keying it is refused."""
+        trackerdb.init(url).close()
+        raw = PlainClient(url)
+        try:
+            for sql in ("DELETE FROM tracker_lock", "UPDATE tracker_lock SET application = 1"):
+                with pytest.raises(integrity_errors(), match=r"^tracker-invalid: "):
+                    raw.execute(sql)
+                raw.rollback()
+        finally:
+            raw.close()
+
+
+def test_status_json_on_postgres(url: str, tmp_path: Path) -> None:
+    """`status --json` and `show --json` on a PostgreSQL tracker serialise (plain ints and strings, no Decimals)."""
+    t = example_tracker(url, tmp_path)
+    t.conn.close()
+    for args in (["status", "--json"], ["show", "1", "--json"], ["next", "--json"], ["run", "list", "--json"]):
+        result = CliRunner().invoke(main, ["tracker", "--db", url, *args])
+        assert 0 == result.exit_code, result.output
+        json.loads(result.stdout)
