@@ -123,5 +123,5 @@ def example_tracker(db: str | os.PathLike[str], workdir: str | os.PathLike[str])
     open_run = records.start_run(conn, experiment="distributed", lane="distributed-device")
     attach(conn, stream("open", "static"), open_run)
     return ExampleTracker(
-        db if is_postgres_url(db) else Path(db), conn, static_run, physical_run, open_run, streams, ids
+        str(db) if is_postgres_url(db) else Path(db), conn, static_run, physical_run, open_run, streams, ids
     )
