@@ -340,6 +340,27 @@ class TestAuditCatalog:
             raw.close()
 
 
+def test_runner_role_works_but_cannot_touch_the_rules(url: str, pg_server: Any, tmp_path: Path) -> None:
+    """The role docs/TRACKER.md suggests for runners (DML on the tables, not their owner) can do all the tool does,
+    and cannot drop or disable a rule's trigger."""
+    trackerdb.init(url).close()
+    role = "runner_" + url.split("?")[0].rsplit("/", 1)[1][-20:]
+    with psycopg.connect(url, autocommit=True) as owner:
+        owner.execute(f"CREATE ROLE {role} LOGIN")
+        owner.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+    try:
+        runner_url = url.replace("user=postgres", f"user={role}")
+        t = example_tracker(runner_url, tmp_path)
+        for ddl in ("DROP TRIGGER runs_update ON runs", "ALTER TABLE runs DISABLE TRIGGER runs_update"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                t.conn.execute(ddl)
+        assert audit(t.conn).ok
+        t.conn.close()
+    finally:
+        pg_server.drop_database(url.split("?")[0].rsplit("/", 1)[1])
+        pg_server.admin(f"DROP ROLE IF EXISTS {role}")
+
+
 def test_status_json_on_postgres(url: str, tmp_path: Path) -> None:
     """`status --json` and `show --json` on a PostgreSQL tracker serialise (plain ints and strings, no Decimals)."""
     t = example_tracker(url, tmp_path)
