@@ -3,8 +3,9 @@
 "Plain" means what any client of the database gets, none of the tool's settings:
 ``sqlite3.connect(path)`` (no foreign keys, no busy timeout, default transactions),
 or ``psycopg.connect(url)`` (default transactions, no write lock taken up front).
-The only help is the placeholder: tests write ``?``, which PostgreSQL's client
-spells ``%s``.
+The only help is the spelling: tests write SQLite's SQL, which PostgreSQL's
+client gets as ``tracker.pg.translate`` spells it (``%s`` placeholders,
+``IS DISTINCT FROM``, ``to_char`` for ``strftime``); nothing else is added.
 """
 
 from __future__ import annotations
@@ -31,20 +32,23 @@ def integrity_errors() -> tuple[type[Exception], ...]:
 class PlainClient:
     """``execute``/``commit``/``rollback``/``close`` on a plain connection of either backend."""
 
-    def __init__(self, target: str | Path) -> None:
+    def __init__(self, target: str | Path, *, autocommit: bool = False) -> None:
         self.target = str(target)
         self.postgres = is_postgres_url(self.target)
         self.backend = "postgresql" if self.postgres else "sqlite"
         if self.postgres:
             import psycopg
 
-            self.raw: Any = psycopg.connect(self.target, cursor_factory=psycopg.ClientCursor)
+            self.raw: Any = psycopg.connect(self.target, cursor_factory=psycopg.ClientCursor, autocommit=autocommit)
         else:
-            self.raw = sqlite3.connect(self.target)
+            self.raw = sqlite3.connect(self.target, isolation_level=None if autocommit else "")
 
     def execute(self, sql: str, args: tuple[object, ...] = ()) -> Any:
         if self.postgres:
-            return self.raw.execute(sql.replace("?", "%s"), args or None)
+            from tracker.pg import translate
+
+            q = translate(sql)
+            return self.raw.execute(q.sql, q.arrange(args))
         return self.raw.execute(sql, args)
 
     def commit(self) -> None:

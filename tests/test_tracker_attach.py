@@ -21,19 +21,26 @@ from aos.signing import generate_keypair, load_signer
 from aos.verify import verify_stream
 from aos.writer import StreamWriter
 from tracker import records
-from tracker.attach import attach
+from tracker.attach import attach, trusted_keys
 from tracker.backends import Connection
 from tracker.db import init
+from tracker.streams import derive
 from tracker.testing import flip_byte, sealed_stream
 
 
 @pytest.fixture
 def conn(tracker_db: str) -> Iterator[Connection]:
-    """An empty tracker with one running run (id 1), on each backend."""
+    """An empty tracker with one running run of lane distributed-device."""
     c = init(tracker_db)
     records.start_run(c, lane="distributed-device")
     yield c
     c.close()
+
+
+@pytest.fixture
+def run(conn: Connection) -> str:
+    """The id of the tracker's one run."""
+    return str(conn.execute("SELECT id FROM runs").fetchone()[0])
 
 
 def count(conn: Connection) -> int:
@@ -41,29 +48,31 @@ def count(conn: Connection) -> int:
 
 
 class TestAttach:
-    def test_records_what_was_verified(self, conn: Connection, tmp_path: Path) -> None:
+    def test_records_what_was_verified(self, conn: Connection, run: str, tmp_path: Path) -> None:
         """The evidence row holds the verified stream id, seal head, whole-file digest and sealed verdict."""
         path = tmp_path / "s.aos"
-        sealed_stream(path, verdict="pass", scope="physical", gate="coordinate-device")
+        sealed_stream(path, verdict="pass", scope="physical", gate="distributed-device")
         v = verify_stream(path)
-        a = attach(conn, path, 1)
+        a = attach(conn, path, run)
         assert (v.stream_id, v.head, v.file_blake3, v.events) == (a.stream_id, a.seal_head, a.file_digest, a.events)
-        assert ("pass", "physical", "coordinate-device", True) == (a.verdict, a.scope, a.gate, a.new)
+        assert ("pass", "physical", "distributed-device", True) == (a.verdict, a.scope, a.gate, a.new)
         assert str(path.resolve()) == a.path
         assert path.stat().st_size == a.size
 
-    def test_stream_without_verdict(self, conn: Connection, tmp_path: Path) -> None:
-        """A sealed stream without a verdict (a plain recording) is attached with no verdict."""
+    def test_stream_without_verdict(self, conn: Connection, run: str, tmp_path: Path) -> None:
+        """A sealed stream without a verdict (a plain recording) is not evidence: stream-verdict, as `verdict` says."""
         path = tmp_path / "s.aos"
         sealed_stream(path, verdict=None)
-        a = attach(conn, path, 1)
-        assert (None, None) == (a.verdict, a.scope)
+        with pytest.raises(Refusal) as info:
+            attach(conn, path, run)
+        assert "stream-verdict" == info.value.name
+        assert 0 == count(conn)
 
-    def test_again_unchanged_is_a_no_op(self, conn: Connection, tmp_path: Path) -> None:
+    def test_again_unchanged_is_a_no_op(self, conn: Connection, run: str, tmp_path: Path) -> None:
         """Attaching the same unchanged stream to the same run twice records it once."""
         path = tmp_path / "s.aos"
         sealed_stream(path)
-        first, second = attach(conn, path, 1), attach(conn, path, 1)
+        first, second = attach(conn, path, run), attach(conn, path, run)
         assert (True, False) == (first.new, second.new)
         assert first.evidence_id == second.evidence_id
         assert 1 == count(conn)
@@ -74,41 +83,42 @@ class TestAttach:
             attach(conn, tmp_path / "absent.aos", 42)
         assert "tracker-unknown" == info.value.name
 
-    def test_terminal_run(self, conn: Connection, tmp_path: Path) -> None:
+    def test_terminal_run(self, conn: Connection, run: str, tmp_path: Path) -> None:
         """A terminal run takes no new evidence."""
-        records.finish_run(conn, 1, "completed")
+        records.finish_run(conn, run, "completed")
         sealed_stream(tmp_path / "s.aos")
         with pytest.raises(Refusal) as info:
-            attach(conn, tmp_path / "s.aos", 1)
+            attach(conn, tmp_path / "s.aos", run)
         assert "tracker-run-immutable" == info.value.name
         assert 0 == count(conn)
 
-    def test_other_run(self, conn: Connection, tmp_path: Path) -> None:
+    def test_other_run(self, conn: Connection, run: str, tmp_path: Path) -> None:
         """A stream already evidence for one run is refused for another."""
         sealed_stream(tmp_path / "s.aos")
-        attach(conn, tmp_path / "s.aos", 1)
-        records.start_run(conn)
+        attach(conn, tmp_path / "s.aos", run)
+        other = records.start_run(conn)
         with pytest.raises(Refusal) as info:
-            attach(conn, tmp_path / "s.aos", 2)
+            attach(conn, tmp_path / "s.aos", other)
         assert "tracker-stream-attached" == info.value.name
 
 
 class TestTampered:
     @pytest.mark.parametrize("where", ["middle", "seal", "first-batch"])
-    def test_flipped_byte_never_attached(self, conn: Connection, tmp_path: Path, where: str) -> None:
+    def test_flipped_byte_never_attached(self, conn: Connection, run: str, tmp_path: Path, where: str) -> None:
         """A sealed stream with one byte flipped is refused by name and nothing is recorded."""
         path = tmp_path / "s.aos"
         sealed_stream(path, scope="physical")
         size = path.stat().st_size
         flip_byte(path, {"middle": None, "seal": size - 40, "first-batch": size // 3}[where])
         with pytest.raises(Refusal) as info:
-            attach(conn, path, 1)
+            attach(conn, path, run)
         assert info.value.name.startswith("stream-")
         assert 0 == count(conn)
 
     def test_known_bad_assets_never_attached(
         self,
         conn: Connection,
+        run: str,
         asset: Callable[[str], Path],
         asset_manifest: dict[str, dict[str, Any]],
     ) -> None:
@@ -118,37 +128,37 @@ class TestTampered:
         assert bad
         for name in bad:
             with pytest.raises(Refusal):
-                attach(conn, asset(name), 1)
+                attach(conn, asset(name), run)
         assert 0 == count(conn)
 
-    def test_unsealed_stream_refused(self, conn: Connection, tmp_path: Path) -> None:
+    def test_unsealed_stream_refused(self, conn: Connection, run: str, tmp_path: Path) -> None:
         """A stream that was never sealed is refused as stream-unsealed."""
         path = tmp_path / "s.aos"
         w = StreamWriter(path, background_flush=False)
         w.append("stream.open", {})
         w.close()
         with pytest.raises(Refusal) as info:
-            attach(conn, path, 1)
+            attach(conn, path, run)
         assert "stream-unsealed" == info.value.name
 
-    def test_rewritten_stream_refused_as_changed(self, conn: Connection, tmp_path: Path) -> None:
+    def test_rewritten_stream_refused_as_changed(self, conn: Connection, run: str, tmp_path: Path) -> None:
         """A stream rewritten under its id after attachment (a valid chain, other bytes) is refused on re-attach."""
         path = tmp_path / "s.aos"
         info = sealed_stream(path, verdict="pass", scope="static")
-        attach(conn, path, 1)
+        attach(conn, path, run)
         w = StreamWriter(path, stream_id=info.stream_id, exclusive=False, background_flush=False)
         w.append("stream.open", {})
         w.append("verdict", {"gate": "distributed-device", "verdict": "pass", "scope": "physical", "checks": []})
         w.seal()
         verify_stream(path)  # it verifies on its own: only the tracker's record catches it
         with pytest.raises(Refusal) as refused:
-            attach(conn, path, 1)
+            attach(conn, path, run)
         assert "tracker-stream-changed" == refused.value.name
         assert "static" == conn.execute("SELECT scope FROM evidence").fetchone()[0]
 
 
 class TestSignature:
-    def test_trusted_key_required_once_any_is_held(self, conn: Connection, tmp_path: Path) -> None:
+    def test_trusted_key_required_once_any_is_held(self, conn: Connection, run: str, tmp_path: Path) -> None:
         """With a trusted key, unsigned streams and streams signed by other keys are refused; its own are attached."""
         _, pub = generate_keypair(tmp_path / "lab")
         other_key, _ = generate_keypair(tmp_path / "other")
@@ -157,30 +167,32 @@ class TestSignature:
         sealed_stream(tmp_path / "other.aos", signer=load_signer(other_key))
         for name in ("plain.aos", "other.aos"):
             with pytest.raises(Refusal) as info:
-                attach(conn, tmp_path / name, 1)
+                attach(conn, tmp_path / name, run)
             assert "stream-signature" == info.value.name
         sealed_stream(tmp_path / "good.aos", signer=load_signer(tmp_path / "lab.key"))
-        a = attach(conn, tmp_path / "good.aos", 1)
+        a = attach(conn, tmp_path / "good.aos", run)
         assert (True, key_id) == (a.signed, a.key_id)
 
-    def test_forged_seal_refused_with_the_key(self, conn: Connection, asset: Callable[[str], Path]) -> None:
+    def test_forged_seal_refused_with_the_key(self, conn: Connection, run: str, asset: Callable[[str], Path]) -> None:
         """A seal re-signed by a forger under the signer's key id verifies alone, but not against the trusted key."""
         verify_stream(asset("forged-seal.aos"))
         records.add_key(conn, asset("signer.pub"))
         with pytest.raises(Refusal) as info:
-            attach(conn, asset("forged-seal.aos"), 1)
+            attach(conn, asset("forged-seal.aos"), run)
         assert "stream-signature" == info.value.name
-        assert attach(conn, asset("good-signed.aos"), 1).signed
+        # The good asset was recorded long before any run here: its signature is what is checked.
+        assert derive(asset("good-signed.aos"), trusted_keys(conn), require_trusted=True).signature_checked
 
-    def test_database_refuses_untrusted_key(self, conn: Connection, tmp_path: Path) -> None:
+    def test_database_refuses_untrusted_key(self, conn: Connection, run: str, tmp_path: Path) -> None:
         """Even around attach, the database refuses evidence not signed by a trusted key once it holds one."""
         _, pub = generate_keypair(tmp_path / "lab")
         records.add_key(conn, pub)
         with pytest.raises(integrity_errors(), match=r"^tracker-key-untrusted: "):
             conn.execute(
-                "INSERT INTO evidence (run_id, stream_id, path, seal_head, file_digest, size, events)"
-                " VALUES (1, 'x', '/x', ?, ?, 1, 1)",
-                ("a" * 64, "b" * 64),
+                "INSERT INTO evidence (run_id, stream_id, path, seal_head, file_digest, size, events, verdict, scope,"
+                " gate, recorded_at, devices) VALUES (?, 'x', '/x', ?, ?, 1, 1, 'pass', 'static', 'distributed-device',"
+                " strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), '[]')",
+                (run, "a" * 64, "b" * 64),
             )
 
 
@@ -192,7 +204,7 @@ _WORKER = textwrap.dedent(
     from tracker.attach import attach
     from tracker.db import connect
     db, gate, contested, late = sys.argv[1:5]
-    run, closed, paths = int(sys.argv[5]), int(sys.argv[6]), sys.argv[7:]
+    run, closed, paths = sys.argv[5], sys.argv[6], sys.argv[7:]
     conn = connect(db)
     open(gate + "." + str(os.getpid()), "w").close()
     while not os.path.exists(gate):

@@ -28,7 +28,7 @@ class TestAudit:
         assert {"ok": 3, "changed": 0, "missing": 0} == report.counts()
         code, out, _ = run_audit(t.db)
         assert 0 == code
-        assert out.endswith("audit: 3 streams: 3 intact, 0 changed, 0 missing; rules intact\n")
+        assert out.endswith("audit: 3 streams: 3 intact, 0 changed, 0 missing; rules intact; journal intact\n")
 
     def test_edited_and_missing_streams(self, tracker_db: str, tmp_path: Path) -> None:
         """A stream with a flipped byte, one rewritten under its id, and one deleted are each reported; exit 1."""
@@ -38,6 +38,7 @@ class TestAudit:
             t.streams["physical"], stream_id=t.stream_ids["physical"], exclusive=False, background_flush=False
         )
         w.append("stream.open", {})
+        w.append("verdict", {"gate": "distributed-device", "verdict": "pass", "scope": "physical", "checks": []})
         w.seal()
         t.streams["open"].unlink()
         report = audit(t.conn)
@@ -45,12 +46,12 @@ class TestAudit:
         assert "changed" == states[t.stream_ids["static"]][0]
         assert "no longer verifies (refused: stream-" in states[t.stream_ids["static"]][1]
         assert "changed" == states[t.stream_ids["physical"]][0]
-        assert "seal head now" in states[t.stream_ids["physical"]][1]
+        assert "seal_head '" in states[t.stream_ids["physical"]][1]
         assert ("missing", "the file is gone") == states[t.stream_ids["open"]]
         assert not report.ok
         code, out, _ = run_audit(t.db)
         assert 1 == code
-        assert out.endswith("audit: 3 streams: 0 intact, 2 changed, 1 missing; rules intact\n")
+        assert out.endswith("audit: 3 streams: 0 intact, 2 changed, 1 missing; rules intact; journal intact\n")
         assert format_audit(report) + "\n" == out
 
     def test_json(self, tracker_db: str, tmp_path: Path) -> None:
@@ -68,11 +69,11 @@ class TestAudit:
         t = example_tracker(tracker_db, tmp_path)
         t.conn.close()
         raw = PlainClient(t.db)
-        raw.drop_trigger("items_verified_update", "items")
+        raw.drop_trigger("items_update", "items")
         raw.execute("UPDATE items SET status = 'verified' WHERE id = 'H1'")
         raw.commit()
         raw.close()
         code, out, _ = run_audit(t.db)
         assert 1 == code
-        assert "RULE     trigger items_verified_update is missing: its rule is no longer enforced" in out
+        assert "RULE     trigger items_update is missing: its rule is no longer enforced" in out
         assert "RULE     verified hardware item H1 lacks the evidence verification needs" in out

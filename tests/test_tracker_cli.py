@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from observe.cli import main
+from tracker.ids import is_run_id
 from tracker.testing import example_tracker, flip_byte, sealed_stream
 
 
@@ -82,8 +83,8 @@ class TestReads:
     def test_lists_json(self, db: str) -> None:
         """`item list --json` and `run list --json` parse."""
         assert 3 == len(json.loads(tracker(db, "item", "list", "--json").stdout))
-        tracker(db, "run", "start")
-        assert [1] == [r["id"] for r in json.loads(tracker(db, "run", "list", "--json").stdout)]
+        run = tracker(db, "run", "start").stdout.strip()
+        assert [run] == [r["id"] for r in json.loads(tracker(db, "run", "list", "--json").stdout)]
 
 
 class TestRefusals:
@@ -94,7 +95,7 @@ class TestRefusals:
         alpha("observe", "attach", str(tmp_path / "s.aos"), "--tracker", str(db), "--run", run)
         result = tracker(db, "run", "finish", run, "--state", "completed", "--physical-pass")
         assert 1 == result.exit_code
-        assert result.stderr.startswith("refused: tracker-physical-pass: run 1: ")
+        assert result.stderr.startswith(f"refused: tracker-physical-pass: run {run}: ")
         assert json.loads(tracker(db, "show", run, "--json").stdout)["state"] == "running"
 
     def test_hardware_item_with_static_stream(self, db: str, tmp_path: Path) -> None:
@@ -154,9 +155,11 @@ class TestProcess:
         started = subprocess.run(
             [*cmd, "tracker", "--db", db, "run", "start"], capture_output=True, text=True, check=True
         )
-        assert "1\n" == started.stdout
+        run = started.stdout.strip()
+        assert is_run_id(run)
+        assert f"{run}\n" == started.stdout
         refused = subprocess.run(
-            [*cmd, "tracker", "--db", db, "run", "finish", "1", "--state", "completed", "--physical-pass"],
+            [*cmd, "tracker", "--db", db, "run", "finish", run, "--state", "completed", "--physical-pass"],
             capture_output=True,
             text=True,
             check=False,

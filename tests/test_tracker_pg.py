@@ -54,9 +54,14 @@ class TestTranslate:
         q = pg.translate("INSERT OR IGNORE INTO item_deps (item_id, depends_on) VALUES (?, ?)")
         assert "INSERT INTO item_deps (item_id, depends_on) VALUES (%s, %s) ON CONFLICT DO NOTHING" == q.sql
         assert not q.returning_id
-        q = pg.translate("INSERT INTO runs (lane) VALUES (?)")
+        q = pg.translate("INSERT INTO measurements (run_id, name, value) VALUES (?, ?, ?)")
         assert q.sql.endswith(" RETURNING id")
         assert q.returning_id
+        q = pg.translate("SELECT a IS NOT 'pass', b IS c, d IS NULL, e IS NOT NULL, f IS NOT DISTINCT FROM g, 'x IS y'")
+        assert (
+            "SELECT a IS DISTINCT FROM 'pass', b IS NOT DISTINCT FROM c, d IS NULL, e IS NOT NULL,"
+            " f IS NOT DISTINCT FROM g, 'x IS y'" == q.sql
+        )
         q = pg.translate("UPDATE items SET updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')")
         assert 'to_char(statement_timestamp() AT TIME ZONE \'UTC\', \'YYYY"-"MM"-"DD"T"HH24":"MI":"SS.MS"Z"\')' in q.sql
 
@@ -215,23 +220,31 @@ class TestLoad:
             conn.close()
 
     def test_write_skew_is_serialised(self, url: str, tmp_path: Path) -> None:
-        """Detaching a run's physical stream while another client records the run's physical pass: the lock row makes
-        one wait for the other, so the pass is refused instead of landing without its stream (write skew)."""
+        """A failing stream attached to a run while another client records the run's physical pass: the lock row
+        makes one wait for the other, so the pass is refused instead of landing beside a failing stream (write skew:
+        each check alone saw a consistent state)."""
         t = example_tracker(url, tmp_path)
-        sealed_stream(Path(t.streams["open"]).with_name("phys.aos"), scope="physical")
+        run = records.start_run(t.conn, lane="distributed-device")
+        sealed_stream(tmp_path / "phys.aos", scope="physical")
         from tracker.attach import attach
 
-        attach(t.conn, Path(t.streams["open"]).with_name("phys.aos"), t.open_run)
+        attach(t.conn, tmp_path / "phys.aos", run)
         t.conn.close()
-        detach, finish = PlainClient(url), PlainClient(url)
+        failing, finish = PlainClient(url), PlainClient(url)
         try:
-            detach.execute("DELETE FROM evidence WHERE run_id = 3 AND scope = 'physical'")  # not committed yet
+            failing.execute(  # not committed yet
+                "INSERT INTO evidence (run_id, stream_id, path, seal_head, file_digest, size, events, verdict, scope,"
+                " gate, recorded_at, devices) VALUES (?, ?, '/x.aos', ?, ?, 1, 1, 'fail', 'physical',"
+                " 'distributed-device', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), '[]')",
+                (run, "f" * 32, "a" * 64, "b" * 64),
+            )
             outcome: list[BaseException | None] = []
 
             def finish_run() -> None:
                 try:
                     finish.execute(
-                        "UPDATE runs SET state = 'completed', finished_at = 'now', physical_pass = 1 WHERE id = 3"
+                        "UPDATE runs SET state = 'completed', finished_at = 'now', physical_pass = 1 WHERE id = ?",
+                        (run,),
                     )
                     finish.commit()
                     outcome.append(None)
@@ -243,12 +256,12 @@ class TestLoad:
             worker.start()
             worker.join(timeout=1.0)
             assert worker.is_alive(), "the second writer did not wait for the first"
-            detach.commit()
+            failing.commit()
             worker.join(timeout=60)
             assert 1 == len(outcome)
             assert str(outcome[0]).startswith("tracker-physical-pass: ")
         finally:
-            detach.close()
+            failing.close()
             finish.close()
 
     def test_repeatable_read_cannot_check_a_stale_snapshot(self, url: str, tmp_path: Path) -> None:
@@ -259,13 +272,12 @@ class TestLoad:
         stale, other = PlainClient(url), PlainClient(url)
         try:
             stale.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            assert "running" == stale.execute("SELECT state FROM runs WHERE id = 3").fetchone()[0]
-            other.execute("UPDATE runs SET state = 'failed', finished_at = 'now' WHERE id = 3")
+            run = t.open_run
+            assert "running" == stale.execute("SELECT state FROM runs WHERE id = ?", (run,)).fetchone()[0]
+            other.execute("UPDATE runs SET state = 'failed', finished_at = 'now' WHERE id = ?", (run,))
             other.commit()
             with pytest.raises(psycopg.errors.SerializationFailure):
-                stale.execute(
-                    "INSERT INTO measurements (run_id, name, value) VALUES (3, 'late', 1)",
-                )
+                stale.execute("INSERT INTO measurements (run_id, name, value) VALUES (?, 'late', 1)", (run,))
             stale.rollback()
             assert 0 == other.execute("SELECT count(*) FROM measurements").fetchone()[0]
         finally:
@@ -279,17 +291,17 @@ class TestAuditCatalog:
     @pytest.mark.parametrize(
         ("ddl", "finding"),
         [
-            ("ALTER TABLE items DISABLE TRIGGER items_verified_update", "trigger items_verified_update is disabled"),
+            ("ALTER TABLE items DISABLE TRIGGER items_update", "trigger items_update is disabled"),
             (
                 "CREATE FUNCTION quiet() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
                 " IF NEW.verdict = 'fail' THEN RETURN NULL; END IF; RETURN NEW; END $$;"
                 " CREATE TRIGGER evidence_aa_quiet BEFORE INSERT ON evidence FOR EACH ROW EXECUTE FUNCTION quiet()",
-                "trigger evidence_aa_quiet on evidence is not one of the tracker's",
+                "trigger evidence_aa_quiet is not one of the tracker's",
             ),
             (
-                "CREATE OR REPLACE FUNCTION items_verified_update() RETURNS trigger LANGUAGE plpgsql AS"
+                "CREATE OR REPLACE FUNCTION items_update() RETURNS trigger LANGUAGE plpgsql AS"
                 " $$ BEGIN RETURN NEW; END $$",
-                "function items_verified_update was altered",
+                "function items_update was altered",
             ),
             (
                 "DROP TRIGGER runs_update ON runs;"
@@ -365,7 +377,8 @@ def test_status_json_on_postgres(url: str, tmp_path: Path) -> None:
     """`status --json` and `show --json` on a PostgreSQL tracker serialise (plain ints and strings, no Decimals)."""
     t = example_tracker(url, tmp_path)
     t.conn.close()
-    for args in (["status", "--json"], ["show", "1", "--json"], ["next", "--json"], ["run", "list", "--json"]):
+    runs = (["show", t.static_run, "--json"], ["run", "list", "--json"])
+    for args in (["status", "--json"], ["next", "--json"], ["audit", "--json"], *runs):
         result = CliRunner().invoke(main, ["tracker", "--db", url, *args])
         assert 0 == result.exit_code, result.output
         json.loads(result.stdout)

@@ -1,12 +1,22 @@
 """Attaching a sealed stream to a run.
 
-The stream is verified first (intact and sealed; when the tracker trusts any
-public key, signed by one of them), and only then recorded: stream id, absolute
-path, seal head (the seal event's hash), BLAKE3 of the whole file, size, and the
-sealed verdict's gate, verdict and scope. The database refuses the rest: a run
-that is not running, a stream already evidence for another run, and a stream id
-attached before with a different seal or file digest (``tracker-stream-changed``).
-Attaching the same unchanged stream to the same run again changes nothing.
+The stream is verified and every evidence column derived from it first
+(:func:`tracker.streams.derive`: intact and sealed; when the tracker trusts any
+public key, signed by one of them; exactly one well-formed sealed verdict, as
+``alpha observe verdict`` requires, else ``stream-verdict``), and only then
+recorded: stream id, absolute path (and the store URL it came from, if any),
+seal head, BLAKE3 of the whole file, size, event count, the verdict's gate,
+verdict and scope, the signer, when the stream was recorded and the GPUs the
+recorder observed.
+
+The database refuses the rest: a run that is not running, a stream already
+evidence for another run, a stream id attached before with a different seal or
+file digest (``tracker-stream-changed``), and evidence that does not belong to
+its run: a gate other than the run's lane, a recording older than the run, a
+run device the recorder did not observe (``tracker-evidence-lane``, ``-time``,
+``-devices``). A run started without a lane takes the gate of its first stream
+as its lane. Attaching the same unchanged stream to the same run again changes
+nothing. Each attach is one journal entry.
 """
 
 from __future__ import annotations
@@ -14,17 +24,15 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from aos.refusals import StreamSignature
 from aos.signing import Verifier
+from tracker import journal
 from tracker.backends import Connection
 from tracker.db import transaction
 from tracker.records import run_id_of
-from tracker.refusals import TrackerUnknown
-
-if TYPE_CHECKING:
-    from aos.verify import Verification
+from tracker.refusals import TrackerSchema
+from tracker.streams import derive, verify_for_tracker
 
 __all__ = ["Attached", "attach", "trusted_keys", "verify_for_tracker"]
 
@@ -34,9 +42,10 @@ class Attached:
     """An evidence row, and whether this call created it."""
 
     evidence_id: int
-    run_id: int
+    run_id: str
     stream_id: str
     path: str
+    url: str | None
     seal_head: str
     file_digest: str
     size: int
@@ -46,6 +55,8 @@ class Attached:
     gate: str | None
     signed: bool
     key_id: str | None
+    recorded_at: str | None
+    devices: list[str]
     attached_at: str
     new: bool
 
@@ -66,59 +77,63 @@ def trusted_keys(conn: Connection) -> dict[str, Verifier]:
     return keys
 
 
-def verify_for_tracker(path: str | os.PathLike[str], keys: dict[str, Verifier]) -> Verification:
-    """``aos.verify.verify_stream``, with the signature checked when ``keys`` is not empty."""
-    from aos.verify import verify_stream
-
-    v = verify_stream(path)
-    if keys:
-        if not v.signed:
-            raise StreamSignature(
-                f"{path} is not signed, and this tracker accepts only streams signed by a trusted key"
-            )
-        key = keys.get(v.key_id or "")
-        if key is None:
-            raise StreamSignature(f"{path} is signed by key {v.key_id}, which this tracker does not trust")
-        v = verify_stream(path, key)
-    return v
+_COLUMNS = (
+    "id, run_id, stream_id, path, url, seal_head, file_digest, size, events, verdict, scope, gate,"
+    " signed, key_id, recorded_at, devices, attached_at"
+)
 
 
-def _row(conn: Connection, stream_id: str, new: bool) -> Attached:
-    r = conn.execute(
-        "SELECT id, run_id, stream_id, path, seal_head, file_digest, size, events, verdict, scope, gate,"
-        " signed, key_id, attached_at FROM evidence WHERE stream_id = ?",
-        (stream_id,),
-    ).fetchone()
-    return Attached(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], bool(r[11]), r[12], r[13], new)
+def _row(conn: Connection, stream_id: str, new: bool) -> Attached | None:
+    import json
+
+    r = conn.execute(f"SELECT {_COLUMNS} FROM evidence WHERE stream_id = ?", (stream_id,)).fetchone()
+    if r is None:
+        return None
+    devices = json.loads(r[15]) if r[15] else []
+    return Attached(
+        r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], bool(r[12]), r[13], r[14],
+        devices, r[16], new,
+    )  # fmt: skip
 
 
-def attach(conn: Connection, path: str | os.PathLike[str], run: int) -> Attached:
-    """Verify the stream at ``path`` and link it to ``run``; raises a ``Refusal`` and records nothing otherwise."""
-    run_id_of(conn, run)
+def attach(conn: Connection, path: str | os.PathLike[str], run: str | int, *, url: str | None = None) -> Attached:
+    """Verify the stream at ``path`` and link it to ``run``; raises a ``Refusal`` and records nothing otherwise.
+
+    ``url``: where the stream was fetched from (a store), recorded beside the path.
+    """
+    run = run_id_of(conn, run)
     p = Path(path)
-    v = verify_for_tracker(p, trusted_keys(conn))
-    size = p.stat().st_size
-    verdict: dict[str, Any] = v.verdict or {}
-    with transaction(conn, f"stream {v.stream_id}"):
-        if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run,)).fetchone() is None:  # pragma: no cover
-            raise TrackerUnknown(f"no run {run}")
+    facts = derive(p, trusted_keys(conn), require_trusted=True)
+    columns = facts.columns()
+    with transaction(conn, f"stream {facts.stream_id}"):
+        changes: list[dict[str, Any]] = []
+        lane = conn.execute("SELECT lane FROM runs WHERE id = ?", (run,)).fetchone()[0]
+        if (
+            lane is None
+            and conn.execute("SELECT 1 FROM evidence WHERE stream_id = ?", (facts.stream_id,)).fetchone() is None
+        ):
+            # A run started without a lane is a run of its first stream's gate.
+            conn.execute("UPDATE runs SET lane = ? WHERE id = ? AND lane IS NULL", (facts.gate, run))
+            changes.append(journal.change(conn, "runs", run))
+        names = ", ".join(["run_id", "path", "url", *columns])
         cur = conn.execute(
-            "INSERT INTO evidence (run_id, stream_id, path, seal_head, file_digest, size, events,"
-            " verdict, scope, gate, signed, key_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run,
-                v.stream_id,
-                str(p.resolve()),
-                v.head,
-                v.file_blake3,
-                size,
-                v.events,
-                verdict.get("verdict") if v.verdict is not None else None,
-                verdict.get("scope") if v.verdict is not None else None,
-                verdict.get("gate") if v.verdict is not None else None,
-                int(v.signed),
-                v.key_id,
-            ),
+            f"INSERT INTO evidence ({names}) VALUES ({', '.join('?' * (3 + len(columns)))})",
+            (run, str(p.resolve()), url, *columns.values()),
         )
         # A BEFORE trigger's RAISE(IGNORE) (same stream, same run, unchanged) inserts nothing.
-        return _row(conn, v.stream_id, new=cur.rowcount == 1)
+        new = cur.rowcount == 1
+        row = _row(conn, facts.stream_id, new)
+        if row is None:
+            raise TrackerSchema(
+                f"the database silently dropped stream {facts.stream_id}: a trigger that is not the tracker's"
+                " (run `alpha tracker audit`)"
+            )
+        if new:
+            changes.append(journal.change(conn, "evidence", row.evidence_id))
+            journal.append(
+                conn,
+                "attach",
+                {"run": run, "path": row.path, "url": url, "stream_id": facts.stream_id},
+                changes,
+            )
+        return row

@@ -1,57 +1,73 @@
-"""Re-verifying the tracker: every attached stream, and the rules themselves.
+"""Re-verifying the tracker: every attached stream, every row, and the rules themselves.
 
-For each evidence row the stream file is read again and verified (signature
-too, when it was signed by a key the tracker trusts); it must still be intact
-and sealed, carry the same stream id and seal head, and hash (BLAKE3, whole
-file) to the digest recorded at attach time. A file that is gone is
-``missing``; one whose bytes, seal or verification differ is ``changed``.
+Streams: for each evidence row the stream is verified again and every derived
+column derived again from it (:func:`tracker.streams.derive`, the code path
+``attach`` used): stream id, seal head, file BLAKE3, size, event count, gate,
+verdict, scope, signed, key id, recording time, observed devices. A file that is
+gone is ``missing``; one that no longer verifies, or whose columns differ from
+the row, is ``changed``, and each differing column is named.
 
-The audit also checks that the database's rules are still in force: every
-trigger of the shipped migrations present with its shipped text, and no row
-that those rules would have refused (a verified item without its evidence, a
-physical pass without a physical stream), in case a client dropped a trigger.
+Journal: the chain and signatures are verified and replayed into the rows the
+tables should hold (:func:`tracker.journal.check`); any row edited, added or
+removed outside the tool is named, even when the rules were bypassed to do it.
+
+Rules: the schema must be exactly the one the migrations ship (every table,
+index and trigger with its shipped SQL, none added), its cookie the one the
+tool left (SQLite counts every schema change: a trigger dropped and re-created
+word for word still moves it), the record of applied migrations intact, and no
+row present that the rules would have refused.
 """
 
 from __future__ import annotations
 
-import re
+import sqlite3
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blake3 import blake3
 
 from aos.refusals import Refusal
 from tracker.attach import trusted_keys
 from tracker.backends import Connection, is_sqlite
-from tracker.db import _statements, migrations
+from tracker.db import expected_schema, migrations, schema_cookie
+from tracker.journal import JournalCheck
+from tracker.journal import check as check_journal
+from tracker.streams import DERIVED, derive
+
+if TYPE_CHECKING:
+    from aos.signing import Verifier
 
 __all__ = ["AuditReport", "StreamFinding", "audit", "expected_triggers", "format_audit"]
-
-_TRIGGER = re.compile(r"CREATE\s+TRIGGER\s+(\w+)\b.*?\bEND\s*;", re.DOTALL | re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class StreamFinding:
-    """What the audit found for one attached stream: ``ok``, ``missing`` or ``changed``."""
+    """What the audit found for one attached stream: ``ok``, ``missing`` or ``changed``.
+
+    ``columns``: the derived columns whose recorded value differs from the stream's.
+    """
 
     stream_id: str
-    run_id: int
+    run_id: str
     path: str
     state: str
     detail: str
+    columns: list[str] = field(default_factory=list)
 
 
 @dataclass
 class AuditReport:
-    """Every stream's finding, and any broken rule."""
+    """Every stream's finding, any broken rule, and what the journal check found."""
 
     streams: list[StreamFinding] = field(default_factory=list)
     rules: list[str] = field(default_factory=list)
+    journal: list[str] = field(default_factory=list)
+    journal_check: JournalCheck = field(default_factory=JournalCheck)
 
     @property
     def ok(self) -> bool:
-        return not self.rules and all(f.state == "ok" for f in self.streams)
+        return not self.rules and not self.journal and all(f.state == "ok" for f in self.streams)
 
     def counts(self) -> dict[str, int]:
         counts = {"ok": 0, "changed": 0, "missing": 0}
@@ -60,23 +76,27 @@ class AuditReport:
         return counts
 
     def as_dict(self) -> dict[str, Any]:
+        jc = self.journal_check
         return {
             "ok": self.ok,
             "counts": self.counts(),
             "streams": [asdict(f) for f in self.streams],
             "rules": list(self.rules),
+            "journal": {
+                "entries": jc.entries,
+                "head": jc.head,
+                "signed": jc.signed,
+                "unchecked_signatures": jc.unchecked,
+                "journal_key": jc.journal_key,
+                "tracker_id": jc.tracker_id,
+                "problems": list(self.journal),
+            },
         }
 
 
 def expected_triggers() -> dict[str, str]:
-    """Trigger name -> its ``CREATE TRIGGER`` text, as the migrations ship them."""
-    out: dict[str, str] = {}
-    for m in migrations():
-        for statement in _statements(m.sql):
-            match = _TRIGGER.search(statement)
-            if match:
-                out[match.group(1)] = match.group(0)[:-1].strip()
-    return out
+    """Trigger name -> its ``CREATE TRIGGER`` text, as the migrations leave them."""
+    return {name: sql for (kind, name), sql in expected_schema().items() if kind == "trigger"}
 
 
 def _digest(path: Path) -> str:
@@ -87,19 +107,20 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _check_stream(row: Any, keys: dict[str, Any]) -> StreamFinding:
-    from aos.verify import verify_stream
+#: Columns a tracker older than migration 3 did not record: null there means "not recorded", not a lie.
+_LEGACY_NULL = frozenset({"recorded_at", "devices"})
 
+
+def _check_stream(row: Any, keys: dict[str, Verifier]) -> StreamFinding:
     path = Path(row["path"])
 
-    def finding(state: str, detail: str) -> StreamFinding:
-        return StreamFinding(row["stream_id"], row["run_id"], row["path"], state, detail)
+    def finding(state: str, detail: str, columns: list[str] | None = None) -> StreamFinding:
+        return StreamFinding(row["stream_id"], row["run_id"], row["path"], state, detail, columns or [])
 
     if not path.is_file():
         return finding("missing", "the file is gone")
-    key = keys.get(row["key_id"] or "") if row["signed"] else None
     try:
-        v = verify_stream(path, key)
+        facts = derive(path, keys, require_trusted=False)
     except Refusal as exc:
         try:
             now = _digest(path)
@@ -107,63 +128,119 @@ def _check_stream(row: Any, keys: dict[str, Any]) -> StreamFinding:
             return finding("missing", "the file is gone")
         changed = "bytes unchanged" if now == row["file_digest"] else f"file blake3 now {now}"
         return finding("changed", f"no longer verifies ({exc.diagnostics()}); {changed}")
-    problems = []
-    if v.stream_id != row["stream_id"]:
-        problems.append(f"stream id now {v.stream_id}")
-    if v.head != row["seal_head"]:
-        problems.append(f"seal head now {v.head}, recorded {row['seal_head']}")
-    if v.file_blake3 != row["file_digest"]:
-        problems.append(f"file blake3 now {v.file_blake3}, recorded {row['file_digest']}")
-    if problems:
-        return finding("changed", "; ".join(problems))
-    return finding("ok", f"intact and sealed, {v.events} events" + (", signature good" if key is not None else ""))
+    derived = facts.columns()
+    differ = [c for c in DERIVED if row[c] != derived[c] and not (c in _LEGACY_NULL and row[c] is None)]
+    if differ:
+        said = "; ".join(f"{c} {row[c]!r} in the tracker, {derived[c]!r} in the stream" for c in differ)
+        return finding("changed", f"the tracker's row differs from the stream: {said}", differ)
+    signature = ", signature good" if facts.signature_checked else ""
+    return finding("ok", f"intact and sealed, {facts.events} events, every column as the stream says{signature}")
 
 
-def _catalog_problems(conn: Connection) -> list[str]:
-    """Missing or altered triggers (PostgreSQL: also disabled or added ones, altered functions, rewrite rules)."""
+def _check_schema(conn: Connection, jc: JournalCheck) -> list[str]:
     if not is_sqlite(conn):
         from tracker import pg
 
         assert isinstance(conn, pg.PgConnection)
-        return pg.catalog_problems(conn)
+        return pg.schema_problems(conn, jc.pg_schema)
+    assert isinstance(conn, sqlite3.Connection)
     problems: list[str] = []
     present = {
-        r[0]: (r[1] or "").strip() for r in conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")
+        (str(r[0]), str(r[1])): (r[2] or "").strip()
+        for r in conn.execute("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
     }
-    for name, sql in expected_triggers().items():
-        if name not in present:
-            problems.append(f"trigger {name} is missing: its rule is no longer enforced")
-        elif present[name] != sql:
-            problems.append(f"trigger {name} was altered")
+    expected = expected_schema()
+    for (kind, name), sql in sorted(expected.items()):
+        if (kind, name) not in present:
+            rule = ": its rule is no longer enforced" if kind == "trigger" else ""
+            problems.append(f"{kind} {name} is missing{rule}")
+        elif present[(kind, name)] != sql.strip():
+            problems.append(f"{kind} {name} was altered")
+    for kind, name in sorted(present.keys() - expected.keys()):
+        problems.append(f"{kind} {name} is not one of the tracker's")
+    if jc.schema_version is not None and schema_cookie(conn) != jc.schema_version:
+        problems.append(
+            f"the schema was changed outside the tool (its cookie is {schema_cookie(conn)}, the tool left"
+            f" {jc.schema_version}): a table, index or trigger dropped, re-created or added, or a VACUUM"
+            " outside `alpha tracker vacuum`"
+        )
+    shipped = {m.version: (m.name, m.digest) for m in migrations()}
+    recorded = {
+        int(r[0]): (r[1], r[2]) for r in conn.execute("SELECT version, name, sql_blake3 FROM schema_migrations")
+    }
+    if recorded != shipped:
+        problems.append("the record of applied migrations differs from the shipped migrations")
     return problems
 
 
 def _check_rules(conn: Connection) -> list[str]:
-    problems = _catalog_problems(conn)
+    """Rows the rules would have refused (in case a client dropped a trigger to write them)."""
+    problems: list[str] = []
     for r in conn.execute(
         """SELECT i.id, i.hardware FROM items i WHERE i.status = 'verified' AND NOT EXISTS (
                SELECT 1 FROM item_evidence l JOIN evidence e ON e.id = l.evidence_id JOIN runs r ON r.id = e.run_id
                WHERE l.item_id = i.id AND e.verdict = 'pass' AND r.state = 'completed'
-                 AND (i.hardware = 0 OR e.scope = 'physical'))"""
+                 AND (i.hardware = 0 OR e.scope = 'physical')
+                 AND NOT EXISTS (SELECT 1 FROM evidence o WHERE o.run_id = r.id AND o.verdict IS NOT 'pass'))"""
     ):
         kind = "hardware item" if r[1] else "item"
         problems.append(f"verified {kind} {r[0]} lacks the evidence verification needs")
     for r in conn.execute(
-        """SELECT id FROM runs r WHERE physical_pass = 1 AND (state <> 'completed' OR NOT EXISTS (
-               SELECT 1 FROM evidence e WHERE e.run_id = r.id AND e.verdict = 'pass' AND e.scope = 'physical'))"""
+        """SELECT id FROM runs r WHERE physical_pass = 1 AND (state <> 'completed'
+               OR NOT EXISTS (SELECT 1 FROM evidence e
+                              WHERE e.run_id = r.id AND e.verdict = 'pass' AND e.scope = 'physical')
+               OR EXISTS (SELECT 1 FROM evidence e WHERE e.run_id = r.id AND e.verdict IS NOT 'pass'))"""
     ):
-        problems.append(f"run {r[0]} records a physical pass without a sealed physical pass attached")
+        problems.append(
+            f"run {r[0]} records a physical pass without a sealed physical pass attached, every stream passing"
+        )
+    for r in conn.execute(
+        "SELECT e.stream_id, e.gate, r.lane FROM evidence e JOIN runs r ON r.id = e.run_id WHERE e.gate IS NOT r.lane"
+    ):
+        problems.append(f"stream {r[0]} (gate {r[1]}) is evidence for a run of lane {r[2]}")
+    for r in conn.execute(
+        "SELECT e.stream_id FROM evidence e JOIN runs r ON r.id = e.run_id WHERE e.recorded_at < r.started_at"
+    ):
+        problems.append(f"stream {r[0]} was recorded before its run started")
+    for r in conn.execute(
+        """SELECT e.stream_id, d.uuid FROM evidence e JOIN run_devices rd ON rd.run_id = e.run_id
+           JOIN devices d ON d.id = rd.device_id
+           WHERE e.devices IS NOT NULL AND NOT EXISTS (
+               SELECT 1 FROM json_each(CASE WHEN json_valid(e.devices) THEN e.devices ELSE '[]' END) j
+               WHERE j.value = d.uuid)"""
+    ):
+        problems.append(f"stream {r[0]} was not observed on its run's device {r[1]}")
     return problems
 
 
-def audit(conn: Connection) -> AuditReport:
-    """Re-verify every attached stream and the rules; read-only."""
+def audit(conn: Connection, *, journal_key: Verifier | None = None) -> AuditReport:
+    """Re-verify every attached stream, the journal and the rules; read-only.
+
+    ``journal_key``: the tracker's public key; every journal entry must be signed by it.
+    """
     keys = trusted_keys(conn)
     report = AuditReport()
     for row in conn.execute("SELECT * FROM evidence ORDER BY id").fetchall():
         report.streams.append(_check_stream(row, keys))
-    report.rules = _check_rules(conn)
+    report.journal_check = check_journal(conn, journal_key=journal_key, trusted=keys)
+    report.journal = list(report.journal_check.problems)
+    report.rules = _check_schema(conn, report.journal_check) + _check_rules(conn)
     return report
+
+
+def _journal_line(report: AuditReport) -> str:
+    jc = report.journal_check
+    head = f"head {jc.head[:16]}..."
+    if report.journal:
+        n = len(report.journal)
+        return f"journal: {n} problem{'s' if n != 1 else ''} in {jc.entries} entries; {head}"
+    if jc.journal_key is not None:
+        signing = f"every one signed by {jc.journal_key}"
+    elif jc.signed:
+        signing = f"{jc.signed} signed" + (f" ({jc.unchecked} by a key not given, unchecked)" if jc.unchecked else "")
+    else:
+        signing = "unsigned"
+    return f"journal intact: {jc.entries} entries, {signing}; {head}"
 
 
 def format_audit(report: AuditReport) -> str:
@@ -171,6 +248,8 @@ def format_audit(report: AuditReport) -> str:
     for f in report.streams:
         lines.append(f"{f.state.upper():<8} {f.stream_id}  run {f.run_id}  {f.path}: {f.detail}")
     lines.extend(f"RULE     {p}" for p in report.rules)
+    lines.extend(f"JOURNAL  {p}" for p in report.journal)
+    lines.append(_journal_line(report))
     c = report.counts()
     n = len(report.streams)
     rules = (
@@ -178,6 +257,10 @@ def format_audit(report: AuditReport) -> str:
         if not report.rules
         else f"{len(report.rules)} rule problem{'s' if len(report.rules) != 1 else ''}"
     )
+    j = len(report.journal)
+    journal_state = "journal intact" if not j else f"{j} journal problem{'s' if j != 1 else ''}"
     streams = f"{n} stream{'s' if n != 1 else ''}"
-    lines.append(f"audit: {streams}: {c['ok']} intact, {c['changed']} changed, {c['missing']} missing; {rules}")
+    lines.append(
+        f"audit: {streams}: {c['ok']} intact, {c['changed']} changed, {c['missing']} missing; {rules}; {journal_state}"
+    )
     return "\n".join(lines)

@@ -24,9 +24,43 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Connection", "Cursor", "backend_of", "is_postgres_url", "is_sqlite"]
+from blake3 import blake3
+
+__all__ = [
+    "APPLICATION_ID",
+    "BUSY_TIMEOUT_MS",
+    "JOURNAL_VERSION",
+    "Connection",
+    "Cursor",
+    "Migration",
+    "backend_of",
+    "is_postgres_url",
+    "is_sqlite",
+]
+
+#: How long a writer waits for the write lock: SQLite's busy timeout, PostgreSQL's lock_timeout.
+BUSY_TIMEOUT_MS = 30_000
+# "AOST" as a big-endian integer: marks the file (PostgreSQL: tracker_lock.application) as an alpha tracker.
+APPLICATION_ID = 0x414F5354
+#: The migration that creates the journal; from it on, each migration is journalled.
+JOURNAL_VERSION = 3
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step."""
+
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def digest(self) -> str:
+        return blake3(self.sql.encode("utf-8")).hexdigest()
+
 
 _PG_SCHEMES = ("postgresql://", "postgres://")
 

@@ -22,6 +22,7 @@ import click
 from aos.refusals import Refusal
 
 if TYPE_CHECKING:
+    from aos.signing import Signer
     from tracker.backends import Connection
 
 __all__ = ["attach", "tracker"]
@@ -31,6 +32,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 _DB_HELP = (
     "The tracker: an SQLite file (default ./progress.sqlite3, or $ALPHA_TRACKER_DB),"
     " or a PostgreSQL database, postgresql://USER@HOST/DB."
+)
+_SIGNING_KEY_HELP = (
+    "The tracker's own Ed25519 private key (or $ALPHA_TRACKER_SIGNING_KEY): signs every journal entry written."
 )
 
 
@@ -55,11 +59,19 @@ def _refusals(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _signer(path: Path | None) -> Signer | None:
+    if path is None:
+        return None
+    from aos.signing import load_signer
+
+    return load_signer(path)
+
+
 @contextmanager
 def _open(ctx: click.Context) -> Iterator[Connection]:
     from tracker.db import connect
 
-    conn = connect(ctx.obj["db"])
+    conn = connect(ctx.obj["db"], signer=_signer(ctx.obj["signing_key"]))
     try:
         yield conn
     finally:
@@ -86,22 +98,32 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
     envvar="ALPHA_TRACKER_DB",
     help="The tracker: an SQLite file, or postgresql://USER@HOST/DB.",
 )
-@click.option("--run", "run", type=int, required=True, help="The run (id) the stream is evidence for.")
+@click.option("--run", "run", required=True, help="The run (its id) the stream is evidence for.")
+@click.option(
+    "--signing-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="ALPHA_TRACKER_SIGNING_KEY",
+    help=_SIGNING_KEY_HELP,
+)
 @json_option
 @_refusals
-def attach(stream: Path, db: str, run: int, as_json: bool) -> None:
+def attach(stream: Path, db: str, run: str, signing_key: Path | None, as_json: bool) -> None:
     """Verify a sealed stream and attach it to a run in the tracker.
 
     The stream must be intact and sealed (and signed by a trusted key when the
-    tracker holds any: `alpha tracker key add`). Its stream id, path, seal head,
-    file digest and sealed verdict are recorded. Attaching it again unchanged
-    changes nothing; a stream whose file no longer matches what was recorded is
-    refused (tracker-stream-changed).
+    tracker holds any: `alpha tracker key add`), with exactly one well-formed
+    sealed verdict (stream-verdict otherwise, as `alpha observe verdict`). It
+    must belong to the run: its gate is the run's lane (tracker-evidence-lane),
+    it was recorded after the run started (tracker-evidence-time), on every
+    device the run names (tracker-evidence-devices). Its stream id, path, seal
+    head, file digest, verdict, recording time and observed devices are
+    recorded. Attaching it again unchanged changes nothing; a stream whose file
+    no longer matches what was recorded is refused (tracker-stream-changed).
     """
     from tracker.attach import attach as attach_stream
     from tracker.db import connect
 
-    conn = connect(db)
+    conn = connect(db, signer=_signer(signing_key))
     try:
         a = attach_stream(conn, stream, run)
     finally:
@@ -126,17 +148,26 @@ def attach(stream: Path, db: str, run: int, as_json: bool) -> None:
     envvar="ALPHA_TRACKER_DB",
     help=_DB_HELP,
 )
+@click.option(
+    "--signing-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="ALPHA_TRACKER_SIGNING_KEY",
+    help=_SIGNING_KEY_HELP,
+)
 @click.pass_context
-def tracker(ctx: click.Context, db: str) -> None:
+def tracker(ctx: click.Context, db: str, signing_key: Path | None) -> None:
     """The progress tracker: work items, runs, and the sealed streams that are their evidence.
 
     The rules live in the database (SQLite triggers), so every client is held to
     them: a terminal run never changes; an item is verified only with passing
     evidence from a completed run, a hardware item only with a sealed pass of
-    scope physical; a physical pass needs such a stream on the run.
+    scope physical; a physical pass needs such a stream on the run. Every change
+    made through this tool is journalled (hash-chained, signed with
+    --signing-key); `audit` names any change made around it.
     """
     ctx.ensure_object(dict)
     ctx.obj["db"] = db
+    ctx.obj["signing_key"] = signing_key
 
 
 @tracker.command("init")
@@ -146,7 +177,7 @@ def init_cmd(ctx: click.Context) -> None:
     """Create the tracker database (or bring its schema up to date)."""
     from tracker.db import init, schema_version
 
-    conn = init(ctx.obj["db"])
+    conn = init(ctx.obj["db"], signer=_signer(ctx.obj["signing_key"]))
     try:
         version = schema_version(conn)
     finally:
@@ -188,7 +219,8 @@ def next_cmd(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 @_refusals
 def show_cmd(ctx: click.Context, ref: str, as_json: bool) -> None:
-    """Show a work item (N10), a run (3) or an attached stream (its id), with its evidence."""
+    """Show a work item (N10), a run (its id, an 8+ character prefix of it, or an old number) or an attached
+    stream (its id or an 8+ digit prefix), with its evidence."""
     from tracker.status import format_show, show
 
     with _open(ctx) as conn:
@@ -197,20 +229,32 @@ def show_cmd(ctx: click.Context, ref: str, as_json: bool) -> None:
 
 
 @tracker.command("audit")
+@click.option(
+    "--journal-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PUB",
+    help="The tracker's public key: every journal entry must be signed by it.",
+)
 @json_option
 @click.pass_context
 @_refusals
-def audit_cmd(ctx: click.Context, as_json: bool) -> None:
-    """Re-verify every attached stream and the database's rules; exit 1 on any finding.
+def audit_cmd(ctx: click.Context, journal_key: Path | None, as_json: bool) -> None:
+    """Re-verify every attached stream, the journal and the database's rules; exit 1 on any finding.
 
     A stream whose file is gone is `missing`; one that no longer verifies, or
-    whose seal head or whole-file BLAKE3 differs from what attach recorded, is
-    `changed`.
+    any of whose derived columns (verdict, scope, gate, signer, seal head,
+    digest, ...) differs from the stream, is `changed`. The journal is replayed
+    and compared with every table; the schema with the shipped one.
     """
     from tracker.audit import audit, format_audit
 
+    key = None
+    if journal_key is not None:
+        from aos.signing import load_public_key
+
+        key = load_public_key(journal_key)
     with _open(ctx) as conn:
-        report = audit(conn)
+        report = audit(conn, journal_key=key)
     _json(report.as_dict()) if as_json else click.echo(format_audit(report))
     if not report.ok:
         sys.exit(1)
@@ -280,7 +324,7 @@ def item_add(
 @click.option("--hardware/--no-hardware", default=None, help="Change the hardware flag.")
 @click.option("--depends-on", "-d", "depends_on", multiple=True, metavar="ID", help="Add a dependency (repeatable).")
 @click.option("--evidence", "-e", multiple=True, metavar="STREAM_ID", help="Link an attached stream (repeatable).")
-@click.option("--run", "runs", type=int, multiple=True, metavar="RUN", help="Link every stream of a run (repeatable).")
+@click.option("--run", "runs", multiple=True, metavar="RUN", help="Link every stream of a run (repeatable).")
 @click.pass_context
 @_refusals
 def item_set(
@@ -291,7 +335,7 @@ def item_set(
     hardware: bool | None,
     depends_on: tuple[str, ...],
     evidence: tuple[str, ...],
-    runs: tuple[int, ...],
+    runs: tuple[str, ...],
 ) -> None:
     """Change a work item, linking evidence first; all or nothing.
 
@@ -405,7 +449,11 @@ def run_group() -> None:
 def run_start(
     ctx: click.Context, experiment: str | None, lane: str | None, devices: tuple[str, ...], note: str | None
 ) -> None:
-    """Start a run; prints the new run's id alone on stdout."""
+    """Start a run; prints the new run's id alone on stdout.
+
+    The id is globally unique text (a UUIDv7). Under GitHub Actions, GitLab CI or
+    Buildkite the run records its CI job (provider, job URL, commit).
+    """
     from tracker.records import start_run
 
     with _open(ctx) as conn:
@@ -413,7 +461,7 @@ def run_start(
 
 
 @run_group.command("finish")
-@click.argument("run", type=int)
+@click.argument("run")
 @click.option(
     "--state", required=True, type=click.Choice(["completed", "failed", "inconclusive"]), help="The terminal state."
 )
@@ -425,11 +473,15 @@ def run_start(
 @click.option("--note")
 @click.pass_context
 @_refusals
-def run_finish(ctx: click.Context, run: int, state: str, physical_pass: bool, note: str | None) -> None:
-    """Finish a run; from then on it and its evidence never change."""
-    from tracker.records import finish_run
+def run_finish(ctx: click.Context, run: str, state: str, physical_pass: bool, note: str | None) -> None:
+    """Finish a run; from then on it and its evidence never change.
+
+    A physical pass needs every stream of the run to pass, one of them with scope physical.
+    """
+    from tracker.records import finish_run, run_id_of
 
     with _open(ctx) as conn:
+        run = run_id_of(conn, run)
         finish_run(conn, run, state, physical_pass=physical_pass, note=note)
     click.echo(f"run {run}: {state}" + ("; physical pass recorded" if physical_pass else ""))
 
@@ -445,8 +497,9 @@ def run_list(ctx: click.Context, as_json: bool) -> None:
             dict(r)
             for r in conn.execute(
                 "SELECT r.id, x.name AS experiment, r.lane, r.state, r.physical_pass, r.started_at, r.finished_at,"
+                " r.ci_provider, r.ci_job_url, r.ci_commit,"
                 " (SELECT count(*) FROM evidence e WHERE e.run_id = r.id) AS streams"
-                " FROM runs r LEFT JOIN experiments x ON x.id = r.experiment_id ORDER BY r.id"
+                " FROM runs r LEFT JOIN experiments x ON x.id = r.experiment_id ORDER BY r.started_at, r.id"
             )
         ]
     for r in rows:
@@ -457,21 +510,22 @@ def run_list(ctx: click.Context, as_json: bool) -> None:
     for r in rows:
         pp = ", physical pass" if r["physical_pass"] else ""
         what = " ".join(x for x in (r["experiment"], r["lane"]) if x) or "-"
-        click.echo(f"{r['id']:>4}  {r['state']:<12} {what}: {r['streams']} stream(s){pp}")
+        click.echo(f"{r['id']}  {r['state']:<12} {what}: {r['streams']} stream(s){pp}")
 
 
 @tracker.command("measure")
-@click.argument("run", type=int)
+@click.argument("run")
 @click.argument("name")
 @click.argument("value", type=float)
 @click.option("--unit")
 @click.pass_context
 @_refusals
-def measure_cmd(ctx: click.Context, run: int, name: str, value: float, unit: str | None) -> None:
+def measure_cmd(ctx: click.Context, run: str, name: str, value: float, unit: str | None) -> None:
     """Record a measurement on a running run."""
-    from tracker.records import add_measurement
+    from tracker.records import add_measurement, run_id_of
 
     with _open(ctx) as conn:
+        run = run_id_of(conn, run)
         add_measurement(conn, run, name, value, unit)
     click.echo(f"run {run}: {name} = {value:g}" + (f" {unit}" if unit else ""))
 
@@ -492,3 +546,17 @@ def key_add(ctx: click.Context, pub: Path) -> None:
     with _open(ctx) as conn:
         key_id = add_key(conn, pub)
     click.echo(f"trusted key {key_id}")
+
+
+@tracker.command("vacuum")
+@click.pass_context
+@_refusals
+def vacuum_cmd(ctx: click.Context) -> None:
+    """VACUUM the database, journalling the schema cookie it leaves (so `audit` stays clean)."""
+    from tracker.db import vacuum
+
+    with _open(ctx) as conn:
+        cookie = vacuum(conn)
+    from tracker.pg import redact
+
+    click.echo(f"tracker {redact(ctx.obj['db'])}: vacuumed (schema cookie {cookie})")

@@ -36,11 +36,14 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from tracker.db import APPLICATION_ID, BUSY_TIMEOUT_MS, Migration
+from tracker import journal
+from tracker.backends import APPLICATION_ID, BUSY_TIMEOUT_MS, JOURNAL_VERSION, Migration
 from tracker.refusals import TrackerDatabase, TrackerMissing, TrackerSchema, from_db_error
 
 if TYPE_CHECKING:
     import psycopg
+
+    from aos.signing import Signer
 
 __all__ = [
     "PgConnection",
@@ -59,10 +62,13 @@ __all__ = [
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # Tables whose ``id`` is an integer identity: an INSERT returns it as ``lastrowid``.
-_ID_TABLES = frozenset({"experiments", "devices", "runs", "evidence", "measurements"})
+_ID_TABLES = frozenset({"experiments", "devices", "evidence", "measurements"})
 _INSERT = re.compile(r"^\s*INSERT\s+(OR\s+IGNORE\s+)?INTO\s+(\w+)", re.IGNORECASE)
 _STRFTIME = re.compile(r"strftime\(\s*'([^']*)'\s*,\s*'now'\s*\)", re.IGNORECASE)
 _STRFTIME_CODES = {"%Y": "YYYY", "%m": "MM", "%d": "DD", "%H": "HH24", "%M": "MI", "%S": "SS", "%f": "SS.MS"}
+# SQLite's `a IS b` / `a IS NOT b` compare any values, NULL included; PostgreSQL spells them
+# IS NOT DISTINCT FROM / IS DISTINCT FROM (its own IS [NOT] NULL/TRUE/FALSE/DISTINCT stay).
+_IS = re.compile(r"\bIS(\s+NOT)?\s+(?!NOT\b|NULL\b|TRUE\b|FALSE\b|DISTINCT\b|UNKNOWN\b|JSON\b)", re.IGNORECASE)
 _PASSWORD = re.compile(r"(://[^:/?#@]*:)[^@/?#]*@")
 
 
@@ -152,6 +158,14 @@ def translate(sql: str) -> Translated:
         elif c == "%":
             out.append("%%")
             i += 1
+        elif c in "iI" and (i == 0 or not (sql[i - 1].isalnum() or sql[i - 1] == "_")):
+            m = _IS.match(sql, i)
+            if m is None:
+                out.append(c)
+                i += 1
+            else:
+                out.append("IS DISTINCT FROM " if m.group(1) else "IS NOT DISTINCT FROM ")
+                i = m.end()
         else:
             out.append(c)
             i += 1
@@ -213,6 +227,12 @@ class PgCursor:
             self._done = True
         self.rowcount: int = cursor.rowcount
 
+    @property
+    def description(self) -> list[tuple[str, ...]] | None:
+        """``(name, ...)`` per column, as DB-API cursors give it (None for a statement without rows)."""
+        d = self._cursor.description
+        return None if d is None else [(c.name,) for c in d]
+
     def fetchone(self) -> Any:
         return None if self._done else self._cursor.fetchone()
 
@@ -232,9 +252,11 @@ class PgConnection:
 
     backend = "postgresql"
 
-    def __init__(self, raw: psycopg.Connection[Any], url: str) -> None:
+    def __init__(self, raw: psycopg.Connection[Any], url: str, signer: Signer | None = None) -> None:
         self.raw = raw
         self.url = url
+        #: The tracker's key: signs the journal entries written through this connection.
+        self.signer = signer
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> PgCursor:
         q = translate(sql)
@@ -264,7 +286,7 @@ class PgConnection:
         self.raw.close()
 
 
-def _open(url: str, *, create: bool = False) -> PgConnection:
+def _open(url: str, *, create: bool = False, signer: Signer | None = None) -> PgConnection:
     import psycopg
 
     try:
@@ -280,7 +302,7 @@ def _open(url: str, *, create: bool = False) -> PgConnection:
         if "does not exist" in str(exc) and "database" in str(exc):
             if create:
                 _create_database(url)
-                return _open(url)
+                return _open(url, signer=signer)
             raise TrackerMissing(
                 f"no tracker at {redact(url)}: the database does not exist"
                 " (create it with: alpha tracker --db URL init)"
@@ -292,7 +314,7 @@ def _open(url: str, *, create: bool = False) -> PgConnection:
     except psycopg.Error as exc:  # pragma: no cover - the server went away right after connecting
         raw.close()
         raise from_db_error(exc, redact(url)) from exc
-    return PgConnection(raw, url)
+    return PgConnection(raw, url, signer)
 
 
 def _create_database(url: str) -> None:
@@ -399,6 +421,8 @@ def _migrate(conn: PgConnection, target: int | None = None) -> int:
                 "INSERT INTO schema_migrations (version, name, sql_blake3) VALUES (?, ?, ?)",
                 (m.version, m.name, m.digest),
             )
+            if m.version >= JOURNAL_VERSION:
+                _journal_migration(conn, m)
             conn.execute("COMMIT")
         except psycopg.Error as exc:
             conn.rollback()
@@ -407,6 +431,47 @@ def _migrate(conn: PgConnection, target: int | None = None) -> int:
             conn.rollback()
             raise
     return len(known)
+
+
+def schema_fingerprint(conn: PgConnection) -> str:
+    """BLAKE3 of every tracker trigger's and function's catalog row identity (oid, xmin, enabled state).
+
+    PostgreSQL's stand-in for SQLite's schema cookie: dropping and re-creating a
+    trigger word for word, disabling and re-enabling it, or replacing a function
+    with its own text each leave a new oid or row version, so the fingerprint the
+    journal recorded after the last migration no longer matches.
+    """
+    from blake3 import blake3
+
+    rows = conn.execute(
+        "SELECT 'trigger', t.tgname, t.oid::text, t.xmin::text, t.tgenabled::text FROM pg_trigger t"
+        " JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE NOT t.tgisinternal AND n.nspname = current_schema()"
+        " UNION ALL SELECT 'function', p.proname, p.oid::text, p.xmin::text, '' FROM pg_proc p"
+        " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = current_schema()"
+        " ORDER BY 1, 2, 3"
+    ).fetchall()
+    return blake3("\n".join(" ".join(r) for r in rows).encode("utf-8")).hexdigest()
+
+
+def _journal_migration(conn: PgConnection, m: Migration) -> None:
+    """The migration's journal entry: what was applied, the schema fingerprint after it, and every row."""
+    args: dict[str, object] = {"version": m.version, "name": m.name, "sql_blake3": m.digest}
+    if conn.execute("SELECT 1 FROM journal LIMIT 1").fetchone() is None:
+        args["tracker_id"] = journal.new_tracker_id()
+    args["pg_schema"] = schema_fingerprint(conn)
+    journal.append(conn, "schema.migrate", args, journal.snapshot(conn), snapshot_of_all=True)
+
+
+def vacuum(conn: PgConnection) -> int:
+    """``VACUUM`` (outside a transaction); PostgreSQL's schema is unchanged by it, so nothing is journalled."""
+    import psycopg
+
+    try:
+        conn.execute("VACUUM")
+    except psycopg.Error as exc:
+        raise from_db_error(exc, "vacuum") from exc
+    return 0
 
 
 def _check_version(conn: PgConnection) -> None:
@@ -419,12 +484,12 @@ def _check_version(conn: PgConnection) -> None:
         raise TrackerSchema(f"{where} is a PostgreSQL database, but not an alpha tracker")
 
 
-def init(url: str, *, target: int | None = None) -> PgConnection:
+def init(url: str, *, target: int | None = None, signer: Signer | None = None) -> PgConnection:
     """Create (or bring up to date) the tracker in the database at ``url``.
 
     The database itself is created when it does not exist and the server lets this user create it.
     """
-    conn = _open(url, create=True)
+    conn = _open(url, create=True, signer=signer)
     try:
         _check_version(conn)
         _migrate(conn, target)
@@ -434,11 +499,11 @@ def init(url: str, *, target: int | None = None) -> PgConnection:
     return conn
 
 
-def connect(url: str) -> PgConnection:
+def connect(url: str, *, signer: Signer | None = None) -> PgConnection:
     """Open an existing tracker (migrating it forward if needed); ``tracker-missing`` if there is none."""
     import psycopg
 
-    conn = _open(url)
+    conn = _open(url, signer=signer)
     try:
         version = schema_version(conn)
         if version == 0:
@@ -486,9 +551,14 @@ def transaction(conn: PgConnection, context: str = "") -> Iterator[PgConnection]
 
 # -- the rules in the catalog (for audit) ------------------------------------------------------
 
-_CREATE_TRIGGER = re.compile(r"^CREATE\s+TRIGGER\s+(\w+)\s.*?;", re.DOTALL | re.IGNORECASE | re.MULTILINE)
-_CREATE_FUNCTION = re.compile(
-    r"^CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(\w+)\s*\(.*?\bAS\s+\$\$(.*?)\$\$\s*;",
+_STATEMENT = re.compile(
+    r"^(?:CREATE\s+TRIGGER\s+(?P<trigger>\w+)\s.*?\bON\s+(?P<on>\w+)\s.*?;"
+    r"|CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(?P<function>\w+)\s*\(.*?\bAS\s+\$\$(?P<body>.*?)\$\$\s*;"
+    r"|DROP\s+TRIGGER\s+(?:IF\s+EXISTS\s+)?(?P<drop_trigger>\w+)\s+ON\s+\w+\s*;"
+    r"|DROP\s+FUNCTION\s+(?:IF\s+EXISTS\s+)?(?P<drop_function>\w+)\s*\([^)]*\)\s*;"
+    r"|CREATE\s+TABLE\s+(?P<table>\w+)"
+    r"|DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?(?P<drop_tables>[\w\s,]+?)(?:\s+CASCADE)?\s*;"
+    r"|ALTER\s+TABLE\s+(?P<renamed>\w+)\s+RENAME\s+TO\s+(?P<to>\w+)\s*;)",
     re.DOTALL | re.IGNORECASE | re.MULTILINE,
 )
 _SCHEMA_PREFIX = re.compile(r"\bON\s+\w+\.")
@@ -500,7 +570,7 @@ def _normal(text: str) -> str:
 
 @dataclass(frozen=True)
 class Expected:
-    """The rule objects the PostgreSQL migrations create: trigger definitions and function bodies."""
+    """The rule objects the PostgreSQL migrations leave: trigger definitions, function bodies, tables."""
 
     triggers: dict[str, str]
     functions: dict[str, str]
@@ -509,16 +579,31 @@ class Expected:
 
 @functools.lru_cache(maxsize=1)
 def expected_objects() -> Expected:
-    triggers: dict[str, str] = {}
+    """Replays the migrations' CREATE and DROP statements, in order (each CREATE TRIGGER on one line,
+    after any rename of its table; see the header of migrations_pg/0001_initial.sql)."""
+    triggers: dict[str, tuple[str, str]] = {}
     functions: dict[str, str] = {}
     tables: list[str] = []
     for m in migrations():
-        for match in _CREATE_TRIGGER.finditer(m.sql):
-            triggers[match.group(1)] = _normal(match.group(0))
-        for match in _CREATE_FUNCTION.finditer(m.sql):
-            functions[match.group(1)] = match.group(2)
-        tables.extend(re.findall(r"^CREATE\s+TABLE\s+(\w+)", m.sql, re.MULTILINE | re.IGNORECASE))
-    return Expected(triggers, functions, (*tables, "schema_migrations"))
+        for match in _STATEMENT.finditer(m.sql):
+            g = match.groupdict()
+            if g["trigger"]:
+                triggers[g["trigger"]] = (g["on"], _normal(match.group(0)))
+            elif g["function"]:
+                functions[g["function"]] = g["body"]
+            elif g["drop_trigger"]:
+                triggers.pop(g["drop_trigger"], None)
+            elif g["drop_function"]:
+                functions.pop(g["drop_function"], None)
+            elif g["table"]:
+                tables.append(g["table"])
+            elif g["drop_tables"]:
+                gone = {t.strip() for t in g["drop_tables"].split(",")}
+                tables = [t for t in tables if t not in gone]
+                triggers = {k: v for k, v in triggers.items() if v[0] not in gone}
+            elif g["renamed"]:
+                tables = [g["to"] if t == g["renamed"] else t for t in tables]
+    return Expected({k: v[1] for k, v in triggers.items()}, functions, (*tables, "schema_migrations"))
 
 
 def catalog_problems(conn: PgConnection) -> list[str]:
@@ -543,9 +628,9 @@ def catalog_problems(conn: PgConnection) -> list[str]:
             problems.append(f"trigger {name} was altered")
         if enabled != "O":
             problems.append(f"trigger {name} is disabled ({enabled}): its rule is no longer enforced")
-    for name, (_, _, table) in sorted(present.items()):
+    for name in sorted(present):
         if name not in want.triggers:
-            problems.append(f"trigger {name} on {table} is not one of the tracker's")
+            problems.append(f"trigger {name} is not one of the tracker's")
     bodies: dict[str, list[str]] = {}
     for r in conn.execute(
         "SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
@@ -558,9 +643,33 @@ def catalog_problems(conn: PgConnection) -> list[str]:
         elif bodies[name] != [body]:
             problems.append(f"function {name} was altered")
     for r in conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY 1"
+    ):
+        if r[0] not in want.tables:
+            problems.append(f"table {r[0]} is not one of the tracker's")
+    for r in conn.execute(
         "SELECT r.rulename, c.relname FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class"
         " JOIN pg_namespace n ON n.oid = c.relnamespace"
         " WHERE n.nspname = current_schema() AND r.rulename <> '_RETURN' ORDER BY 2, 1"
     ):
         problems.append(f"rule {r[0]} on {r[1]} is not one of the tracker's: it can rewrite writes past the triggers")
+    return problems
+
+
+def schema_problems(conn: PgConnection, journalled_fingerprint: str | None) -> list[str]:
+    """Audit's schema check on PostgreSQL: :func:`catalog_problems`, the fingerprint the journal
+    recorded after the last migration, and the record of applied migrations."""
+    problems = catalog_problems(conn)
+    if journalled_fingerprint is not None and schema_fingerprint(conn) != journalled_fingerprint:
+        problems.append(
+            "the schema was changed outside the tool (the triggers' and functions' catalog rows are not the ones"
+            " the last migration left): a trigger or function dropped, re-created, replaced, disabled or added"
+        )
+    shipped = {m.version: (m.name, m.digest) for m in migrations()}
+    recorded = {
+        int(r[0]): (r[1], r[2]) for r in conn.execute("SELECT version, name, sql_blake3 FROM schema_migrations")
+    }
+    if recorded != shipped:
+        problems.append("the record of applied migrations differs from the shipped migrations")
     return problems

@@ -4,8 +4,10 @@ Each is a :class:`aos.refusals.Refusal`, printed by the CLI as
 ``refused: NAME: detail`` (exit 1). The database's triggers raise the same names
 (``RAISE(ABORT, 'NAME: detail')``), and :func:`from_sqlite_error` maps such an
 error back to its class, so a rule refused in SQL reads the same as one refused
-in Python. PostgreSQL's PL/pgSQL triggers raise the same messages
-(``RAISE EXCEPTION``), mapped by :func:`from_db_error`.
+in Python. One trigger raises a stream refusal: evidence without a sealed
+verdict is ``stream-verdict``, as ``attach`` and ``verdict`` refuse it.
+PostgreSQL's PL/pgSQL triggers raise the same messages (``RAISE EXCEPTION``),
+mapped by :func:`from_db_error`.
 """
 
 from __future__ import annotations
@@ -13,16 +15,20 @@ from __future__ import annotations
 import re
 import sqlite3
 
-from aos.refusals import Refusal
+from aos.refusals import Refusal, StreamVerdict
 
 __all__ = [
     "TrackerDatabase",
     "TrackerDependencyCycle",
+    "TrackerEvidenceDevices",
     "TrackerEvidenceImmutable",
+    "TrackerEvidenceLane",
     "TrackerEvidenceRequired",
+    "TrackerEvidenceTime",
     "TrackerExists",
     "TrackerHardwareEvidence",
     "TrackerInvalid",
+    "TrackerJournal",
     "TrackerKeyUntrusted",
     "TrackerMissing",
     "TrackerPhysicalPass",
@@ -135,6 +141,30 @@ class TrackerKeyUntrusted(TrackerRefusal):
     name = "tracker-key-untrusted"
 
 
+class TrackerEvidenceLane(TrackerRefusal):
+    """A stream whose gate is not its run's lane (or a lane changed under evidence)."""
+
+    name = "tracker-evidence-lane"
+
+
+class TrackerEvidenceTime(TrackerRefusal):
+    """A stream recorded (its stream.open) before its run started."""
+
+    name = "tracker-evidence-time"
+
+
+class TrackerEvidenceDevices(TrackerRefusal):
+    """A stream not observed on every device its run names."""
+
+    name = "tracker-evidence-devices"
+
+
+class TrackerJournal(TrackerRefusal):
+    """An edit of the journal, or an entry that does not follow the last one."""
+
+    name = "tracker-journal"
+
+
 _ALL: tuple[type[TrackerRefusal], ...] = (
     TrackerMissing,
     TrackerSchema,
@@ -151,14 +181,20 @@ _ALL: tuple[type[TrackerRefusal], ...] = (
     TrackerStreamAttached,
     TrackerEvidenceImmutable,
     TrackerKeyUntrusted,
+    TrackerEvidenceLane,
+    TrackerEvidenceTime,
+    TrackerEvidenceDevices,
+    TrackerJournal,
 )
 
-_BY_NAME = {cls.name: cls for cls in _ALL}
-_TRIGGER_MESSAGE = re.compile(r"^(tracker-[a-z-]+): (.*)$", re.DOTALL)
+_BY_NAME: dict[str, type[Refusal]] = {cls.name: cls for cls in _ALL}
+# A trigger refuses evidence without a sealed verdict as the stream refusal `attach` gives.
+_BY_NAME[StreamVerdict.name] = StreamVerdict
+_TRIGGER_MESSAGE = re.compile(r"^((?:tracker|stream)-[a-z-]+): (.*)$", re.DOTALL)
 
 
-def tracker_refusal_by_name(name: str) -> type[TrackerRefusal]:
-    """The refusal class for a tracker refusal name (KeyError when unknown)."""
+def tracker_refusal_by_name(name: str) -> type[Refusal]:
+    """The refusal class for a name a trigger raises (KeyError when unknown)."""
     return _BY_NAME[name]
 
 

@@ -11,10 +11,11 @@ run). ``next`` lists the items not yet done whose dependencies are all done.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tracker.backends import Connection
-from tracker.records import ITEM_STATUSES, RUN_STATES
+from tracker.records import ITEM_STATUSES, RUN_STATES, run_id_of
 from tracker.refusals import TrackerUnknown
 
 __all__ = [
@@ -151,14 +152,15 @@ def format_next(items: list[dict[str, Any]]) -> str:
 
 
 _EVIDENCE_COLUMNS = (
-    "e.id, e.run_id, e.stream_id, e.path, e.seal_head, e.file_digest, e.size, e.events,"
-    " e.verdict, e.scope, e.gate, e.signed, e.key_id, e.attached_at"
+    "e.id, e.run_id, e.stream_id, e.path, e.url, e.seal_head, e.file_digest, e.size, e.events,"
+    " e.verdict, e.scope, e.gate, e.signed, e.key_id, e.recorded_at, e.devices, e.attached_at"
 )
 
 
 def _evidence(row: Any) -> dict[str, Any]:
     d = dict(row)
     d["signed"] = bool(d["signed"])
+    d["devices"] = json.loads(d["devices"]) if d["devices"] else None
     return d
 
 
@@ -226,6 +228,7 @@ def _show_run(conn: Connection, row: Any) -> dict[str, Any]:
     return {
         "type": "run",
         "id": run,
+        "legacy_id": row["legacy_id"],
         "experiment": exp["name"] if exp else None,
         "item": exp["item_id"] if exp else None,
         "lane": row["lane"],
@@ -234,6 +237,9 @@ def _show_run(conn: Connection, row: Any) -> dict[str, Any]:
         "note": row["note"],
         "started_at": row["started_at"],
         "finished_at": row["finished_at"],
+        "ci": {"provider": row["ci_provider"], "job_url": row["ci_job_url"], "commit": row["ci_commit"]}
+        if row["ci_provider"]
+        else None,
         "devices": devices,
         "evidence": evidence,
         "measurements": measurements,
@@ -241,14 +247,17 @@ def _show_run(conn: Connection, row: Any) -> dict[str, Any]:
 
 
 def show(conn: Connection, ref: str) -> dict[str, Any]:
-    """A work item (``N10``), a run (``3``), or an attached stream (its id, or a prefix of 8+ digits)."""
+    """A work item (``N10``), a run (its id, a prefix of 8+ characters, or its number from before
+    run ids were text), or an attached stream (its id, or a prefix of 8+ digits)."""
     row = conn.execute("SELECT * FROM items WHERE id = ?", (ref,)).fetchone()
     if row is not None:
         return _show_item(conn, row)
-    if ref.isdigit():
-        row = conn.execute("SELECT * FROM runs WHERE id = ?", (int(ref),)).fetchone()
-        if row is not None:
-            return _show_run(conn, row)
+    try:
+        run = run_id_of(conn, ref)
+    except TrackerUnknown:
+        pass
+    else:
+        return _show_run(conn, conn.execute("SELECT * FROM runs WHERE id = ?", (run,)).fetchone())
     if len(ref) >= 8:
         rows = conn.execute(
             f"SELECT {_EVIDENCE_COLUMNS} FROM evidence e WHERE e.stream_id LIKE ? || '%'", (ref,)
@@ -266,11 +275,13 @@ def _format_evidence(e: dict[str, Any]) -> str:
     scope = f", scope {e['scope']}" if e["scope"] else ""
     gate = f", gate {e['gate']}" if e["gate"] else ""
     signed = f", signed by {e['key_id']}" if e["signed"] else ""
+    devices = f", observed on {', '.join(e['devices'])}" if e["devices"] else ""
+    recorded = f", recorded {e['recorded_at']}" if e["recorded_at"] else ""
     return (
-        f"stream {e['stream_id']} (run {e['run_id']}): {verdict}{scope}{gate}{signed}\n"
-        f"      {e['path']}\n"
+        f"stream {e['stream_id']} (run {e['run_id']}): {verdict}{scope}{gate}{signed}{devices}\n"
+        f"      {e['url'] or e['path']}\n"
         f"      seal {e['seal_head']}, file blake3 {e['file_digest']}, {e['events']} events, "
-        f"{e['size']} bytes, attached {e['attached_at']}"
+        f"{e['size']} bytes{recorded}, attached {e['attached_at']}"
     )
 
 
@@ -296,6 +307,13 @@ def format_show(d: dict[str, Any]) -> str:
         if d["lane"]:
             lines.append(f"  lane {d['lane']}")
         lines.append(f"  started {d['started_at']}" + (f", finished {d['finished_at']}" if d["finished_at"] else ""))
+        if d["ci"]:
+            ci = d["ci"]
+            lines.append(
+                f"  CI: {ci['provider']}"
+                + (f" {ci['job_url']}" if ci["job_url"] else "")
+                + (f" at {ci['commit']}" if ci["commit"] else "")
+            )
         if d["note"]:
             lines.append(f"  note: {d['note']}")
         for dev in d["devices"]:

@@ -8,6 +8,7 @@ writes a stream as a gate would leave it, without running any command.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,9 +30,15 @@ def sealed_stream(
     gate: str = "distributed-device",
     signer: Signer | None = None,
     stdout: bytes = b"ok\n",
+    devices: Sequence[str] = (),
+    opened_ns: int | None = None,
 ) -> SealInfo:
     """Write and seal a small stream: open, a process that printed ``stdout`` and exited 0,
-    and (unless ``verdict`` is None) a sealed verdict of ``gate`` with ``scope``."""
+    and (unless ``verdict`` is None) a sealed verdict of ``gate`` with ``scope``.
+
+    ``devices``: GPU UUIDs a (simulated) recorder observed, as one ``device.observed``
+    event. ``opened_ns``: the wall time of ``stream.open`` (default: now).
+    """
     from aos.writer import StreamWriter
 
     w = StreamWriter(path, signer=signer, background_flush=False, fsync="never")
@@ -39,7 +46,17 @@ def sealed_stream(
         w.append(
             "stream.open",
             {"stream_id": w.stream_id, "argv": ["true"], "gate": gate if verdict else None, "labels": {}},
+            wall_ns=opened_ns,
         )
+        if devices:
+            gpus = [
+                {"index": i, "minor": i, "uuid": u, "name": "Simulated GPU", "memory": 1 << 30}
+                for i, u in enumerate(devices)
+            ]
+            w.append(
+                "device.observed",
+                {"phase": "start", "observer": "simulated", "driver": "0.0", "gpus": gpus, "processes": []},
+            )
         w.append("process.start", {"pid": 1, "argv": ["true"]})
         seq = w.append("stdout", {}, data=stdout)
         exit_seq = w.append(
@@ -75,9 +92,9 @@ class ExampleTracker:
 
     db: Path | str  # an SQLite path, or a postgresql:// URL
     conn: Connection
-    static_run: int
-    physical_run: int
-    open_run: int
+    static_run: str
+    physical_run: str
+    open_run: str
     streams: dict[str, Path] = field(default_factory=dict)
     stream_ids: dict[str, str] = field(default_factory=dict)
 
@@ -122,6 +139,5 @@ def example_tracker(db: str | os.PathLike[str], workdir: str | os.PathLike[str])
     records.finish_run(conn, physical_run, "completed", physical_pass=True)
     open_run = records.start_run(conn, experiment="distributed", lane="distributed-device")
     attach(conn, stream("open", "static"), open_run)
-    return ExampleTracker(
-        str(db) if is_postgres_url(db) else Path(db), conn, static_run, physical_run, open_run, streams, ids
-    )
+    where = str(db) if is_postgres_url(db) else Path(db)
+    return ExampleTracker(where, conn, static_run, physical_run, open_run, streams, ids)

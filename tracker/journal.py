@@ -1,0 +1,348 @@
+"""The journal: every change made through the tool, append-only and hash-chained.
+
+Each change the tool makes (a record function, ``attach``, a migration) appends
+one entry in the same transaction as the change itself, so the two commit
+together or not at all. An entry is the canonical JSON (``aos.canonical``) of::
+
+    {"seq": N, "at": ISO-8601 UTC, "op": "run.start", "args": {...},
+     "changes": [{"table": T, "key": [KEY...], "row": {COLUMN: VALUE...} | null}, ...],
+     "snapshot": true}                       # only on a migration's entry: every row of every table
+
+``changes`` holds every row the change wrote, as the table holds it afterwards
+(null: deleted). The entry's ``hash`` is BLAKE3 of a domain tag, the previous
+entry's hash (64 zeros before the first) and the entry's text, so each entry
+commits to all before it; with a signing key (the tracker's own Ed25519 key),
+``signature`` is over the tag and that hash. The database keeps the table
+append-only (migration 3).
+
+:func:`check` verifies the chain and the signatures, replays the entries into
+the rows the tables should hold, and names every difference: a row edited,
+added or removed outside the tool, even when the rules were bypassed to do it.
+A snapshot (a migration's entry) is compared with the replay before it, then
+replaces it. What a journal cannot show: an attacker who rewrites the journal
+itself and recomputes every hash. Signed entries stop that (audit with the
+public key); without a key, compare the head with one recorded elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from blake3 import blake3
+
+from aos.canonical import canonical_json
+from tracker.backends import Connection
+
+if TYPE_CHECKING:
+    from aos.signing import Signer, Verifier
+
+__all__ = [
+    "GENESIS",
+    "TABLES",
+    "Entry",
+    "JournalCheck",
+    "append",
+    "change",
+    "check",
+    "entries",
+    "entry_hash",
+    "signature_message",
+    "snapshot",
+]
+
+GENESIS = "0" * 64
+_TAG = b"alpha-tracker-journal-v1\x00"
+_SIGNATURE_TAG = b"alpha-tracker-journal-signature-v1\x00"
+
+#: Every table the journal covers, with its key columns (the order rows are compared in).
+TABLES: dict[str, tuple[str, ...]] = {
+    "milestones": ("id",),
+    "items": ("id",),
+    "item_deps": ("item_id", "depends_on"),
+    "experiments": ("id",),
+    "devices": ("id",),
+    "runs": ("id",),
+    "run_devices": ("run_id", "device_id"),
+    "evidence": ("id",),
+    "item_evidence": ("item_id", "evidence_id"),
+    "measurements": ("id",),
+    "trusted_keys": ("key_id",),
+}
+
+Row = dict[str, Any]
+Key = tuple[Any, ...]
+
+
+def entry_hash(prev: str, entry: str) -> str:
+    """The hash an entry with text ``entry`` following the hash ``prev`` must have."""
+    return blake3(_TAG + bytes.fromhex(prev) + entry.encode("utf-8")).hexdigest()
+
+
+def signature_message(entry_hash_hex: str) -> bytes:
+    """What the tracker's key signs for an entry: a domain tag and the entry's hash."""
+    return _SIGNATURE_TAG + bytes.fromhex(entry_hash_hex)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One journal row, its text parsed."""
+
+    seq: int
+    prev: str
+    hash: str
+    text: str
+    key_id: str | None
+    signature: str | None
+    body: dict[str, Any]
+
+    @property
+    def op(self) -> str:
+        return str(self.body.get("op", ""))
+
+    @property
+    def args(self) -> dict[str, Any]:
+        args = self.body.get("args")
+        return args if isinstance(args, dict) else {}
+
+    @property
+    def changes(self) -> list[dict[str, Any]]:
+        changes = self.body.get("changes")
+        return [c for c in changes if isinstance(c, dict)] if isinstance(changes, list) else []
+
+
+def _rows(cur: Any) -> list[Row]:
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def _where(table: str) -> str:
+    return " AND ".join(f"{k} = ?" for k in TABLES[table])
+
+
+def change(conn: Connection, table: str, *key: Any) -> dict[str, Any]:
+    """The change record of the row of ``table`` with ``key``, as it is now (``row`` null: gone)."""
+    found = _rows(conn.execute(f"SELECT * FROM {table} WHERE {_where(table)}", key))
+    return {"table": table, "key": list(key), "row": found[0] if found else None}
+
+
+def snapshot(conn: Connection) -> list[dict[str, Any]]:
+    """Every row of every journalled table, as change records."""
+    out: list[dict[str, Any]] = []
+    for table, keys in TABLES.items():
+        for row in _rows(conn.execute(f"SELECT * FROM {table} ORDER BY {', '.join(keys)}")):
+            out.append({"table": table, "key": [row[k] for k in keys], "row": row})
+    return out
+
+
+def _now() -> str:
+    ns = time.time_ns()
+    seconds, us = divmod(ns // 1000, 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{us:06d}Z"
+
+
+def append(
+    conn: Connection,
+    op: str,
+    args: Mapping[str, Any],
+    changes: Iterable[dict[str, Any]],
+    *,
+    snapshot_of_all: bool = False,
+) -> Entry:
+    """Append an entry for a change just made; call it inside the change's transaction.
+
+    Signed when the connection carries a signer (``conn.signer``, set by :func:`tracker.db.connect`).
+    """
+    last = conn.execute("SELECT seq, hash FROM journal ORDER BY seq DESC LIMIT 1").fetchone()
+    seq, prev = (0, GENESIS) if last is None else (int(last[0]) + 1, str(last[1]))
+    body: dict[str, Any] = {"seq": seq, "at": _now(), "op": op, "args": dict(args), "changes": list(changes)}
+    if snapshot_of_all:
+        body["snapshot"] = True
+    text = canonical_json(body)
+    h = entry_hash(prev, text)
+    signer: Signer | None = getattr(conn, "signer", None)
+    key_id, signature = (signer.key_id, signer.sign(signature_message(h))) if signer is not None else (None, None)
+    conn.execute(
+        "INSERT INTO journal (seq, prev, hash, entry, key_id, signature) VALUES (?, ?, ?, ?, ?, ?)",
+        (seq, prev, h, text, key_id, signature),
+    )
+    return Entry(seq, prev, h, text, key_id, signature, body)
+
+
+def new_tracker_id() -> str:
+    """A tracker's own id (recorded in its first journal entry): 32 random hex digits."""
+    return secrets.token_hex(16)
+
+
+def _parse(text: str) -> dict[str, Any]:
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def entries(conn: Connection) -> list[Entry]:
+    """Every journal entry, in order."""
+    return [
+        Entry(int(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4], r[5], _parse(str(r[3])))
+        for r in conn.execute("SELECT seq, prev, hash, entry, key_id, signature FROM journal ORDER BY seq")
+    ]
+
+
+@dataclass
+class JournalCheck:
+    """What :func:`check` found: problems (each names what differs), and facts for the summary."""
+
+    entries: int = 0
+    head: str = GENESIS
+    signed: int = 0
+    unchecked: int = 0
+    journal_key: str | None = None
+    tracker_id: str | None = None
+    schema_version: int | None = None
+    #: PostgreSQL: the schema fingerprint the last migration journalled (tracker.pg.schema_fingerprint).
+    pg_schema: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def _key(value: Any) -> Key:
+    return tuple(value) if isinstance(value, list) else (value,)
+
+
+def _show(table: str, key: Key) -> str:
+    return f"{table} {key[0]!r}" if len(key) == 1 else f"{table} {key!r}"
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):  # pragma: no cover - the tables hold no booleans
+        return a is b
+    return bool(a == b) and (a is None) == (b is None)
+
+
+def _compare(
+    expected: Mapping[str, dict[Key, Row]],
+    actual: Mapping[str, dict[Key, Row]],
+    problems: list[str],
+    *,
+    what: str,
+    common_columns_only: bool = False,
+) -> None:
+    """Name every row of ``actual`` that differs from ``expected``."""
+    for table in TABLES:
+        want, have = expected.get(table, {}), actual.get(table, {})
+        for key in sorted(want.keys() | have.keys(), key=repr):
+            w, h = want.get(key), have.get(key)
+            if w is None and h is not None:
+                problems.append(f"{_show(table, key)} is not in the journal (added outside the tool){what}")
+            elif h is None and w is not None:
+                problems.append(
+                    f"{_show(table, key)} is in the journal but not in the table (removed outside the tool){what}"
+                )
+            elif w is not None and h is not None:
+                columns = (w.keys() & h.keys()) if common_columns_only else (w.keys() | h.keys())
+                for col in sorted(columns):
+                    if col not in w or col not in h or not _same(w[col], h[col]):
+                        problems.append(
+                            f"{_show(table, key)}: {col} is {h.get(col)!r} in the table,"
+                            f" the journal recorded {w.get(col)!r}{what}"
+                        )
+
+
+def _tables(conn: Connection) -> dict[str, dict[Key, Row]]:
+    out: dict[str, dict[Key, Row]] = {}
+    for table, keys in TABLES.items():
+        out[table] = {tuple(r[k] for k in keys): r for r in _rows(conn.execute(f"SELECT * FROM {table}"))}
+    return out
+
+
+def _apply(state: dict[str, dict[Key, Row]], changes: Sequence[dict[str, Any]], seq: int, problems: list[str]) -> None:
+    for c in changes:
+        table, row = c.get("table"), c.get("row")
+        if table not in TABLES:
+            problems.append(f"journal entry {seq} changes {table!r}, which is not a tracker table")
+            continue
+        key = _key(c.get("key"))
+        if row is None:
+            state.setdefault(str(table), {}).pop(key, None)
+        elif isinstance(row, dict):
+            state.setdefault(str(table), {})[key] = row
+
+
+def _signatures(e: Entry, journal_key: Verifier | None, trusted: Mapping[str, Verifier], result: JournalCheck) -> None:
+    if e.signature is not None:
+        result.signed += 1
+    if journal_key is not None:
+        if e.signature is None or e.key_id is None:
+            result.problems.append(f"journal entry {e.seq} is not signed by the journal key {journal_key.key_id}")
+        elif e.key_id != journal_key.key_id:
+            result.problems.append(
+                f"journal entry {e.seq} is signed by key {e.key_id}, not by the journal key {journal_key.key_id}"
+            )
+        elif not journal_key.check(signature_message(e.hash), e.signature):
+            result.problems.append(f"journal entry {e.seq} has a bad signature by key {e.key_id}")
+        return
+    if e.signature is None or e.key_id is None:
+        return
+    key = trusted.get(e.key_id)
+    if key is None:
+        result.unchecked += 1
+    elif not key.check(signature_message(e.hash), e.signature):
+        result.problems.append(f"journal entry {e.seq} has a bad signature by key {e.key_id}")
+
+
+def check(
+    conn: Connection,
+    *,
+    journal_key: Verifier | None = None,
+    trusted: Mapping[str, Verifier] | None = None,
+) -> JournalCheck:
+    """Verify the chain (and signatures), replay it, and compare the result with the tables.
+
+    ``journal_key``: every entry must be signed by it. Otherwise a signature by a
+    key in ``trusted`` is checked, and one by any other key is counted as unchecked.
+    """
+    result = JournalCheck(journal_key=journal_key.key_id if journal_key is not None else None)
+    trusted = trusted or {}
+    state: dict[str, dict[Key, Row]] = {t: {} for t in TABLES}
+    prev = GENESIS
+    all_entries = entries(conn)
+    if not all_entries:
+        result.problems.append("the journal is empty: the tracker's history is gone (or never was)")
+    for expected_seq, e in enumerate(all_entries):
+        if e.seq != expected_seq:
+            result.problems.append(f"journal entry {expected_seq} is missing (the next is {e.seq})")
+        if e.prev != prev:
+            result.problems.append(
+                f"journal entry {e.seq} names prev {e.prev[:16]}..., the entry before it is {prev[:16]}..."
+            )
+        if entry_hash(e.prev, e.text) != e.hash or e.body.get("seq") != e.seq:
+            result.problems.append(
+                f"journal entry {e.seq}: its hash does not follow from the entry before it (the journal was edited)"
+            )
+        _signatures(e, journal_key, trusted, result)
+        if e.body.get("snapshot") is True:
+            taken: dict[str, dict[Key, Row]] = {t: {} for t in TABLES}
+            _apply(taken, e.changes, e.seq, result.problems)
+            if expected_seq > 0:
+                _compare(
+                    state, taken, result.problems, what=f" (before journal entry {e.seq})", common_columns_only=True
+                )
+            state = taken
+        else:
+            _apply(state, e.changes, e.seq, result.problems)
+        if e.op.startswith("schema.") and isinstance(e.args.get("sqlite_schema_version"), int):
+            result.schema_version = int(e.args["sqlite_schema_version"])
+        if e.op.startswith("schema.") and isinstance(e.args.get("pg_schema"), str):
+            result.pg_schema = str(e.args["pg_schema"])
+        if result.tracker_id is None and isinstance(e.args.get("tracker_id"), str):
+            result.tracker_id = str(e.args["tracker_id"])
+        prev = e.hash
+    result.entries = len(all_entries)
+    result.head = prev
+    _compare(state, _tables(conn), result.problems, what="")
+    return result

@@ -1,0 +1,180 @@
+"""What the tracker derives from a stream: every evidence column, from the verified bytes.
+
+``attach`` records these columns and ``audit`` derives them again from the
+stream and names any that differ, so both go through :func:`derive`:
+
+1. ``aos.verify.verify_stream``: intact and sealed (the signature checked
+   against the tracker's trusted key that signed it, or, for ``attach`` on a
+   tracker that trusts keys, required from one of them).
+2. The sealed verdict, read exactly as ``alpha observe verdict`` reads it
+   (``aos.verify.require_verdict`` and ``gates.verdict.Verdict.from_attrs``):
+   a stream without one, with two, or with a malformed one is ``stream-verdict``.
+3. One more pass over the same bytes (their BLAKE3 must equal the verified
+   file's, else ``tracker-stream-changed``): the ``stream.open`` event's wall
+   time (when it was recorded) and the GPU UUIDs of every ``device.observed``
+   event (what the recorder observed, docs/FORMAT.md section 4.1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aos.refusals import StreamSignature
+from tracker.ids import iso_ms
+from tracker.refusals import TrackerStreamChanged
+
+if TYPE_CHECKING:
+    from aos.signing import Verifier
+    from aos.verify import Verification
+
+__all__ = ["DERIVED", "StreamFacts", "derive", "verify_for_tracker"]
+
+#: The evidence columns derived from the stream (and re-derived by ``audit``).
+DERIVED = (
+    "stream_id",
+    "seal_head",
+    "file_digest",
+    "size",
+    "events",
+    "verdict",
+    "scope",
+    "gate",
+    "signed",
+    "key_id",
+    "recorded_at",
+    "devices",
+)
+
+
+@dataclass(frozen=True)
+class StreamFacts:
+    """Every derived evidence column of one verified stream."""
+
+    path: Path
+    stream_id: str
+    seal_head: str
+    file_digest: str
+    size: int
+    events: int
+    verdict: str
+    scope: str
+    gate: str
+    signed: bool
+    key_id: str | None
+    recorded_at: str | None
+    devices: tuple[str, ...]
+    signature_checked: bool
+
+    def columns(self) -> dict[str, Any]:
+        """The values of :data:`DERIVED`, as the evidence table holds them."""
+        return {
+            "stream_id": self.stream_id,
+            "seal_head": self.seal_head,
+            "file_digest": self.file_digest,
+            "size": self.size,
+            "events": self.events,
+            "verdict": self.verdict,
+            "scope": self.scope,
+            "gate": self.gate,
+            "signed": int(self.signed),
+            "key_id": self.key_id,
+            "recorded_at": self.recorded_at,
+            "devices": json.dumps(list(self.devices), separators=(",", ":")),
+        }
+
+
+def verify_for_tracker(path: str | os.PathLike[str], keys: Mapping[str, Verifier]) -> Verification:
+    """``aos.verify.verify_stream``, with the signature required (from a trusted key) when ``keys`` is not empty."""
+    from aos.verify import verify_stream
+
+    v = verify_stream(path)
+    if keys:
+        if not v.signed:
+            raise StreamSignature(
+                f"{path} is not signed, and this tracker accepts only streams signed by a trusted key"
+            )
+        key = keys.get(v.key_id or "")
+        if key is None:
+            raise StreamSignature(f"{path} is signed by key {v.key_id}, which this tracker does not trust")
+        v = verify_stream(path, key)
+    return v
+
+
+def _verify_as_signed(path: Path, keys: Mapping[str, Verifier]) -> Verification:
+    """Verify; when the seal names a trusted key, check the signature against it."""
+    from aos.verify import verify_stream
+
+    v = verify_stream(path)
+    key = keys.get(v.key_id or "") if v.signed else None
+    return verify_stream(path, key) if key is not None else v
+
+
+def _observed(path: Path, file_blake3: str) -> tuple[int, str | None, tuple[str, ...]]:
+    """(size, stream.open wall time, observed GPU UUIDs), read from bytes whose BLAKE3 is ``file_blake3``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from blake3 import blake3
+
+    from aos.reader import StreamFile
+    from aos.schema import COLUMNS
+
+    wall_i, kind_i, attrs_i = COLUMNS.index("wall_ns"), COLUMNS.index("kind"), COLUMNS.index("attrs")
+    wanted = pa.array(["stream.open", "device.observed"])
+    opened: int | None = None
+    uuids: set[str] = set()
+    with StreamFile(path) as f:
+        if blake3(f.view, max_threads=blake3.AUTO).hexdigest() != file_blake3:
+            raise TrackerStreamChanged(f"{path} changed while it was read")
+        size = f.size
+        for raw in f.batches():
+            mask = pc.is_in(raw.batch.column(kind_i), value_set=wanted)
+            if not pc.any(mask).as_py():
+                continue
+            chosen = raw.batch.filter(mask)
+            walls, kinds, attrs = (chosen.column(i).to_pylist() for i in (wall_i, kind_i, attrs_i))
+            for wall, kind, text in zip(walls, kinds, attrs, strict=True):
+                if kind == "stream.open":
+                    opened = wall if opened is None else opened
+                    continue
+                gpus = json.loads(text).get("gpus")
+                for gpu in gpus if isinstance(gpus, list) else []:
+                    if isinstance(gpu, dict) and isinstance(gpu.get("uuid"), str):
+                        uuids.add(gpu["uuid"])
+    return size, (iso_ms(opened) if opened is not None else None), tuple(sorted(uuids))
+
+
+def derive(path: str | os.PathLike[str], keys: Mapping[str, Verifier], *, require_trusted: bool) -> StreamFacts:
+    """Verify the stream at ``path`` and derive every evidence column from it; a ``Refusal`` otherwise.
+
+    ``require_trusted`` (attach): when ``keys`` is not empty the stream must be
+    signed by one of them. Otherwise (audit) a signature by a key in ``keys`` is
+    checked, and any other is taken as the stream claims it.
+    """
+    from aos.verify import require_verdict
+    from gates.verdict import Verdict
+
+    p = Path(path)
+    v = verify_for_tracker(p, keys) if require_trusted else _verify_as_signed(p, keys)
+    verdict = Verdict.from_attrs(require_verdict(v))
+    size, recorded_at, devices = _observed(p, v.file_blake3)
+    return StreamFacts(
+        path=p,
+        stream_id=v.stream_id,
+        seal_head=v.head,
+        file_digest=v.file_blake3,
+        size=size,
+        events=v.events,
+        verdict=verdict.verdict,
+        scope=verdict.scope,
+        gate=verdict.gate,
+        signed=v.signed,
+        key_id=v.key_id,
+        recorded_at=recorded_at,
+        devices=devices,
+        signature_checked=v.signature_checked,
+    )
