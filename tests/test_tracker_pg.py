@@ -151,6 +151,40 @@ class TestSchema:
         finally:
             conn.close()
 
+    def test_integer_runs_become_text_ids(self, url: str, tmp_path: Path) -> None:
+        """A tracker made before run ids were text (version 2) is migrated: each run gets a UUIDv7 from its start
+        time and keeps its number as legacy_id, its evidence and measurements follow it, and the migration's
+        journal entry holds every row, so audit's journal check is clean."""
+        old = trackerdb.init(url, target=2)
+        old.execute("INSERT INTO milestones (id, title) VALUES ('M1', 'first')")
+        old.execute("INSERT INTO runs (lane, started_at) VALUES ('distributed-device', '2026-05-09T07:35:25.123Z')")
+        old.execute(
+            "INSERT INTO evidence (run_id, stream_id, path, seal_head, file_digest, size, events, verdict, scope, gate)"
+            " VALUES (1, ?, '/gone.aos', ?, ?, 10, 3, 'pass', 'static', 'distributed-device')",
+            ("e" * 32, "a" * 64, "b" * 64),
+        )
+        old.execute("INSERT INTO measurements (run_id, name, value) VALUES (1, 'updates', 5)")
+        old.close()
+        conn = trackerdb.connect(url)
+        try:
+            run, legacy, started = conn.execute("SELECT id, legacy_id, started_at FROM runs").fetchone()
+            assert (1, "2026-05-09T07:35:25.123Z") == (legacy, started)
+            from tracker.ids import is_run_id
+
+            assert is_run_id(run)
+            assert run.startswith(f"{1778312125123 >> 16:08x}-")  # the start time, in ms, leads the id
+            assert [(run,)] == [tuple(r) for r in conn.execute("SELECT run_id FROM evidence")]
+            assert [(run,)] == [tuple(r) for r in conn.execute("SELECT run_id FROM measurements")]
+            assert run == records.run_id_of(conn, "1")
+            report = audit(conn)
+            assert [] == report.journal
+            assert [] == report.rules
+            # Integer ids go on from the largest, whoever inserted it.
+            conn.execute("INSERT INTO measurements (id, run_id, name, value) VALUES (100, ?, 'x', 1)", (run,))
+            assert 101 == records.add_measurement(conn, run, "y", 2)
+        finally:
+            conn.close()
+
 
 class TestOpening:
     def test_missing_database(self, url: str, pg_server: Any) -> None:
@@ -325,13 +359,34 @@ class TestAuditCatalog:
         assert not report.ok
         assert any(p.startswith(finding) for p in report.rules), format_audit(report)
 
+    def test_replica_role_bypass_is_named_by_the_journal(self, url: str, tmp_path: Path) -> None:
+        """A superuser can switch every trigger off for a session (session_replication_role = replica) without a
+        trace in the catalog; the edit it lets through is still named, by the journal."""
+        t = example_tracker(url, tmp_path)
+        static = t.static_run
+        t.conn.close()
+        raw = PlainClient(url)
+        try:
+            raw.execute("SET session_replication_role = replica")
+            raw.execute("UPDATE runs SET state = 'failed' WHERE id = ?", (static,))
+            raw.commit()
+        finally:
+            raw.close()
+        conn = trackerdb.connect(url)
+        try:
+            report = audit(conn)
+            assert [] == report.rules  # the catalog is as shipped
+            assert any(f"runs {static!r}: state is 'failed' in the table" in p for p in report.journal)
+        finally:
+            conn.close()
+
     def test_truncate_refused(self, url: str, tmp_path: Path) -> None:
         """TRUNCATE would skip every row trigger: it is refused on every tracker table."""
         t = example_tracker(url, tmp_path)
         t.conn.close()
         raw = PlainClient(url)
         try:
-            for table in ("evidence", "runs", "items", "item_evidence", "tracker_lock"):
+            for table in ("evidence", "runs", "items", "item_evidence", "journal", "tracker_lock"):
                 with pytest.raises(integrity_errors(), match=r"^tracker-invalid: "):
                     raw.execute(f"TRUNCATE {table} CASCADE")
                 raw.rollback()
