@@ -2,13 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-import textwrap
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -196,92 +189,18 @@ class TestSignature:
             )
 
 
-_WORKER = textwrap.dedent(
-    """
-    import json, os, sys, time
-    import aos.verify  # noqa: F401 - load pyarrow before the start line
-    from aos.refusals import Refusal
-    from tracker.attach import attach
-    from tracker.db import connect
-    db, gate, contested, late = sys.argv[1:5]
-    run, closed, paths = sys.argv[5], sys.argv[6], sys.argv[7:]
-    conn = connect(db)
-    open(gate + "." + str(os.getpid()), "w").close()
-    while not os.path.exists(gate):
-        time.sleep(0.002)
-    out = {"attached": 0, "refused": []}
-    for p in paths:
-        out["attached"] += attach(conn, p, run).new
-    for p, target in ((contested, run), (late, closed)):
-        try:
-            out["contested" if p == contested else "closed"] = attach(conn, p, target).new
-        except Refusal as exc:
-            out["refused"].append(exc.name)
+def test_store_url_recorded(tracker_db: str, tmp_path: Path) -> None:
+    """A copy fetched from a store is recorded by its URL (url and path); the database takes only store URLs."""
+    conn = init(tracker_db)
+    run = records.start_run(conn, lane="distributed-device")
+    sealed_stream(tmp_path / "copy.aos")
+    a = attach(conn, tmp_path / "copy.aos", run, url="s3://bucket/prefix/abc.aos")
+    assert ("s3://bucket/prefix/abc.aos", "s3://bucket/prefix/abc.aos") == (a.url, a.path)
+    with pytest.raises(integrity_errors(), match=r"CHECK constraint failed|violates check constraint"):
+        conn.execute(
+            "INSERT INTO evidence (run_id, stream_id, path, url, seal_head, file_digest, size, events, verdict, scope,"
+            " gate, recorded_at, devices) VALUES (?, 'y', 'p', 'http://x', ?, ?, 1, 1, 'pass', 'static',"
+            " 'distributed-device', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), '[]')",
+            (run, "a" * 64, "b" * 64),
+        )
     conn.close()
-    print(json.dumps(out))
-    """
-)
-
-WORKERS = 16
-
-
-class TestConcurrency:
-    def test_concurrent_attaches_lose_nothing(self, tracker_db: str, tmp_path: Path) -> None:
-        """16 processes attach four streams each at the same moment: all 64 are recorded; meanwhile every one
-        also races for one contested stream (evidence for one run only) and tries a finished run (refused)."""
-        conn = init(tracker_db)
-        runs = [records.start_run(conn) for _ in range(4)]
-        closed = records.start_run(conn)
-        records.finish_run(conn, closed, "completed")
-        sealed_stream(tmp_path / "contested.aos")
-        jobs: list[list[str]] = []
-        for p in range(WORKERS):
-            sealed_stream(tmp_path / f"late{p}.aos")
-            paths = []
-            for i in range(4):
-                path = tmp_path / f"p{p}-{i}.aos"
-                sealed_stream(path)
-                paths.append(str(path))
-            jobs.append(paths)
-        # Each worker verifies on its own; all wait at a start line until every one is ready.
-        gate = tmp_path / "go"
-        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-        procs = [
-            subprocess.Popen(
-                [
-                    *(sys.executable, "-c", _WORKER, tracker_db, str(gate), str(tmp_path / "contested.aos")),
-                    *(str(tmp_path / f"late{p}.aos"), str(runs[p % 4]), str(closed), *paths),
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-            )
-            for p, paths in enumerate(jobs)
-        ]
-        deadline = time.monotonic() + 120
-        while len(list(tmp_path.glob("go.*"))) < WORKERS and time.monotonic() < deadline:
-            if any(proc.poll() is not None for proc in procs):
-                break
-            time.sleep(0.01)
-        gate.touch()
-        done = [proc.communicate(timeout=240) for proc in procs]
-        assert [0] * WORKERS == [proc.returncode for proc in procs], [err.decode() for _, err in done]
-        results = [json.loads(out) for out, _ in done]
-        assert [4] * WORKERS == [r["attached"] for r in results]
-        assert 4 * WORKERS + 1 == count(conn)
-        # The contested stream is evidence for exactly one run: one worker attached it, the three others
-        # on that run found it already there, the rest were refused.
-        winners = [r for r in results if r.get("contested") is True]
-        assert 1 == len(winners)
-        assert 3 == sum(1 for r in results if r.get("contested") is False)
-        assert WORKERS - 4 == sum(r["refused"].count("tracker-stream-attached") for r in results)
-        # No stream reached the finished run.
-        assert WORKERS == sum(r["refused"].count("tracker-run-immutable") for r in results)
-        assert 0 == conn.execute("SELECT count(*) FROM evidence WHERE run_id = ?", (closed,)).fetchone()[0]
-        # Four workers per run, four streams each; the contested stream on one of them.
-        assert [16, 16, 16, 17] == sorted(r[0] for r in conn.execute("SELECT count(*) FROM evidence GROUP BY run_id"))
-        if tracker_db.endswith(".sqlite3"):
-            assert "wal" == conn.execute("PRAGMA journal_mode").fetchone()[0]
-            assert "ok" == conn.execute("PRAGMA integrity_check").fetchone()[0]
-        conn.close()
-        shutil.rmtree(tmp_path, ignore_errors=True)

@@ -9,6 +9,7 @@ meets its nearest form (``INSERT ... ON CONFLICT``, a plain ``UPDATE`` onto a ta
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -23,7 +24,8 @@ from observe.cli import main
 from tracker import records
 from tracker.attach import attach
 from tracker.audit import AuditReport, audit
-from tracker.db import connect
+from tracker.db import connect, init
+from tracker.journal import entries
 from tracker.testing import ExampleTracker, example_tracker, sealed_stream
 
 
@@ -350,8 +352,6 @@ class TestTriggersAroundAnEdit:
 class TestJournal:
     def test_every_mutation_is_an_entry(self, t: ExampleTracker) -> None:
         """Each change made through the tool appends one entry that names what it did and the rows it wrote."""
-        from tracker.journal import entries
-
         before = len(entries(t.conn))
         records.add_measurement(t.conn, t.open_run, "updates", 5, "count")
         after = entries(t.conn)
@@ -421,3 +421,79 @@ class TestJournal:
         assert 1 == result.exit_code
         assert "journal entry 0 is not signed by the journal key" in result.stdout
         assert load_signer(key).key_id in result.stdout
+
+
+class TestAuditOutput:
+    def test_vacuum_through_the_tool_keeps_audit_clean(self, t: ExampleTracker) -> None:
+        """VACUUM moves SQLite's schema cookie: outside the tool it is named, through `alpha tracker vacuum` not.
+        (PostgreSQL's VACUUM changes no schema: clean either way.)"""
+        t.conn.close()
+        raw = attacker(t.db)
+        raw.execute("VACUUM")
+        raw.close()
+        if raw.postgres:
+            assert report_of(t.db).ok
+        else:
+            assert any("the schema was changed outside the tool" in p for p in report_of(t.db).rules)
+        result = CliRunner().invoke(main, ["tracker", "--db", str(t.db), "vacuum"])
+        assert 0 == result.exit_code, result.output
+        assert report_of(t.db).ok
+
+    def test_json(self, t: ExampleTracker) -> None:
+        """`audit --json` gives the journal's entries, head and problems beside streams and rules."""
+        t.conn.close()
+        raw = attacker(t.db)
+        raw.execute("UPDATE runs SET note = 'x' WHERE id = ?", (t.open_run,))
+        raw.close()
+        result = CliRunner().invoke(main, ["tracker", "--db", str(t.db), "audit", "--json"])
+        assert 1 == result.exit_code
+        data = json.loads(result.stdout)
+        assert (False, []) == (data["ok"], data["rules"])
+        assert [f"runs {t.open_run!r}: note is 'x' in the table, the journal recorded None"] == data["journal"][
+            "problems"
+        ]
+        assert 64 == len(data["journal"]["head"])
+        assert data["journal"]["entries"] > 10
+        assert 32 == len(data["journal"]["tracker_id"])
+
+    def test_journal_key_mismatch(self, tmp_path: Path) -> None:
+        """Entries signed by one key are named when audited against another."""
+        key, _ = generate_keypair(tmp_path / "tracker")
+        _, other = generate_keypair(tmp_path / "other")
+        db = tmp_path / "t.sqlite3"
+        CliRunner().invoke(main, ["tracker", "--db", str(db), "--signing-key", str(key), "init"])
+        result = CliRunner().invoke(main, ["tracker", "--db", str(db), "audit", "--journal-key", str(other)])
+        assert 1 == result.exit_code
+        assert f"journal entry 0 is signed by key {load_signer(key).key_id}, not by the journal key" in result.stdout
+
+    def test_signatures_checked_against_trusted_keys(self, tmp_path: Path) -> None:
+        """Without --journal-key, a signature by a key the tracker trusts is still checked: a forged one is named."""
+        key, pub = generate_keypair(tmp_path / "lab")
+        conn = init(tmp_path / "t.sqlite3", signer=load_signer(key))
+        records.add_key(conn, pub)
+        records.add_milestone(conn, "M1", "first")
+        assert audit(conn).ok
+        assert len(entries(conn)) == audit(conn).journal_check.signed
+        conn.close()
+        raw = attacker(tmp_path / "t.sqlite3")
+        raw.execute("DROP TRIGGER journal_update")
+        raw.execute("UPDATE journal SET signature = ? WHERE seq = 1", ("0" * 128,))
+        raw.close()
+        report = report_of(tmp_path / "t.sqlite3")
+        assert f"journal entry 1 has a bad signature by key {load_signer(key).key_id}" in report.journal
+
+    def test_dropped_tables_are_findings(self, t: ExampleTracker) -> None:
+        """A client that drops the journal (or evidence) outright gets findings from audit, not a traceback."""
+        t.conn.close()
+        raw = attacker(t.db)
+        raw.execute("DROP TABLE journal")
+        raw.execute("DROP TABLE item_evidence")
+        raw.close()
+        result = CliRunner().invoke(main, ["tracker", "--db", str(t.db), "audit"])
+        assert 1 == result.exit_code
+        missing = (
+            'relation "journal" does not exist' if str(t.db).startswith("postgresql://") else "no such table: journal"
+        )
+        assert f"JOURNAL  the journal cannot be replayed: {missing}" in result.stdout
+        assert "RULE     table journal is missing" in result.stdout
+        assert "RULE     table item_evidence is missing" in result.stdout

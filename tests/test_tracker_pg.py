@@ -7,9 +7,6 @@ neighbours; this module holds what only PostgreSQL has (or does differently).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -239,20 +236,6 @@ class TestOpening:
 
 
 class TestLoad:
-    def test_two_inits_at_once(self, url: str) -> None:
-        """Several `init`s at the same moment on a database that does not exist yet: all succeed, migrated once."""
-        cmd = [sys.executable, "-c", "from observe.cli import main; main()", "tracker", "--db", url, "init"]
-        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for _ in range(4)]
-        done = [p.communicate(timeout=240) for p in procs]
-        assert [0, 0, 0, 0] == [p.returncode for p in procs], [e.decode() for _, e in done]
-        conn = trackerdb.connect(url)
-        try:
-            assert len(pg.migrations()) == conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
-            assert [] == pg.catalog_problems(conn)
-        finally:
-            conn.close()
-
     def test_write_skew_is_serialised(self, url: str, tmp_path: Path) -> None:
         """A failing stream attached to a run while another client records the run's physical pass: the lock row
         makes one wait for the other, so the pass is refused instead of landing beside a failing stream (write skew:

@@ -99,7 +99,8 @@ def _row(conn: Connection, stream_id: str, new: bool) -> Attached | None:
 def attach(conn: Connection, path: str | os.PathLike[str], run: str | int, *, url: str | None = None) -> Attached:
     """Verify the stream at ``path`` and link it to ``run``; raises a ``Refusal`` and records nothing otherwise.
 
-    ``url``: where the stream was fetched from (a store), recorded beside the path.
+    ``url``: the store URL the file at ``path`` was fetched from; recorded as both ``url`` and
+    ``path`` (the fetched copy does not last).
     """
     run = run_id_of(conn, run)
     p = Path(path)
@@ -118,7 +119,7 @@ def attach(conn: Connection, path: str | os.PathLike[str], run: str | int, *, ur
         names = ", ".join(["run_id", "path", "url", *columns])
         cur = conn.execute(
             f"INSERT INTO evidence ({names}) VALUES ({', '.join('?' * (3 + len(columns)))})",
-            (run, str(p.resolve()), url, *columns.values()),
+            (run, url or str(p.resolve()), url, *columns.values()),
         )
         # A BEFORE trigger's RAISE(IGNORE) (same stream, same run, unchanged) inserts nothing.
         new = cur.rowcount == 1

@@ -21,6 +21,7 @@ row present that the rules would have refused.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ from blake3 import blake3
 
 from aos.refusals import Refusal
 from tracker.attach import trusted_keys
-from tracker.backends import Connection, is_sqlite
+from tracker.backends import Connection, db_errors, is_sqlite
 from tracker.db import expected_schema, migrations, schema_cookie
 from tracker.journal import JournalCheck
 from tracker.journal import check as check_journal
@@ -218,13 +219,34 @@ def audit(conn: Connection, *, journal_key: Verifier | None = None) -> AuditRepo
 
     ``journal_key``: the tracker's public key; every journal entry must be signed by it.
     """
-    keys = trusted_keys(conn)
     report = AuditReport()
-    for row in conn.execute("SELECT * FROM evidence ORDER BY id").fetchall():
-        report.streams.append(_check_stream(row, keys))
-    report.journal_check = check_journal(conn, journal_key=journal_key, trusted=keys)
-    report.journal = list(report.journal_check.problems)
-    report.rules = _check_schema(conn, report.journal_check) + _check_rules(conn)
+    errors = db_errors(conn)
+    # A client may have dropped a table itself: what cannot be read is a finding, never a traceback.
+    try:
+        keys = trusted_keys(conn)
+    except errors as exc:
+        keys = {}
+        report.rules.append(f"the trusted keys cannot be read: {exc}")
+    try:
+        rows = conn.execute("SELECT * FROM evidence ORDER BY id").fetchall()
+    except errors as exc:
+        rows = []
+        report.rules.append(f"the evidence cannot be read: {exc}")
+    report.streams = [_check_stream(row, keys) for row in rows]
+    try:
+        report.journal_check = check_journal(conn, journal_key=journal_key, trusted=keys)
+        report.journal = list(report.journal_check.problems)
+    except errors as exc:
+        report.journal = [f"the journal cannot be replayed: {exc}"]
+    checks: list[Callable[[], list[str]]] = [
+        lambda: _check_schema(conn, report.journal_check),
+        lambda: _check_rules(conn),
+    ]
+    for check in checks:
+        try:
+            report.rules += check()
+        except errors as exc:
+            report.rules.append(f"the rules cannot be checked: {exc}")
     return report
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "Cursor",
     "Migration",
     "backend_of",
+    "db_errors",
     "is_postgres_url",
     "is_sqlite",
 ]
@@ -107,3 +108,12 @@ def is_sqlite(conn: Connection) -> bool:
 def backend_of(conn: Connection) -> str:
     """``"sqlite"`` or ``"postgresql"``."""
     return "sqlite" if is_sqlite(conn) else "postgresql"
+
+
+def db_errors(conn: Connection) -> tuple[type[Exception], ...]:
+    """The exception classes of ``conn``'s driver (for ``except``): ``sqlite3.Error``, or ``psycopg.Error``."""
+    if is_sqlite(conn):
+        return (sqlite3.Error,)
+    import psycopg
+
+    return (psycopg.Error,)

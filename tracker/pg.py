@@ -642,12 +642,15 @@ def catalog_problems(conn: PgConnection) -> list[str]:
             problems.append(f"function {name} is missing: its rule is no longer enforced")
         elif bodies[name] != [body]:
             problems.append(f"function {name} was altered")
-    for r in conn.execute(
-        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY 1"
-    ):
-        if r[0] not in want.tables:
-            problems.append(f"table {r[0]} is not one of the tracker's")
+    tables = [
+        r[0]
+        for r in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY 1"
+        )
+    ]
+    problems.extend(f"table {name} is missing" for name in want.tables if name not in tables)
+    problems.extend(f"table {name} is not one of the tracker's" for name in tables if name not in want.tables)
     for r in conn.execute(
         "SELECT r.rulename, c.relname FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class"
         " JOIN pg_namespace n ON n.oid = c.relnamespace"

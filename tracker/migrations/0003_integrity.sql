@@ -15,7 +15,9 @@
 --   still finds run 3 by "3"); evidence, measurements and device links are
 --   re-pointed at the new ids.
 -- * `runs` records the CI job it ran in (provider, job URL, commit).
--- * `evidence` gains `url` (where a store keeps the stream), `recorded_at`
+-- * `evidence` gains `url` (the store URL a stream was attached from, s3:// or
+--   file://; `path` then holds the URL too, as there is no lasting local copy),
+--   `recorded_at`
 --   (the stream.open event's wall time, UTC, milliseconds) and `devices` (a
 --   JSON array of the GPU UUIDs the recorder observed). Rows attached before
 --   this migration have them null.
@@ -111,7 +113,7 @@ CREATE TABLE evidence_v3 (
     run_id       TEXT NOT NULL REFERENCES runs(id),
     stream_id    TEXT NOT NULL UNIQUE CHECK (length(stream_id) > 0),
     path         TEXT NOT NULL,
-    url          TEXT,
+    url          TEXT CHECK (url IS NULL OR url LIKE 's3://%' OR url LIKE 'file://%'),
     seal_head    TEXT NOT NULL CHECK (length(seal_head) = 64),
     file_digest  TEXT NOT NULL CHECK (length(file_digest) = 64),
     size         INTEGER NOT NULL CHECK (size >= 0),

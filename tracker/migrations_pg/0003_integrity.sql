@@ -138,7 +138,7 @@ CREATE TABLE evidence_v3 (
     run_id       text COLLATE "C" NOT NULL REFERENCES runs_v3(id),
     stream_id    text COLLATE "C" NOT NULL UNIQUE CHECK (length(stream_id) > 0),
     path         text NOT NULL,
-    url          text,
+    url          text CHECK (url IS NULL OR url LIKE 's3://%' OR url LIKE 'file://%'),
     seal_head    text NOT NULL CHECK (length(seal_head) = 64),
     file_digest  text NOT NULL CHECK (length(file_digest) = 64),
     size         bigint NOT NULL CHECK (size >= 0),
