@@ -158,7 +158,7 @@ def attach(stream: Path, db: str, run: str, signing_key: Path | None, as_json: b
 def tracker(ctx: click.Context, db: str, signing_key: Path | None) -> None:
     """The progress tracker: work items, runs, and the sealed streams that are their evidence.
 
-    The rules live in the database (SQLite triggers), so every client is held to
+    The rules live in the database (SQLite or PostgreSQL triggers), so every client is held to
     them: a terminal run never changes; an item is verified only with passing
     evidence from a completed run, a hardware item only with a sealed pass of
     scope physical; a physical pass needs such a stream on the run. Every change
