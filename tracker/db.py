@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -233,6 +234,19 @@ def _migrate(conn: sqlite3.Connection, path: Path, target: int | None = None) ->
     return len(known)
 
 
+def _set_wal(conn: sqlite3.Connection) -> str:
+    """``PRAGMA journal_mode = WAL``, retried up to the busy timeout: two inits racing on a new file can
+    meet SQLITE_BUSY here at once (SQLite does not call the busy handler for this lock)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def init(path: str | os.PathLike[str], *, target: int | None = None, signer: Signer | None = None) -> Connection:
     """Create (or bring up to date) the tracker at ``path``; WAL mode is set once, on the file.
 
@@ -247,7 +261,7 @@ def init(path: str | os.PathLike[str], *, target: int | None = None, signer: Sig
     p = Path(path)
     conn = _open(p, signer)
     try:
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = _set_wal(conn)
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. a filesystem without shared memory
             raise TrackerSchema(f"{p}: cannot use WAL mode (got {mode})")
         _migrate(conn, p, target)
