@@ -30,7 +30,7 @@ from blake3 import blake3
 
 from aos.refusals import Refusal
 from tracker.attach import trusted_keys
-from tracker.backends import Connection, db_errors, is_sqlite
+from tracker.backends import Connection, db_errors, db_message, is_sqlite
 from tracker.db import expected_schema, migrations, schema_cookie
 from tracker.journal import JournalCheck
 from tracker.journal import check as check_journal
@@ -226,18 +226,18 @@ def audit(conn: Connection, *, journal_key: Verifier | None = None) -> AuditRepo
         keys = trusted_keys(conn)
     except errors as exc:
         keys = {}
-        report.rules.append(f"the trusted keys cannot be read: {exc}")
+        report.rules.append(f"the trusted keys cannot be read: {db_message(exc)}")
     try:
         rows = conn.execute("SELECT * FROM evidence ORDER BY id").fetchall()
     except errors as exc:
         rows = []
-        report.rules.append(f"the evidence cannot be read: {exc}")
+        report.rules.append(f"the evidence cannot be read: {db_message(exc)}")
     report.streams = [_check_stream(row, keys) for row in rows]
     try:
         report.journal_check = check_journal(conn, journal_key=journal_key, trusted=keys)
         report.journal = list(report.journal_check.problems)
     except errors as exc:
-        report.journal = [f"the journal cannot be replayed: {exc}"]
+        report.journal = [f"the journal cannot be replayed: {db_message(exc)}"]
     checks: list[Callable[[], list[str]]] = [
         lambda: _check_schema(conn, report.journal_check),
         lambda: _check_rules(conn),
@@ -246,7 +246,7 @@ def audit(conn: Connection, *, journal_key: Verifier | None = None) -> AuditRepo
         try:
             report.rules += check()
         except errors as exc:
-            report.rules.append(f"the rules cannot be checked: {exc}")
+            report.rules.append(f"the rules cannot be checked: {db_message(exc)}")
     return report
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "Migration",
     "backend_of",
     "db_errors",
+    "db_message",
     "is_postgres_url",
     "is_sqlite",
 ]
@@ -117,3 +118,9 @@ def db_errors(conn: Connection) -> tuple[type[Exception], ...]:
     import psycopg
 
     return (psycopg.Error,)
+
+
+def db_message(exc: BaseException) -> str:
+    """A driver error's message on one line (PostgreSQL's primary message, without its LINE/CONTEXT lines)."""
+    diag = getattr(exc, "diag", None)
+    return str(getattr(diag, "message_primary", None) or exc).strip()
