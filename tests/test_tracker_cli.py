@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,14 +20,14 @@ def alpha(*args: str) -> Result:
     return CliRunner().invoke(main, list(args))
 
 
-def tracker(db: Path, *args: str) -> Result:
+def tracker(db: Path | str, *args: str) -> Result:
     return alpha("tracker", "--db", str(db), *args)
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    """An initialised tracker with M1 and items N1 (implemented), N2 (needs N1), H1 (hardware, needs N2)."""
-    path = tmp_path / "progress.sqlite3"
+def db(tracker_db: str) -> str:
+    """A tracker (each backend) with M1 and items N1 (implemented), N2 (needs N1), H1 (hardware, needs N2)."""
+    path = tracker_db
     for args in (
         ["init"],
         ["milestone", "add", "M1", "Static lanes"],
@@ -40,7 +41,7 @@ def db(tmp_path: Path) -> Path:
 
 
 class TestReads:
-    def test_status_line(self, db: Path) -> None:
+    def test_status_line(self, db: str) -> None:
         """`status` starts with the one-line summary, then one line per milestone."""
         result = tracker(db, "status")
         assert 0 == result.exit_code
@@ -48,20 +49,20 @@ class TestReads:
         assert "3 work items across 1 milestone: 1 implemented, 2 planned; none verified" == lines[0]
         assert "  M1  Static lanes: 3 items: 1 implemented, 2 planned; none verified" == lines[1]
 
-    def test_status_json(self, db: Path) -> None:
+    def test_status_json(self, db: str) -> None:
         """`status --json` gives the counts."""
         data = json.loads(tracker(db, "status", "--json").stdout)
         assert {"planned": 2, "in-progress": 0, "implemented": 1, "verified": 0} == data["counts"]
         assert 3 == data["items"]
 
-    def test_next(self, db: Path) -> None:
+    def test_next(self, db: str) -> None:
         """`next` lists items whose dependencies are implemented or verified, not those still waiting."""
         assert ["N2"] == [i["id"] for i in json.loads(tracker(db, "next", "--json").stdout)]
         assert 0 == tracker(db, "item", "set", "N2", "--status", "implemented").exit_code
         result = tracker(db, "next")
         assert result.stdout.startswith("H1  [planned] Two GPUs (M1, hardware)")
 
-    def test_show_item_and_run(self, db: Path, tmp_path: Path) -> None:
+    def test_show_item_and_run(self, db: str, tmp_path: Path) -> None:
         """`show` prints an item or a run with its evidence, as text or JSON."""
         run = tracker(db, "run", "start", "--lane", "distributed-device").stdout.strip()
         sealed_stream(tmp_path / "s.aos")
@@ -79,7 +80,7 @@ class TestReads:
         by_stream = json.loads(tracker(db, "show", shown["evidence"][0]["stream_id"][:12], "--json").stdout)
         assert "evidence" == by_stream["type"]
 
-    def test_lists_json(self, db: Path) -> None:
+    def test_lists_json(self, db: str) -> None:
         """`item list --json` and `run list --json` parse."""
         assert 3 == len(json.loads(tracker(db, "item", "list", "--json").stdout))
         run = tracker(db, "run", "start").stdout.strip()
@@ -87,7 +88,7 @@ class TestReads:
 
 
 class TestRefusals:
-    def test_physical_pass_without_physical_stream(self, db: Path, tmp_path: Path) -> None:
+    def test_physical_pass_without_physical_stream(self, db: str, tmp_path: Path) -> None:
         """Recording a physical pass with only a static stream prints the named refusal and exits 1."""
         run = tracker(db, "run", "start").stdout.strip()
         sealed_stream(tmp_path / "s.aos", scope="static")
@@ -97,7 +98,7 @@ class TestRefusals:
         assert result.stderr.startswith(f"refused: tracker-physical-pass: run {run}: ")
         assert json.loads(tracker(db, "show", run, "--json").stdout)["state"] == "running"
 
-    def test_hardware_item_with_static_stream(self, db: Path, tmp_path: Path) -> None:
+    def test_hardware_item_with_static_stream(self, db: str, tmp_path: Path) -> None:
         """Marking a hardware item verified with a static pass is refused, and links nothing."""
         run = tracker(db, "run", "start").stdout.strip()
         sealed_stream(tmp_path / "s.aos", scope="static")
@@ -108,7 +109,7 @@ class TestRefusals:
         assert result.stderr.startswith("refused: tracker-hardware-evidence: item H1: ")
         assert [] == json.loads(tracker(db, "show", "H1", "--json").stdout)["evidence"]
 
-    def test_terminal_run(self, db: Path) -> None:
+    def test_terminal_run(self, db: str) -> None:
         """Finishing a run twice is refused as tracker-run-immutable."""
         run = tracker(db, "run", "start").stdout.strip()
         assert 0 == tracker(db, "run", "finish", run, "--state", "failed").exit_code
@@ -116,7 +117,7 @@ class TestRefusals:
         assert 1 == result.exit_code
         assert result.stderr.startswith(f"refused: tracker-run-immutable: run {run}: ")
 
-    def test_tampered_stream(self, db: Path, tmp_path: Path) -> None:
+    def test_tampered_stream(self, db: str, tmp_path: Path) -> None:
         """Attaching a stream with a flipped byte prints the stream refusal and exits 1."""
         run = tracker(db, "run", "start").stdout.strip()
         sealed_stream(tmp_path / "s.aos")
@@ -125,13 +126,13 @@ class TestRefusals:
         assert 1 == result.exit_code
         assert result.stderr.startswith("refused: stream-")
 
-    def test_missing_tracker(self, tmp_path: Path) -> None:
-        """Any command on a tracker that does not exist is refused as tracker-missing."""
-        result = tracker(tmp_path / "none.sqlite3", "status")
+    def test_missing_tracker(self, new_tracker_db: Callable[[], str]) -> None:
+        """Any command on a tracker that does not exist is refused as tracker-missing (and creates nothing)."""
+        result = tracker(new_tracker_db(), "status")
         assert 1 == result.exit_code
         assert result.stderr.startswith("refused: tracker-missing: no tracker at ")
 
-    def test_unknown_and_existing(self, db: Path) -> None:
+    def test_unknown_and_existing(self, db: str) -> None:
         """Unknown ids and taken ids are named refusals."""
         result = tracker(db, "show", "N99")
         assert (1, "refused: tracker-unknown: ") == (result.exit_code, result.stderr[:26])
@@ -140,15 +141,15 @@ class TestRefusals:
         result = tracker(db, "item", "set", "N1", "-d", "H1")
         assert (1, "refused: tracker-dependency-cycle: ") == (result.exit_code, result.stderr[:35])
 
-    def test_usage_error(self, db: Path) -> None:
+    def test_usage_error(self, db: str) -> None:
         """A state that does not exist is a usage error (exit 2)."""
         assert 2 == tracker(db, "run", "finish", "1", "--state", "great").exit_code
 
 
 class TestProcess:
-    def test_run_start_prints_id_alone_and_refusal_exit(self, tmp_path: Path) -> None:
+    def test_run_start_prints_id_alone_and_refusal_exit(self, tracker_db: str) -> None:
         """In a real process, `run start` prints the run id alone on stdout; a refusal exits 1 with one stderr line."""
-        db = str(tmp_path / "p.sqlite3")
+        db = tracker_db
         cmd = [sys.executable, "-c", "from observe.cli import main; main()"]
         subprocess.run([*cmd, "tracker", "--db", db, "init"], check=True, capture_output=True)
         started = subprocess.run(
@@ -169,9 +170,9 @@ class TestProcess:
         assert refused.stderr.startswith("refused: tracker-physical-pass: ")
 
 
-def test_example_tracker_status(tmp_path: Path) -> None:
+def test_example_tracker_status(tracker_db: str, tmp_path: Path) -> None:
     """The example tracker's status counts runs, physical passes and evidence."""
-    t = example_tracker(tmp_path / "db.sqlite3", tmp_path)
+    t = example_tracker(tracker_db, tmp_path)
     t.conn.close()
     out = tracker(t.db, "status").stdout.splitlines()
     assert "3 runs: 1 running, 2 completed; 1 physical pass recorded" == out[3]

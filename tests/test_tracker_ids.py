@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import sqlite3
+import re
 import uuid
-from pathlib import Path
 
 import pytest
+from backend_util import PlainClient, integrity_errors
 from click.testing import CliRunner
 
 from aos.refusals import Refusal
@@ -34,9 +34,9 @@ class TestRunIds:
         assert len(ids) == len(set(ids))
         assert new_run_id(2_000_000_000_000_000_000) > new_run_id(1_999_999_999_999_000_000)
 
-    def test_run_start_prints_a_text_id_alone(self, tmp_path: Path) -> None:
+    def test_run_start_prints_a_text_id_alone(self, tracker_db: str) -> None:
         """`run start` prints the new id alone; it names the run everywhere, as does a unique prefix."""
-        db = str(tmp_path / "t.sqlite3")
+        db = tracker_db
         runner = CliRunner()
         assert 0 == runner.invoke(main, ["tracker", "--db", db, "init"]).exit_code
         out = runner.invoke(main, ["tracker", "--db", db, "run", "start", "--lane", "exit-zero"], env={}).stdout
@@ -48,11 +48,12 @@ class TestRunIds:
         assert (0, f"run {run}: failed\n") == (result.exit_code, result.stdout)
 
 
-def legacy_tracker(db: Path) -> None:
+def legacy_tracker(db: str) -> None:
     """A tracker at schema 2 (integer run ids) with two runs, evidence, a device, a measurement, a verified item."""
     conn = init(db, target=2)
-    conn.executescript(
-        """
+    conn.close()
+    raw = PlainClient(db, autocommit=True)
+    script = """
         INSERT INTO milestones (id, title) VALUES ('M1', 'first');
         INSERT INTO items (id, title, milestone_id, hardware) VALUES ('H1', 'two GPUs', 'M1', 1);
         INSERT INTO devices (product, uuid) VALUES ('RTX 3090', 'GPU-a');
@@ -70,14 +71,20 @@ def legacy_tracker(db: Path) -> None:
         INSERT INTO item_evidence (item_id, evidence_id) VALUES ('H1', 1);
         UPDATE items SET status = 'verified' WHERE id = 'H1';
         """
-    )
-    conn.close()
+    if raw.postgres:
+        script = re.sub(r"printf\('%064d', (\d+)\)", r"lpad('\1', 64, '0')", script)
+    try:
+        for statement in script.split(";"):
+            if statement.strip():
+                raw.execute(statement)
+    finally:
+        raw.close()
 
 
 class TestMigration:
-    def test_integer_ids_become_text_keeping_references(self, tmp_path: Path) -> None:
+    def test_integer_ids_become_text_keeping_references(self, tracker_db: str) -> None:
         """Opening a schema-2 tracker gives each run a UUIDv7 from its start time; every reference follows it."""
-        db = tmp_path / "t.sqlite3"
+        db = tracker_db
         legacy_tracker(db)
         conn = connect(db)
         assert 3 <= schema_version(conn)
@@ -93,30 +100,37 @@ class TestMigration:
         assert [(runs[1], 1)] == [tuple(r) for r in conn.execute("SELECT run_id, device_id FROM run_devices")]
         assert ("verified", 1) == tuple(
             conn.execute(
-                "SELECT i.status, count(*) FROM items i JOIN item_evidence l ON l.item_id = i.id"
+                "SELECT max(i.status), count(*) FROM items i JOIN item_evidence l ON l.item_id = i.id"
                 " JOIN evidence e ON e.id = l.evidence_id JOIN runs r ON r.id = e.run_id AND r.physical_pass = 1"
             ).fetchone()
         )
-        assert [] == conn.execute("PRAGMA foreign_key_check").fetchall()
+        if not db.startswith("postgresql://"):
+            assert [] == conn.execute("PRAGMA foreign_key_check").fetchall()
         assert runs[1] == records.run_id_of(conn, "1")
 
-    def test_rules_hold_after_migration(self, tmp_path: Path) -> None:
+    def test_rules_hold_after_migration(self, tracker_db: str) -> None:
         """The migrated runs are held to every rule: the completed one never changes, nothing is replaced."""
-        db = tmp_path / "t.sqlite3"
+        db = tracker_db
         legacy_tracker(db)
         connect(db).close()
-        raw = sqlite3.connect(db, isolation_level=None)
+        raw = PlainClient(db, autocommit=True)
+        replace = (
+            "INSERT INTO runs (id, lane) SELECT id, lane FROM runs WHERE legacy_id = 1"
+            " ON CONFLICT (id) DO UPDATE SET lane = EXCLUDED.lane"
+            if raw.postgres
+            else "INSERT OR REPLACE INTO runs (id, lane) SELECT id, lane FROM runs WHERE legacy_id = 1"
+        )
         try:
-            with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-run-immutable: "):
+            with pytest.raises(integrity_errors(), match=r"^tracker-run-immutable: "):
                 raw.execute("UPDATE runs SET state = 'failed' WHERE legacy_id = 1")
-            with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-exists: "):
-                raw.execute("INSERT OR REPLACE INTO runs (id, lane) SELECT id, lane FROM runs WHERE legacy_id = 1")
+            with pytest.raises(integrity_errors(), match=r"^tracker-exists: "):
+                raw.execute(replace)
         finally:
             raw.close()
 
-    def test_journal_starts_with_every_migrated_row(self, tmp_path: Path) -> None:
+    def test_journal_starts_with_every_migrated_row(self, tracker_db: str) -> None:
         """The migration is the journal's first entry: a snapshot of every row; the replay matches the tables."""
-        db = tmp_path / "t.sqlite3"
+        db = tracker_db
         legacy_tracker(db)
         conn = connect(db)
         first = entries(conn)[0]
@@ -127,21 +141,30 @@ class TestMigration:
         assert ([], []) == (report.rules, report.journal)
         assert {"missing"} == {f.state for f in report.streams}  # the legacy stream files are gone
 
-    def test_dangling_reference_stops_the_migration(self, tmp_path: Path) -> None:
-        """Evidence of a run that does not exist (a dropped trigger let it in) stops the migration; nothing changes."""
-        db = tmp_path / "t.sqlite3"
+    def test_dangling_reference_stops_the_migration(self, tracker_db: str) -> None:
+        """Evidence of a run that does not exist (a dropped trigger let it in) stops the migration; nothing changes.
+
+        PostgreSQL also enforces the foreign key; a superuser's replica role switches both off."""
+        db = tracker_db
         legacy_tracker(db)
-        raw = sqlite3.connect(db, isolation_level=None)
-        raw.execute("DROP TRIGGER measurements_insert")
+        raw = PlainClient(db, autocommit=True)
+        if raw.postgres:
+            raw.execute("SET session_replication_role = replica")
+        else:
+            raw.execute("DROP TRIGGER measurements_insert")
         raw.execute("INSERT INTO measurements (run_id, name, value) VALUES (99, 'orphan', 1)")
         raw.close()
         with pytest.raises(Refusal) as info:
             connect(db)
         assert "tracker-schema" == info.value.name
-        raw = sqlite3.connect(db)
+        raw = PlainClient(db)
         try:
-            assert 2 == raw.execute("PRAGMA user_version").fetchone()[0]
-            assert "integer" == raw.execute("SELECT typeof(id) FROM runs LIMIT 1").fetchone()[0]
+            if raw.postgres:
+                assert 2 == raw.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
+                assert "bigint" == raw.execute("SELECT pg_typeof(id)::text FROM runs LIMIT 1").fetchone()[0]
+            else:
+                assert 2 == raw.execute("PRAGMA user_version").fetchone()[0]
+                assert "integer" == raw.execute("SELECT typeof(id) FROM runs LIMIT 1").fetchone()[0]
         finally:
             raw.close()
 
@@ -190,9 +213,9 @@ class TestCiJob:
         """GitHub Actions, GitLab and Buildkite name their job; anything else names none."""
         assert job == ci_job(env)
 
-    def test_run_start_records_the_job(self, tmp_path: Path) -> None:
+    def test_run_start_records_the_job(self, tracker_db: str) -> None:
         """`run start` under GitHub Actions records provider, job URL and commit; `show` prints them."""
-        db = str(tmp_path / "t.sqlite3")
+        db = tracker_db
         runner = CliRunner()
         runner.invoke(main, ["tracker", "--db", db, "init"])
         env = {
@@ -214,9 +237,9 @@ class TestCiJob:
         text = runner.invoke(main, ["tracker", "--db", db, "show", run]).stdout
         assert "  CI: github https://github.com/acme/lane/actions/runs/42 at c0ffee\n" in text
 
-    def test_outside_ci_none(self, tmp_path: Path) -> None:
+    def test_outside_ci_none(self, tracker_db: str) -> None:
         """Outside CI the run records no job."""
-        conn = init(tmp_path / "t.sqlite3")
+        conn = init(tracker_db)
         run = records.start_run(conn, environ={})
         assert (None, None, None) == tuple(
             conn.execute("SELECT ci_provider, ci_job_url, ci_commit FROM runs WHERE id = ?", (run,)).fetchone()

@@ -1,19 +1,22 @@
 """Tamper-evidence: forged rows, replaced rows, dropped and extra triggers are named by `audit` or refused.
 
-Every attack here is made as an attacker would make it: a plain ``sqlite3``
-connection or the ``sqlite3`` shell on the tracker file, never the tool.
+Every attack here is made as an attacker would make it: a plain client
+(``sqlite3``, ``psycopg``) or the stock shell (``sqlite3``, ``psql``), never the
+tool. Every test runs on both backends (the ``tracker_backend`` fixture); where
+SQLite's spelling has no PostgreSQL twin (``INSERT OR REPLACE``), PostgreSQL
+meets its nearest form (``INSERT ... ON CONFLICT``, a plain ``UPDATE`` onto a taken key).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from backend_util import PlainClient, integrity_errors
 from click.testing import CliRunner
 
 from aos.signing import generate_keypair, load_signer
@@ -27,51 +30,79 @@ from tracker.testing import ExampleTracker, example_tracker, sealed_stream
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ExampleTracker]:
-    """The example tracker, built once; each test gets a copy of its folder."""
+def built(
+    tracker_backend: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> tuple[str, ExampleTracker]:
+    """The example tracker, built once per backend; each test gets a copy."""
     work = tmp_path_factory.mktemp("tracker")
-    t = example_tracker(work / "progress.sqlite3", work)
-    t.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    if tracker_backend == "postgresql":
+        db = request.getfixturevalue("pg_server").url(f"built_{work.name.replace('-', '_')}")
+    else:
+        db = str(work / "progress.sqlite3")
+    t = example_tracker(db, work)
+    if tracker_backend == "sqlite":
+        t.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     t.conn.close()
-    return work, t
+    return db, t
 
 
 @pytest.fixture
-def t(built: tuple[Path, ExampleTracker], tmp_path: Path) -> Iterator[ExampleTracker]:
+def t(
+    built: tuple[str, ExampleTracker], tracker_backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[ExampleTracker]:
     """A fresh copy of the example tracker (streams keep their absolute paths in the built folder)."""
-    work, proto = built
-    db = tmp_path / "progress.sqlite3"
-    shutil.copy(work / "progress.sqlite3", db)
+    source, proto = built
+    server = None
+    if tracker_backend == "postgresql":
+        server = request.getfixturevalue("pg_server")
+        name = f"t_{tmp_path.name.replace('-', '_')}"[:60]
+        db = server.create_database(name, template=source.split("?")[0].rsplit("/", 1)[1])
+    else:
+        db = str(tmp_path / "progress.sqlite3")
+        shutil.copy(source, db)
     conn = connect(db)
     yield ExampleTracker(
         db, conn, proto.static_run, proto.physical_run, proto.open_run, proto.streams, proto.stream_ids
     )
     conn.close()
+    if server is not None:
+        server.drop_database(name)
 
 
-def attacker(db: Path) -> sqlite3.Connection:
-    """A plain sqlite3 connection in autocommit: no foreign keys, no busy timeout, nothing of the tool."""
-    return sqlite3.connect(db, isolation_level=None)
+def attacker(db: Path | str) -> PlainClient:
+    """A plain connection in autocommit: no foreign keys (SQLite), no busy timeout, nothing of the tool."""
+    return PlainClient(db, autocommit=True)
 
 
-def without_triggers(db: Path, *statements: str, args: tuple[object, ...] = ()) -> None:
+def without_triggers(db: Path | str, *statements: str, args: tuple[object, ...] = ()) -> None:
     """Drop every trigger, run ``statements``, and re-create the triggers with their exact text."""
     raw = attacker(db)
     try:
-        saved = raw.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+        if raw.postgres:
+            saved = raw.execute(
+                "SELECT t.tgname, c.relname, pg_get_triggerdef(t.oid) FROM pg_trigger t"
+                " JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE NOT t.tgisinternal AND n.nspname = current_schema()"
+            ).fetchall()
+            drops = [f"DROP TRIGGER {name} ON {table}" for name, table, _ in saved]
+            creates = [sql for _, _, sql in saved]
+        else:
+            saved = raw.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+            drops = [f"DROP TRIGGER {name}" for name, _ in saved]
+            creates = [sql for _, sql in saved]
         raw.execute("BEGIN")
-        for name, _ in saved:
-            raw.execute(f"DROP TRIGGER {name}")
+        for sql in drops:
+            raw.execute(sql)
         for sql in statements:
             raw.execute(sql, args if "?" in sql else ())
-        for _, sql in saved:
+        for sql in creates:
             raw.execute(sql)
         raw.execute("COMMIT")
     finally:
         raw.close()
 
 
-def report_of(db: Path) -> AuditReport:
+def report_of(db: Path | str) -> AuditReport:
     conn = connect(db)
     try:
         return audit(conn)
@@ -155,23 +186,36 @@ class TestReplace:
         """A terminal run replaced by a fresh running row (then completed as a pass) is refused at the replace."""
         records.finish_run(t.conn, t.open_run, "failed")
         raw = attacker(t.db)
+        replace = "INSERT INTO" if raw.postgres else "INSERT OR REPLACE INTO"
+        upsert = " ON CONFLICT (id) DO UPDATE SET state = 'running', started_at = EXCLUDED.started_at"
         try:
-            with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-exists: "):
+            with pytest.raises(integrity_errors(), match=r"^tracker-exists: "):
                 raw.execute(
-                    "INSERT OR REPLACE INTO runs (id, lane, state, started_at) VALUES (?, 'distributed-device',"
-                    " 'running', '2000-01-01T00:00:00.000Z')",
+                    f"{replace} runs (id, lane, state, started_at) VALUES (?, 'distributed-device',"
+                    " 'running', '2000-01-01T00:00:00.000Z')" + (upsert if raw.postgres else ""),
                     (t.open_run,),
                 )
             assert ("failed",) == raw.execute("SELECT state FROM runs WHERE id = ?", (t.open_run,)).fetchone()
         finally:
             raw.close()
 
-    @pytest.mark.skipif(shutil.which("sqlite3") is None, reason="no sqlite3 shell")
     def test_shell_replace_refused(self, t: ExampleTracker) -> None:
-        """The stock sqlite3 shell meets the same refusal."""
+        """The stock shell (sqlite3, psql) meets the same refusal."""
         records.finish_run(t.conn, t.open_run, "failed")
-        sql = f"INSERT OR REPLACE INTO runs (id, state) VALUES ('{t.open_run}', 'running');"
-        proc = subprocess.run(["sqlite3", str(t.db), sql], capture_output=True, text=True, check=False)
+        if str(t.db).startswith("postgresql://"):
+            from tracker.pglocal import server_binaries
+
+            sql = (
+                f"INSERT INTO runs (id, state) VALUES ('{t.open_run}', 'running')"
+                " ON CONFLICT (id) DO UPDATE SET state = 'running';"
+            )
+            cmd = [str(server_binaries() / "psql"), "--no-psqlrc", "-v", "ON_ERROR_STOP=1", str(t.db), "-c", sql]
+        else:
+            if shutil.which("sqlite3") is None:
+                pytest.skip("no sqlite3 shell")
+            sql = f"INSERT OR REPLACE INTO runs (id, state) VALUES ('{t.open_run}', 'running');"
+            cmd = ["sqlite3", str(t.db), sql]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60)
         assert 0 != proc.returncode
         assert "tracker-exists: " in proc.stderr
 
@@ -205,8 +249,13 @@ class TestReplace:
         try:
             before = raw.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
             assert before > 0
-            with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-(exists|journal): "):
-                raw.execute(f"INSERT OR REPLACE INTO {table} SELECT * FROM {table} LIMIT 1")
+            copy = (  # PostgreSQL's nearest form: a copy of a row, conflicts skipped
+                f"INSERT INTO {table} SELECT * FROM {table} LIMIT 1 ON CONFLICT DO NOTHING"
+                if raw.postgres
+                else f"INSERT OR REPLACE INTO {table} SELECT * FROM {table} LIMIT 1"
+            )
+            with pytest.raises(integrity_errors(), match=r"^tracker-(exists|journal): "):
+                raw.execute(copy)
             assert before == raw.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
         finally:
             raw.close()
@@ -223,8 +272,8 @@ class TestReplace:
                 "UPDATE OR REPLACE experiments SET name = 'distributed' WHERE name = 'other'",
                 "UPDATE OR REPLACE milestones SET id = 'M1' WHERE id = 'M2'",
             ):
-                with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-"):
-                    raw.execute(sql)
+                with pytest.raises(integrity_errors(), match=r"^tracker-"):
+                    raw.execute(sql.replace("UPDATE OR REPLACE", "UPDATE") if raw.postgres else sql)
             assert 2 == raw.execute("SELECT count(*) FROM devices").fetchone()[0]
             assert 2 == raw.execute("SELECT count(*) FROM experiments").fetchone()[0]
         finally:
@@ -249,10 +298,20 @@ class TestTriggersAroundAnEdit:
         """A trigger that silently drops failing evidence is named; attach refuses rather than report success."""
         t.conn.close()
         raw = attacker(t.db)
-        raw.execute(
-            "CREATE TRIGGER evidence_ignore_fail BEFORE INSERT ON evidence WHEN NEW.verdict = 'fail'"
-            " BEGIN SELECT RAISE(IGNORE); END"
-        )
+        if raw.postgres:
+            raw.execute(
+                "CREATE FUNCTION ignore_fail() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                " IF NEW.verdict = 'fail' THEN RETURN NULL; END IF; RETURN NEW; END $$"
+            )
+            raw.execute(
+                "CREATE TRIGGER evidence_ignore_fail BEFORE INSERT ON evidence"
+                " FOR EACH ROW EXECUTE FUNCTION ignore_fail()"
+            )
+        else:
+            raw.execute(
+                "CREATE TRIGGER evidence_ignore_fail BEFORE INSERT ON evidence WHEN NEW.verdict = 'fail'"
+                " BEGIN SELECT RAISE(IGNORE); END"
+            )
         raw.close()
         report = report_of(t.db)
         assert not report.ok
@@ -317,7 +376,7 @@ class TestJournal:
                 + "1" * 64
                 + "', '{}' FROM journal",
             ):
-                with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-journal: "):
+                with pytest.raises(integrity_errors(), match=r"^tracker-journal: "):
                     raw.execute(sql)
         finally:
             raw.close()
@@ -334,10 +393,10 @@ class TestJournal:
         assert any("does not follow from the entry before it" in p for p in report.journal)
         assert not report.ok
 
-    def test_signed_journal(self, tmp_path: Path) -> None:
+    def test_signed_journal(self, tracker_db: str, tmp_path: Path) -> None:
         """With a signing key every entry is signed; re-chaining the journal without the key is named."""
         key, pub = generate_keypair(tmp_path / "tracker")
-        db = tmp_path / "t.sqlite3"
+        db = tracker_db
         for args in (["init"], ["milestone", "add", "M1", "first"]):
             result = CliRunner().invoke(main, ["tracker", "--db", str(db), "--signing-key", str(key), *args])
             assert 0 == result.exit_code, result.output
@@ -349,7 +408,7 @@ class TestJournal:
 
         raw = attacker(db)
         rows = raw.execute("SELECT seq, entry FROM journal ORDER BY seq").fetchall()
-        raw.execute("DROP TRIGGER journal_update")
+        raw.drop_trigger("journal_update", "journal")
         prev = journal.GENESIS
         for seq, entry in rows:
             h = journal.entry_hash(prev, entry)
@@ -366,12 +425,16 @@ class TestJournal:
 
 class TestAuditOutput:
     def test_vacuum_through_the_tool_keeps_audit_clean(self, t: ExampleTracker) -> None:
-        """VACUUM moves SQLite's schema cookie: outside the tool it is named, through `alpha tracker vacuum` not."""
+        """VACUUM moves SQLite's schema cookie: outside the tool it is named, through `alpha tracker vacuum` not.
+        (PostgreSQL's VACUUM changes no schema: clean either way.)"""
         t.conn.close()
         raw = attacker(t.db)
         raw.execute("VACUUM")
         raw.close()
-        assert any("the schema was changed outside the tool" in p for p in report_of(t.db).rules)
+        if raw.postgres:
+            assert report_of(t.db).ok
+        else:
+            assert any("the schema was changed outside the tool" in p for p in report_of(t.db).rules)
         result = CliRunner().invoke(main, ["tracker", "--db", str(t.db), "vacuum"])
         assert 0 == result.exit_code, result.output
         assert report_of(t.db).ok
@@ -428,6 +491,9 @@ class TestAuditOutput:
         raw.close()
         result = CliRunner().invoke(main, ["tracker", "--db", str(t.db), "audit"])
         assert 1 == result.exit_code
-        assert "JOURNAL  the journal cannot be replayed: no such table: journal" in result.stdout
+        missing = (
+            'relation "journal" does not exist' if str(t.db).startswith("postgresql://") else "no such table: journal"
+        )
+        assert f"JOURNAL  the journal cannot be replayed: {missing}" in result.stdout
         assert "RULE     table journal is missing" in result.stdout
         assert "RULE     table item_evidence is missing" in result.stdout

@@ -1,14 +1,18 @@
-"""The tracker's rules hold in the database itself: plain sqlite3 clients, no CLI, are held to them."""
+"""The tracker's rules hold in the database itself: plain clients (sqlite3, psycopg, shells) are held to them.
+
+Every test runs on both backends (the ``tracker_backend`` fixture): SQLite and PostgreSQL.
+"""
 
 from __future__ import annotations
 
+import re
 import shutil
-import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from backend_util import PlainClient, integrity_errors
 
 from tracker.ids import new_run_id
 from tracker.testing import ExampleTracker, example_tracker
@@ -22,42 +26,60 @@ _EVIDENCE = (
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ExampleTracker]:
-    """A tracker in the example state, built once; each test gets a copy."""
+def built(
+    tracker_backend: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> tuple[str, ExampleTracker]:
+    """A tracker in the example state, built once per backend; each test gets a copy."""
     work = tmp_path_factory.mktemp("tracker")
-    t = example_tracker(work / "progress.sqlite3", work)
-    t.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    if tracker_backend == "postgresql":
+        db = request.getfixturevalue("pg_server").url(f"built_{work.name.replace('-', '_')}")
+    else:
+        db = str(work / "progress.sqlite3")
+    t = example_tracker(db, work)
+    if tracker_backend == "sqlite":
+        t.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     t.conn.close()
-    return work, t
+    return db, t
 
 
 @pytest.fixture
-def t(built: tuple[Path, ExampleTracker], tmp_path: Path) -> Iterator[ExampleTracker]:
-    """A fresh copy of the example tracker (runs: static completed, physical pass, open running)."""
-    work, proto = built
-    db = tmp_path / "progress.sqlite3"
-    shutil.copy(work / "progress.sqlite3", db)
-    conn = sqlite3.connect(db)  # plain: no foreign keys, no busy timeout, default transactions
-    yield ExampleTracker(db, conn, proto.static_run, proto.physical_run, proto.open_run, {}, proto.stream_ids)
+def t(
+    built: tuple[str, ExampleTracker], tracker_backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[ExampleTracker]:
+    """A fresh copy of the example tracker (runs: static completed, physical pass, open running),
+    opened with a plain client of its backend (sqlite3: no foreign keys, no busy timeout)."""
+    source, proto = built
+    server = None
+    if tracker_backend == "postgresql":
+        server = request.getfixturevalue("pg_server")
+        name = f"t_{tmp_path.name.replace('-', '_')}"[:60]
+        db = server.create_database(name, template=source.split("?")[0].rsplit("/", 1)[1])
+    else:
+        db = str(tmp_path / "progress.sqlite3")
+        shutil.copy(source, db)
+    conn = PlainClient(db)
+    yield ExampleTracker(db, conn, proto.static_run, proto.physical_run, proto.open_run, {}, proto.stream_ids)  # type: ignore[arg-type]
     conn.close()
+    if server is not None:
+        server.drop_database(name)
 
 
-def new_run(conn: sqlite3.Connection) -> str:
+def new_run(conn: PlainClient) -> str:
     """A running run of lane distributed-device, inserted with plain SQL."""
     run = new_run_id()
     conn.execute("INSERT INTO runs (id, lane) VALUES (?, 'distributed-device')", (run,))
     return run
 
 
-def refused(conn: sqlite3.Connection, sql: str, args: tuple[object, ...] = ()) -> str:
+def refused(conn: PlainClient, sql: str, args: tuple[object, ...] = ()) -> str:
     """Run ``sql`` expecting the database to refuse it; return the refusal's message."""
-    with pytest.raises(sqlite3.IntegrityError) as info:
+    with pytest.raises(integrity_errors()) as info:
         conn.execute(sql, args)
     conn.rollback()
     return str(info.value)
 
 
-def link(conn: sqlite3.Connection, item: str, run: str) -> None:
+def link(conn: PlainClient, item: str, run: str) -> None:
     conn.execute(
         "INSERT INTO item_evidence (item_id, evidence_id) SELECT ?, id FROM evidence WHERE run_id = ?", (item, run)
     )
@@ -140,8 +162,8 @@ class TestRunImmutable:
     def test_run_ids_are_text_uuids(self, t: ExampleTracker) -> None:
         """A run id is a UUID's text: an integer or any other text is refused."""
         for value in (4, "4", "run-4", new_run_id().upper()):
-            with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
-                t.conn.execute("INSERT INTO runs (id) VALUES (?)", (value,))
+            message = refused(t.conn, "INSERT INTO runs (id) VALUES (?)", (value,))
+            assert re.search("CHECK constraint failed|violates check constraint", message)
 
 
 class TestVerified:
@@ -234,11 +256,11 @@ class TestPhysicalPass:
         """A physical pass is recorded only on a completed run."""
         run = new_run(t.conn)
         t.conn.execute(_EVIDENCE, (run, "d" * 32, digest("a"), digest("b"), "pass", "physical"))
+        t.conn.commit()
         for state in ("failed", "inconclusive", "running"):
             finished = "NULL" if state == "running" else "'now'"
             sql = f"UPDATE runs SET state = '{state}', finished_at = {finished}, physical_pass = 1 WHERE id = ?"
-            with pytest.raises(sqlite3.IntegrityError, match=r"^tracker-physical-pass: "):
-                t.conn.execute(sql, (run,))
+            assert refused(t.conn, sql, (run,)).startswith("tracker-physical-pass: ")
 
     def test_physical_stream_must_pass(self, t: ExampleTracker) -> None:
         """An inconclusive physical-scope stream is not a physical pass."""
@@ -306,7 +328,8 @@ class TestStreamSeal:
 class TestWithoutForeignKeys:
     def test_unknown_references_refused(self, t: ExampleTracker) -> None:
         """Triggers refuse dangling references even with foreign keys off."""
-        assert 0 == t.conn.execute("PRAGMA foreign_keys").fetchone()[0]
+        if t.conn.backend == "sqlite":
+            assert 0 == t.conn.execute("PRAGMA foreign_keys").fetchone()[0]
         message = refused(t.conn, _EVIDENCE, (new_run_id(), "c" * 32, digest("a"), digest("b"), "pass", "physical"))
         assert message.startswith("tracker-unknown: ")
         sql = "INSERT INTO items (id, title, milestone_id) VALUES ('N8', 't', 'M9')"
@@ -318,12 +341,29 @@ class TestWithoutForeignKeys:
         assert refused(t.conn, "INSERT INTO item_deps VALUES ('N1', 'N1')").startswith("tracker-dependency-cycle: ")
 
 
-@pytest.mark.skipif(shutil.which("sqlite3") is None, reason="no sqlite3 shell")
-class TestSqliteShell:
+def shell(db: str) -> list[str]:
+    """The backend's stock shell, taking one SQL string as its last argument: `sqlite3 DB`, or `psql URL -c`."""
+    if db.startswith("postgresql://"):
+        from tracker.pglocal import server_binaries
+
+        return [str(server_binaries() / "psql"), "--no-psqlrc", "-v", "ON_ERROR_STOP=1", db, "-c"]
+    if shutil.which("sqlite3") is None:
+        pytest.skip("no sqlite3 shell")
+    return ["sqlite3", db]
+
+
+class TestShell:
     def test_shell_is_held_to_the_rules(self, t: ExampleTracker) -> None:
-        """The stock `sqlite3` shell cannot change a terminal run or fake a physical pass."""
+        """The stock shell (`sqlite3`, `psql`) cannot change a terminal run or fake a physical pass."""
         t.conn.close()
+        db = str(t.db)
         static, physical, running = (f"'{r}'" for r in (t.static_run, t.physical_run, t.open_run))
+        replace = (
+            f"INSERT INTO runs (id, state) VALUES ({static}, 'running')"
+            " ON CONFLICT (id) DO UPDATE SET state = 'running';"
+            if db.startswith("postgresql://")
+            else f"INSERT OR REPLACE INTO runs (id, state) VALUES ({static}, 'running');"
+        )
         for sql, name in (
             (f"UPDATE runs SET state = 'failed' WHERE id = {static};", "tracker-run-immutable"),
             (f"DELETE FROM evidence WHERE run_id = {physical};", "tracker-run-immutable"),
@@ -338,12 +378,12 @@ class TestSqliteShell:
                 f"UPDATE runs SET state = 'completed', finished_at = 'x', physical_pass = 1 WHERE id = {running};",
                 "tracker-physical-pass",
             ),
-            (f"INSERT OR REPLACE INTO runs (id, state) VALUES ({static}, 'running');", "tracker-exists"),
+            (replace, "tracker-exists"),
         ):
-            proc = subprocess.run(["sqlite3", str(t.db), sql], capture_output=True, text=True, check=False)
+            proc = subprocess.run([*shell(db), sql], capture_output=True, text=True, check=False, timeout=60)
             assert 0 != proc.returncode
             assert f"{name}: " in proc.stderr
-        after = sqlite3.connect(t.db)
+        after = PlainClient(db)
         try:
             states = dict(after.execute("SELECT id, state || ' ' || physical_pass FROM runs").fetchall())
             assert {t.static_run: "completed 0", t.physical_run: "completed 1", t.open_run: "running 0"} == states

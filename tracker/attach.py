@@ -27,7 +27,6 @@ must verify) into a temporary file, which is attached; the row keeps the URL
 from __future__ import annotations
 
 import os
-import sqlite3
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 
 from aos.signing import Verifier
 from tracker import journal
+from tracker.backends import Connection
 from tracker.db import transaction
 from tracker.records import run_id_of
 from tracker.refusals import TrackerSchema
@@ -70,7 +70,7 @@ class Attached:
         return asdict(self)
 
 
-def trusted_keys(conn: sqlite3.Connection) -> dict[str, Verifier]:
+def trusted_keys(conn: Connection) -> dict[str, Verifier]:
     """The tracker's trusted public keys, by key id."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -89,7 +89,7 @@ _COLUMNS = (
 )
 
 
-def _row(conn: sqlite3.Connection, stream_id: str, new: bool) -> Attached | None:
+def _row(conn: Connection, stream_id: str, new: bool) -> Attached | None:
     import json
 
     r = conn.execute(f"SELECT {_COLUMNS} FROM evidence WHERE stream_id = ?", (stream_id,)).fetchone()
@@ -102,9 +102,7 @@ def _row(conn: sqlite3.Connection, stream_id: str, new: bool) -> Attached | None
     )  # fmt: skip
 
 
-def attach(
-    conn: sqlite3.Connection, path: str | os.PathLike[str], run: str | int, *, url: str | None = None
-) -> Attached:
+def attach(conn: Connection, path: str | os.PathLike[str], run: str | int, *, url: str | None = None) -> Attached:
     """Verify the stream at ``path`` and link it to ``run``; raises a ``Refusal`` and records nothing otherwise.
 
     ``path`` may be a store URL: see :func:`_attach_from_store`. ``url``: the store URL
@@ -153,7 +151,7 @@ def attach(
         return row
 
 
-def _attach_from_store(conn: sqlite3.Connection, url: str, run: str | int) -> Attached:
+def _attach_from_store(conn: Connection, url: str, run: str | int) -> Attached:
     """Fetch a stored stream (its digest checked and the stream verified) into a temporary folder,
     attach that copy, and record the URL it came from; the copy is removed after."""
     from observe.store import fetch

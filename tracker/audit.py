@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ from blake3 import blake3
 
 from aos.refusals import Refusal, StreamMissing
 from tracker.attach import trusted_keys
+from tracker.backends import Connection, db_errors, db_message, is_sqlite
 from tracker.db import expected_schema, migrations, schema_cookie
 from tracker.journal import JournalCheck
 from tracker.journal import check as check_journal
@@ -115,7 +116,7 @@ def _digest(path: Path) -> str:
 _LEGACY_NULL = frozenset({"recorded_at", "devices"})
 
 
-def _check_stream(row: Mapping[str, Any], keys: dict[str, Verifier]) -> StreamFinding:
+def _check_stream(row: Any, keys: dict[str, Verifier]) -> StreamFinding:
     path = Path(row["path"])
 
     def finding(state: str, detail: str, columns: list[str] | None = None) -> StreamFinding:
@@ -141,7 +142,13 @@ def _check_stream(row: Mapping[str, Any], keys: dict[str, Verifier]) -> StreamFi
     return finding("ok", f"intact and sealed, {facts.events} events, every column as the stream says{signature}")
 
 
-def _check_schema(conn: sqlite3.Connection, jc: JournalCheck) -> list[str]:
+def _check_schema(conn: Connection, jc: JournalCheck) -> list[str]:
+    if not is_sqlite(conn):
+        from tracker import pg
+
+        assert isinstance(conn, pg.PgConnection)
+        return pg.schema_problems(conn, jc.pg_schema)
+    assert isinstance(conn, sqlite3.Connection)
     problems: list[str] = []
     present = {
         (str(r[0]), str(r[1])): (r[2] or "").strip()
@@ -171,7 +178,7 @@ def _check_schema(conn: sqlite3.Connection, jc: JournalCheck) -> list[str]:
     return problems
 
 
-def _check_from_store(row: sqlite3.Row, keys: dict[str, Any]) -> StreamFinding:
+def _check_from_store(row: Any, keys: dict[str, Any]) -> StreamFinding:
     """A stream attached from a store URL: fetch it again into a temporary folder and check that copy."""
     from observe.store import StoreUnreachable, fetch
 
@@ -188,10 +195,11 @@ def _check_from_store(row: sqlite3.Row, keys: dict[str, Any]) -> StreamFinding:
             return StreamFinding(
                 row["stream_id"], row["run_id"], url, "changed", f"the stored copy is refused: {exc.diagnostics()}"
             )
-        return replace(_check_stream({**dict(row), "path": copy}, keys), path=url)
+        fields = {k: row[k] for k in row.keys()}  # noqa: SIM118 - a row iterates its values, not its keys
+        return replace(_check_stream({**fields, "path": copy}, keys), path=url)
 
 
-def _check_rules(conn: sqlite3.Connection) -> list[str]:
+def _check_rules(conn: Connection) -> list[str]:
     """Rows the rules would have refused (in case a client dropped a trigger to write them)."""
     problems: list[str] = []
     for r in conn.execute(
@@ -231,29 +239,30 @@ def _check_rules(conn: sqlite3.Connection) -> list[str]:
     return problems
 
 
-def audit(conn: sqlite3.Connection, *, journal_key: Verifier | None = None) -> AuditReport:
+def audit(conn: Connection, *, journal_key: Verifier | None = None) -> AuditReport:
     """Re-verify every attached stream, the journal and the rules; read-only.
 
     ``journal_key``: the tracker's public key; every journal entry must be signed by it.
     """
     report = AuditReport()
+    errors = db_errors(conn)
     # A client may have dropped a table itself: what cannot be read is a finding, never a traceback.
     try:
         keys = trusted_keys(conn)
-    except sqlite3.Error as exc:
+    except errors as exc:
         keys = {}
-        report.rules.append(f"the trusted keys cannot be read: {exc}")
+        report.rules.append(f"the trusted keys cannot be read: {db_message(exc)}")
     try:
         rows = conn.execute("SELECT * FROM evidence ORDER BY id").fetchall()
-    except sqlite3.Error as exc:
+    except errors as exc:
         rows = []
-        report.rules.append(f"the evidence cannot be read: {exc}")
+        report.rules.append(f"the evidence cannot be read: {db_message(exc)}")
     report.streams = [_check_from_store(row, keys) if row["url"] else _check_stream(row, keys) for row in rows]
     try:
         report.journal_check = check_journal(conn, journal_key=journal_key, trusted=keys)
         report.journal = list(report.journal_check.problems)
-    except sqlite3.Error as exc:
-        report.journal = [f"the journal cannot be replayed: {exc}"]
+    except errors as exc:
+        report.journal = [f"the journal cannot be replayed: {db_message(exc)}"]
     checks: list[Callable[[], list[str]]] = [
         lambda: _check_schema(conn, report.journal_check),
         lambda: _check_rules(conn),
@@ -261,8 +270,8 @@ def audit(conn: sqlite3.Connection, *, journal_key: Verifier | None = None) -> A
     for check in checks:
         try:
             report.rules += check()
-        except sqlite3.Error as exc:
-            report.rules.append(f"the rules cannot be checked: {exc}")
+        except errors as exc:
+            report.rules.append(f"the rules cannot be checked: {db_message(exc)}")
     return report
 
 

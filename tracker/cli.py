@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,12 +23,16 @@ from aos.refusals import Refusal
 
 if TYPE_CHECKING:
     from aos.signing import Signer
+    from tracker.backends import Connection
 
 __all__ = ["attach", "tracker"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_DB_HELP = "The tracker database (default ./progress.sqlite3, or $ALPHA_TRACKER_DB)."
+_DB_HELP = (
+    "The tracker: an SQLite file (default ./progress.sqlite3, or $ALPHA_TRACKER_DB),"
+    " or a PostgreSQL database, postgresql://USER@HOST/DB."
+)
 _SIGNING_KEY_HELP = (
     "The tracker's own Ed25519 private key (or $ALPHA_TRACKER_SIGNING_KEY): signs every journal entry written."
 )
@@ -45,10 +48,12 @@ def _refusals(fn: F) -> F:
         except Refusal as exc:
             click.echo(exc.diagnostics(), err=True)
             sys.exit(1)
-        except sqlite3.Error as exc:  # a read outside any transaction: still a named refusal
-            from tracker.refusals import from_sqlite_error
+        except Exception as exc:  # a read outside any transaction: still a named refusal
+            from tracker.refusals import from_db_error, is_db_error
 
-            click.echo(from_sqlite_error(exc).diagnostics(), err=True)
+            if not is_db_error(exc):
+                raise
+            click.echo(from_db_error(exc).diagnostics(), err=True)
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
@@ -63,7 +68,7 @@ def _signer(path: Path | None) -> Signer | None:
 
 
 @contextmanager
-def _open(ctx: click.Context) -> Iterator[sqlite3.Connection]:
+def _open(ctx: click.Context) -> Iterator[Connection]:
     from tracker.db import connect
 
     conn = connect(ctx.obj["db"], signer=_signer(ctx.obj["signing_key"]))
@@ -88,11 +93,10 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 @click.option(
     "--tracker",
     "db",
-    type=click.Path(dir_okay=False, path_type=Path),
     default="progress.sqlite3",
     show_default=True,
     envvar="ALPHA_TRACKER_DB",
-    help="The tracker database.",
+    help="The tracker: an SQLite file, or postgresql://USER@HOST/DB.",
 )
 @click.option("--run", "run", required=True, help="The run (its id) the stream is evidence for.")
 @click.option(
@@ -103,7 +107,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 )
 @json_option
 @_refusals
-def attach(stream: str, db: Path, run: str, signing_key: Path | None, as_json: bool) -> None:
+def attach(stream: str, db: str, run: str, signing_key: Path | None, as_json: bool) -> None:
     """Verify a sealed stream and attach it to a run in the tracker.
 
     STREAM is a path, or a store URL as `alpha observe push` prints it
@@ -142,7 +146,6 @@ def attach(stream: str, db: Path, run: str, signing_key: Path | None, as_json: b
 @click.group("tracker")
 @click.option(
     "--db",
-    type=click.Path(dir_okay=False, path_type=Path),
     default="progress.sqlite3",
     show_default=True,
     envvar="ALPHA_TRACKER_DB",
@@ -155,10 +158,10 @@ def attach(stream: str, db: Path, run: str, signing_key: Path | None, as_json: b
     help=_SIGNING_KEY_HELP,
 )
 @click.pass_context
-def tracker(ctx: click.Context, db: Path, signing_key: Path | None) -> None:
+def tracker(ctx: click.Context, db: str, signing_key: Path | None) -> None:
     """The progress tracker: work items, runs, and the sealed streams that are their evidence.
 
-    The rules live in the database (SQLite triggers), so every client is held to
+    The rules live in the database (SQLite or PostgreSQL triggers), so every client is held to
     them: a terminal run never changes; an item is verified only with passing
     evidence from a completed run, a hardware item only with a sealed pass of
     scope physical; a physical pass needs such a stream on the run. Every change
@@ -182,7 +185,9 @@ def init_cmd(ctx: click.Context) -> None:
         version = schema_version(conn)
     finally:
         conn.close()
-    click.echo(f"tracker {ctx.obj['db']}: schema version {version}")
+    from tracker.pg import redact
+
+    click.echo(f"tracker {redact(ctx.obj['db'])}: schema version {version}")
 
 
 @tracker.command("status")
@@ -584,4 +589,6 @@ def vacuum_cmd(ctx: click.Context) -> None:
 
     with _open(ctx) as conn:
         cookie = vacuum(conn)
-    click.echo(f"tracker {ctx.obj['db']}: vacuumed (schema cookie {cookie})")
+    from tracker.pg import redact
+
+    click.echo(f"tracker {redact(ctx.obj['db'])}: vacuumed (schema cookie {cookie})")

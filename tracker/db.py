@@ -13,6 +13,11 @@ row and the schema cookie the migration left (``tracker.journal``).
 
 A connection may carry the tracker's signing key (``connect(path, signer=...)``):
 then every journal entry written through it is signed.
+
+A ``postgresql://`` URL instead of a path opens the PostgreSQL backend
+(:mod:`tracker.pg`, migrations in ``migrations_pg/``); :func:`init`,
+:func:`connect`, :func:`transaction`, :func:`schema_version` and :func:`vacuum`
+take either.
 """
 
 from __future__ import annotations
@@ -20,21 +25,23 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from blake3 import blake3
+from typing import TYPE_CHECKING, Any
 
 from tracker import journal
+
+# Shared with the PostgreSQL backend (tracker.pg), which cannot import this module back.
+from tracker.backends import APPLICATION_ID, BUSY_TIMEOUT_MS, JOURNAL_VERSION, Migration, is_postgres_url
 from tracker.refusals import TrackerMissing, TrackerSchema, from_sqlite_error
 
 if TYPE_CHECKING:
     from aos.signing import Signer
+    from tracker.backends import Connection
 
 __all__ = [
     "APPLICATION_ID",
@@ -54,32 +61,13 @@ __all__ = [
 ]
 
 DEFAULT_DB = "progress.sqlite3"
-BUSY_TIMEOUT_MS = 30_000
-# "AOST" as a big-endian integer: marks the file as an alpha tracker.
-APPLICATION_ID = 0x414F5354
-
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-#: The migration that creates the journal; from it on, each migration is journalled.
-JOURNAL_VERSION = 3
 
 
 class TrackerConnection(sqlite3.Connection):
     """A connection of the tool: it may carry the tracker's key, which signs the journal."""
 
     signer: Signer | None = None
-
-
-@dataclass(frozen=True)
-class Migration:
-    """One schema step."""
-
-    version: int
-    name: str
-    sql: str
-
-    @property
-    def digest(self) -> str:
-        return blake3(self.sql.encode("utf-8")).hexdigest()
 
 
 def migrations() -> list[Migration]:
@@ -144,8 +132,13 @@ def _statements(sql: str) -> Iterator[str]:
         raise TrackerSchema(f"incomplete statement at the end of a migration: {rest[:60]!r}")
 
 
-def schema_version(conn: sqlite3.Connection) -> int:
+def schema_version(conn: Connection) -> int:
     """The migration version the database is at (0: empty)."""
+    if not isinstance(conn, sqlite3.Connection):
+        from tracker import pg
+
+        assert isinstance(conn, pg.PgConnection)
+        return pg.schema_version(conn)
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
@@ -241,16 +234,34 @@ def _migrate(conn: sqlite3.Connection, path: Path, target: int | None = None) ->
     return len(known)
 
 
-def init(path: str | os.PathLike[str], *, target: int | None = None, signer: Signer | None = None) -> TrackerConnection:
+def _set_wal(conn: sqlite3.Connection) -> str:
+    """``PRAGMA journal_mode = WAL``, retried up to the busy timeout: two inits racing on a new file can
+    meet SQLITE_BUSY here at once (SQLite does not call the busy handler for this lock)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def init(path: str | os.PathLike[str], *, target: int | None = None, signer: Signer | None = None) -> Connection:
     """Create (or bring up to date) the tracker at ``path``; WAL mode is set once, on the file.
 
     ``target`` stops at that schema version (for testing migrations); default: the latest.
     ``signer``: the tracker's key, signing the journal entries this connection writes.
+    A ``postgresql://`` URL: the tracker in that database (see :func:`tracker.pg.init`).
     """
+    if is_postgres_url(path):
+        from tracker import pg
+
+        return pg.init(str(path), target=target, signer=signer)
     p = Path(path)
     conn = _open(p, signer)
     try:
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = _set_wal(conn)
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. a filesystem without shared memory
             raise TrackerSchema(f"{p}: cannot use WAL mode (got {mode})")
         _migrate(conn, p, target)
@@ -260,11 +271,15 @@ def init(path: str | os.PathLike[str], *, target: int | None = None, signer: Sig
     return conn
 
 
-def connect(path: str | os.PathLike[str], *, signer: Signer | None = None) -> TrackerConnection:
+def connect(path: str | os.PathLike[str], *, signer: Signer | None = None) -> Connection:
     """Open an existing tracker (migrating it forward if needed); ``tracker-missing`` if there is none.
 
     ``signer``: the tracker's key, signing the journal entries this connection writes.
     """
+    if is_postgres_url(path):
+        from tracker import pg
+
+        return pg.connect(str(path), signer=signer)
     p = Path(path)
     if not p.is_file():
         raise TrackerMissing(f"no tracker at {p} (create one with: alpha tracker --db {p} init)")
@@ -283,8 +298,18 @@ def connect(path: str | os.PathLike[str], *, signer: Signer | None = None) -> Tr
 
 
 @contextmanager
-def transaction(conn: sqlite3.Connection, context: str = "") -> Iterator[sqlite3.Connection]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``; a database error rolls back and becomes its refusal."""
+def transaction(conn: Connection, context: str = "") -> Iterator[Any]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``; a database error rolls back and becomes its refusal.
+
+    PostgreSQL: ``BEGIN`` and the tracker's write lock (:func:`tracker.pg.transaction`).
+    """
+    if not isinstance(conn, sqlite3.Connection):
+        from tracker import pg
+
+        assert isinstance(conn, pg.PgConnection)
+        with pg.transaction(conn, context) as c:
+            yield c
+        return
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:
@@ -305,8 +330,16 @@ def transaction(conn: sqlite3.Connection, context: str = "") -> Iterator[sqlite3
         raise from_sqlite_error(exc, context) from exc
 
 
-def vacuum(conn: sqlite3.Connection) -> int:
-    """``VACUUM`` the database and journal the schema cookie it leaves (VACUUM changes it); returns the cookie."""
+def vacuum(conn: Connection) -> int:
+    """``VACUUM`` the database and journal the schema cookie it leaves (VACUUM changes it); returns the cookie.
+
+    PostgreSQL: ``VACUUM`` leaves the schema as it was; nothing to journal (returns 0).
+    """
+    if not isinstance(conn, sqlite3.Connection):
+        from tracker import pg
+
+        assert isinstance(conn, pg.PgConnection)
+        return pg.vacuum(conn)
     try:
         conn.execute("VACUUM")
     except sqlite3.Error as exc:

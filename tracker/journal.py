@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import sqlite3
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from blake3 import blake3
 
 from aos.canonical import canonical_json
+from tracker.backends import Connection
 
 if TYPE_CHECKING:
     from aos.signing import Signer, Verifier
@@ -115,7 +115,7 @@ class Entry:
         return [c for c in changes if isinstance(c, dict)] if isinstance(changes, list) else []
 
 
-def _rows(cur: sqlite3.Cursor) -> list[Row]:
+def _rows(cur: Any) -> list[Row]:
     names = [d[0] for d in cur.description]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
@@ -124,13 +124,13 @@ def _where(table: str) -> str:
     return " AND ".join(f"{k} = ?" for k in TABLES[table])
 
 
-def change(conn: sqlite3.Connection, table: str, *key: Any) -> dict[str, Any]:
+def change(conn: Connection, table: str, *key: Any) -> dict[str, Any]:
     """The change record of the row of ``table`` with ``key``, as it is now (``row`` null: gone)."""
     found = _rows(conn.execute(f"SELECT * FROM {table} WHERE {_where(table)}", key))
     return {"table": table, "key": list(key), "row": found[0] if found else None}
 
 
-def snapshot(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+def snapshot(conn: Connection) -> list[dict[str, Any]]:
     """Every row of every journalled table, as change records."""
     out: list[dict[str, Any]] = []
     for table, keys in TABLES.items():
@@ -146,7 +146,7 @@ def _now() -> str:
 
 
 def append(
-    conn: sqlite3.Connection,
+    conn: Connection,
     op: str,
     args: Mapping[str, Any],
     changes: Iterable[dict[str, Any]],
@@ -186,7 +186,7 @@ def _parse(text: str) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-def entries(conn: sqlite3.Connection) -> list[Entry]:
+def entries(conn: Connection) -> list[Entry]:
     """Every journal entry, in order."""
     return [
         Entry(int(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4], r[5], _parse(str(r[3])))
@@ -205,6 +205,8 @@ class JournalCheck:
     journal_key: str | None = None
     tracker_id: str | None = None
     schema_version: int | None = None
+    #: PostgreSQL: the schema fingerprint the last migration journalled (tracker.pg.schema_fingerprint).
+    pg_schema: str | None = None
     problems: list[str] = field(default_factory=list)
 
 
@@ -251,7 +253,7 @@ def _compare(
                         )
 
 
-def _tables(conn: sqlite3.Connection) -> dict[str, dict[Key, Row]]:
+def _tables(conn: Connection) -> dict[str, dict[Key, Row]]:
     out: dict[str, dict[Key, Row]] = {}
     for table, keys in TABLES.items():
         out[table] = {tuple(r[k] for k in keys): r for r in _rows(conn.execute(f"SELECT * FROM {table}"))}
@@ -294,7 +296,7 @@ def _signatures(e: Entry, journal_key: Verifier | None, trusted: Mapping[str, Ve
 
 
 def check(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     journal_key: Verifier | None = None,
     trusted: Mapping[str, Verifier] | None = None,
@@ -335,6 +337,8 @@ def check(
             _apply(state, e.changes, e.seq, result.problems)
         if e.op.startswith("schema.") and isinstance(e.args.get("sqlite_schema_version"), int):
             result.schema_version = int(e.args["sqlite_schema_version"])
+        if e.op.startswith("schema.") and isinstance(e.args.get("pg_schema"), str):
+            result.pg_schema = str(e.args["pg_schema"])
         if result.tracker_id is None and isinstance(e.args.get("tracker_id"), str):
             result.tracker_id = str(e.args["tracker_id"])
         prev = e.hash

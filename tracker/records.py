@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import math
 import os
-import sqlite3
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tracker import journal
+from tracker.backends import Connection
 from tracker.ci import ci_job
 from tracker.db import transaction
 from tracker.ids import iso_ms, new_run_id
@@ -49,7 +49,7 @@ TERMINAL_STATES = ("completed", "failed", "inconclusive")
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
 
-def add_milestone(conn: sqlite3.Connection, milestone_id: str, title: str, position: int | None = None) -> None:
+def add_milestone(conn: Connection, milestone_id: str, title: str, position: int | None = None) -> None:
     """Add a milestone; ``position`` orders them (default: after the last)."""
     with transaction(conn, f"milestone {milestone_id}"):
         if position is None:
@@ -64,7 +64,7 @@ def add_milestone(conn: sqlite3.Connection, milestone_id: str, title: str, posit
 
 
 def add_item(
-    conn: sqlite3.Connection,
+    conn: Connection,
     item_id: str,
     title: str,
     milestone: str,
@@ -101,13 +101,13 @@ def add_item(
         )
 
 
-def _has_dep(conn: sqlite3.Connection, item: str, dep: str) -> bool:
+def _has_dep(conn: Connection, item: str, dep: str) -> bool:
     return (
         conn.execute("SELECT 1 FROM item_deps WHERE item_id = ? AND depends_on = ?", (item, dep)).fetchone() is not None
     )
 
 
-def _evidence_ids(conn: sqlite3.Connection, refs: Iterable[str]) -> list[int]:
+def _evidence_ids(conn: Connection, refs: Iterable[str]) -> list[int]:
     """Evidence rows named by stream id (or a unique prefix of one, at least 8 digits)."""
     ids: list[int] = []
     for ref in refs:
@@ -122,7 +122,7 @@ def _evidence_ids(conn: sqlite3.Connection, refs: Iterable[str]) -> list[int]:
 
 
 def set_item(
-    conn: sqlite3.Connection,
+    conn: Connection,
     item_id: str,
     *,
     status: str | None = None,
@@ -188,9 +188,7 @@ def set_item(
             )
 
 
-def add_experiment(
-    conn: sqlite3.Connection, name: str, *, item: str | None = None, description: str | None = None
-) -> int:
+def add_experiment(conn: Connection, name: str, *, item: str | None = None, description: str | None = None) -> int:
     """Add an experiment (optionally for a work item); returns its id."""
     with transaction(conn, f"experiment {name}"):
         if item is not None and conn.execute("SELECT 1 FROM items WHERE id = ?", (item,)).fetchone() is None:
@@ -208,7 +206,7 @@ def add_experiment(
         return exp
 
 
-def add_device(conn: sqlite3.Connection, product: str, uuid: str, driver: str | None = None) -> int:
+def add_device(conn: Connection, product: str, uuid: str, driver: str | None = None) -> int:
     """Add a device (a GPU, by UUID); returns its id."""
     with transaction(conn, f"device {uuid}"):
         cur = conn.execute("INSERT INTO devices (product, uuid, driver) VALUES (?, ?, ?)", (product, uuid, driver))
@@ -222,7 +220,7 @@ def add_device(conn: sqlite3.Connection, product: str, uuid: str, driver: str | 
         return device
 
 
-def _experiment_id(conn: sqlite3.Connection, ref: str) -> int:
+def _experiment_id(conn: Connection, ref: str) -> int:
     row = conn.execute("SELECT id FROM experiments WHERE name = ? OR CAST(id AS TEXT) = ?", (ref, ref)).fetchone()
     if row is None:
         raise TrackerUnknown(f"no experiment {ref!r}")
@@ -230,7 +228,7 @@ def _experiment_id(conn: sqlite3.Connection, ref: str) -> int:
 
 
 def start_run(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     experiment: str | None = None,
     lane: str | None = None,
@@ -289,7 +287,7 @@ def start_run(
         return run
 
 
-def run_id_of(conn: sqlite3.Connection, run: str | int) -> str:
+def run_id_of(conn: Connection, run: str | int) -> str:
     """The id of the run ``run`` names: its id, a unique prefix (8+ characters), or its
     number from before run ids were text; ``tracker-unknown`` otherwise."""
     ref = str(run).strip()
@@ -310,9 +308,7 @@ def run_id_of(conn: sqlite3.Connection, run: str | int) -> str:
     raise TrackerUnknown(f"no run {ref}")
 
 
-def finish_run(
-    conn: sqlite3.Connection, run: str, state: str, *, physical_pass: bool = False, note: str | None = None
-) -> None:
+def finish_run(conn: Connection, run: str, state: str, *, physical_pass: bool = False, note: str | None = None) -> None:
     """Move a running run to a terminal state, in one update; after it the run never changes.
 
     ``physical_pass`` records a physical pass: the database accepts it only with
@@ -336,7 +332,7 @@ def finish_run(
         )
 
 
-def add_measurement(conn: sqlite3.Connection, run: str, name: str, value: float, unit: str | None = None) -> int:
+def add_measurement(conn: Connection, run: str, name: str, value: float, unit: str | None = None) -> int:
     """Record a measurement on a running run; returns its id."""
     if not math.isfinite(value):
         raise TrackerInvalid(f"run {run}: measurement {name} = {value}: a measurement is a finite number")
@@ -355,7 +351,7 @@ def add_measurement(conn: sqlite3.Connection, run: str, name: str, value: float,
         return measurement
 
 
-def add_key(conn: sqlite3.Connection, path: str | Path) -> str:
+def add_key(conn: Connection, path: str | Path) -> str:
     """Trust an Ed25519 public key (PEM); from now on every attached stream must be signed by a trusted key."""
     from aos.signing import load_public_key
 

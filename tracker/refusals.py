@@ -6,6 +6,8 @@ Each is a :class:`aos.refusals.Refusal`, printed by the CLI as
 error back to its class, so a rule refused in SQL reads the same as one refused
 in Python. One trigger raises a stream refusal: evidence without a sealed
 verdict is ``stream-verdict``, as ``attach`` and ``verdict`` refuse it.
+PostgreSQL's PL/pgSQL triggers raise the same messages (``RAISE EXCEPTION``),
+mapped by :func:`from_db_error`.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ __all__ = [
     "TrackerStreamAttached",
     "TrackerStreamChanged",
     "TrackerUnknown",
+    "from_db_error",
     "from_sqlite_error",
+    "is_db_error",
     "tracker_refusal_by_name",
 ]
 
@@ -212,4 +216,41 @@ def from_sqlite_error(exc: sqlite3.Error, context: str = "") -> Refusal:
         return TrackerInvalid(prefix + message)
     if isinstance(exc, sqlite3.DatabaseError) and "not a database" in message:
         return TrackerSchema(prefix + message)
+    return TrackerDatabase(prefix + message)
+
+
+def _is_psycopg_error(exc: BaseException) -> bool:
+    if not type(exc).__module__.startswith("psycopg"):
+        return False  # psycopg is never imported just to ask
+    import psycopg
+
+    return isinstance(exc, psycopg.Error)
+
+
+def is_db_error(exc: BaseException) -> bool:
+    """True for an error of either backend's database driver (``sqlite3.Error``, ``psycopg.Error``)."""
+    return isinstance(exc, sqlite3.Error) or _is_psycopg_error(exc)
+
+
+def from_db_error(exc: BaseException, context: str = "") -> Refusal:
+    """The refusal a database error of either backend stands for (see :func:`from_sqlite_error`).
+
+    PostgreSQL: a trigger's ``NAME: detail`` becomes that refusal; a unique
+    violation is ``tracker-exists``; another integrity or data error (a CHECK, a
+    foreign key, a value of the wrong type) is ``tracker-invalid``; a lock wait
+    past the busy timeout, a lost connection or anything else is ``tracker-database``.
+    """
+    if isinstance(exc, sqlite3.Error):
+        return from_sqlite_error(exc, context)
+    prefix = f"{context}: " if context else ""
+    diag = getattr(exc, "diag", None)
+    message = (getattr(diag, "message_primary", None) or str(exc)).strip()
+    state = str(getattr(exc, "sqlstate", None) or "")
+    match = _TRIGGER_MESSAGE.match(message)
+    if match and match.group(1) in _BY_NAME:
+        return _BY_NAME[match.group(1)](prefix + match.group(2))
+    if state == "23505":
+        return TrackerExists(prefix + message)
+    if state.startswith(("23", "22")):
+        return TrackerInvalid(prefix + message)
     return TrackerDatabase(prefix + message)

@@ -12,9 +12,9 @@ run). ``next`` lists the items not yet done whose dependencies are all done.
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
+from tracker.backends import Connection
 from tracker.records import ITEM_STATUSES, RUN_STATES, run_id_of
 from tracker.refusals import TrackerUnknown
 
@@ -35,14 +35,14 @@ def _plural(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else (plural or word + 's')}"
 
 
-def _counts(rows: list[sqlite3.Row]) -> dict[str, int]:
+def _counts(rows: list[Any]) -> dict[str, int]:
     counts = dict.fromkeys(ITEM_STATUSES, 0)
     for r in rows:
         counts[r["status"]] = int(r["n"])
     return counts
 
 
-def status(conn: sqlite3.Connection) -> dict[str, Any]:
+def status(conn: Connection) -> dict[str, Any]:
     """Counts per status, per milestone, of runs per state, and of evidence."""
     total = _counts(conn.execute("SELECT status, count(*) AS n FROM items GROUP BY status").fetchall())
     milestones = []
@@ -110,7 +110,7 @@ def format_status(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def next_items(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+def next_items(conn: Connection) -> list[dict[str, Any]]:
     """Items not yet done (planned or in progress) whose dependencies are all done."""
     rows = conn.execute(
         """
@@ -157,14 +157,14 @@ _EVIDENCE_COLUMNS = (
 )
 
 
-def _evidence(row: sqlite3.Row) -> dict[str, Any]:
+def _evidence(row: Any) -> dict[str, Any]:
     d = dict(row)
     d["signed"] = bool(d["signed"])
     d["devices"] = json.loads(d["devices"]) if d["devices"] else None
     return d
 
 
-def _show_item(conn: sqlite3.Connection, row: sqlite3.Row) -> dict[str, Any]:
+def _show_item(conn: Connection, row: Any) -> dict[str, Any]:
     item_id = row["id"]
     deps = [
         {"id": d["id"], "status": d["status"]}
@@ -204,7 +204,7 @@ def _show_item(conn: sqlite3.Connection, row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-def _show_run(conn: sqlite3.Connection, row: sqlite3.Row) -> dict[str, Any]:
+def _show_run(conn: Connection, row: Any) -> dict[str, Any]:
     run = row["id"]
     exp = conn.execute("SELECT name, item_id FROM experiments WHERE id = ?", (row["experiment_id"],)).fetchone()
     devices = [
@@ -246,7 +246,7 @@ def _show_run(conn: sqlite3.Connection, row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-def show(conn: sqlite3.Connection, ref: str) -> dict[str, Any]:
+def show(conn: Connection, ref: str) -> dict[str, Any]:
     """A work item (``N10``), a run (its id, a prefix of 8+ characters, or its number from before
     run ids were text), or an attached stream (its id, or a prefix of 8+ digits)."""
     row = conn.execute("SELECT * FROM items WHERE id = ?", (ref,)).fetchone()

@@ -8,11 +8,12 @@ writes a stream as a gate would leave it, without running any command.
 from __future__ import annotations
 
 import os
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tracker.backends import Connection, is_postgres_url
 
 if TYPE_CHECKING:
     from aos.signing import Signer
@@ -89,8 +90,8 @@ def flip_byte(path: str | os.PathLike[str], offset: int | None = None) -> int:
 class ExampleTracker:
     """A small tracker in a known state (see :func:`example_tracker`)."""
 
-    db: Path
-    conn: sqlite3.Connection
+    db: Path | str  # an SQLite path, or a postgresql:// URL
+    conn: Connection
     static_run: str
     physical_run: str
     open_run: str
@@ -99,7 +100,7 @@ class ExampleTracker:
 
 
 def example_tracker(db: str | os.PathLike[str], workdir: str | os.PathLike[str]) -> ExampleTracker:
-    """Build a tracker at ``db`` with streams under ``workdir``.
+    """Build a tracker at ``db`` (an SQLite path or a ``postgresql://`` URL) with streams under ``workdir``.
 
     Milestones M1 (static) and M2 (physical). Items: N1 implemented; N2 in
     progress, needs N1; N3 planned, needs N2; H1 hardware, planned, needs N1.
@@ -138,4 +139,5 @@ def example_tracker(db: str | os.PathLike[str], workdir: str | os.PathLike[str])
     records.finish_run(conn, physical_run, "completed", physical_pass=True)
     open_run = records.start_run(conn, experiment="distributed", lane="distributed-device")
     attach(conn, stream("open", "static"), open_run)
-    return ExampleTracker(Path(db), conn, static_run, physical_run, open_run, streams, ids)
+    where = str(db) if is_postgres_url(db) else Path(db)
+    return ExampleTracker(where, conn, static_run, physical_run, open_run, streams, ids)
