@@ -7,6 +7,7 @@ import re
 import sqlite3
 import subprocess
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "samples" / "tracker" / "example.sh"
@@ -115,3 +116,55 @@ def test_two_gpu_example(tmp_path: Path) -> None:
         conn.close()
     readme = (TWO_GPU.parent / "README.md").read_text()
     assert "bash samples/tracker/two_gpu.sh" in readme
+
+
+TWO_RUNNERS = ROOT / "samples" / "tracker" / "two_runners.sh"
+
+
+def _two_runners(work: Path, extra_env: dict[str, str]) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ALPHA_", "AOS_"))}
+    env.update(extra_env)
+    proc = subprocess.run(
+        ["bash", str(TWO_RUNNERS), str(work)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
+    assert 0 == proc.returncode, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def _audited_from_the_store(out: str, work: Path, store: str) -> None:
+    assert 2 == len(re.findall(r"^attached stream [0-9a-f]{32} to run [0-9a-f-]{36}: verdict pass", out, re.M))
+    assert 2 == out.count(f"  {store}/")  # audit names each stream by its store URL
+    assert "audit: 2 streams: 2 intact, 0 changed, 0 missing; rules intact; journal intact" in out
+    # the runners deleted their streams and the auditor never had one: only the store holds them
+    left = [p for p in work.rglob("*.aos") if "store" not in p.relative_to(work).parts]
+    assert [] == left
+
+
+def test_two_runners_s3_and_postgresql(tmp_path: Path, s3_bucket: Any, pg_server: Any) -> None:
+    """Two runners push to S3 (the suite's S3-compatible server); a PostgreSQL tracker attaches by URL;
+    a third folder with no local copy audits from the store."""
+    work = tmp_path / "two-runners"
+    store = f"{s3_bucket.url}/ci"
+    env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    env.update(ALPHA_STORE=store, ALPHA_TRACKER_DB=pg_server.create_database("two_runners_s3"))
+    out = _two_runners(work, env)
+    assert "tracker: postgresql://" in out
+    _audited_from_the_store(out, work, store)
+    # and the objects are really there, named by their BLAKE3
+    keys = [o["Key"] for o in s3_bucket.client.list_objects_v2(Bucket=s3_bucket.name).get("Contents", [])]
+    assert 2 == len(keys)
+    assert all(re.fullmatch(r"ci/[0-9a-f]{64}\.aos", k) for k in keys)
+
+
+def test_two_runners_defaults(tmp_path: Path, pg_server: Any) -> None:
+    """With nothing configured, the example starts its own PostgreSQL server and uses a folder store."""
+    work = tmp_path / "two-runners"
+    out = _two_runners(work, {})
+    assert "tracker: postgresql://" in out
+    _audited_from_the_store(out, work, f"file://{work.resolve()}/store")
