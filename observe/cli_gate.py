@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -33,6 +34,21 @@ __all__ = ["COMMANDS", "complete_gate_name", "gate", "gates", "verdict"]
 
 #: Exit code when a report that was asked for (--junit, --summary) cannot be written.
 REPORT_FAILED = 125
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def gate_file_option(help_text: str) -> Callable[[F], F]:
+    """The ``--gate-file FILE`` option (repeatable), as every command that resolves gates takes it."""
+    return click.option(
+        "--gate-file",
+        "gate_files",
+        multiple=True,
+        type=click.Path(dir_okay=False, path_type=Path),
+        metavar="FILE",
+        help=help_text,
+    )
 
 
 def complete_gate_name(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
@@ -196,14 +212,7 @@ def _report_options(func: Any) -> Any:
 )
 @click.argument("name", shell_complete=complete_gate_name)
 @recording_options
-@click.option(
-    "--gate-file",
-    "gate_files",
-    multiple=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="FILE",
-    help="Load gates from a TOML gate file (repeatable).",
-)
+@gate_file_option("Load gates from a TOML gate file (repeatable).")
 @_report_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def gate(
@@ -358,14 +367,7 @@ def _gate_doc(g: Gate) -> dict[str, Any]:
     epilog=example("alpha observe gates exit-zero", "alpha observe gates --gate-file samples/gates/nightly.toml")
 )
 @click.argument("name", required=False, shell_complete=complete_gate_name)
-@click.option(
-    "--gate-file",
-    "gate_files",
-    multiple=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="FILE",
-    help="Also list the gates of a TOML gate file (repeatable).",
-)
+@gate_file_option("Also list the gates of a TOML gate file (repeatable).")
 @click.option("--json", "as_json", is_flag=True, default=False, help="Print the gates as one JSON document.")
 def gates(name: str | None, gate_files: tuple[Path, ...], as_json: bool) -> None:
     """List every gate and its rules (or only gate NAME)."""

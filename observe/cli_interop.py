@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from observe.cli_gate import gate_file_option
+
 __all__ = ["COMMANDS", "attest_cmd", "export_cmd"]
 
 #: A stream argument is any path: what is not a regular file is refused as stream-missing.
@@ -37,14 +39,7 @@ _URI = re.compile(r"[a-z][a-z0-9+.-]*:\S+")
     metavar="PUBKEY",
     help="Also require the stream's seal to be signed by this Ed25519 public key.",
 )
-@click.option(
-    "--gate-file",
-    "gate_files",
-    multiple=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="FILE",
-    help="The definition of a gate from a file (repeatable); built-in gates need none.",
-)
+@gate_file_option("The definition of a gate from a file (repeatable); built-in gates need none.")
 @click.option(
     "--resource-uri",
     default=None,
