@@ -68,12 +68,33 @@ def attack(
         env=env,
     )
     assert p.returncode != 125, p.stderr.decode()
-    # Give a surviving daemon its chance to cover the tracks before judging the file.
+    # Give a surviving daemon its chance to cover the tracks before judging the file (the recorder
+    # ends what the command left running, so usually there is none left).
     end = time.monotonic() + 25
-    while not done.exists() and time.monotonic() < end:
+    while not done.exists() and time.monotonic() < end and _daemon_may_run(done):
         time.sleep(0.05)
     time.sleep(0.2)
     return p.returncode, out, pub
+
+
+def _daemon_may_run(done: Path) -> bool:
+    """False once the attack's daemon is known to be gone (its pid no longer runs)."""
+    pid_file = Path(str(done) + ".pid")
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return True  # not started yet, or a mode without a daemon: wait for the marker
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie (the recorder, its subreaper, already gone) counts as gone
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def sealed_verdict_of(path: Path, pub: Path | None) -> dict[str, Any] | None:

@@ -50,6 +50,7 @@ def daemon(work: callable, done: Path) -> None:  # type: ignore[valid-type]
     os.setsid()
     if os.fork() > 0:
         os._exit(0)
+    Path(str(done) + ".pid").write_text(str(os.getpid()))  # so a test can tell a killed daemon from a slow one
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
