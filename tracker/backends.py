@@ -22,6 +22,7 @@ What differs is kept here and in :mod:`tracker.pg`, never in the callers:
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,27 @@ class Migration:
     @property
     def digest(self) -> str:
         return blake3(self.sql.encode("utf-8")).hexdigest()
+
+
+_MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+def load_migrations(folder: str) -> list[Migration]:
+    """Every migration shipped in the package folder ``tracker/FOLDER``, in version order (dense from 1)."""
+    from importlib import resources
+
+    from tracker.refusals import TrackerSchema
+
+    found: list[Migration] = []
+    for entry in resources.files("tracker").joinpath(folder).iterdir():
+        match = _MIGRATION_NAME.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.version)
+    for expected, m in enumerate(found, start=1):
+        if m.version != expected:  # pragma: no cover - a packaging mistake
+            raise TrackerSchema(f"migration versions are not dense: expected {expected}, found {m.version}")
+    return found
 
 
 _PG_SCHEMES = ("postgresql://", "postgres://")

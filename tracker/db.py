@@ -23,20 +23,25 @@ take either.
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracker import journal
 
 # Shared with the PostgreSQL backend (tracker.pg), which cannot import this module back.
-from tracker.backends import APPLICATION_ID, BUSY_TIMEOUT_MS, JOURNAL_VERSION, Migration, is_postgres_url
+from tracker.backends import (
+    APPLICATION_ID,
+    BUSY_TIMEOUT_MS,
+    JOURNAL_VERSION,
+    Migration,
+    is_postgres_url,
+    load_migrations,
+)
 from tracker.refusals import TrackerMissing, TrackerSchema, from_sqlite_error
 
 if TYPE_CHECKING:
@@ -61,7 +66,6 @@ __all__ = [
 ]
 
 DEFAULT_DB = "progress.sqlite3"
-_MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
 class TrackerConnection(sqlite3.Connection):
@@ -72,16 +76,7 @@ class TrackerConnection(sqlite3.Connection):
 
 def migrations() -> list[Migration]:
     """Every migration shipped with this package, in version order."""
-    found: list[Migration] = []
-    for entry in resources.files("tracker").joinpath("migrations").iterdir():
-        match = _MIGRATION_NAME.match(entry.name)
-        if match:
-            found.append(Migration(int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8")))
-    found.sort(key=lambda m: m.version)
-    for expected, m in enumerate(found, start=1):
-        if m.version != expected:  # pragma: no cover - a packaging mistake
-            raise TrackerSchema(f"migration versions are not dense: expected {expected}, found {m.version}")
-    return found
+    return load_migrations("migrations")
 
 
 def _configure(conn: sqlite3.Connection) -> None:

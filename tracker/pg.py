@@ -33,11 +33,10 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from tracker import journal
-from tracker.backends import APPLICATION_ID, BUSY_TIMEOUT_MS, JOURNAL_VERSION, Migration
+from tracker.backends import APPLICATION_ID, BUSY_TIMEOUT_MS, JOURNAL_VERSION, Migration, load_migrations
 from tracker.refusals import TrackerDatabase, TrackerMissing, TrackerSchema, from_db_error
 
 if TYPE_CHECKING:
@@ -60,7 +59,6 @@ __all__ = [
     "translate",
 ]
 
-_MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # Tables whose ``id`` is an integer identity: an INSERT returns it as ``lastrowid``.
 _ID_TABLES = frozenset({"experiments", "devices", "evidence", "measurements"})
 _INSERT = re.compile(r"^\s*INSERT\s+(OR\s+IGNORE\s+)?INTO\s+(\w+)", re.IGNORECASE)
@@ -340,16 +338,7 @@ def _create_database(url: str) -> None:
 
 def migrations() -> list[Migration]:
     """Every PostgreSQL migration shipped with this package, in version order."""
-    found: list[Migration] = []
-    for entry in resources.files("tracker").joinpath("migrations_pg").iterdir():
-        match = _MIGRATION_NAME.match(entry.name)
-        if match:
-            found.append(Migration(int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8")))
-    found.sort(key=lambda m: m.version)
-    for expected, m in enumerate(found, start=1):
-        if m.version != expected:  # pragma: no cover - a packaging mistake
-            raise TrackerSchema(f"migration versions are not dense: expected {expected}, found {m.version}")
-    return found
+    return load_migrations("migrations_pg")
 
 
 _MIGRATIONS_TABLE = (
