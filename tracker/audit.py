@@ -34,7 +34,7 @@ from blake3 import blake3
 
 from aos.refusals import Refusal, StreamMissing
 from tracker.attach import trusted_keys
-from tracker.backends import Connection, db_errors, db_message, is_sqlite
+from tracker.backends import Connection, db_errors, db_message, is_sqlite, migration_record_problems
 from tracker.db import expected_schema, migrations, schema_cookie
 from tracker.journal import JournalCheck
 from tracker.journal import check as check_journal
@@ -169,13 +169,7 @@ def _check_schema(conn: Connection, jc: JournalCheck) -> list[str]:
             f" {jc.schema_version}): a table, index or trigger dropped, re-created or added, or a VACUUM"
             " outside `alpha tracker vacuum`"
         )
-    shipped = {m.version: (m.name, m.digest) for m in migrations()}
-    recorded = {
-        int(r[0]): (r[1], r[2]) for r in conn.execute("SELECT version, name, sql_blake3 FROM schema_migrations")
-    }
-    if recorded != shipped:
-        problems.append("the record of applied migrations differs from the shipped migrations")
-    return problems
+    return problems + migration_record_problems(conn, migrations())
 
 
 def _check_from_store(row: Any, keys: dict[str, Any]) -> StreamFinding:

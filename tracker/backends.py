@@ -86,6 +86,15 @@ def load_migrations(folder: str) -> list[Migration]:
     return found
 
 
+def migration_record_problems(conn: Any, shipped: Sequence[Migration]) -> list[str]:
+    """Audit: the ``schema_migrations`` rows must name exactly the ``shipped`` migrations (version, name, digest)."""
+    want = {m.version: (m.name, m.digest) for m in shipped}
+    recorded = {
+        int(r[0]): (r[1], r[2]) for r in conn.execute("SELECT version, name, sql_blake3 FROM schema_migrations")
+    }
+    return [] if recorded == want else ["the record of applied migrations differs from the shipped migrations"]
+
+
 _PG_SCHEMES = ("postgresql://", "postgres://")
 
 

@@ -36,7 +36,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tracker import journal
-from tracker.backends import APPLICATION_ID, BUSY_TIMEOUT_MS, JOURNAL_VERSION, Migration, load_migrations
+from tracker.backends import (
+    APPLICATION_ID,
+    BUSY_TIMEOUT_MS,
+    JOURNAL_VERSION,
+    Migration,
+    load_migrations,
+    migration_record_problems,
+)
 from tracker.refusals import TrackerDatabase, TrackerMissing, TrackerSchema, from_db_error
 
 if TYPE_CHECKING:
@@ -658,10 +665,4 @@ def schema_problems(conn: PgConnection, journalled_fingerprint: str | None) -> l
             "the schema was changed outside the tool (the triggers' and functions' catalog rows are not the ones"
             " the last migration left): a trigger or function dropped, re-created, replaced, disabled or added"
         )
-    shipped = {m.version: (m.name, m.digest) for m in migrations()}
-    recorded = {
-        int(r[0]): (r[1], r[2]) for r in conn.execute("SELECT version, name, sql_blake3 FROM schema_migrations")
-    }
-    if recorded != shipped:
-        problems.append("the record of applied migrations differs from the shipped migrations")
-    return problems
+    return problems + migration_record_problems(conn, migrations())
