@@ -255,3 +255,31 @@ def new_tracker_db(tracker_backend: str, tmp_path: Path, request: pytest.Fixture
 def tracker_db(new_tracker_db: Callable[[], str]) -> str:
     """A fresh tracker location (not yet initialised) on this test's backend: an SQLite path or a PostgreSQL URL."""
     return new_tracker_db()
+
+
+# -- a real headless browser (Debian's chromium, driven by Playwright) -------------------------
+
+#: Where Debian's ``chromium`` package puts the browser; ``AOS_TEST_CHROMIUM`` names another.
+CHROMIUM = os.environ.get("AOS_TEST_CHROMIUM", "/usr/bin/chromium")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """A headless Chromium (a Playwright ``Browser``) for the report and site tests.
+
+    Skipped, with the reason printed in the summary (``-ra``), when the browser or Playwright cannot be
+    had: ``.ci/run`` installs Debian's ``chromium``; by hand, ``apt-get install chromium``."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"no browser at {CHROMIUM}: install Debian's chromium package (`apt-get install chromium`)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        pytest.skip(f"playwright is not installed ({exc}): pip install '.[test]'")
+    from browser_util import LAUNCH_ARGS
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=list(LAUNCH_ARGS))
+        try:
+            yield chromium
+        finally:
+            chromium.close()
