@@ -12,13 +12,22 @@ __all__ = ["COMMANDS", "report_cmd"]
 @click.command("report")
 @click.argument("stream", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "output", required=True, metavar="FILE", help="Where to write the page (HTML).")
-def report_cmd(stream: Path, output: str) -> None:
+@click.option(
+    "--key",
+    "key",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="PUBKEY",
+    help="Also check the seal's signature against this Ed25519 public key (as verify --key).",
+)
+def report_cmd(stream: Path, output: str, key: str | None) -> None:
     """Write STREAM as one self-contained HTML page: verdict, checks, steps, output, artifacts, devices.
 
     The page loads nothing from the network. A damaged or unsealed stream still
     gets its page, which says what is wrong; the same stream always gives the same
-    bytes. Exit 0 written, 1 refused (STREAM is not a file: stream-missing) or
-    FILE cannot be written, 2 usage.
+    bytes. Exit 0 written (whatever the stream's verdict or damage), 1 refused
+    (STREAM is not a file: stream-missing; an unreadable --key: stream-signature)
+    or FILE cannot be written, 2 usage.
 
     \b
     Example:
@@ -29,14 +38,17 @@ def report_cmd(stream: Path, output: str) -> None:
     from observe.cli_errors import refuse
     from observe.report import write_report
 
-    try:
-        import os
+    import os
 
+    from aos.signing import load_public_key
+
+    try:
         os.close(open_regular(stream))
+        public = load_public_key(key) if key is not None else None
     except Refusal as exc:
         refuse(exc, 1)
     try:
-        facts = write_report(stream, Path(output))
+        facts = write_report(stream, Path(output), public_key=public)
     except OSError as exc:
         click.echo(f"alpha observe report: cannot write {output}: {exc.strerror or exc}", err=True)
         raise SystemExit(1) from None

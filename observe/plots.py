@@ -114,7 +114,7 @@ def line_plot(
     *,
     span_ns: int,
     fmt: str = "int",
-    width: int = 720,
+    width: int = 560,
     height: int = 200,
 ) -> Plot:
     """Lay out ``series`` (times in ns from the command's start, up to ``span_ns``) as a line plot.
@@ -125,7 +125,13 @@ def line_plot(
     iw, ih = width - left - right, height - top - bottom
     span = max(span_ns, 1)
     peak = max((v for s in series for _, v in s.points()), default=0)
-    ymax = 100 if fmt == "percent" and peak <= 100 else _nice(max(peak, 1))
+    if fmt == "percent" and peak <= 100:
+        ymax = 100
+    elif fmt == "bytes":
+        unit = next((u for u in (1 << 30, 1 << 20, 1 << 10) if peak >= u), 1)
+        ymax = _nice(-(-peak // unit)) * unit
+    else:
+        ymax = _nice(max(peak, 1))
     traces = []
     for i, s in enumerate(series):
         pts = []
@@ -145,6 +151,6 @@ def _label(value: int, fmt: str) -> str:
     if fmt == "bytes":
         for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
             if value >= size:
-                return f"{value * 10 // size / 10:g} {unit}"
+                return f"{value * 100 // size / 100:g} {unit}"
         return f"{value} B"
     return str(value)

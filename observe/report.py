@@ -32,6 +32,7 @@ from observe.plots import Plot, Series, line_plot
 if TYPE_CHECKING:
     from aos.event import Event
     from aos.refusals import Refusal
+    from aos.signing import Verifier
 
 __all__ = ["CAPS", "Caps", "ReportFacts", "ReportModel", "build_model", "render", "write_report"]
 
@@ -66,7 +67,9 @@ class ReportFacts:
     verdict: str | None  # pass / fail / inconclusive of the sealed verdict; None when no sealed verdict
     scope: str | None
     gate: str | None
-    integrity: str  # one short phrase: "intact and sealed", "unsealed (recorder killed?)", "damaged: NAME"
+    #: One short phrase: "intact and sealed" (then ", signed by key ID", and " (signature checked)" when a key
+    #: was given), "unsealed (recorder killed?)" or "damaged: NAME" (the verifier's refusal).
+    integrity: str
     events: int
     page_bytes: int
 
@@ -219,7 +222,11 @@ class ReportModel:
         if self.unreadable is not None:
             return f"damaged: {self.unreadable.name}"
         if self.refusal is None:
-            return "intact and sealed"
+            sealed = self.sealed or {}
+            if not sealed.get("signed"):
+                return "intact and sealed"
+            checked = " (signature checked)" if sealed.get("checked") else ""
+            return f"intact and sealed, signed by key {sealed.get('key_id')}{checked}"
         if self.refusal.name == "stream-unsealed":
             return "unsealed (recorder killed?)"
         return f"damaged: {self.refusal.name}"
@@ -521,10 +528,15 @@ class _Collector:
         if isinstance(tree, dict):
             cpu, rss = _int(tree.get("cpu_ns")), _int(tree.get("rss"))
             if cpu is not None:
+                # cpu_ns counts live processes plus what they reaped: a child that exits leaves the
+                # sum until its parent reaps it, then comes back. Counting only what rises above the
+                # high-water mark keeps that round trip from showing as a burst.
                 if self.last_cpu is not None and ev.mono_ns > self.last_cpu[0]:
                     dt = ev.mono_ns - self.last_cpu[0]
                     m.cpu.add(t, max(cpu - self.last_cpu[1], 0) * 100 // dt)
-                self.last_cpu = (ev.mono_ns, cpu)
+                    self.last_cpu = (ev.mono_ns, max(cpu, self.last_cpu[1]))
+                elif self.last_cpu is None:
+                    self.last_cpu = (ev.mono_ns, cpu)
             if rss is not None:
                 m.rss.add(t, rss)
         gpus = a.get("gpus")
@@ -561,8 +573,11 @@ def _cite(model: ReportModel) -> list[int]:
     return sorted(seqs)[: model.caps.cited]
 
 
-def build_model(stream: Path | str, caps: Caps = CAPS) -> ReportModel:
-    """Read ``stream`` (damaged or not) into the page's model; never raises a ``Refusal``."""
+def build_model(stream: Path | str, caps: Caps = CAPS, *, public_key: Verifier | None = None) -> ReportModel:
+    """Read ``stream`` (damaged or not) into the page's model; never raises a ``Refusal``.
+
+    With ``public_key`` the seal's signature is checked too (``aos verify --key``).
+    """
     from aos.refusals import Refusal
     from aos.verify import verify_stream
 
@@ -577,27 +592,39 @@ def build_model(stream: Path | str, caps: Caps = CAPS) -> ReportModel:
         from observe.summary import only_seqs
 
         sink = ReportModel(path=path, caps=caps)  # damage of the re-read is already known
+        names = {span: st.name for span, st in collector.spans.items()}
         for ev in only_seqs(_events(path, sink), wanted, set()):
-            model.cited[ev.seq] = _cited(ev, caps)
+            model.cited[ev.seq] = _cited(ev, caps, names)
     if model.unreadable is None:
         try:
-            v = verify_stream(path)
+            v = verify_stream(path, public_key)
         except Refusal as exc:
             model.refusal = exc
         else:
-            model.sealed = {"events": v.events, "head": v.head, "signed": v.signed, "key_id": v.key_id}
+            model.sealed = {
+                "events": v.events,
+                "head": v.head,
+                "signed": v.signed,
+                "key_id": v.key_id,
+                "checked": v.signature_checked,
+            }
     return model
 
 
-def _cited(ev: Event, caps: Caps) -> dict[str, Any]:
+def _cited(ev: Event, caps: Caps, names: dict[str, str]) -> dict[str, Any]:
     data = ev.data
+    step = None if ev.step is None else names.get(ev.step) or text(ev.step, 128)
+    shown = None
+    if data is not None:
+        head = text(data[:256].decode("utf-8", "backslashreplace"), 1024)
+        shown = f"{len(data)} B: {head}" + (" ..." if len(data) > 256 else "")
     return {
         "seq": ev.seq,
         "missing": False,
         "kind": text(ev.kind, 64),
-        "step": None if ev.step is None else text(ev.step, 128),
+        "step": step,
         "attrs": text(ev.attrs_json, caps.attrs),
-        "data": None if data is None else f"{len(data)} B: " + text(data[:512], 1024),
+        "data": shown,
     }
 
 
@@ -816,14 +843,20 @@ def render(model: ReportModel, *, stream_name: str | None = None, back_link: tup
         tail = tail // 4 if tail > 1024 else 0
 
 
-def write_report(stream: Path, out: Path, *, back_link: tuple[str, str] | None = None) -> ReportFacts:
+def write_report(
+    stream: Path,
+    out: Path,
+    *,
+    back_link: tuple[str, str] | None = None,
+    public_key: Verifier | None = None,
+) -> ReportFacts:
     """Write the HTML report of ``stream`` to ``out``; return what it found.
 
     Never raises for a damaged, unsealed or garbage stream (the page says what is
     wrong); ``OSError`` when ``out`` cannot be written. The same stream gives the
-    same bytes.
+    same bytes. With ``public_key`` the seal's signature is checked as well.
     """
-    model = build_model(stream)
+    model = build_model(stream, public_key=public_key)
     page = render(model, stream_name=Path(stream).name, back_link=back_link).encode("utf-8")
     tmp = Path(out).with_name(f".{Path(out).name}.tmp")
     tmp.write_bytes(page)
