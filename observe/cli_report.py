@@ -33,14 +33,13 @@ def report_cmd(stream: Path, output: str, key: str | None) -> None:
     Example:
       alpha observe report ci.aos -o ci.report.html
     """
-    from aos.reader import open_regular
-    from aos.refusals import Refusal
-    from observe.cli_errors import refuse
-    from observe.report import write_report
-
     import os
 
+    from aos.reader import open_regular
+    from aos.refusals import Refusal
     from aos.signing import load_public_key
+    from observe.cli_errors import refuse
+    from observe.report import write_report
 
     try:
         os.close(open_regular(stream))

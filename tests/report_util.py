@@ -85,11 +85,11 @@ def recorded_streams(d: Path) -> dict[str, Path]:
     }
     art = d / IMG
     forgery = (
-        f"printf '%s\\n' \"$FORGE_SCRIPT\"; printf '%s\\n' \"$FORGE_LINK\"; "
-        f'printf x > "$FORGE_IMG"; '
-        f'alpha observe step "$FORGE_SCRIPT" -- sh -c \'printf "%s" "$FORGE_IMG" >&2\'; '
-        f'alpha observe receipt "$FORGE_SCRIPT" --status pass --field "x=$FORGE_IMG"; '
-        f'alpha observe artifact "$FORGE_IMG"'
+        "printf '%s\\n' \"$FORGE_SCRIPT\"; printf '%s\\n' \"$FORGE_LINK\"; "
+        'printf x > "$FORGE_IMG"; '
+        'alpha observe step "$FORGE_SCRIPT" -- sh -c \'printf "%s" "$FORGE_IMG" >&2\'; '
+        'alpha observe receipt "$FORGE_SCRIPT" --status pass --field "x=$FORGE_IMG"; '
+        'alpha observe artifact "$FORGE_IMG"'
     )
     env = _env() | {"FORGE_SCRIPT": SCRIPT, "FORGE_IMG": str(art), "FORGE_LINK": OSC_LINK}
     out = d / "forgery.aos"
