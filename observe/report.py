@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from observe.plots import Plot, Series, line_plot
+from observe.plots import Series
 
 if TYPE_CHECKING:
     from aos.event import Event
     from aos.refusals import Refusal
     from aos.signing import Verifier
 
-__all__ = ["CAPS", "Caps", "ReportFacts", "ReportModel", "build_model", "render", "write_report"]
+__all__ = ["CAPS", "Caps", "ReportFacts", "ReportModel", "ansi_html", "build_model", "text", "write_report"]
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -46,6 +46,7 @@ class Caps:
 
     tail: int = 64 * KiB  # bytes of each step's stdout, and of its stderr: the last ones
     steps: int = 500
+    tails: int = 200  # steps whose output tails are kept (the others: how many bytes they wrote)
     receipts: int = 1000
     artifacts: int = 1000
     cited: int = 2000  # events the checks cite, rendered with their attrs
@@ -88,7 +89,7 @@ def text(value: Any, limit: int = 4 * KiB) -> str:
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in shown)
 
 
-def _int(value: Any) -> int | None:
+def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -104,8 +105,10 @@ class Tail:
     def add(self, data: bytes) -> None:
         self.total += len(data)
         self.chunks += 1
+        if not self.cap:
+            return
         self.buf += data[-self.cap :]
-        if len(self.buf) > 2 * self.cap:
+        if len(self.buf) > self.cap + max(self.cap // 4, 4096):
             del self.buf[: len(self.buf) - self.cap]
 
     def bytes(self, cap: int | None = None) -> bytes:
@@ -179,6 +182,7 @@ class ReportModel:
     steps: list[Step] = field(default_factory=list)
     steps_omitted: int = 0
     top_out: dict[str, Tail] = field(default_factory=dict)
+    output_elsewhere: int = 0  # bytes written in steps the page does not list
     receipts: list[dict[str, Any]] = field(default_factory=list)
     receipts_omitted: int = 0
     receipt_counts: dict[str, int] = field(default_factory=dict)
@@ -307,10 +311,14 @@ class _Collector:
 
     def _output(self, ev: Event) -> None:
         step = self.spans.get(ev.step) if ev.step is not None else None
+        if ev.step is not None and step is None:  # a step past the steps cap (or never started)
+            self.m.output_elsewhere += len(ev.data or b"")
+            return
         outs = step.out if step is not None else self.m.top_out
         tail = outs.get(ev.kind)
         if tail is None:
-            tail = outs[ev.kind] = Tail(self.c.tail)
+            keep = self.c.tail if step is None or step.index < self.c.tails else 0
+            tail = outs[ev.kind] = Tail(keep)
         tail.add(ev.data or b"")
 
     # -- artifacts -------------------------------------------------------------------
@@ -322,7 +330,7 @@ class _Collector:
             m.artifacts_omitted += 1
             return
         step = self.spans.get(ev.step) if ev.step is not None else None
-        size = _int(a.get("size"))
+        size = as_int(a.get("size"))
         art = Artifact(
             seq=ev.seq,
             path=text(a.get("path"), 1024),
@@ -399,10 +407,10 @@ class _Collector:
         m = self.m
         m.exit = {
             "seq": ev.seq,
-            "exit_code": _int(a.get("exit_code")),
+            "exit_code": as_int(a.get("exit_code")),
             "signal": None if a.get("signal") is None else text(a.get("signal"), 64),
             "timed_out": a.get("timed_out") is True,
-            "duration_ns": _int(a.get("duration_ns")),
+            "duration_ns": as_int(a.get("duration_ns")),
         }
         m.exit_mono = ev.mono_ns
 
@@ -434,9 +442,9 @@ class _Collector:
         if step is None or step.end_seq is not None:
             return
         step.end_seq, step.end_mono = ev.seq, ev.mono_ns
-        step.exit_code = _int(a.get("exit_code"))
+        step.exit_code = as_int(a.get("exit_code"))
         step.signal = None if a.get("signal") is None else text(a.get("signal"), 64)
-        step.duration_ns = _int(a.get("duration_ns"))
+        step.duration_ns = as_int(a.get("duration_ns"))
 
     def _on_receipt(self, ev: Event, a: dict[str, Any]) -> None:
         m = self.m
@@ -476,7 +484,7 @@ class _Collector:
         if m.observer is None:
             m.observer = text(a.get("observer"), 64)
             m.driver = None if a.get("driver") is None else text(a.get("driver"), 64)
-            m.cuda_driver = _int(a.get("cuda_driver"))
+            m.cuda_driver = as_int(a.get("cuda_driver"))
             lib = a.get("library")
             if isinstance(lib, dict):
                 m.library = f"{text(lib.get('path'), 512)} (sha256 {text(lib.get('sha256'), 64)})"
@@ -493,17 +501,17 @@ class _Collector:
             if uuid not in m.gpus and len(m.gpus) < self.c.gpus:
                 m.gpus[uuid] = {
                     "uuid": uuid,
-                    "index": _int(g.get("index")),
-                    "minor": _int(g.get("minor")),
+                    "index": as_int(g.get("index")),
+                    "minor": as_int(g.get("minor")),
                     "name": text(g.get("name"), 128),
-                    "memory": _int(g.get("memory")),
+                    "memory": as_int(g.get("memory")),
                     "pci_bus_id": text(g.get("pci_bus_id") or "", 64),
                 }
         procs = a.get("processes")
         for p in procs if isinstance(procs, list) else []:
             if not isinstance(p, dict):
                 continue
-            key = (_int(p.get("pid")), text(p.get("gpu"), 128), p.get("in_tree") is True)
+            key = (as_int(p.get("pid")), text(p.get("gpu"), 128), p.get("in_tree") is True)
             if key in m.gpu_processes:
                 continue
             if len(m.gpu_processes) >= self.c.processes:
@@ -526,7 +534,7 @@ class _Collector:
         t = ev.mono_ns - (m.process_start_mono if m.process_start_mono is not None else m.start_mono or 0)
         tree = a.get("tree")
         if isinstance(tree, dict):
-            cpu, rss = _int(tree.get("cpu_ns")), _int(tree.get("rss"))
+            cpu, rss = as_int(tree.get("cpu_ns")), as_int(tree.get("rss"))
             if cpu is not None:
                 # cpu_ns counts live processes plus what they reaped: a child that exits leaves the
                 # sum until its parent reaps it, then comes back. Counting only what rises above the
@@ -544,7 +552,7 @@ class _Collector:
             if not isinstance(g, dict):
                 continue
             uuid = text(g.get("uuid"), 128)
-            util, mem = _int(g.get("utilization")), _int(g.get("memory_used"))
+            util, mem = as_int(g.get("utilization")), as_int(g.get("memory_used"))
             if uuid not in m.gpu_util and len(m.gpu_util) >= self.c.gpus:
                 continue
             if util is not None:
@@ -560,7 +568,7 @@ def display_or(value: Any, default: str) -> str:
     return default if value is None else text(value, 128)
 
 
-def _cite(model: ReportModel) -> list[int]:
+def cited_seqs(model: ReportModel) -> list[int]:
     """The seqs the verdict's checks cite (valid integers, capped), sorted."""
     v = model.verdict or {}
     checks = v.get("checks")
@@ -568,7 +576,7 @@ def _cite(model: ReportModel) -> list[int]:
     for c in checks if isinstance(checks, list) else []:
         ev = c.get("evidence") if isinstance(c, dict) else None
         for s in ev if isinstance(ev, list) else []:
-            if _int(s) is not None and s >= 0:
+            if as_int(s) is not None and s >= 0:
                 seqs.add(s)
     return sorted(seqs)[: model.caps.cited]
 
@@ -587,7 +595,7 @@ def build_model(stream: Path | str, caps: Caps = CAPS, *, public_key: Verifier |
     for ev in _events(path, model):
         collector.feed(ev)
     collector.finish()
-    wanted = frozenset(_cite(model))
+    wanted = frozenset(cited_seqs(model))
     if wanted:
         from observe.summary import only_seqs
 
@@ -628,221 +636,6 @@ def _cited(ev: Event, caps: Caps, names: dict[str, str]) -> dict[str, Any]:
     }
 
 
-# -- the page ------------------------------------------------------------------------------
-
-
-def _ns(ns: int | None) -> str:
-    if ns is None:
-        return "?"
-    if abs(ns) >= 1 << 62:
-        return f"{ns} ns"
-    return f"{ns / 1e9:.2f} s"
-
-
-def _size(n: int | None) -> str:
-    if n is None:
-        return "?"
-    if n < 1024 or n >= 1 << 60:
-        return f"{n} B"
-    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= k:
-            return f"{n / k:.1f} {unit}"
-    return f"{n} B"  # pragma: no cover
-
-
-def _when(wall: int | None) -> str:
-    from datetime import UTC, datetime
-
-    if wall is None:
-        return "?"
-    try:
-        return datetime.fromtimestamp(wall / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (OverflowError, OSError, ValueError):
-        return f"{wall} ns (not a date)"
-
-
-def _pct(part: int, whole: int) -> str:
-    """A CSS percentage with two decimals, from integers (the same bytes every time)."""
-    value = max(0, min(part, whole)) * 10000 // max(whole, 1)
-    return f"{value // 100}.{value % 100:02d}%"
-
-
-def _context(model: ReportModel, stream_name: str, back_link: tuple[str, str] | None, tail: int) -> dict[str, Any]:
-    import shlex
-
-    caps = model.caps
-    base = model.process_start_mono if model.process_start_mono is not None else model.start_mono or 0
-    end = model.exit_mono if model.exit_mono is not None else model.last_mono or base
-    span = max(end - base, 1)
-    for st in model.steps:
-        stop = st.end_mono if st.end_mono is not None else model.last_mono or st.start_mono
-        span = max(span, stop - base)
-    timeline = []
-    if model.process_start_mono is not None:
-        code = model.exit
-        timeline.append(
-            {
-                "label": "command",
-                "depth": 0,
-                "left": "0.00%",
-                "width": _pct(end - base, span),
-                "start": _ns(0),
-                "end": _ns(end - base) if code is not None else "unfinished",
-                "duration": _ns(code.get("duration_ns")) if code is not None else "unfinished",
-                "status": _exit_text(code["exit_code"], code["signal"]) if code is not None else "no exit recorded",
-                "class": "ok" if code is not None and code["exit_code"] == 0 else "bad",
-                "href": None,
-            }
-        )
-    steps = []
-    for st in model.steps:
-        stop = st.end_mono if st.end_mono is not None else model.last_mono or st.start_mono
-        left = st.start_mono - base
-        finished = st.end_seq is not None
-        status = _exit_text(st.exit_code, st.signal) if finished else "unfinished"
-        klass = "ok" if finished and st.exit_code == 0 else ("open" if not finished else "bad")
-        timeline.append(
-            {
-                "label": st.name,
-                "depth": st.depth + 1,
-                "left": _pct(left, span),
-                "width": _pct(max(stop - st.start_mono, span // 500), span),
-                "start": _ns(left),
-                "end": _ns(stop - base) if finished else "unfinished",
-                "duration": _ns(st.duration_ns) if finished else "unfinished",
-                "status": status,
-                "class": klass,
-                "href": f"#step-{st.index}",
-            }
-        )
-        steps.append(
-            {
-                "index": st.index,
-                "name": st.name,
-                "argv": st.argv,
-                "depth": st.depth,
-                "status": status,
-                "class": klass,
-                "outputs": _outputs(st.out, tail, f"--step {shlex.quote(st.name)}", stream_name),
-            }
-        )
-    v = model.verdict or {}
-    raw_checks = v.get("checks")
-    checks = []
-    for c in raw_checks if isinstance(raw_checks, list) else []:
-        if not isinstance(c, dict):
-            continue
-        ev = c.get("evidence")
-        seqs = [s for s in ev if _int(s) is not None and s >= 0][: caps.cited] if isinstance(ev, list) else []
-        checks.append(
-            {
-                "name": text(c.get("name"), 256),
-                "status": text(c.get("status"), 32),
-                "reason": text(c.get("reason"), caps.attrs),
-                "evidence": seqs,
-            }
-        )
-    not_run = v.get("not_run")
-    cited = []
-    for seq in _cite(model):
-        cited.append(
-            model.cited.get(seq) or {"seq": seq, "missing": True, "kind": "", "step": None, "attrs": "", "data": None}
-        )
-    status_of = model.sealed_verdict
-    verdict_word = status_of.get("verdict") if status_of is not None else None
-    plots: list[Plot] = []
-    if model.telemetry:
-        plots.append(line_plot("CPU of the process tree (% of one core)", [model.cpu], span_ns=span, fmt="int"))
-        plots.append(line_plot("Resident memory of the process tree", [model.rss], span_ns=span, fmt="bytes"))
-        if model.gpu_util:
-            plots.append(line_plot("GPU utilisation", list(model.gpu_util.values()), span_ns=span, fmt="percent"))
-        if model.gpu_mem:
-            plots.append(line_plot("GPU memory in use", list(model.gpu_mem.values()), span_ns=span, fmt="bytes"))
-    quoted = shlex.quote(stream_name)
-    return {
-        "m": model,
-        "stream_name": stream_name,
-        "quoted": quoted,
-        "back_link": back_link,
-        "integrity": model.integrity,
-        "verdict_word": verdict_word,
-        "unsealed_verdict": text(v.get("verdict"), 32) if model.verdict is not None and status_of is None else None,
-        "scope": text(v.get("scope"), 64) if model.verdict is not None else None,
-        "gate": text(v.get("gate"), 256) if model.verdict is not None else model.gate_requested,
-        "summary": text(v.get("summary"), 1024) if model.verdict is not None else "",
-        "not_run": [text(n, 1024) for n in not_run[:50]] if isinstance(not_run, list) else [],
-        "checks": checks,
-        "failing": [c for c in checks if c["status"] != "pass"],
-        "cited": cited,
-        "timeline": timeline,
-        "steps": steps,
-        "top_outputs": _outputs(model.top_out, tail, "", stream_name),
-        "plots": plots,
-        "started": _when(model.started_wall),
-        "exit_text": _exit_text(model.exit["exit_code"], model.exit["signal"]) if model.exit else None,
-        "exit_duration": _ns(model.exit.get("duration_ns")) if model.exit else None,
-        "size": _size,
-        "receipt_tally": sorted(model.receipt_counts.items()),
-        "gpu_processes": list(model.gpu_processes.values()),
-        "refusal": None if model.refusal is None else text(model.refusal.diagnostics(), 2048),
-        "unreadable": None if model.unreadable is None else text(model.unreadable.diagnostics(), 2048),
-        "damage": None if model.damage is None else text(model.damage.diagnostics(), 2048),
-    }
-
-
-def _exit_text(code: int | None, signal: str | None) -> str:
-    if signal:
-        return f"killed by {signal}"
-    return "exit ?" if code is None else f"exit {code}"
-
-
-def _outputs(outs: dict[str, Tail], cap: int, select: str, stream_name: str) -> list[dict[str, Any]]:
-    import shlex
-
-    shown = []
-    for kind in ("stdout", "stderr"):
-        tail = outs.get(kind)
-        if tail is None:
-            continue
-        data = tail.bytes(cap)
-        cut = tail.total - len(data)
-        read = f"alpha observe read {shlex.quote(stream_name)} --{kind}" + (f" {select}" if select else "")
-        shown.append(
-            {
-                "kind": kind,
-                "total": tail.total,
-                "cut": cut,
-                "html": ansi_html(data),
-                "read": read,
-            }
-        )
-    return shown
-
-
-def render(model: ReportModel, *, stream_name: str | None = None, back_link: tuple[str, str] | None = None) -> str:
-    """The page's HTML for ``model``; smaller output tails until it fits ``Caps.page``."""
-    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-    from markupsafe import Markup
-
-    env = Environment(
-        loader=PackageLoader("observe", "templates"),
-        autoescape=select_autoescape(default=True, default_for_string=True),
-        undefined=StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["markup"] = Markup  # only ever applied to ansi2html's escaped output
-    template = env.get_template("report.html.j2")
-    name = stream_name if stream_name is not None else os.path.basename(model.path)
-    tail = model.caps.tail
-    while True:
-        page = template.render(**_context(model, name, back_link, tail))
-        if len(page.encode("utf-8")) <= model.caps.page or tail == 0:
-            return page
-        tail = tail // 4 if tail > 1024 else 0
-
-
 def write_report(
     stream: Path,
     out: Path,
@@ -856,6 +649,8 @@ def write_report(
     wrong); ``OSError`` when ``out`` cannot be written. The same stream gives the
     same bytes. With ``public_key`` the seal's signature is checked as well.
     """
+    from observe.report_page import render
+
     model = build_model(stream, public_key=public_key)
     page = render(model, stream_name=Path(stream).name, back_link=back_link).encode("utf-8")
     tmp = Path(out).with_name(f".{Path(out).name}.tmp")

@@ -16,7 +16,8 @@ from report_util import IMG, SCRIPT, recorded_streams, synthetic_stream
 from aos.signing import load_public_key
 from aos.verify import verify_stream
 from observe.plots import BUCKETS, Series, line_plot
-from observe.report import CAPS, Caps, ReportFacts, build_model, render, write_report
+from observe.report import CAPS, Caps, ReportFacts, build_model, write_report
+from observe.report_page import render
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -211,7 +212,7 @@ class TestCaps:
         assert all(st.out["stdout"].total > CAPS.tail for st in model.steps)
         assert all(len(st.out["stdout"].bytes()) <= CAPS.tail for st in model.steps)
         page = render(model, stream_name="big.aos")
-        assert "are not shown here: <code>alpha observe read big.aos --stdout --step epoch-0</code>" in page
+        assert "are shown here; all of it: <code>alpha observe read big.aos --stdout --step epoch-0</code>" in page
         assert len(page.encode()) <= CAPS.page
         assert len(model.cpu.points()) <= 2 * 2 * BUCKETS
 
@@ -222,6 +223,15 @@ class TestCaps:
         page = render(build_model(stream, caps), stream_name="big.aos")
         assert len(page.encode()) <= caps.page
         assert len(render(build_model(stream), stream_name="big.aos").encode()) > caps.page
+
+    def test_output_tails_are_kept_for_so_many_steps(self, tmp_path: Path) -> None:
+        """Past ``Caps.tails`` steps, a step's output is counted, not kept, and the page says how to read it."""
+        stream = synthetic_stream(tmp_path / "big.aos", 1 << 20)
+        model = build_model(stream, Caps(tails=1))
+        assert [True, False, False, False] == [bool(st.out["stdout"].bytes()) for st in model.steps]
+        assert all(st.out["stdout"].total > 0 for st in model.steps)
+        page = render(model, stream_name="big.aos")
+        assert "none is shown here; all of it: <code>alpha observe read big.aos --stdout --step epoch-3</code>" in page
 
     def test_series_stay_bounded_and_keep_extremes(self) -> None:
         """A million samples keep at most 2 x BUCKETS buckets, and the one spike survives."""
