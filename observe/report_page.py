@@ -1,4 +1,4 @@
-"""The report's page: the model of ``observe.report`` laid out for the template (``templates/report.html.j2``).
+"""The report's page: the model of ``observe.report_model`` laid out for the template (``templates/report.html.j2``).
 
 Everything here is formatting: integers to fixed strings (so the same stream gives the same bytes),
 timeline geometry as CSS percentages, output tails through ``ansi_html``, telemetry through
@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from observe.plots import Plot, line_plot
-from observe.report import ReportModel, Tail, ansi_html, as_int, cited_seqs, text
+from observe.report_model import ReportModel, Tail, ansi_html, as_int, cited_seqs, text
 
 __all__ = ["render"]
 
