@@ -576,7 +576,6 @@ def _environment() -> Any:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters["short"] = lambda s, n=12: (s[:n] + "\u2026") if isinstance(s, str) and len(s) > n else s
     env.filters["bytes"] = _human_bytes
     env.filters["safe_url"] = _safe_url
     return env
