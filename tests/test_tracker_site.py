@@ -231,7 +231,10 @@ class TestFiles:
             result = write_site(other, out)
         finally:
             other.close()
-        assert sorted(f"runs/{r}.html" for r in built.runs.values() if r != built.runs["static"]) == result.removed
+        old_runs = [f"runs/{r}.html" for r in built.runs.values() if r != built.runs["static"]]
+        reports = [f"streams/{built.streams[k]}.html" for k in ("static", "physical")]
+        assert sorted(old_runs + reports) == result.removed
+        assert not (out / "streams").exists()  # the folder the site made, now empty
         assert [f"runs/{built.runs['static']}.html"] == result.kept
         assert "mine" == (out / "notes.txt").read_text()
         assert "edited by hand" == edited.read_text()

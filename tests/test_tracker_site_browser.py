@@ -119,7 +119,6 @@ def test_run_page(browser: Any, site: tuple[Built, Path]) -> None:
 
 def test_report_page(browser: Any, site: tuple[Built, Path]) -> None:
     """Each available stream has its report page, linked from its run page and linking back to it."""
-    pytest.importorskip("observe.report", reason="observe.report (branch report) is not merged here yet")
     built, out = site
     run_page = out / f"runs/{built.runs['static']}.html"
     r = rendered(browser, run_page)

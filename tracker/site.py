@@ -609,32 +609,26 @@ def _render(site: Site) -> dict[str, bytes]:
     return pages
 
 
-def _report_writer() -> Any:
-    import importlib
-
-    try:
-        return importlib.import_module("observe.report").write_report
-    except ImportError:  # this alpha has no stream reports yet
-        return None
-
-
 def _write_reports(site: Site, tmp: Path) -> dict[str, bytes]:
     """A report page per available stream, made by ``observe.report.write_report``."""
-    write_report = _report_writer()
+    from observe.report import write_report
+
     pages: dict[str, bytes] = {}
+    runs = site.runs_by_id
     for s in site.streams:
         if s.local is None:
             continue
-        if write_report is None:
-            s.report_note = "no report page: this alpha cannot write stream reports"
-            continue
-        run = site.runs_by_id.get(s.run_id)
+        run = runs.get(s.run_id)
         page = f"streams/{_safe(s.stream_id)}.html"
         out = tmp / f"report-{s.evidence_id}.html"
         back = (f"../{run.page}", f"run {run.id}") if run else ("../index.html", "the tracker")
-        write_report(s.local, out, back_link=back)
-        pages[page] = out.read_bytes()
+        facts = write_report(s.local, out, back_link=back)
+        data = out.read_bytes()
         out.unlink()
+        if facts.stream_id != s.stream_id:  # pragma: no cover - derive() read the same bytes
+            s.report_note = f"no report page: the report read stream {facts.stream_id}"
+            continue
+        pages[page] = data
         s.page = page
     return pages
 
