@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -319,3 +320,69 @@ def test_connect_reads_only(built: Built, tmp_path: Path) -> None:
         assert before == conn.execute("SELECT count(*) FROM journal").fetchone()[0]
     finally:
         conn.close()
+
+
+# -- the committed sample: samples/tracker/site, the site of samples/tracker/example.sh's tracker ----------
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "samples" / "tracker" / "site"
+REGENERATE = (
+    "regenerate it: bash samples/tracker/example.sh && "
+    "alpha tracker --db ${TMPDIR:-/tmp}/alpha-tracker-example/progress.sqlite3 site samples/tracker/site"
+)
+
+
+def normalised(text: str, work: str) -> str:
+    """A page with what differs between two runs of the example (ids, times, digests, its folder) replaced."""
+    text = text.replace(work, "WORK")
+    text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "RUN", text)
+    text = re.sub(r"\b[0-9a-f]{32,64}\b", "HEX", text)
+    return re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", "TIME", text)
+
+
+def test_sample_site(tmp_path: Path) -> None:
+    """The example's tracker gives the same bytes when its site is written again; the committed sample is a
+    complete site of ours, its index what the tool writes today, and regenerating over it is accepted."""
+    import os
+    import subprocess
+
+    work = tmp_path / "example"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALPHA_")}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "samples" / "tracker" / "example.sh"), str(work)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False,
+    )  # fmt: skip
+    assert 0 == proc.returncode, proc.stdout + proc.stderr
+    conn = connect(str(work / "progress.sqlite3"))
+    try:
+        out = tmp_path / "site"
+        first = write_site(conn, out)
+        before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        second = write_site(conn, out)
+        assert [] == second.written
+        assert before == {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        assert 3 == len(first.files)  # index, the run, the stream's report
+
+        manifest = json.loads((SAMPLE / MANIFEST).read_text())
+        present = {p.relative_to(SAMPLE).as_posix() for p in SAMPLE.rglob("*") if p.is_file()} - {MANIFEST}
+        assert set(manifest["files"]) == present, REGENERATE
+        for rel, digest in manifest["files"].items():
+            assert hashlib.sha256((SAMPLE / rel).read_bytes()).hexdigest() == digest, f"{rel} was edited; {REGENERATE}"
+        sample_work = re.search(r"<code>(/[^<]*)/distributed-static\.aos</code>", html(SAMPLE / first_run(SAMPLE)))
+        assert sample_work is not None
+        assert normalised(html(SAMPLE / "index.html"), sample_work.group(1)) == normalised(
+            html(out / "index.html"), str(work)
+        ), f"samples/tracker/site is not what `alpha tracker site` writes today; {REGENERATE}"
+
+        copy = tmp_path / "sample-copy"
+        shutil.copytree(SAMPLE, copy)
+        again = write_site(conn, copy)
+        assert sorted(set(manifest["files"]) - {"index.html"}) == again.removed
+        assert sorted(again.files) == sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*.html"))
+    finally:
+        conn.close()
+
+
+def first_run(site: Path) -> str:
+    (page,) = (site / "runs").iterdir()
+    return page.relative_to(site).as_posix()
