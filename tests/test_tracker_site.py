@@ -283,6 +283,43 @@ class TestFiles:
         assert "Never run: &lt;script&gt;" in html(out / "index.html")
 
 
+def test_forged_ids_and_urls_stay_harmless(tracker_db: str, tmp_path: Path) -> None:
+    """A stream id edited to a path (a trigger dropped) names no file outside the site; a CI job URL that is
+    not http(s) is shown, never linked."""
+    conn = init(tracker_db)
+    try:
+        ci = {
+            "GITHUB_ACTIONS": "true",
+            "GITHUB_SERVER_URL": "javascript:alert(1)//",
+            "GITHUB_REPOSITORY": "o/r",
+            "GITHUB_RUN_ID": "1",
+        }
+        run = records.start_run(conn, lane="distributed-device", environ=ci)
+        real = sealed_stream(tmp_path / "s.aos").stream_id
+        attach(conn, tmp_path / "s.aos", run)
+        plain = PlainClient(tracker_db)
+        try:
+            plain.drop_trigger("evidence_update", "evidence")
+            plain.execute("UPDATE evidence SET stream_id = '../../evil'")
+            plain.commit()
+        finally:
+            plain.close()
+        out = tmp_path / "deep" / "site"
+        result = write_site(conn, out)
+    finally:
+        conn.close()
+    assert not (tmp_path / "evil.html").exists()
+    assert not (tmp_path / "deep" / "evil.html").exists()
+    assert [f"streams/{real}.html"] == [f for f in result.files if f.startswith("streams/")]
+    (stream,) = result.site.streams
+    assert re.fullmatch(r"stream-x[0-9a-f]{32}", stream.anchor)
+    assert "disagrees" == stream.state
+    assert stream.differ[0].startswith("stream_id: '../../evil' in the tracker")
+    page = html(out / result.site.runs[0].page)
+    assert "github javascript:alert(1)/o/r/actions/runs/1<" in page
+    assert 'href="javascript' not in page
+
+
 def test_cli(built: Built, tmp_path: Path) -> None:
     """`alpha tracker --db DB site DIR` says what it wrote; --json; a foreign folder is refused by name, exit 1."""
     out = tmp_path / "site"

@@ -616,16 +616,17 @@ def _write_reports(site: Site, tmp: Path) -> dict[str, bytes]:
     pages: dict[str, bytes] = {}
     runs = site.runs_by_id
     for s in site.streams:
-        if s.local is None:
+        if s.local is None or s.facts is None:
             continue
         run = runs.get(s.run_id)
-        page = f"streams/{_safe(s.stream_id)}.html"
+        # Named by the id the verified stream holds (the row's may have been edited to anything).
+        page = f"streams/{_safe(s.facts.stream_id)}.html"
         out = tmp / f"report-{s.evidence_id}.html"
         back = (f"../{run.page}", f"run {run.id}") if run else ("../index.html", "the tracker")
         facts = write_report(s.local, out, back_link=back)
         data = out.read_bytes()
         out.unlink()
-        if facts.stream_id != s.stream_id:  # pragma: no cover - derive() read the same bytes
+        if facts.stream_id != s.facts.stream_id:  # pragma: no cover - derive() read the same bytes
             s.report_note = f"no report page: the report read stream {facts.stream_id}"
             continue
         pages[page] = data
