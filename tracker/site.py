@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from aos.refusals import Refusal
 from tracker.backends import Connection
-from tracker.refusals import TrackerRefusal
+from tracker.refusals import TrackerSiteDir
 
 if TYPE_CHECKING:
     from aos.signing import Verifier
@@ -65,12 +65,6 @@ __all__ = [
 MANIFEST = "alpha-site.json"
 GENERATOR = "alpha tracker site"
 MANIFEST_FORMAT = 1
-
-
-class TrackerSiteDir(TrackerRefusal):
-    """The site's folder is not one it may write: not empty and not a site of ours, or a file of someone else's."""
-
-    name = "tracker-site-dir"
 
 
 # -- the model -------------------------------------------------------------------------------------
