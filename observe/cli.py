@@ -62,6 +62,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "alpha tracker run list": ("alpha tracker run list --json",),
     "alpha tracker run start": ("alpha tracker run start --experiment E1 --lane distributed-device --device GPU-aaaa",),
     "alpha tracker show": ("alpha tracker show N10",),
+    "alpha tracker site": ("alpha tracker --db progress.sqlite3 site public/tracker",),
     "alpha tracker status": ("alpha tracker status --json",),
     "alpha tracker vacuum": ("alpha tracker vacuum",),
 }

@@ -263,6 +263,46 @@ def audit_cmd(ctx: click.Context, journal_key: Path | None, as_json: bool) -> No
         sys.exit(1)
 
 
+@tracker.command("site")
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@json_option
+@click.pass_context
+@_refusals
+def site_cmd(ctx: click.Context, directory: Path, as_json: bool) -> None:
+    """Write a static site of the tracker into DIR: index.html, a page per run, a report per stream.
+
+    What is shown is what the attached streams prove: each stream is verified
+    again and its verdict, scope, GPUs (UUIDs and driver, as the recorder
+    observed them) and artifacts (SHA-256) read from it; a stream that is
+    missing, damaged or disagrees with its row is said so, and an item the
+    streams do not prove verified is shown as claimed. Links are relative;
+    nothing is loaded from outside DIR. Regenerating is idempotent and removes
+    pages that no longer belong (only files it wrote, listed in
+    DIR/alpha-site.json); a DIR that is not empty and not such a site is
+    refused (tracker-site-dir).
+    """
+    from tracker.site import write_site
+
+    with _open(ctx) as conn:
+        result = write_site(conn, directory)
+    if as_json:
+        s = result.site
+        _json(
+            {
+                "directory": str(result.directory),
+                "files": result.files,
+                "written": result.written,
+                "unchanged": result.unchanged,
+                "removed": result.removed,
+                "kept": result.kept,
+                "runs": len(s.runs),
+                "streams": {k: s.stream_count(k) for k in ("proven", "disagrees", "damaged", "missing")},
+            }
+        )
+        return
+    click.echo(result.summary())
+
+
 # -- milestones and items --------------------------------------------------------------
 
 

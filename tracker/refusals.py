@@ -35,6 +35,7 @@ __all__ = [
     "TrackerRefusal",
     "TrackerRunImmutable",
     "TrackerSchema",
+    "TrackerSiteDir",
     "TrackerStreamAttached",
     "TrackerStreamChanged",
     "TrackerUnknown",
@@ -163,6 +164,13 @@ class TrackerJournal(TrackerRefusal):
     """An edit of the journal, or an entry that does not follow the last one."""
 
     name = "tracker-journal"
+
+
+class TrackerSiteDir(TrackerRefusal):
+    """``alpha tracker site DIR``: DIR is not empty and not a site it wrote, or a page would replace a file it did
+    not write (raised by :mod:`tracker.site`, never by a trigger)."""
+
+    name = "tracker-site-dir"
 
 
 _ALL: tuple[type[TrackerRefusal], ...] = (

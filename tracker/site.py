@@ -1,0 +1,760 @@
+"""The tracker as a static site: ``alpha tracker site DIR``.
+
+The site says what the attached streams prove, not what the tracker's rows
+claim. Every evidence row's stream is located (a local file whose BLAKE3 is
+the one recorded, or a fresh copy fetched from the store URL it was attached
+from), verified and its columns derived again through the code path ``attach``
+and ``audit`` use (:func:`tracker.streams.derive`); the verdict, scope, gate,
+devices and artifacts shown are the stream's. A stream that is gone is
+``missing``, one whose bytes no longer match or no longer verify ``damaged``,
+one whose row says something else than the stream ``disagrees`` (each column
+named). Those facts then decide what the site calls verified: an item the
+tracker holds as verified is shown verified only when its linked streams
+prove it by the tracker's own rule (a completed run every stream of which is a
+sealed pass, and for a hardware item one of scope ``physical``); otherwise it
+is shown as *claimed*, with the reason. A run's physical pass likewise.
+
+Pages: ``index.html`` (milestones, items, what has run and on which GPUs the
+recorder observed, what has not run), ``runs/<id>.html`` per run, and
+``streams/<stream_id>.html`` per available stream (``observe.report``). Links
+are relative; pages load nothing from outside the folder (a Content Security
+Policy forbids scripts and remote loads on the tracker's own pages).
+
+Regenerating is idempotent: no clock, stable order, a file rewritten only when
+its bytes change. ``alpha-site.json`` lists every file the site wrote (with
+its SHA-256); pages that no longer belong are removed, never a file it did not
+write. A folder that is not empty and not such a site is refused
+(``tracker-site-dir``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aos.refusals import Refusal
+from tracker.backends import Connection
+from tracker.refusals import TrackerSiteDir
+
+if TYPE_CHECKING:
+    from aos.signing import Verifier
+    from tracker.streams import StreamFacts
+
+__all__ = [
+    "MANIFEST",
+    "Artifact",
+    "Item",
+    "Run",
+    "Site",
+    "SiteResult",
+    "StreamView",
+    "TrackerSiteDir",
+    "build_site",
+    "write_site",
+]
+
+#: The site's own record of the files it wrote (relative path -> SHA-256).
+MANIFEST = "alpha-site.json"
+GENERATOR = "alpha tracker site"
+MANIFEST_FORMAT = 1
+
+
+# -- the model -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One ``artifact`` event of a stream: what the recorder captured."""
+
+    path: str
+    size: int | None
+    sha256: str | None
+    kind: str
+    content: str | None
+    masked: bool
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU the recorder observed (``device.observed``)."""
+
+    uuid: str
+    name: str
+    observer: str
+    driver: str | None
+
+
+@dataclass
+class StreamView:
+    """One attached stream: what the tracker's row says and what the stream proves.
+
+    ``state``: ``proven`` (verified, every derived column as the row says),
+    ``disagrees`` (verified, but the row says otherwise: ``differ``), ``damaged``
+    (the bytes no longer match the recorded digest, or no longer verify) or
+    ``missing`` (no file, not in the store). Only the first two have ``facts``.
+    """
+
+    evidence_id: int
+    stream_id: str
+    run_id: str
+    location: str
+    row: dict[str, Any]
+    state: str = "missing"
+    detail: str = ""
+    facts: StreamFacts | None = None
+    differ: list[str] = field(default_factory=list)
+    gpus: list[Gpu] = field(default_factory=list)
+    observers: list[str] = field(default_factory=list)
+    artifacts: list[Artifact] = field(default_factory=list)
+    #: The stream's report page, relative to the site's root (None: not available here).
+    page: str | None = None
+    report_note: str | None = None
+    local: Path | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.facts is not None
+
+    @property
+    def verdict(self) -> str | None:
+        return self.facts.verdict if self.facts else None
+
+    @property
+    def scope(self) -> str | None:
+        return self.facts.scope if self.facts else None
+
+    @property
+    def anchor(self) -> str:
+        return "stream-" + _safe(self.stream_id)
+
+
+@dataclass
+class Run:
+    """A run, with its streams and what they prove."""
+
+    id: str
+    page: str
+    legacy_id: int | None
+    experiment: str | None
+    item: str | None
+    lane: str | None
+    state: str
+    physical_pass_claimed: bool
+    note: str | None
+    started_at: str
+    finished_at: str | None
+    ci: dict[str, str | None] | None
+    devices: list[dict[str, Any]]
+    measurements: list[dict[str, Any]]
+    streams: list[StreamView] = field(default_factory=list)
+
+    @property
+    def anchor(self) -> str:
+        return "run-" + _safe(self.id)
+
+    @property
+    def verdict(self) -> str:
+        """The run's evidence as its streams prove it: ``pass`` only when every stream is a proven pass."""
+        if not self.streams:
+            return "no evidence"
+        if not all(s.available for s in self.streams):
+            known = {s.verdict for s in self.streams if s.available}
+            return "fail" if "fail" in known else "unproven"
+        verdicts = {s.verdict for s in self.streams}
+        if verdicts == {"pass"}:
+            return "pass"
+        return "fail" if "fail" in verdicts else "inconclusive"
+
+    @property
+    def scopes(self) -> list[str]:
+        return sorted({s.scope for s in self.streams if s.scope})
+
+    @property
+    def physical_pass_proven(self) -> bool:
+        """The tracker's rule, on the streams' facts: completed, every stream a pass, one of scope physical."""
+        return self.state == "completed" and self.verdict == "pass" and any(s.scope == "physical" for s in self.streams)
+
+    @property
+    def gpus(self) -> list[Gpu]:
+        seen: dict[tuple[str, str, str | None], Gpu] = {}
+        for s in self.streams:
+            for g in s.gpus:
+                seen.setdefault((g.uuid, g.observer, g.driver), g)
+        return [seen[k] for k in sorted(seen, key=lambda k: (k[0], k[1], k[2] or ""))]
+
+    @property
+    def observers(self) -> list[str]:
+        return sorted({o for s in self.streams for o in s.observers})
+
+
+@dataclass
+class Item:
+    """A work item: its status as the tracker holds it and as the evidence proves it."""
+
+    id: str
+    anchor: str
+    title: str
+    milestone: str
+    hardware: bool
+    claimed: str
+    #: What the site shows: the claimed status, or ``claimed-verified`` when the streams do not prove it.
+    shown: str
+    proof: str
+    depends_on: list[str]
+    runs: list[str]
+    streams: list[str]
+
+
+@dataclass
+class Milestone:
+    id: str
+    anchor: str
+    title: str
+    items: list[Item]
+
+    def count(self, shown: str) -> int:
+        return sum(1 for i in self.items if i.shown == shown)
+
+
+@dataclass
+class Site:
+    """Everything the pages show."""
+
+    milestones: list[Milestone]
+    items: dict[str, Item]
+    runs: list[Run]
+    streams: list[StreamView]
+
+    def count(self, shown: str) -> int:
+        return sum(1 for i in self.items.values() if i.shown == shown)
+
+    @property
+    def runs_by_id(self) -> dict[str, Run]:
+        return {r.id: r for r in self.runs}
+
+    @property
+    def not_run(self) -> list[Item]:
+        """Items no run is for (by experiment) and no stream is linked to."""
+        return [i for m in self.milestones for i in m.items if not i.runs and not i.streams]
+
+    @property
+    def no_physical_run(self) -> list[tuple[Item, list[str]]]:
+        """Hardware items that have runs, none holding a stream of scope physical readable here (with the
+        scopes their runs' streams do have)."""
+        runs = self.runs_by_id
+        out = []
+        for m in self.milestones:
+            for i in m.items:
+                scopes = sorted({s.scope for r in i.runs if r in runs for s in runs[r].streams if s.scope})
+                if i.hardware and i.runs and "physical" not in scopes:
+                    out.append((i, scopes))
+        return out
+
+    @property
+    def gpus(self) -> list[dict[str, Any]]:
+        """Every GPU the recorder observed in an available stream, with the runs it was seen in."""
+        by: dict[tuple[str, str], dict[str, Any]] = {}
+        for r in self.runs:
+            for s in r.streams:
+                for g in s.gpus:
+                    d = by.setdefault((g.uuid, g.observer), {"uuid": g.uuid, "observer": g.observer, "names": set(),
+                                                            "drivers": set(), "runs": {}})  # fmt: skip
+                    d["names"].add(g.name)
+                    if g.driver:
+                        d["drivers"].add(g.driver)
+                    d["runs"][r.id] = r
+        return [
+            {**d, "names": sorted(d["names"]), "drivers": sorted(d["drivers"]), "runs": list(d["runs"].values())}
+            for _, d in sorted(by.items())
+        ]
+
+    def stream_count(self, state: str) -> int:
+        return sum(1 for s in self.streams if s.state == state)
+
+
+# -- reading the tracker and its streams ------------------------------------------------------------
+
+_SAFE = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,99}")
+
+
+def _safe(ident: str) -> str:
+    """An id as a file name or an HTML id: itself when plainly safe, else a digest of it (ids are the
+    tracker's rows, which a client with write access can set to anything, ``../x`` included)."""
+    if _SAFE.fullmatch(ident):
+        return ident
+    return "x" + hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/@]*@", re.IGNORECASE)
+
+
+def _redact(location: str) -> str:
+    return _USERINFO.sub(r"\1***@", location)
+
+
+def _file_blake3(path: Path) -> str:
+    from blake3 import blake3
+
+    h = blake3()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _read_observed(view: StreamView, path: Path) -> None:
+    """The GPUs the recorder observed and the artifacts it captured, from a verified stream."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.ipc as ipc
+
+    from aos.reader import StreamFile
+    from aos.schema import COLUMNS
+    from aos.text import display
+
+    fields = [COLUMNS.index("kind"), COLUMNS.index("attrs")]
+    wanted = pa.array(["device.observed", "artifact"])
+    gpus: dict[tuple[str, str, str | None], Gpu] = {}
+    observers: set[str] = set()
+    with StreamFile(path) as f:
+        for batch in ipc.open_stream(pa.py_buffer(f.view), options=ipc.IpcReadOptions(included_fields=fields)):
+            mask = pc.is_in(batch.column(0), value_set=wanted)
+            if not pc.any(mask).as_py():
+                continue
+            batch = batch.filter(mask)
+            for kind, text in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+                attrs = json.loads(text)
+                if not isinstance(attrs, dict):
+                    continue
+                if kind == "artifact":
+                    sha = attrs.get("sha256")
+                    view.artifacts.append(
+                        Artifact(
+                            path=display(attrs.get("path")),
+                            size=_int(attrs.get("size")),
+                            sha256=sha if isinstance(sha, str) else None,
+                            kind=str(attrs.get("kind") or "file"),
+                            content=attrs.get("content") if isinstance(attrs.get("content"), str) else None,
+                            masked=attrs.get("masked") is True,
+                        )
+                    )
+                    continue
+                observer = str(attrs.get("observer") or "none")
+                observers.add(observer)
+                driver = attrs.get("driver") if isinstance(attrs.get("driver"), str) else None
+                listed = attrs.get("gpus")
+                for gpu in listed if isinstance(listed, list) else []:
+                    if isinstance(gpu, dict) and isinstance(gpu.get("uuid"), str):
+                        key = (gpu["uuid"], observer, driver)
+                        gpus.setdefault(key, Gpu(gpu["uuid"], str(gpu.get("name") or "?"), observer, driver))
+            del batch
+    view.gpus = [gpus[k] for k in sorted(gpus, key=lambda k: (k[0], k[1], k[2] or ""))]
+    view.observers = sorted(observers)
+
+
+def _locate(view: StreamView, fetch_dir: Path) -> Path | None:
+    """The stream's bytes here: the local file when its digest is the recorded one, or a fresh copy
+    from its store; None (with ``state`` and ``detail`` said) otherwise."""
+    row = view.row
+    if row["url"]:
+        from aos.refusals import StreamMissing
+        from observe.store import StoreUnreachable, fetch
+
+        copy = fetch_dir / f"{view.evidence_id}.aos"
+        try:
+            return fetch(row["url"], copy)
+        except (StreamMissing, StoreUnreachable) as exc:
+            view.state, view.detail = "missing", f"not in the store: {exc.diagnostics()}"
+        except Refusal as exc:
+            view.state, view.detail = "damaged", f"the stored copy is refused: {exc.diagnostics()}"
+        return None
+    path = Path(row["path"])
+    try:
+        if not path.is_file():
+            view.state, view.detail = "missing", "the file is gone"
+            return None
+        digest = _file_blake3(path)
+    except OSError as exc:
+        view.state, view.detail = "missing", f"the file cannot be read: {exc.strerror or exc}"
+        return None
+    if digest != row["file_digest"]:
+        view.state = "damaged"
+        view.detail = f"the file no longer matches the digest recorded at attach (its BLAKE3 is now {digest})"
+        return None
+    return path
+
+
+def _check(view: StreamView, path: Path, keys: Mapping[str, Verifier]) -> None:
+    from tracker.streams import DERIVED, derive
+
+    try:
+        facts = derive(path, keys, require_trusted=False)
+    except Refusal as exc:
+        view.state, view.detail = "damaged", f"no longer verifies: {exc.diagnostics()}"
+        return
+    view.facts, view.local = facts, path
+    derived = facts.columns()
+    row = view.row
+    # A row attached before migration 3 has no recording time or devices: null there is "not recorded".
+    legacy = {"recorded_at", "devices"}
+    differ = [c for c in DERIVED if row[c] != derived[c] and not (c in legacy and row[c] is None)]
+    view.differ = [f"{c}: {row[c]!r} in the tracker, {derived[c]!r} in the stream" for c in differ]
+    if differ:
+        view.state = "disagrees"
+        view.detail = "the tracker's row differs from the stream (the stream's values are shown)"
+    else:
+        signature = ", signature good" if facts.signature_checked else ""
+        view.state = "proven"
+        view.detail = f"intact and sealed, every column as the stream says{signature}"
+    _read_observed(view, path)
+
+
+_EVIDENCE = (
+    "SELECT id, run_id, stream_id, path, url, seal_head, file_digest, size, events, verdict, scope, gate,"
+    " signed, key_id, recorded_at, devices, attached_at FROM evidence ORDER BY id"
+)
+
+
+def build_site(conn: Connection, fetch_dir: Path) -> Site:
+    """Read the tracker and every attached stream (store copies land in ``fetch_dir``)."""
+    from tracker.attach import trusted_keys
+
+    keys = trusted_keys(conn)
+    streams: list[StreamView] = []
+    for r in conn.execute(_EVIDENCE).fetchall():
+        row = dict(r)
+        view = StreamView(
+            evidence_id=int(row["id"]),
+            stream_id=str(row["stream_id"]),
+            run_id=str(row["run_id"]),
+            location=_redact(str(row["url"] or row["path"])),
+            row=row,
+        )
+        path = _locate(view, fetch_dir)
+        if path is not None:
+            _check(view, path, keys)
+        streams.append(view)
+
+    runs: list[Run] = []
+    for r in conn.execute(
+        "SELECT r.*, x.name AS experiment, x.item_id AS item FROM runs r"
+        " LEFT JOIN experiments x ON x.id = r.experiment_id ORDER BY r.started_at, r.id"
+    ).fetchall():
+        run_id = str(r["id"])
+        devices = [
+            dict(d)
+            for d in conn.execute(
+                "SELECT d.product, d.uuid, d.driver FROM run_devices rd JOIN devices d ON d.id = rd.device_id"
+                " WHERE rd.run_id = ? ORDER BY d.uuid",
+                (run_id,),
+            )
+        ]
+        measurements = [
+            dict(m)
+            for m in conn.execute("SELECT name, value, unit FROM measurements WHERE run_id = ? ORDER BY id", (run_id,))
+        ]
+        ci = (
+            {"provider": r["ci_provider"], "job_url": r["ci_job_url"], "commit": r["ci_commit"]}
+            if r["ci_provider"]
+            else None
+        )
+        runs.append(
+            Run(
+                id=run_id,
+                page=f"runs/{_safe(run_id)}.html",
+                legacy_id=r["legacy_id"],
+                experiment=r["experiment"],
+                item=r["item"],
+                lane=r["lane"],
+                state=str(r["state"]),
+                physical_pass_claimed=bool(r["physical_pass"]),
+                note=r["note"],
+                started_at=str(r["started_at"]),
+                finished_at=r["finished_at"],
+                ci=ci,
+                devices=devices,
+                measurements=measurements,
+                streams=[s for s in streams if s.run_id == run_id],
+            )
+        )
+    by_run = {r.id: r for r in runs}
+    by_evidence = {s.evidence_id: s for s in streams}
+
+    links: dict[str, list[StreamView]] = {}
+    for item_id, evidence_id in conn.execute("SELECT item_id, evidence_id FROM item_evidence ORDER BY 1, 2"):
+        if int(evidence_id) in by_evidence:
+            links.setdefault(str(item_id), []).append(by_evidence[int(evidence_id)])
+    deps: dict[str, list[str]] = {}
+    for item_id, dep in conn.execute("SELECT item_id, depends_on FROM item_deps ORDER BY 1, 2"):
+        deps.setdefault(str(item_id), []).append(str(dep))
+
+    items: dict[str, Item] = {}
+    milestones: list[Milestone] = []
+    for m in conn.execute("SELECT id, title FROM milestones ORDER BY position, id").fetchall():
+        ms = Milestone(str(m["id"]), "milestone-" + _safe(str(m["id"])), str(m["title"]), [])
+        for i in conn.execute(
+            "SELECT id, title, hardware, status FROM items WHERE milestone_id = ? ORDER BY id", (ms.id,)
+        ).fetchall():
+            item_id = str(i["id"])
+            linked = links.get(item_id, [])
+            item_runs = [r.id for r in runs if r.item == item_id]
+            item_runs += [s.run_id for s in linked if s.run_id not in item_runs]
+            shown, proof = _item_status(str(i["status"]), bool(i["hardware"]), linked, by_run)
+            item = Item(
+                id=item_id,
+                anchor="item-" + _safe(item_id),
+                title=str(i["title"]),
+                milestone=ms.id,
+                hardware=bool(i["hardware"]),
+                claimed=str(i["status"]),
+                shown=shown,
+                proof=proof,
+                depends_on=deps.get(item_id, []),
+                runs=item_runs,
+                streams=[s.stream_id for s in linked],
+            )
+            ms.items.append(item)
+            items[item_id] = item
+        milestones.append(ms)
+    return Site(milestones, items, runs, streams)
+
+
+def _item_status(claimed: str, hardware: bool, linked: list[StreamView], runs: dict[str, Run]) -> tuple[str, str]:
+    """(status shown, why): ``verified`` only when a linked stream proves it by the tracker's rule."""
+    if claimed != "verified":
+        if claimed == "implemented":
+            return claimed, "code exists and its focused checks pass (the tracker's word; no evidence needed)"
+        return claimed, ""
+    why = "no stream is linked to it"
+    for s in linked:
+        run = runs.get(s.run_id)
+        if not s.available:
+            why = f"its stream {s.stream_id} is {s.state} here"
+        elif s.verdict != "pass":
+            why = f"its stream {s.stream_id}'s sealed verdict is {s.verdict}"
+        elif run is None or run.state != "completed":
+            why = f"the run of stream {s.stream_id} is not completed"
+        elif run.verdict != "pass":
+            why = f"not every stream of run {run.id} is a proven pass ({run.verdict})"
+        elif hardware and s.scope != "physical":
+            why = f"a hardware item needs a physical pass; stream {s.stream_id} has scope {s.scope}"
+        else:
+            scope = f", scope {s.scope}" if hardware else ""
+            return "verified", f"stream {s.stream_id}: sealed pass{scope}, run {run.id} completed, every stream passed"
+    return "claimed-verified", f"verified in the tracker, but not proven here: {why}"
+
+
+# -- rendering ---------------------------------------------------------------------------------------
+
+
+def _environment() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["bytes"] = _human_bytes
+    env.filters["safe_url"] = _safe_url
+    return env
+
+
+def _human_bytes(n: object) -> str:
+    if not isinstance(n, int):
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _safe_url(url: object) -> str | None:
+    """An http(s) URL to link to; anything else (``javascript:``, ...) is shown as text only."""
+    return url if isinstance(url, str) and re.match(r"https?://[^\s\"'<>]+$", url) else None
+
+
+def _render(site: Site) -> dict[str, bytes]:
+    env = _environment()
+    css = (Path(__file__).parent / "templates" / "site.css").read_text(encoding="utf-8")
+    pages: dict[str, bytes] = {}
+    common = {"site": site, "css": css}
+    pages["index.html"] = env.get_template("site_index.html.j2").render(root="", **common).encode()
+    for run in site.runs:
+        html = env.get_template("site_run.html.j2").render(root="../", run=run, **common)
+        pages[run.page] = html.encode()
+    return pages
+
+
+def _write_reports(site: Site, tmp: Path) -> dict[str, bytes]:
+    """A report page per available stream, made by ``observe.report.write_report``."""
+    from observe.report import write_report
+
+    pages: dict[str, bytes] = {}
+    runs = site.runs_by_id
+    for s in site.streams:
+        if s.local is None or s.facts is None:
+            continue
+        run = runs.get(s.run_id)
+        # Named by the id the verified stream holds (the row's may have been edited to anything).
+        page = f"streams/{_safe(s.facts.stream_id)}.html"
+        out = tmp / f"report-{s.evidence_id}.html"
+        back = (f"../{run.page}", f"run {run.id}") if run else ("../index.html", "the tracker")
+        facts = write_report(s.local, out, back_link=back)
+        data = out.read_bytes()
+        out.unlink()
+        if facts.stream_id != s.facts.stream_id:  # pragma: no cover - derive() read the same bytes
+            s.report_note = f"no report page: the report read stream {facts.stream_id}"
+            continue
+        pages[page] = data
+        s.page = page
+    return pages
+
+
+# -- writing the folder ------------------------------------------------------------------------------
+
+
+@dataclass
+class SiteResult:
+    """What ``write_site`` did."""
+
+    directory: Path
+    site: Site
+    files: list[str]
+    written: list[str]
+    unchanged: list[str]
+    removed: list[str]
+    kept: list[str]
+
+    def summary(self) -> str:
+        s = self.site
+        reports = sum(1 for f in self.files if f.startswith("streams/"))
+        states = ", ".join(
+            f"{s.stream_count(k)} {k}" for k in ("proven", "disagrees", "damaged", "missing") if s.stream_count(k)
+        )
+        kept = f"; kept {len(self.kept)} edited by hand" if self.kept else ""
+        return (
+            f"site {self.directory}: index.html, {len(s.runs)} run page(s), {reports} stream report(s)"
+            f" ({len(self.written)} written, {len(self.unchanged)} unchanged, {len(self.removed)} removed{kept});"
+            f" streams: {states or 'none attached'}"
+        )
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _inside(root: Path, rel: str) -> Path | None:
+    """``root/rel`` for a plain relative path of ours (no ``..``, no absolute path, no symlink on the way)."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in rel:
+        return None
+    path = root
+    for p in parts:
+        path = path / p
+        if path.is_symlink():
+            return None
+    return path
+
+
+def _read_manifest(root: Path) -> dict[str, str]:
+    """The files a previous run wrote; refuses a folder that is not empty and not a site of ours."""
+    if root.exists() and not root.is_dir():
+        raise TrackerSiteDir(f"{root} is not a folder")
+    if not root.exists():
+        return {}
+    manifest = root / MANIFEST
+    if not manifest.is_file() or manifest.is_symlink():
+        if any(root.iterdir()):
+            raise TrackerSiteDir(
+                f"{root} is not empty and is not a site written by `{GENERATOR}` (no {MANIFEST}): name an empty"
+                " or new folder"
+            )
+        return {}
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise TrackerSiteDir(f"{manifest} cannot be read as a site's manifest: {exc}") from exc
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or data.get("generator") != GENERATOR or not isinstance(files, dict):
+        raise TrackerSiteDir(f"{manifest} is not the manifest of a site written by `{GENERATOR}`")
+    return {str(k): str(v) for k, v in files.items()}
+
+
+def write_site(conn: Connection, directory: str | os.PathLike[str]) -> SiteResult:
+    """Write (or bring up to date) the tracker's site in ``directory``; see the module's docstring."""
+    root = Path(directory)
+    old = _read_manifest(root)
+    with tempfile.TemporaryDirectory(prefix="alpha-site-") as tmp:
+        site = build_site(conn, Path(tmp))
+        reports = _write_reports(site, Path(tmp))
+        pages = _render(site) | reports
+    return _commit(root, site, pages, old)
+
+
+def _commit(root: Path, site: Site, pages: dict[str, bytes], old: dict[str, str]) -> SiteResult:
+    # Nothing is written over a file the site did not write.
+    for rel in sorted(pages):
+        path = root / rel
+        if rel not in old and (path.exists() or path.is_symlink()):
+            raise TrackerSiteDir(f"{path} exists and was not written by `{GENERATOR}`: it is left as it is")
+    root.mkdir(parents=True, exist_ok=True)
+    written: list[str] = []
+    unchanged: list[str] = []
+    for rel in sorted(pages):
+        data = pages[rel]
+        path = root / rel
+        if rel in old and path.is_file() and not path.is_symlink() and path.read_bytes() == data:
+            unchanged.append(rel)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".site-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        written.append(rel)
+    removed: list[str] = []
+    kept: list[str] = []
+    for rel in sorted(set(old) - set(pages)):
+        gone = _inside(root, rel)
+        if gone is None or not gone.is_file():
+            continue
+        if _sha256(gone.read_bytes()) != old[rel]:
+            kept.append(rel)  # edited since the site wrote it: no longer only ours to remove
+            continue
+        gone.unlink()
+        removed.append(rel)
+        if gone.parent != root:
+            with contextlib.suppress(OSError):  # a folder the site made, now empty
+                gone.parent.rmdir()
+    # A page edited by hand since is no longer the site's: it leaves the manifest, and stays.
+    files = {rel: _sha256(data) for rel, data in sorted(pages.items())}
+    manifest = {"generator": GENERATOR, "format": MANIFEST_FORMAT, "files": dict(sorted(files.items()))}
+    text = (json.dumps(manifest, indent=1, sort_keys=False) + "\n").encode()
+    mpath = root / MANIFEST
+    if not mpath.is_file() or mpath.read_bytes() != text:
+        mpath.write_bytes(text)
+    return SiteResult(root, site, sorted(pages), written, unchanged, removed, kept)
