@@ -33,6 +33,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "alpha observe attach": ("alpha observe attach ci.aos --tracker progress.sqlite3 --run 3",),
     "alpha observe attest": ("alpha observe attest ci.aos --key ci.key -o ci.intoto.json",),
     "alpha observe export": ("alpha observe export ci.aos --format otlp -o ci.otlp.json",),
+    "alpha observe query": ('alpha observe query "SELECT verdict, count(*) FROM streams GROUP BY ALL" aos-streams/',),
     "alpha observe push": ("alpha observe push ci.aos --store s3://evidence/ci",),
     "alpha observe fetch": ("alpha observe fetch s3://evidence/ci/<blake3>.aos -o ci.aos",),
     "alpha tracker": ("alpha tracker --db progress.sqlite3 status",),
@@ -79,7 +80,7 @@ def _add_examples(command: click.Command, path: str) -> None:
 def _register() -> None:
     # Each command lives in the module of the idea it belongs to; importing them is
     # cheap (click only), the heavy imports happen inside the commands.
-    from observe import cli_gate, cli_interop, cli_read, cli_record, cli_store
+    from observe import cli_gate, cli_interop, cli_query, cli_read, cli_record, cli_store
     from tracker import cli as tracker_cli
 
     for command in (
@@ -88,6 +89,7 @@ def _register() -> None:
         *cli_gate.COMMANDS,
         *cli_store.COMMANDS,  # push, fetch
         *cli_interop.COMMANDS,  # attest, export
+        *cli_query.COMMANDS,  # query
         tracker_cli.attach,
     ):
         observe.add_command(command)
