@@ -28,6 +28,7 @@ configuration locked, so a query cannot read or write files.
 from __future__ import annotations
 
 import glob
+import io
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -51,6 +52,7 @@ __all__ = [
     "Source",
     "expand_paths",
     "open_sources",
+    "query_sources",
     "run_query",
 ]
 
@@ -192,22 +194,34 @@ def expand_paths(patterns: Iterable[str]) -> tuple[list[Path], list[Skipped]]:
 
 
 def _read(path: Path) -> bytes:
-    """The file's bytes, read once into private memory (never blocks on a FIFO or device)."""
+    """The file's bytes, read once into private memory (never blocks on a FIFO or device).
+
+    One allocation of the file's size in the common case (a file that grows
+    while it is read is read to its end).
+    """
     from aos.reader import open_regular
 
     fd = open_regular(path)
     try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 8 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
+        size = os.fstat(fd).st_size
+        data = os.read(fd, size) if size else b""
+        if len(data) < size or size == 0:
+            chunks = [data]
+            while chunk := os.read(fd, 8 << 20):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+        else:
+            extra = os.read(fd, 8 << 20)
+            if extra:
+                chunks = [data, extra]
+                while chunk := os.read(fd, 8 << 20):
+                    chunks.append(chunk)
+                data = b"".join(chunks)
     except OSError as exc:
         raise StreamMissing(f"{path}: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
-    return b"".join(chunks)
+    return data
 
 
 def _refusal_text(exc: Refusal) -> str:
@@ -332,16 +346,17 @@ def open_sources(
             continue
         try:
             sources.append(_verified_source(path, data, key))
-            continue
+            refusal = None
         except Refusal as exc:
-            refusal = exc
-        if not include_damaged:
+            refusal = exc.with_traceback(None)  # the traceback's frames would keep the bytes alive
+        if refusal is not None and not include_damaged:
             skipped.append(Skipped(str(path), _refusal_text(refusal)))
-            continue
-        try:
-            sources.append(_damaged_source(path, data, refusal))
-        except Refusal:  # nothing readable (not an AOS stream at all): the first refusal says why
-            skipped.append(Skipped(str(path), _refusal_text(refusal)))
+        elif refusal is not None:
+            try:
+                sources.append(_damaged_source(path, data, refusal))
+            except Refusal:  # nothing readable (not an AOS stream at all): the first refusal says why
+                skipped.append(Skipped(str(path), _refusal_text(refusal)))
+        del data  # one stream's bytes in memory at a time
     return _distinct_ids(sources, skipped)
 
 
@@ -483,6 +498,37 @@ def _augment(batch: pa.RecordBatch, source: Source, schema: pa.Schema) -> pa.Rec
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+class _HashingFile(io.RawIOBase):
+    """A read-only file over a descriptor that hashes (BLAKE3) every byte read through it, in order."""
+
+    def __init__(self, fd: int) -> None:
+        from blake3 import blake3
+
+        super().__init__()
+        self._fd = fd
+        self._hash = blake3()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = os.readv(self._fd, [view])
+        self._hash.update(view[:n])
+        return n
+
+    def rest_digest(self) -> str:
+        """Read to the end; the hex digest of every byte of the file."""
+        while chunk := os.read(self._fd, 1 << 20):
+            self._hash.update(chunk)
+        return str(self._hash.hexdigest())
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._fd)
+        super().close()
+
+
 class _Scan:
     """The ``events`` batches: each stream re-read, proved to be the bytes verified, decoded batch by batch."""
 
@@ -491,25 +537,62 @@ class _Scan:
         self.failure: Refusal | None = None
 
     def batches(self) -> Iterator[pa.RecordBatch]:
+        schema = events_schema()
+        for source in self.sources:
+            yield from self._stream(source, schema)
+
+    def _stream(self, source: Source, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """One stream's batches, each proved part of the bytes verified before it reaches DuckDB's result.
+
+        A sealed stream is read one message at a time through a hash of every
+        byte read; at its end the hash must equal the verified file's, else the
+        scan raises and DuckDB abandons the query (so no result ever rests on
+        bytes that changed). Memory: one message. A damaged stream (only with
+        ``include_damaged``) is read whole and hashed before it is decoded.
+        """
+        try:
+            if source.sealed:
+                yield from self._sealed(source, schema)
+            else:
+                yield from self._damaged(source, schema)
+        except Refusal as exc:
+            self.failure = exc
+            raise
+
+    def _sealed(self, source: Source, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        import pyarrow.ipc as ipc
+
+        from aos.reader import open_regular
+
+        changed = StreamSeal(f"{source.path} changed after it was verified; the query was stopped")
+        with _HashingFile(open_regular(source.path)) as f:
+            try:
+                messages = iter(ipc.MessageReader.open_stream(f))
+                first = next(messages, None)
+                if first is None or first.type != "schema":
+                    raise changed
+                stored = ipc.read_schema(first)
+                for message in messages:
+                    batch = ipc.read_record_batch(message, stored)
+                    if batch.num_rows:
+                        yield _augment(batch, source, schema)
+            except (OSError, ValueError, TypeError, KeyError) as exc:  # pyarrow's errors are these
+                raise changed from exc
+            if f.rest_digest() != source.digest:
+                raise changed
+
+    def _damaged(self, source: Source, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         from blake3 import blake3
 
         from aos.reader import StreamFile
 
-        schema = events_schema()
-        for source in self.sources:
-            try:
-                data = _read(source.path)
-            except Refusal as exc:
-                self.failure = exc
-                raise
-            if blake3(data, max_threads=blake3.AUTO).hexdigest() != source.digest:
-                self.failure = StreamSeal(f"{source.path} changed after it was verified; the query was stopped")
-                raise self.failure
-            with StreamFile(source.path, data=data) as f:
-                for raw in f.batches():
-                    if raw.batch.num_rows:
-                        yield _augment(raw.batch, source, schema)
-            del data
+        data = _read(source.path)
+        if blake3(data, max_threads=blake3.AUTO).hexdigest() != source.digest:
+            raise StreamSeal(f"{source.path} changed after it was read; the query was stopped")
+        with StreamFile(source.path, data=data) as f:
+            for raw in f.batches():
+                if raw.batch.num_rows:
+                    yield _augment(raw.batch, source, schema)
 
     def reader(self) -> pa.RecordBatchReader:
         import pyarrow as pa
@@ -618,24 +701,15 @@ def _sql_refusal(exc: Exception) -> QuerySQL:
     return QuerySQL(text)
 
 
-def run_query(
-    sql: str,
-    patterns: Iterable[str],
-    *,
-    include_damaged: bool = False,
-    key: Verifier | None = None,
-) -> QueryResult:
-    """Verify the streams that ``patterns`` name and run ``sql`` over them.
+def query_sources(sql: str, sources: Sequence[Source]) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run ``sql`` over streams already verified (``open_sources``): its columns and rows.
 
     Raises ``query-sql`` for SQL that DuckDB refuses (syntax, unknown names,
     types, a file access, a runtime error), and the stream's refusal when a
-    stream changes under the query. Skipped paths are in the result.
+    stream changes under the query.
     """
     import duckdb
 
-    paths, skipped = expand_paths(patterns)
-    sources, more = open_sources(paths, include_damaged=include_damaged, key=key)
-    skipped.extend(more)
     con, scan = _connect(sources)
     try:
         cursor = con.execute(sql)
@@ -647,4 +721,22 @@ def run_query(
         raise _sql_refusal(exc) from exc
     finally:
         con.close()
+    return columns, rows
+
+
+def run_query(
+    sql: str,
+    patterns: Iterable[str],
+    *,
+    include_damaged: bool = False,
+    key: Verifier | None = None,
+) -> QueryResult:
+    """Verify the streams that ``patterns`` name and run ``sql`` over them (``query_sources``).
+
+    Skipped paths (and why) are in the result.
+    """
+    paths, skipped = expand_paths(patterns)
+    sources, more = open_sources(paths, include_damaged=include_damaged, key=key)
+    skipped.extend(more)
+    columns, rows = query_sources(sql, sources)
     return QueryResult(columns=columns, rows=rows, skipped=skipped, streams=len(sources))
