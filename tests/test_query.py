@@ -148,7 +148,8 @@ class TestTables:
         shutil.copy(asset("good-signed.aos"), tmp_path / "signed.aos")
         lane_stream(tmp_path / "plain.aos")
         r = run_query(
-            "SELECT path, integrity, sealed, signed, key_id, first_time <= last_time, events FROM streams ORDER BY path",
+            "SELECT path, integrity, sealed, signed, key_id, first_time <= last_time, events "
+            "FROM streams ORDER BY path",
             [str(tmp_path)],
         )
         plain, signed = r.rows
@@ -308,6 +309,7 @@ class TestOutput:
         code, out, _ = invoke(
             "SELECT data, time FROM events WHERE kind = 'stdout' ORDER BY data LIMIT 1", str(fleet), "--json"
         )
+        assert 0 == code
         row = json.loads(out)["rows"][0]
         assert {"bytes_b64": "YnVpbGQgb2sK"} == row[0]  # "build ok\n"
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+\+00:00", row[1])
