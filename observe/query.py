@@ -560,6 +560,7 @@ class _Scan:
             raise
 
     def _sealed(self, source: Source, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
         import pyarrow.ipc as ipc
 
         from aos.reader import open_regular
@@ -576,7 +577,7 @@ class _Scan:
                     batch = ipc.read_record_batch(message, stored)
                     if batch.num_rows:
                         yield _augment(batch, source, schema)
-            except (OSError, ValueError, TypeError, KeyError) as exc:  # pyarrow's errors are these
+            except (pa.ArrowException, OSError, ValueError) as exc:  # bytes that no longer decode
                 raise changed from exc
             if f.rest_digest() != source.digest:
                 raise changed
