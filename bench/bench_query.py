@@ -151,7 +151,7 @@ def run(sql: str, folder: Path) -> dict[str, float]:
     out = subprocess.run([sys.executable, "-c", _CHILD, sql, str(folder)], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"query failed: {out.stderr.strip()}")
-    result: dict[str, float] = json.loads(out.stdout)
+    result: dict[str, float] = json.loads(out.stdout.splitlines()[-1])
     return result
 
 

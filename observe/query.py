@@ -332,31 +332,75 @@ def _damaged_source(path: Path, data: bytes, refusal: Refusal) -> Source:
     )
 
 
+def _open_one(path: Path, include_damaged: bool, key: Verifier | None) -> Source | Skipped:
+    """Verify one path: the stream that joins, or why it is skipped."""
+    try:
+        data = _read(path)
+    except Refusal as exc:
+        return Skipped(str(path), _refusal_text(exc))
+    try:
+        return _verified_source(path, data, key)
+    except Refusal as exc:
+        refusal = exc.with_traceback(None)  # the traceback's frames would keep the bytes alive
+    if include_damaged:
+        try:
+            return _damaged_source(path, data, refusal)
+        except Refusal:  # nothing readable (not an AOS stream at all): the first refusal says why
+            pass
+    return Skipped(str(path), _refusal_text(refusal))
+
+
+def _open_in_worker(path: Path, include_damaged: bool, raw_key: bytes | None) -> Source | Skipped:
+    """``_open_one`` in a worker process (a public key travels as its 32 raw bytes)."""
+    key = None
+    if raw_key is not None:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+        from aos.signing import Verifier
+
+        key = Verifier(Ed25519PublicKey.from_public_bytes(raw_key))
+    return _open_one(path, include_damaged, key)
+
+
+#: Streams per worker process below which verification stays in this process (a worker costs its start-up).
+STREAMS_PER_WORKER = 256
+
+
 def open_sources(
-    paths: Sequence[Path], *, include_damaged: bool = False, key: Verifier | None = None
+    paths: Sequence[Path],
+    *,
+    include_damaged: bool = False,
+    key: Verifier | None = None,
+    jobs: int | None = None,
 ) -> tuple[list[Source], list[Skipped]]:
-    """Verify each path; return the streams that join and the paths skipped (with why)."""
-    sources: list[Source] = []
-    skipped: list[Skipped] = []
-    for path in paths:
-        try:
-            data = _read(path)
-        except Refusal as exc:
-            skipped.append(Skipped(str(path), _refusal_text(exc)))
-            continue
-        try:
-            sources.append(_verified_source(path, data, key))
-            refusal = None
-        except Refusal as exc:
-            refusal = exc.with_traceback(None)  # the traceback's frames would keep the bytes alive
-        if refusal is not None and not include_damaged:
-            skipped.append(Skipped(str(path), _refusal_text(refusal)))
-        elif refusal is not None:
-            try:
-                sources.append(_damaged_source(path, data, refusal))
-            except Refusal:  # nothing readable (not an AOS stream at all): the first refusal says why
-                skipped.append(Skipped(str(path), _refusal_text(refusal)))
-        del data  # one stream's bytes in memory at a time
+    """Verify each path; return the streams that join and the paths skipped (with why), in the order given.
+
+    Many streams are verified by ``jobs`` worker processes (default: one per
+    CPU, at most one per ``STREAMS_PER_WORKER`` streams); each holds one
+    stream's bytes at a time.
+    """
+    if jobs is None:
+        jobs = min(os.cpu_count() or 1, len(paths) // STREAMS_PER_WORKER)
+    results: list[Source | Skipped]
+    if jobs < 2:
+        results = [_open_one(path, include_damaged, key) for path in paths]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from itertools import repeat
+
+        raw_key = None
+        if key is not None:
+            from cryptography.hazmat.primitives import serialization
+
+            raw_key = key.public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        # spawn, not fork: this process may already run Arrow's threads
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+            chunk = max(1, min(64, len(paths) // (jobs * 4)))
+            results = list(pool.map(_open_in_worker, paths, repeat(include_damaged), repeat(raw_key), chunksize=chunk))
+    sources = [r for r in results if isinstance(r, Source)]
+    skipped = [r for r in results if isinstance(r, Skipped)]
     return _distinct_ids(sources, skipped)
 
 
@@ -678,6 +722,7 @@ def _connect(sources: Sequence[Source]) -> tuple[Any, _Scan]:
     import duckdb
 
     con = duckdb.connect(":memory:", config={"python_enable_replacements": False})
+    con.execute("SET enable_progress_bar = false")  # DuckDB would draw it on stdout, inside --json or --csv
     con.execute("LOAD json")
     scan = _Scan(sources)
     con.register("events", scan.reader())

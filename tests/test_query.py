@@ -267,6 +267,24 @@ class TestSkipped:
         assert ["stream-missing"] == [s.refusal.split(":")[0] for s in r.skipped]
 
 
+class TestParallelVerification:
+    def test_workers_give_what_one_process_gives(self, tmp_path: Path, asset: Callable[[str], Path]) -> None:
+        """Verifying in worker processes joins and skips exactly what verifying in-process does, in order."""
+        for i in range(5):
+            lane_stream(tmp_path / f"s{i}.aos")
+        shutil.copy(asset("good-signed.aos"), tmp_path / "signed.aos")
+        shutil.copy(asset("unsealed.aos"), tmp_path / "u.aos")
+        (tmp_path / "junk.aos").write_bytes(b"junk")
+        paths, _ = expand_paths([str(tmp_path)])
+        from aos.signing import load_public_key
+
+        for key in (None, load_public_key(asset("signer.pub"))):
+            for damaged in (False, True):
+                serial = open_sources(paths, include_damaged=damaged, key=key, jobs=1)
+                pooled = open_sources(paths, include_damaged=damaged, key=key, jobs=2)
+                assert serial == pooled
+
+
 class TestGlobs:
     def test_glob_folder_and_file_name_each_stream_once(self, fleet: Path) -> None:
         """A folder, a glob and a file that overlap still count each stream once."""
@@ -377,6 +395,12 @@ class TestRefusals:
 
 
 class TestReadOnly:
+    def test_settings_are_locked_off(self, fleet: Path) -> None:
+        """External access, extension autoloading and the progress bar (it would draw on stdout) are off."""
+        names = ("enable_external_access", "autoload_known_extensions", "enable_progress_bar", "lock_configuration")
+        sql = "SELECT " + ", ".join(f"current_setting('{n}')" for n in names)
+        assert [(False, False, False, True)] == run_query(sql, [str(fleet)]).rows
+
     @pytest.mark.parametrize(
         "sql",
         [
