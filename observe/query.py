@@ -11,11 +11,14 @@ DuckDB three tables (docs/QUERY.md lists their columns):
   signer, first and last time, host, labels, argv);
 - ``checks``: one row per check of each sealed verdict.
 
-``events`` is an Arrow ``RecordBatchReader`` that decodes one stream at a time
-and hands DuckDB one batch at a time, so memory stays bounded by the largest
-stream's file (held once, to prove its bytes are the bytes verified) and
-DuckDB's own state for the query, never by the sum of the streams. A reader
-is scanned once: DuckDB materialises a CTE that a query names twice.
+``events`` is an Arrow ``RecordBatchReader`` that hands DuckDB one batch at a
+time: a small stream's batches were decoded during verification from the bytes
+verified (up to ``CACHE_BUDGET`` in all); any other stream is re-read one
+message at a time through a hash that must end equal to the verified file's.
+Memory stays bounded by the largest stream's file (verification holds it),
+the small streams' budget and DuckDB's own state for the query, never by the
+sum of the streams. A reader is scanned once: DuckDB materialises a CTE that
+a query names twice.
 
 Streams are untrusted: their values reach DuckDB only as Arrow data, never in
 SQL text. Damaged or unsealed streams are skipped (and said so) unless
@@ -27,6 +30,7 @@ configuration locked, so a query cannot read or write files.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import io
 import json
@@ -146,6 +150,11 @@ class Source:
     host: str | None
     labels: str | None
     argv: str | None
+    #: the ``events`` batches, decoded during verification from the bytes verified (small streams only)
+    batches: list[pa.RecordBatch] | None = None
+
+    def cached_bytes(self) -> int:
+        return sum(b.nbytes for b in self.batches) if self.batches is not None else 0
 
 
 @dataclass
@@ -332,22 +341,40 @@ def _damaged_source(path: Path, data: bytes, refusal: Refusal) -> Source:
     )
 
 
+#: A stream file at most this large is decoded once, during verification, and its batches kept for the scan.
+SMALL_STREAM = 1 << 20
+#: At most this many bytes of such decoded batches are kept in all; later streams are re-read by the scan.
+CACHE_BUDGET = 256 << 20
+
+
+def _decoded(source: Source, data: bytes) -> list[pa.RecordBatch]:
+    """The ``events`` batches of ``data`` (bytes already verified, or recovered up to the damage)."""
+    from aos.reader import StreamFile
+
+    schema = events_schema()
+    with StreamFile(source.path, data=data) as f:
+        return [_augment(raw.batch, source, schema) for raw in f.batches() if raw.batch.num_rows]
+
+
 def _open_one(path: Path, include_damaged: bool, key: Verifier | None) -> Source | Skipped:
-    """Verify one path: the stream that joins, or why it is skipped."""
+    """Verify one path: the stream that joins (a small one with its batches decoded), or why it is skipped."""
     try:
         data = _read(path)
     except Refusal as exc:
         return Skipped(str(path), _refusal_text(exc))
+    source: Source | None = None
     try:
-        return _verified_source(path, data, key)
+        source = _verified_source(path, data, key)
     except Refusal as exc:
         refusal = exc.with_traceback(None)  # the traceback's frames would keep the bytes alive
-    if include_damaged:
-        try:
-            return _damaged_source(path, data, refusal)
-        except Refusal:  # nothing readable (not an AOS stream at all): the first refusal says why
-            pass
-    return Skipped(str(path), _refusal_text(refusal))
+        if include_damaged:
+            with contextlib.suppress(Refusal):  # nothing readable (not an AOS stream): the refusal says why
+                source = _damaged_source(path, data, refusal)
+        if source is None:
+            return Skipped(str(path), _refusal_text(refusal))
+    if len(data) <= SMALL_STREAM:
+        source.batches = _decoded(source, data)
+    return source
 
 
 def _open_in_worker(path: Path, include_damaged: bool, raw_key: bytes | None) -> Source | Skipped:
@@ -381,9 +408,25 @@ def open_sources(
     """
     if jobs is None:
         jobs = min(os.cpu_count() or 1, len(paths) // STREAMS_PER_WORKER)
-    results: list[Source | Skipped]
+    sources: list[Source] = []
+    skipped: list[Skipped] = []
+    cached = 0
+
+    def take(results: Iterable[Source | Skipped]) -> None:
+        nonlocal cached
+        for r in results:
+            if isinstance(r, Skipped):
+                skipped.append(r)
+                continue
+            size = r.cached_bytes()
+            if cached + size > CACHE_BUDGET:
+                r.batches = None  # over the budget: the scan re-reads it
+            else:
+                cached += size
+            sources.append(r)
+
     if jobs < 2:
-        results = [_open_one(path, include_damaged, key) for path in paths]
+        take(_open_one(path, include_damaged, key) for path in paths)
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -398,9 +441,7 @@ def open_sources(
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
             chunk = max(1, min(64, len(paths) // (jobs * 4)))
-            results = list(pool.map(_open_in_worker, paths, repeat(include_damaged), repeat(raw_key), chunksize=chunk))
-    sources = [r for r in results if isinstance(r, Source)]
-    skipped = [r for r in results if isinstance(r, Skipped)]
+            take(pool.map(_open_in_worker, paths, repeat(include_damaged), repeat(raw_key), chunksize=chunk))
     return _distinct_ids(sources, skipped)
 
 
@@ -594,6 +635,10 @@ class _Scan:
         bytes that changed). Memory: one message. A damaged stream (only with
         ``include_damaged``) is read whole and hashed before it is decoded.
         """
+        if source.batches is not None:  # decoded from the bytes verified; handed over once
+            batches, source.batches = source.batches, None
+            yield from batches
+            return
         try:
             if source.sealed:
                 yield from self._sealed(source, schema)

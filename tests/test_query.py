@@ -384,14 +384,42 @@ class TestRefusals:
         """SQL with no stream is a usage error (exit 2)."""
         assert 2 == invoke("SELECT 1")[0]
 
-    def test_a_stream_changed_after_verification_stops_the_query(self, fleet: Path) -> None:
-        """Bytes that change between verification and the scan are never queried: stream-seal."""
+    def test_a_stream_changed_after_verification_stops_the_query(
+        self, fleet: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Bytes that change between verification and the scan (of a stream too big to keep) stop it: stream-seal."""
+        monkeypatch.setattr("observe.query.SMALL_STREAM", 0)
         paths, _ = expand_paths([str(fleet)])
         sources, _ = open_sources(paths)
         lane_stream(fleet / "other.aos", steps={"build": 1})
         (fleet / "other.aos").replace(fleet / "b.aos")  # same path, other (valid, sealed) bytes
         with pytest.raises(StreamSeal, match="changed after it was verified"):
             query_sources("SELECT count(*) FROM events", sources)
+
+    def test_a_small_stream_is_queried_as_verified(self, fleet: Path) -> None:
+        """A small stream's batches are decoded from the very bytes verified: a later edit is not seen."""
+        paths, _ = expand_paths([str(fleet)])
+        sources, _ = open_sources(paths)
+        before = run_query("SELECT count(*) FROM events", [str(fleet)]).rows
+        lane_stream(fleet / "other.aos", steps={"build": 1, "a": 1, "b": 1})
+        (fleet / "other.aos").replace(fleet / "b.aos")
+        assert before == query_sources("SELECT count(*) FROM events", sources)[1]
+
+    @pytest.mark.parametrize(
+        ("small", "budget", "kept"), [(0, 1 << 30, 0), (1 << 20, 0, 0), (1 << 20, 6000, 2), (1 << 20, 1 << 30, 4)]
+    )
+    def test_kept_or_re_read_the_rows_are_the_same(
+        self, fleet: Path, monkeypatch: pytest.MonkeyPatch, small: int, budget: int, kept: int
+    ) -> None:
+        """Streams decoded during verification, re-read by the scan, or some of each, give the same rows."""
+        sql = "SELECT stream_id, seq, kind, name, exit_code, gate, data FROM events ORDER BY stream_id, seq"
+        expected = run_query(sql, [str(fleet)]).rows
+        monkeypatch.setattr("observe.query.SMALL_STREAM", small)
+        monkeypatch.setattr("observe.query.CACHE_BUDGET", budget)
+        paths, _ = expand_paths([str(fleet)])
+        sources, _ = open_sources(paths)
+        assert kept == sum(s.batches is not None for s in sources)  # each fleet stream keeps about 3 KB
+        assert expected == query_sources(sql, sources)[1]
 
 
 class TestReadOnly:
