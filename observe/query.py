@@ -251,7 +251,10 @@ def _opening(first: Any) -> tuple[str | None, str | None, str | None]:
     host = attrs.get("host")
 
     def dump(value: Any) -> str | None:
-        return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+        try:
+            return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+        except (RecursionError, ValueError):  # nested past Python's limit: the value stays in the events' attrs
+            return None
 
     return (
         host if isinstance(host, str) else dump(host),
@@ -356,8 +359,8 @@ def _decoded(source: Source, data: bytes) -> list[pa.RecordBatch]:
         return [_augment(raw.batch, source, schema) for raw in f.batches() if raw.batch.num_rows]
 
 
-def _open_one(path: Path, include_damaged: bool, key: Verifier | None) -> Source | Skipped:
-    """Verify one path: the stream that joins (a small one with its batches decoded), or why it is skipped."""
+def _open_one(path: Path, include_damaged: bool, key: Verifier | None, *, keep: bool) -> Source | Skipped:
+    """Verify one path: the stream that joins (a small one, with ``keep``, with its batches), or why it is skipped."""
     try:
         data = _read(path)
     except Refusal as exc:
@@ -372,13 +375,17 @@ def _open_one(path: Path, include_damaged: bool, key: Verifier | None) -> Source
                 source = _damaged_source(path, data, refusal)
         if source is None:
             return Skipped(str(path), _refusal_text(refusal))
-    if len(data) <= SMALL_STREAM:
+    if keep and len(data) <= SMALL_STREAM:
         source.batches = _decoded(source, data)
     return source
 
 
 def _open_in_worker(path: Path, include_damaged: bool, raw_key: bytes | None) -> Source | Skipped:
-    """``_open_one`` in a worker process (a public key travels as its 32 raw bytes)."""
+    """``_open_one`` in a worker process (a public key travels as its 32 raw bytes).
+
+    A worker keeps no batches: sending them back costs more (pickled Arrow, one
+    small batch a stream) than the scan's re-reading them.
+    """
     key = None
     if raw_key is not None:
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -386,7 +393,7 @@ def _open_in_worker(path: Path, include_damaged: bool, raw_key: bytes | None) ->
         from aos.signing import Verifier
 
         key = Verifier(Ed25519PublicKey.from_public_bytes(raw_key))
-    return _open_one(path, include_damaged, key)
+    return _open_one(path, include_damaged, key, keep=False)
 
 
 #: Streams per worker process below which verification stays in this process (a worker costs its start-up).
@@ -426,7 +433,7 @@ def open_sources(
             sources.append(r)
 
     if jobs < 2:
-        take(_open_one(path, include_damaged, key) for path in paths)
+        take(_open_one(path, include_damaged, key, keep=True) for path in paths)
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
