@@ -391,7 +391,7 @@ class TestRefusals:
         self, fleet: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """Bytes that change between verification and the scan (of a stream too big to keep) stop it: stream-seal."""
-        monkeypatch.setattr("observe.query.SMALL_STREAM", 0)
+        monkeypatch.setattr("observe.query_sources.SMALL_STREAM", 0)
         paths, _ = expand_paths([str(fleet)])
         sources, _ = open_sources(paths)
         lane_stream(fleet / "other.aos", steps={"build": 1})
@@ -417,8 +417,8 @@ class TestRefusals:
         """Streams decoded during verification, re-read by the scan, or some of each, give the same rows."""
         sql = "SELECT stream_id, seq, kind, name, exit_code, gate, data FROM events ORDER BY stream_id, seq"
         expected = run_query(sql, [str(fleet)]).rows
-        monkeypatch.setattr("observe.query.SMALL_STREAM", small)
-        monkeypatch.setattr("observe.query.CACHE_BUDGET", budget)
+        monkeypatch.setattr("observe.query_sources.SMALL_STREAM", small)
+        monkeypatch.setattr("observe.query_sources.CACHE_BUDGET", budget)
         paths, _ = expand_paths([str(fleet)])
         sources, _ = open_sources(paths)
         assert kept == sum(s.batches is not None for s in sources)  # each fleet stream keeps about 3 KB
