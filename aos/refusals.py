@@ -8,6 +8,8 @@ from __future__ import annotations
 
 __all__ = [
     "ArtifactMissing",
+    "QuerySQL",
+    "QueryStreamId",
     "Refusal",
     "StreamChain",
     "StreamMissing",
@@ -107,6 +109,18 @@ class StreamWrite(Refusal):
     name = "stream-write"
 
 
+class QuerySQL(Refusal):
+    """``query``: SQL that DuckDB does not accept or run here (syntax, names, types, or a file access)."""
+
+    name = "query-sql"
+
+
+class QueryStreamId(Refusal):
+    """``query``: a stream whose stream id another given stream also claims (not merged)."""
+
+    name = "query-stream-id"
+
+
 _ALL: tuple[type[Refusal], ...] = (
     StreamMissing,
     StreamSchema,
@@ -119,6 +133,8 @@ _ALL: tuple[type[Refusal], ...] = (
     StreamVerdict,
     StreamWrite,
     ArtifactMissing,
+    QuerySQL,
+    QueryStreamId,
 )
 
 

@@ -34,6 +34,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "alpha observe attest": ("alpha observe attest ci.aos --key ci.key -o ci.intoto.json",),
     "alpha observe export": ("alpha observe export ci.aos --format otlp -o ci.otlp.json",),
     "alpha observe report": ("alpha observe report ci.aos -o ci.report.html",),
+    "alpha observe query": ('alpha observe query "SELECT verdict, count(*) FROM streams GROUP BY ALL" aos-streams/',),
     "alpha observe push": ("alpha observe push ci.aos --store s3://evidence/ci",),
     "alpha observe fetch": ("alpha observe fetch s3://evidence/ci/<blake3>.aos -o ci.aos",),
     "alpha tracker": ("alpha tracker --db progress.sqlite3 status",),
@@ -81,7 +82,7 @@ def _add_examples(command: click.Command, path: str) -> None:
 def _register() -> None:
     # Each command lives in the module of the idea it belongs to; importing them is
     # cheap (click only), the heavy imports happen inside the commands.
-    from observe import cli_gate, cli_interop, cli_read, cli_record, cli_report, cli_store
+    from observe import cli_gate, cli_interop, cli_query, cli_read, cli_record, cli_report, cli_store
     from tracker import cli as tracker_cli
 
     for command in (
@@ -91,6 +92,7 @@ def _register() -> None:
         *cli_store.COMMANDS,  # push, fetch
         *cli_interop.COMMANDS,  # attest, export
         *cli_report.COMMANDS,  # report
+        *cli_query.COMMANDS,  # query
         tracker_cli.attach,
     ):
         observe.add_command(command)
