@@ -38,6 +38,8 @@ READ_SIZE = 1 << 20
 FLOOD = 64 << 10
 COALESCE_S = 0.002
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Which ready descriptors are served first: output before the channel, the exit last.
+_ORDER = {"pipe": 0, "stdin": 1, "accept": 1, "conn": 2, "exit": 3}
 
 
 @dataclass
@@ -265,7 +267,7 @@ class Capture:
                     if t is not None:
                         wait = min(wait, max(t - now, 0.0))
                 ready = sel.select(wait)
-                ready.sort(key=lambda kv: {"pipe": 0, "stdin": 1, "accept": 1, "conn": 2, "exit": 3}[kv[0].data[0]])
+                ready.sort(key=lambda kv: _ORDER[kv[0].data[0]])
                 for key, _ in ready:
                     what, obj = key.data
                     if what == "stdin":
