@@ -67,8 +67,9 @@ _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
 
 #: The most encoder threads ``default_encoders`` gives: zstd level 1 compresses log text at
-#: ~0.5 GB/s a core, so 8 keep up with any pipe, and each costs a batch of memory.
-MAX_ENCODERS = 8
+#: ~0.45 GB/s a core, so 6 compress ~2.7 GB/s, faster than one thread can read and mask a
+#: pipe; each costs about two batches of memory in flight.
+MAX_ENCODERS = 6
 
 
 def default_encoders() -> int:

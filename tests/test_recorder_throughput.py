@@ -138,3 +138,26 @@ def test_the_allocator_choice_stays_in_the_recorder(tmp_path: Path, outer: str |
     opened = events(tmp_path / "env.aos")[0]
     assert "stream.open" == opened.kind
     assert (outer is not None) == ("ARROW_DEFAULT_MEMORY_POOL" in opened.attrs["env"])
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("", None), ("3", 3), ("1", 1), ("64", 64), ("0", None), ("2.5", None), ("many", None)]
+)
+def test_encoders_tuning_variable(monkeypatch: pytest.MonkeyPatch, value: str, expected: int | None) -> None:
+    """ALPHA_OBSERVE_ENCODERS picks the compressing threads (1 to 64); anything else keeps the per-core default."""
+    from observe.recorder import _encoders
+
+    monkeypatch.setenv("ALPHA_OBSERVE_ENCODERS", value)
+    assert expected == _encoders()
+
+
+def test_one_encoder_records_the_same_output(tmp_path: Path) -> None:
+    """A single compressing thread (ALPHA_OBSERVE_ENCODERS=1) records the same bytes, sealed and verified."""
+    from aos.verify import verify_stream
+
+    blob = os.urandom(3 << 20)
+    (tmp_path / "blob").write_bytes(blob)
+    proc, path = record(tmp_path, ["cat", str(tmp_path / "blob")], env={"ALPHA_OBSERVE_ENCODERS": "1"})
+    assert 0 == proc.returncode, proc.stderr
+    assert blob == output(events(path), "stdout")
+    verify_stream(path)
