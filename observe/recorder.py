@@ -211,10 +211,11 @@ def _lean_memory() -> None:
     try:
         import pyarrow as pa
 
-        if pa.default_memory_pool().backend_name != "system":  # pyarrow was in use already
-            pa.set_memory_pool(pa.system_memory_pool())
-    except (NotImplementedError, AttributeError, ImportError):
-        pass
+        try:
+            if pa.default_memory_pool().backend_name != "system":  # pyarrow was in use already
+                pa.set_memory_pool(pa.system_memory_pool())
+        except (NotImplementedError, AttributeError, pa.ArrowException):
+            pass
     finally:
         if saved is None:
             del os.environ["ARROW_DEFAULT_MEMORY_POOL"]
