@@ -67,9 +67,10 @@ _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
 
 #: The most encoder threads ``default_encoders`` gives: zstd level 1 compresses log text at
-#: ~0.45 GB/s a core, so 6 compress ~2.7 GB/s, faster than one thread can read and mask a
-#: pipe; each costs about two batches of memory in flight.
-MAX_ENCODERS = 6
+#: ~0.45 GB/s a core, so 4 compress ~1.8 GB/s, about what one thread can read and mask from
+#: a pipe; each costs about two batches of memory in flight (with 1 MiB batches, the
+#: recorder's peak RSS is ~88 MB with 2, ~93 MB with 4, ~102 MB with 6).
+MAX_ENCODERS = 4
 
 
 def default_encoders() -> int:

@@ -14,7 +14,7 @@ default 5), ``ALPHA_OBSERVE_DRAIN`` (seconds stray background writers are still
 recorded after the command exits, default 2), ``ALPHA_OBSERVE_ZSTD_LEVEL``
 (the stream's zstd level, default 1; -1 records ~15% faster into ~35% larger
 streams), ``ALPHA_OBSERVE_ENCODERS`` (threads compressing batches, 1 to 64;
-default one per core, 2 to 6: ``aos.writer.default_encoders``; each adds about
+default one per core, 2 to 4: ``aos.writer.default_encoders``; each adds about
 2 MiB to the peak RSS).
 """
 
