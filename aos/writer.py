@@ -19,10 +19,20 @@ A gate evaluates those: exactly the events the writer appended, whatever the
 recorded command did to the file at ``path`` meanwhile.
 
 With ``pipelined=True`` batches are compressed by a pool of ``encoders``
-threads and written in order by one more, while the caller goes on appending
-(and hashing); zstd releases the GIL, so this uses every core. At most
-``encoders + 1`` batches are in flight, so memory stays bounded; ``flush()`` and ``seal()`` wait for
-it, and a write failure surfaces on the next ``append``, ``flush`` or ``seal``.
+threads (by default one per core, up to ``MAX_ENCODERS``) and written in order
+by one more, while the caller goes on appending (and hashing); zstd and BLAKE3
+release the GIL, so compression spreads over the cores. Each batch is compressed
+whole on one encoder thread (Arrow's own thread pool is not used: a batch has
+one large buffer, so fanning its 20 buffers out buys nothing and costs wake-ups).
+At most ``encoders + 1`` batches wait for or are in compression, so memory
+stays bounded by about ``(encoders + 2) * batch_max_bytes``; ``flush()`` and
+``seal()`` wait for them, and a write failure surfaces on the next ``append``,
+``flush`` or ``seal``.
+
+Copies per byte of ``data``: none into the batch when it is one event's bytes
+(the Arrow buffer wraps them), one join otherwise; zstd reads them once; the
+compressed message is written from Arrow's buffer (no copy to Python bytes), to
+the stream and, with ``keep_copy``, the same buffer to the private copy.
 """
 
 from __future__ import annotations
@@ -48,12 +58,28 @@ from aos.refusals import StreamWrite
 if TYPE_CHECKING:
     from aos.signing import Signer
 
-__all__ = ["FsyncPolicy", "SealInfo", "StreamWriter", "new_stream_id"]
+__all__ = ["MAX_ENCODERS", "FsyncPolicy", "SealInfo", "StreamWriter", "default_encoders", "new_stream_id"]
 
 FsyncPolicy = Literal["never", "batch", "seal"]
 
 _RESERVED = frozenset({"seal", "checkpoint"})
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+#: The most encoder threads ``default_encoders`` gives: zstd level 1 compresses log text at
+#: ~0.45 GB/s a core, so 4 compress ~1.8 GB/s, about what one thread can read and mask from
+#: a pipe; each costs about two batches of memory in flight (with 1 MiB batches, the
+#: recorder's peak RSS is ~88 MB with 2, ~93 MB with 4, ~102 MB with 6).
+MAX_ENCODERS = 4
+
+
+def default_encoders() -> int:
+    """Encoder threads for a pipelined writer: the cores this process may use, 2 to ``MAX_ENCODERS``."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(2, min(cores, MAX_ENCODERS))
 
 
 def new_stream_id() -> str:
@@ -95,7 +121,7 @@ class StreamWriter:
         exclusive: bool = True,
         clock: Callable[[], tuple[int, int]] | None = None,
         pipelined: bool = False,
-        encoders: int = 2,
+        encoders: int | None = None,
         keep_copy: bool = False,
     ) -> None:
         import pyarrow as pa
@@ -141,18 +167,22 @@ class StreamWriter:
                 raise StreamWrite(f"cannot create a private copy beside {self.path}: {exc.strerror or exc}") from exc
         schema_bytes = self._schema.serialize().to_pybytes()
         self._schema_len = len(schema_bytes)
-        self._options = ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level))
+        # use_threads=False: the whole batch is compressed on the thread that encodes it
+        # (the pipelined pool gives the parallelism; the bytes are the same either way).
+        self._options = ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level), use_threads=False)
         self._write_bytes(schema_bytes)
 
-        self._jobs: queue.Queue[Future[bytes] | None] | None = None
+        self._jobs: queue.Queue[Future[Any] | None] | None = None
         self._io: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self.encoders = 0
         if pipelined:
-            # Batches are encoded (compressed) by a small pool while the caller goes on
-            # appending and hashing; one thread writes them in order. At most three
-            # batches are in flight, so memory stays bounded.
-            self._pool = ThreadPoolExecutor(max_workers=encoders, thread_name_prefix="aos-encode")
-            self._jobs = queue.Queue(maxsize=encoders + 1)
+            # Batches are encoded (compressed) by a pool while the caller goes on appending
+            # and hashing; one thread writes them in order. The queue of encodings bounds
+            # how many batches are in flight, so memory stays bounded.
+            self.encoders = max(1, encoders if encoders is not None else default_encoders())
+            self._pool = ThreadPoolExecutor(max_workers=self.encoders, thread_name_prefix="aos-encode")
+            self._jobs = queue.Queue(maxsize=self.encoders + 1)
             self._io = threading.Thread(target=self._io_loop, name="aos-io", daemon=True)
             self._io.start()
 
@@ -299,7 +329,7 @@ class StreamWriter:
             if self.fsync == "batch":
                 self._sync()
 
-    def _encode_job(self, job: _Job) -> bytes:
+    def _encode_job(self, job: _Job) -> memoryview:
         pa = self._pa
         batch = pa.record_batch(
             [
@@ -309,23 +339,25 @@ class StreamWriter:
                 pa.array(job.kind, pa.string()),
                 pa.array(job.step, pa.string()),
                 pa.array(job.attrs, pa.string()),
-                pa.array(job.data, pa.binary()),
+                _binary_column(pa, job.data),
                 pa.array(job.hash, pa.binary(32)),
             ],
             schema=self._schema,
         )
         return self._encode(batch)
 
-    def _encode(self, batch: Any) -> bytes:
-        """One record batch as its IPC stream message, encoded natively (no Python callbacks)."""
+    def _encode(self, batch: Any) -> memoryview:
+        """One record batch as its IPC stream message, encoded natively (no Python callbacks).
+
+        The message is a view of Arrow's output buffer (no copy into Python bytes).
+        """
         ipc = self._ipc_mod
         sink = self._pa.BufferOutputStream()
         with ipc.new_stream(sink, self._schema, options=self._options) as w:
             w.write_batch(batch)
         whole = sink.getvalue()
         # The stream is schema | batch | end-of-stream: keep the batch message.
-        message: bytes = whole.slice(self._schema_len, whole.size - self._schema_len - len(_EOS)).to_pybytes()
-        return message
+        return memoryview(whole.slice(self._schema_len, whole.size - self._schema_len - len(_EOS)))
 
     def _io_loop(self) -> None:
         jobs = self._jobs
@@ -354,7 +386,7 @@ class StreamWriter:
         if self.failure is not None:
             raise self.failure
 
-    def _write_bytes(self, out: bytes) -> None:
+    def _write_bytes(self, out: bytes | memoryview) -> None:
         if self._fd is None:
             raise StreamWrite(f"{self.path} is closed")
         try:
@@ -489,7 +521,33 @@ class StreamWriter:
         self.close()
 
 
-def _write_all(fd: int, out: bytes) -> None:
+def _binary_column(pa: Any, values: list[bytes | None]) -> Any:
+    """The ``data`` column, equal to ``pa.array(values, pa.binary())``, without copying a lone chunk.
+
+    A batch of captured output usually holds one large chunk among small events: its
+    bytes become the column's data buffer as they are (Arrow keeps a reference); several
+    non-empty values are joined once.
+    """
+    present = [v for v in values if v]
+    total = sum(len(v) for v in present)
+    if total < (64 << 10) or total >= (1 << 31) - 1:
+        return pa.array(values, pa.binary())
+    import array
+
+    offsets = array.array("i", [0])
+    at = 0
+    for v in values:
+        at += len(v) if v else 0
+        offsets.append(at)
+    joined = present[0] if len(present) == 1 else b"".join(present)
+    nulls = sum(1 for v in values if v is None)
+    validity = pa.array([v is not None for v in values], pa.bool_()).buffers()[1] if nulls else None
+    return pa.Array.from_buffers(
+        pa.binary(), len(values), [validity, pa.py_buffer(offsets), pa.py_buffer(joined)], null_count=nulls
+    )
+
+
+def _write_all(fd: int, out: bytes | memoryview) -> None:
     view = memoryview(out)
     while view:
         n = os.write(fd, view)

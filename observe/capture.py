@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import select
 import selectors
 import signal
 import threading
@@ -27,8 +28,18 @@ from observe.spawn import Spawned, descendants, end_tree, exit_status, signal_na
 
 __all__ = ["Capture", "Outcome"]
 
+#: The most one output event holds (the pipes are this big: observe.spawn).
 READ_SIZE = 1 << 20
+#: While output floods (what one pass has gathered reaches FLOOD bytes), a pipe that runs
+#: dry is given up to COALESCE_S to refill before the event is cut, so a fast writer gives
+#: events of up to READ_SIZE rather than one per ``write()`` it made: the same bytes in
+#: fewer events (less per-event work), the echo at most COALESCE_S later. Quieter output
+#: (an interactive line) is never held.
+FLOOD = 64 << 10
+COALESCE_S = 0.002
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Which ready descriptors are served first: output before the channel, the exit last.
+_ORDER = {"pipe": 0, "stdin": 1, "accept": 1, "conn": 2, "exit": 3}
 
 
 @dataclass
@@ -68,6 +79,13 @@ def _rusage(ru: Any) -> dict[str, Any]:
         "nvcsw": int(ru.ru_nvcsw),
         "nivcsw": int(ru.ru_nivcsw),
     }
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` becomes readable (or hung up) within ``timeout`` seconds."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(1, int(timeout * 1000))))
 
 
 class Capture:
@@ -118,22 +136,47 @@ class Capture:
         """Read what ``src`` has now (up to ``budget`` bytes), recording and echoing it."""
         got = 0
         while src.open and got < budget:
-            try:
-                chunk = os.read(src.fd, READ_SIZE)
-            except (BlockingIOError, InterruptedError):
+            chunk, more = self._gather(src)
+            got += len(chunk)
+            if chunk:
+                out = src.masker.feed(chunk)
+                if out:
+                    self.echo.write(src.name, out)
+                    self.sink.append(src.name, {}, out)
+            if more is None:
+                self._close(src)
                 return
+            if not more:
+                return
+
+    def _gather(self, src: _Source) -> tuple[bytes, bool | None]:
+        """Up to READ_SIZE bytes from ``src`` (coalesced while output floods) and whether more may be
+        waiting: True (it filled up), False (the pipe ran dry), None (end of file)."""
+        parts: list[bytes] = []
+        size = 0
+        until = 0.0
+        more: bool | None = True
+        while size < READ_SIZE:
+            try:
+                chunk = os.read(src.fd, READ_SIZE - size)
+            except (BlockingIOError, InterruptedError):
+                if size >= FLOOD:
+                    now = time.monotonic()
+                    until = until or now + COALESCE_S
+                    if now < until and _readable(src.fd, until - now):
+                        continue
+                more = False
+                break
             except OSError as exc:
                 if exc.errno != errno.EIO:  # EIO: a pseudo-terminal's end of file
                     self.sink.append("recorder.error", {"error": f"reading {src.name}: {exc}"})
                 chunk = b""
             if not chunk:
-                self._close(src)
-                return
-            got += len(chunk)
-            out = src.masker.feed(chunk)
-            if out:
-                self.echo.write(src.name, out)
-                self.sink.append(src.name, {}, out)
+                more = None
+                break
+            parts.append(chunk)
+            size += len(chunk)
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), more
 
     def _close(self, src: _Source) -> None:
         rest = src.masker.finish()
@@ -224,7 +267,7 @@ class Capture:
                     if t is not None:
                         wait = min(wait, max(t - now, 0.0))
                 ready = sel.select(wait)
-                ready.sort(key=lambda kv: {"pipe": 0, "stdin": 1, "accept": 1, "conn": 2, "exit": 3}[kv[0].data[0]])
+                ready.sort(key=lambda kv: _ORDER[kv[0].data[0]])
                 for key, _ in ready:
                     what, obj = key.data
                     if what == "stdin":

@@ -100,11 +100,13 @@ class Sink:
     Hashing, compressing and writing a batch run on the worker while the
     recorder's loop goes on reading and echoing (pyarrow releases the GIL while
     it compresses). The queue is bounded (``max_pending`` events of at most
-    about 1 MiB each), so a slow disk slows the reading rather than filling
-    memory. Timestamps are taken when an event is handed over, not when written.
+    about 1 MiB each: observe.capture.READ_SIZE), so a slow disk slows the reading
+    rather than filling memory; 4 is enough to keep the worker busy (it only hashes
+    and hands batches to the writer's encoders). Timestamps are taken when an event
+    is handed over, not when written.
     """
 
-    def __init__(self, writer: StreamWriter, *, max_pending: int = 8) -> None:
+    def __init__(self, writer: StreamWriter, *, max_pending: int = 4) -> None:
         self.writer = writer
         self.failure: StreamWrite | None = None
         self._queue: queue.Queue[tuple[str, dict[str, Any] | None, bytes | None, str | None, int, int] | None] = (

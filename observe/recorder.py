@@ -13,7 +13,9 @@ Tuning by environment (for tests and benchmarks; the defaults suit CI):
 default 5), ``ALPHA_OBSERVE_DRAIN`` (seconds stray background writers are still
 recorded after the command exits, default 2), ``ALPHA_OBSERVE_ZSTD_LEVEL``
 (the stream's zstd level, default 1; -1 records ~15% faster into ~35% larger
-streams).
+streams), ``ALPHA_OBSERVE_ENCODERS`` (threads compressing batches, 1 to 64;
+default one per core, 2 to 4: ``aos.writer.default_encoders``; each adds about
+2 MiB to the peak RSS).
 """
 
 from __future__ import annotations
@@ -178,16 +180,57 @@ def _zstd_level() -> int:
     return int(level)
 
 
-def _lean_memory_pool() -> None:
-    """Prefer jemalloc for Arrow buffers: mimalloc (pyarrow's default) holds on to
-    freed batches across threads and raises the recorder's peak RSS by ~35 MB."""
-    import pyarrow as pa
+def _encoders() -> int | None:
+    """``ALPHA_OBSERVE_ENCODERS``: an integer from 1 to 64, else None (one per core: the writer's default)."""
+    if not os.environ.get("ALPHA_OBSERVE_ENCODERS", "").strip():
+        return None
+    count = _float_env("ALPHA_OBSERVE_ENCODERS", 0, low=1, high=64)
+    if count != int(count) or count < 1:
+        if count:
+            logger().warning("ignoring a bad tuning variable", variable="ALPHA_OBSERVE_ENCODERS", using="default")
+        return None
+    return int(count)
+
+
+def _lean_memory() -> None:
+    """Keep the recorder's memory small, flat in the stream's size, and its pages reused.
+
+    Arrow's buffers come from the system allocator, like Python's: pyarrow's own
+    (mimalloc or jemalloc) keeps freed batches beside glibc's free memory, ~15-25 MB
+    more peak RSS. glibc is asked to keep what is freed (no trimming, no ``mmap``
+    for chunks below 16 MiB, at most 4 arenas), so each batch reuses the pages of
+    the one before instead of faulting fresh ones in (page faults are dear under
+    gVisor); what is in flight is bounded (aos.writer, observe.output.Sink), so
+    what is kept is too. The recorded command is exec'd: none of this reaches it.
+    """
+    # Arrow picks its default pool once, from ARROW_DEFAULT_MEMORY_POOL, when it is first
+    # used: set it only for that moment (the command's environment is the recorder's own).
+    # Switching pools later (set_memory_pool) leaves the first pool's reservations: ~20 MB.
+    saved = os.environ.get("ARROW_DEFAULT_MEMORY_POOL")
+    os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
+    try:
+        import pyarrow as pa
+
+        try:
+            if pa.default_memory_pool().backend_name != "system":  # pyarrow was in use already
+                pa.set_memory_pool(pa.system_memory_pool())
+        except (NotImplementedError, AttributeError, pa.ArrowException):
+            pass
+    finally:
+        if saved is None:
+            del os.environ["ARROW_DEFAULT_MEMORY_POOL"]
+        else:
+            os.environ["ARROW_DEFAULT_MEMORY_POOL"] = saved
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
 
     try:
-        if pa.default_memory_pool().backend_name == "mimalloc":
-            pa.set_memory_pool(pa.jemalloc_memory_pool())
-    except (NotImplementedError, AttributeError, pa.ArrowException):
-        pass
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt): its defaults stay
+        return
+    for param, value in ((-1, 32 << 20), (-3, 16 << 20), (-8, 4)):  # M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX
+        mallopt(param, value)
 
 
 def _not_dumpable() -> None:
@@ -228,7 +271,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     from aos.signing import load_signer
     from aos.writer import StreamWriter, new_stream_id
 
-    _lean_memory_pool()
+    _lean_memory()
     _not_dumpable()
     argv = list(argv)
     cwd = os.getcwd()
@@ -243,8 +286,9 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
         stream_id=stream_id,
         signer=signer,
         compression_level=_zstd_level(),
-        pipelined=True,
-        batch_max_bytes=2 << 20,  # with up to three batches being encoded, keeps peak RSS low
+        pipelined=True,  # compression on one thread per core (aos.writer.default_encoders)
+        encoders=_encoders(),
+        batch_max_bytes=1 << 20,  # about one output event a batch: (encoders + 2) MiB in flight at most
         keep_copy=before_seal is not None,
     )
     sink = MaskingSink(writer, secrets)

@@ -71,3 +71,103 @@ class TestPipelinedWriter:
         with pytest.raises(StreamWrite):
             w.seal()
         w.close()
+
+
+class TestEncoderPool:
+    """Compression spreads over the cores, and still lands byte for byte in order."""
+
+    @pytest.mark.parametrize("encoders", [1, 3, 8])
+    def test_any_pool_size_writes_the_same_bytes(self, tmp_path: Path, encoders: int) -> None:
+        """More encoders than batches in flight, or one: the file is the synchronous writer's, byte for byte."""
+        _write(tmp_path / "sync.aos", pipelined=False)
+        w = StreamWriter(
+            tmp_path / "pool.aos",
+            stream_id="0123456789abcdef0123456789abcdef",
+            flush_interval=3600,
+            checkpoint_interval=3600,
+            background_flush=False,
+            batch_max_events=7,
+            clock=_clock(),  # type: ignore[arg-type]
+            pipelined=True,
+            encoders=encoders,
+        )
+        assert encoders == w.encoders
+        for i in range(300):
+            w.append("stdout", {"i": i}, bytes([i % 256]) * (i * 37 % 5000))
+        w.seal()
+        assert (tmp_path / "sync.aos").read_bytes() == (tmp_path / "pool.aos").read_bytes()
+
+    def test_default_pool_follows_the_cores(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """One encoder per usable core, at least 2 and at most MAX_ENCODERS; the queue of batches is bounded by it."""
+        from aos import writer
+
+        for cores, expected in ((1, 2), (4, 4), (64, writer.MAX_ENCODERS)):
+            monkeypatch.setattr(writer.os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
+            assert expected == writer.default_encoders()
+        w = StreamWriter(tmp_path / "s.aos", pipelined=True, background_flush=False)
+        assert writer.MAX_ENCODERS == w.encoders
+        assert w._jobs is not None
+        assert w.encoders + 1 == w._jobs.maxsize
+        w.seal()
+
+
+class TestDataColumn:
+    """The data column wraps large chunks instead of copying them, with the bytes Arrow's own conversion gives."""
+
+    @pytest.mark.parametrize(
+        "values",
+        [
+            [b"x" * (1 << 20)],
+            [b"a" * 70_000, None, b"", b"b" * 100_000],
+            [None, b"q" * (200 << 10), None],
+            [b"", b"z" * (65 << 10)],
+            [b"tiny", None, b""],
+        ],
+    )
+    def test_same_encoding_as_pyarrow(self, tmp_path: Path, values: list[bytes | None]) -> None:
+        import pyarrow as pa
+
+        from aos.writer import _binary_column, _Job
+
+        expected = pa.array(values, pa.binary())
+        column = _binary_column(pa, values)
+        column.validate(full=True)
+        assert expected.equals(column)
+        assert expected.null_count == column.null_count
+        w = StreamWriter(tmp_path / "s.aos", background_flush=False)
+        n = len(values)
+        job = _Job(
+            seq=list(range(n)),
+            wall=[1] * n,
+            mono=[2] * n,
+            kind=["stdout"] * n,
+            step=[None] * n,
+            attrs=["{}"] * n,
+            data=values,
+            hash=[b"h" * 32] * n,
+        )
+        batch = pa.record_batch(
+            [
+                pa.array(job.seq, pa.uint64()),
+                pa.array(job.wall, pa.int64()),
+                pa.array(job.mono, pa.int64()),
+                pa.array(job.kind, pa.string()),
+                pa.array(job.step, pa.string()),
+                pa.array(job.attrs, pa.string()),
+                expected,
+                pa.array(job.hash, pa.binary(32)),
+            ],
+            schema=w._schema,
+        )
+        assert bytes(w._encode(batch)) == bytes(w._encode_job(job))
+        w.close()
+
+    def test_a_large_chunk_is_not_copied(self) -> None:
+        """One chunk in a batch becomes the column's data buffer as it is (no second copy of the output)."""
+        import pyarrow as pa
+
+        from aos.writer import _binary_column
+
+        chunk = os.urandom(1 << 20)
+        column = _binary_column(pa, [None, chunk, b""])
+        assert pa.py_buffer(chunk).address == column.buffers()[2].address
