@@ -121,7 +121,7 @@ def test_quick_schema_test_only_for_the_simple_shape() -> None:
     """A schema with anything the quick test does not implement gets none (the full validator decides)."""
     assert simple_check({"type": "object", "properties": {"a": {"type": "integer"}}}) is not None
     assert simple_check({"properties": {"a": {}}, "additionalProperties": False, "title": "x"}) is not None
-    for schema in [
+    schemas: list[dict[str, Any]] = [
         {"type": "array"},
         {"properties": {"a": {"type": "integer", "minimum": 0}}},
         {"properties": {"a": {"type": "decimal"}}},
@@ -130,7 +130,8 @@ def test_quick_schema_test_only_for_the_simple_shape() -> None:
         {"additionalProperties": {"type": "string"}},
         {"required": "a"},
         {"$schema": "https://json-schema.org/draft/2020-12/schema"},
-    ]:
+    ]
+    for schema in schemas:
         assert simple_check(schema) is None, schema
 
 
@@ -169,7 +170,12 @@ def test_quick_schema_test_never_passes_what_the_validator_fails(schema: dict[st
 
 def test_quick_schema_test_types_as_draft_2020_12() -> None:
     """A bool is no integer nor number; 2.0 is an integer; 2.5 only a number."""
-    cases: list[tuple[Any, str, bool]] = [(True, "integer", False), (True, "number", False), (2.0, "integer", True), (2.5, "integer", False)]
+    cases: list[tuple[Any, str, bool]] = [
+        (True, "integer", False),
+        (True, "number", False),
+        (2.0, "integer", True),
+        (2.5, "integer", False),
+    ]
     cases += [(2.5, "number", True), (None, "null", True), ([], "object", False), ({}, "object", True)]
     for value, name, ok in cases:
         schema = {"properties": {"a": {"type": name}}}
