@@ -225,7 +225,6 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     records why, the stream is still sealed and the result is a recorder
     failure (125).
     """
-    from aos.signing import load_signer
     from aos.writer import StreamWriter, new_stream_id
 
     _lean_memory_pool()
@@ -233,7 +232,11 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     argv = list(argv)
     cwd = os.getcwd()
     stream_id = new_stream_id()
-    signer = load_signer(options.sign_key) if options.sign_key is not None else None
+    signer = None
+    if options.sign_key is not None:
+        from aos.signing import load_signer  # cryptography: only when signing
+
+        signer = load_signer(options.sign_key)
     path = Path(options.out) if options.out is not None else default_out(cwd, stream_id)
     secrets, unset = secrets_for_recording(os.environ, masks=options.masks, mask_env=options.mask_env)
     for name in unset:
@@ -397,7 +400,7 @@ def alpha_shim(directory: str) -> str:
     # "" (the current directory) and relative folders as absolute paths; other entries (a path hook's
     # key, such as an editable install's "__editable__...__path_hook__") exactly as they are
     paths = [os.getcwd() if not p else os.path.abspath(p) if os.path.isdir(p) else p for p in sys.path]
-    code = f"import sys; sys.argv[0] = 'alpha'; sys.path[:] = {paths!a}; from observe.cli import main; main()"
+    code = f"import sys; sys.argv[0] = 'alpha'; sys.path[:] = {paths!a}; from observe.entry import main; main()"
     python = os.fsencode(sys.executable or "python3")
     script = b"#!/bin/sh\nexec " + shlex.quote(os.fsdecode(python)).encode("utf-8", "surrogateescape")
     script += b" -I -c " + shlex.quote(code).encode("ascii") + b' "$@"\n'
