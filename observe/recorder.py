@@ -42,7 +42,7 @@ from observe.spawn import become_subreaper, children_of
 if TYPE_CHECKING:
     from aos.writer import SealInfo, StreamWriter
     from observe.ingest import Control
-    from observe.sampler import Sampler
+    from observe.sampler import ObserverOpening, Sampler
 
 __all__ = [
     "DEFAULT_DIR",
@@ -225,6 +225,21 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     records why, the stream is still sealed and the result is a recorder
     failure (125).
     """
+    opening = None
+    if options.observe_devices != "off":
+        from observe.sampler import ObserverOpening
+
+        opening = ObserverOpening(options.observe_devices, os.environ)  # NVML loads while the rest starts
+    try:
+        return _record(argv, options, before_seal, opening)
+    finally:
+        if opening is not None:
+            opening.release()  # closed here when no sampler took it (a refused --out, a bad key, a crash)
+
+
+def _record(
+    argv: Sequence[str], options: RecordOptions, before_seal: BeforeSeal | None, opening: ObserverOpening | None
+) -> RecordResult:
     from aos.writer import StreamWriter, new_stream_id
 
     _lean_memory_pool()
@@ -260,7 +275,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     try:
         crashed = False
         try:
-            outcome = _run(argv, options, path, stream_id, cwd, sink, echo, secrets, channel_dir)
+            outcome = _run(argv, options, path, stream_id, cwd, sink, echo, secrets, channel_dir, opening)
         except Exception as exc:  # noqa: BLE001 - a recorder bug still ends in a sealed stream and 125
             from observe.capture import Outcome
 
@@ -316,6 +331,7 @@ def _run(
     echo: Echo,
     secrets: SecretSet,
     channel_dir: str,
+    opening: ObserverOpening | None = None,
 ) -> Any:
     from observe.ingest import Control
 
@@ -351,7 +367,7 @@ def _run(
         artifact_max_bytes=options.artifact_max_bytes,
         drain=lambda: None,
     )
-    sampler = _start_sampler(options, sink, control, secrets)
+    sampler = _start_sampler(options, sink, control, secrets, opening)
     try:
         outcome, started_ns = _run_command(argv, options, path, stream_id, cwd, sink, echo, secrets, control, sampler)
     finally:
@@ -366,8 +382,15 @@ def _run(
     return outcome
 
 
-def _start_sampler(options: RecordOptions, sink: MaskingSink, control: Control, secrets: SecretSet) -> Sampler | None:
-    """The device and process-tree sampler (None with ``--observe-devices off``), started now."""
+def _start_sampler(
+    options: RecordOptions,
+    sink: MaskingSink,
+    control: Control,
+    secrets: SecretSet,
+    opening: ObserverOpening | None = None,
+) -> Sampler | None:
+    """The device and process-tree sampler (None with ``--observe-devices off``), started now, with the
+    observer ``opening`` began to open at the recording's start."""
     if options.observe_devices == "off":
         return None
     from observe.sampler import Sampler
@@ -379,6 +402,7 @@ def _start_sampler(options: RecordOptions, sink: MaskingSink, control: Control, 
         env=os.environ,
         open_steps=control.open_steps,
         mask=lambda text: mask_text(text, secrets),
+        opening=opening,
     )
     sampler.start()
     return sampler

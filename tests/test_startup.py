@@ -7,14 +7,18 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from observe import client, entry
+from aos.reader import read_stream
+from aos.refusals import StreamWrite
+from observe import client, entry, recorder, sampler
 from observe.cli import main
+from observe.devices import NoObserver
 
 #: Modules the plain ``record -- true`` path has no use for (each costs milliseconds to tens of them).
 HEAVY = ("cryptography", "jsonschema", "referencing", "psutil", "pynvml", "structlog", "re2", "jinja2", "ansi2html")
@@ -174,3 +178,54 @@ def test_bad_json_still_a_usage_error(tmp_path: Path) -> None:
     assert 2 == proc.returncode, proc.stderr
     assert b"must be a JSON object" in proc.stderr
     assert b"" == receipts.read_bytes()
+
+
+class TrackedObserver(NoObserver):
+    """An observer that says on which thread it was opened and whether it was closed."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__("tracked")
+        self.log = log
+
+    def close(self) -> None:
+        self.log.append("closed")
+
+
+def tracked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    log: list[str] = []
+
+    def opening(mode: str, env: Any) -> TrackedObserver:
+        log.append(f"opened on {threading.current_thread().name}")
+        return TrackedObserver(log)
+
+    monkeypatch.setattr(sampler, "open_observer", opening)
+    return log
+
+
+def test_devices_open_while_the_recorder_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device observer opens on a thread of its own from the recording's first moment (NVML's ~0.1 s
+    overlaps pyarrow, the writer, the channel), and the start observation still precedes process.start."""
+    log = tracked(monkeypatch)
+    out = tmp_path / "a.aos"
+    result = recorder.record(["true"], recorder.RecordOptions(out=out, quiet=True))
+    assert 0 == result.exit_code
+    assert ["opened on aos-nvml-open", "closed"] == log
+    kinds = [ev.kind for ev in read_stream(out).events]
+    assert kinds.index("device.observed") < kinds.index("process.start")
+
+
+def test_devices_closed_when_the_recording_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An --out that exists is refused before anything runs; the observer already opening is closed."""
+    log = tracked(monkeypatch)
+    out = tmp_path / "a.aos"
+    out.write_bytes(b"")
+    with pytest.raises(StreamWrite):
+        recorder.record(["true"], recorder.RecordOptions(out=out, quiet=True))
+    assert ["opened on aos-nvml-open", "closed"] == log
+
+
+def test_no_observer_opened_with_devices_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--observe-devices off opens nothing."""
+    log = tracked(monkeypatch)
+    recorder.record(["true"], recorder.RecordOptions(out=tmp_path / "a.aos", quiet=True, observe_devices="off"))
+    assert [] == log
