@@ -274,11 +274,18 @@ def read_json(tmp: Path, size: int, gate_path: Path) -> None:
             f" {data / 1e6 / best:.0f} MB/s of recorded data,"
             f" {path.stat().st_size / 1e6 / best:.0f} MB/s of stream file"
         )
+    # One target, two kinds of stream: each its own line, so neither hides the other.
     row(
-        "`read --json` throughput (JSON out; recorded log, 100k-event stream)",
-        f"{rates[0]:.0f} MB/s, {rates[1]:.0f} MB/s",
+        "`read --json` throughput, a recorded log (MB/s of JSON out)",
+        f"{rates[0]:.0f} MB/s",
         ">= 100 MB/s",
-        min(rates) >= 100,
+        rates[0] >= 100,
+    )
+    row(
+        "`read --json` throughput, 100k small events: receipts and steps (MB/s of JSON out)",
+        f"{rates[1]:.0f} MB/s",
+        ">= 100 MB/s",
+        rates[1] >= 100,
     )
 
 
