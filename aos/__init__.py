@@ -1,14 +1,14 @@
 """aos: the AOS stream format (an Arrow IPC stream, zstd, BLAKE3-chained).
 
 Nothing here imports the rest of the project. Heavy modules (pyarrow) load only
-when a reader or writer is used, so light commands start fast.
+when a reader or writer is used, and even ``Event`` loads on first use, so light
+commands start fast.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aos.event import KINDS, Event
 from aos.refusals import (
     Refusal,
     StreamChain,
@@ -24,6 +24,7 @@ from aos.refusals import (
 )
 
 if TYPE_CHECKING:
+    from aos.event import KINDS, Event
     from aos.reader import StreamContents, read_stream
     from aos.verify import Verification, verify_stream
     from aos.writer import SealInfo, StreamWriter
@@ -50,7 +51,11 @@ __all__ = [
     "verify_stream",
 ]
 
+# Loaded on first use: ``alpha observe receipt`` imports ``aos.text`` and needs none of them
+# (``aos.event`` loads dataclasses, which loads inspect: milliseconds on every receipt).
 _LAZY = {
+    "KINDS": "aos.event",
+    "Event": "aos.event",
     "StreamWriter": "aos.writer",
     "SealInfo": "aos.writer",
     "StreamContents": "aos.reader",

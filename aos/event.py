@@ -31,6 +31,9 @@ KINDS: frozenset[str] = frozenset(
 )
 
 
+_RAW_DECODE = json.JSONDecoder().raw_decode
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """One recorded event, exactly as stored.
@@ -57,8 +60,14 @@ class Event:
         """
         cached = self._attrs
         if cached is None:
+            text = self.attrs_json
             try:
-                parsed = json.loads(self.attrs_json)
+                try:  # json.loads's own parse without its wrapper (a reader parses every event's attrs)
+                    parsed, end = _RAW_DECODE(text)
+                    if end != len(text):
+                        raise ValueError(text)
+                except ValueError:
+                    parsed = json.loads(text)  # loads' answer: whitespace around it, or its exact error
             except (ValueError, RecursionError) as exc:
                 raise StreamSchema(f"seq {self.seq}: attrs is not JSON ({exc})") from exc
             if not isinstance(parsed, dict):

@@ -37,7 +37,7 @@ from blake3 import blake3
 from aos.canonical import parse_canonical
 from aos.chain import checkpoint_message, genesis, link, seal_message
 from aos.event import Event
-from aos.reader import EOS, StreamFile, batch_events
+from aos.reader import EOS, StreamFile, batch_rows
 from aos.refusals import (
     Refusal,
     StreamChain,
@@ -115,31 +115,37 @@ def verify_stream(
             if seal is not None:
                 raise StreamSeal(f"a batch follows the seal (at byte {raw.start})", last_seq=seal.seq)
             try:
-                events = batch_events(raw.batch)
+                # rows, not events: each chunk is hashed from the batch's own buffer, never copied out
+                rows = batch_rows(raw.batch)
             except Exception as exc:
                 where = _where(expected - 1 if expected else None, last_cp)
                 raise StreamChain(f"the batch at byte {raw.start} does not decode ({exc}); {where}") from exc
-            for i, ev in enumerate(events):
-                if ev.seq != expected:
+            for i, (seq, wall_ns, mono_ns, kind, step, attrs_json, chunk, stored) in enumerate(rows):
+                if seq != expected:
                     raise StreamOrder(
-                        f"seq {ev.seq} where {expected} was expected (batch at byte {raw.start}); "
+                        f"seq {seq} where {expected} was expected (batch at byte {raw.start}); "
                         f"{_where(expected - 1 if expected else None, last_cp)}",
                         first_bad_seq=expected,
                     )
-                h = link(prev, ev.seq, ev.wall_ns, ev.mono_ns, ev.kind, ev.step, ev.attrs_json, ev.data)
-                if h != ev.hash:
+                h = link(prev, seq, wall_ns, mono_ns, kind, step, attrs_json, chunk)  # type: ignore[arg-type]
+                if h != stored:
                     raise StreamChain(
-                        f"the hash of seq {ev.seq} does not follow from seq {ev.seq - 1}"
-                        if ev.seq
+                        f"the hash of seq {seq} does not follow from seq {seq - 1}"
+                        if seq
                         else "the hash of seq 0 does not follow from the stream id",
-                        first_bad_seq=ev.seq,
+                        first_bad_seq=seq,
                     )
                 try:
-                    attrs = parse_canonical(ev.attrs_json)
+                    attrs = parse_canonical(attrs_json)
                 except ValueError as exc:
-                    raise StreamSchema(f"seq {ev.seq} ({ev.kind}): {exc}", first_bad_seq=ev.seq) from exc
-                object.__setattr__(ev, "_attrs", attrs)
-                kinds[ev.kind] = kinds.get(ev.kind, 0) + 1
+                    raise StreamSchema(f"seq {seq} ({kind}): {exc}", first_bad_seq=seq) from exc
+                kinds[kind] = kinds.get(kind, 0) + 1
+                if kind not in ("checkpoint", "verdict", "seal"):
+                    prev = h
+                    expected += 1
+                    continue
+                payload = None if chunk is None else bytes(chunk)
+                ev = Event(seq, wall_ns, mono_ns, kind, step, attrs_json, payload, stored, _attrs=attrs)
                 if ev.kind == "checkpoint":
                     _check_checkpoint(ev, sid, prev, public_key)
                     last_cp = ev.seq
@@ -148,7 +154,7 @@ def verify_stream(
                     verdict = ev
                     verdicts += 1
                 elif ev.kind == "seal":
-                    if i != len(events) - 1 or len(events) != 1:
+                    if i != len(rows) - 1 or len(rows) != 1:
                         raise StreamSeal(f"the seal (seq {ev.seq}) does not stand alone in the last batch")
                     _check_seal(ev, sid, prev, raw.start, digest.digest(), public_key)
                     seal = ev

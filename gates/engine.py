@@ -173,6 +173,8 @@ def _count(f: Findings, n: int, count: Any, what: str, late: int = 0) -> None:
 
 
 def _field(obj: Mapping[str, Any], path: str) -> Any:
+    if type(obj) is dict and "." not in path:  # the common case, once per receipt and rule: no walk
+        return obj.get(path, _MISSING)
     cur: Any = obj
     for part in path.split("."):
         if isinstance(cur, Mapping) and part in cur:
@@ -193,7 +195,12 @@ def schema_errors(schema: Mapping[str, Any], value: Any) -> list[str]:
     from gates.patterns import schema_validator
 
     # RE2 for every pattern, and no $ref is ever fetched (gates.patterns): bounded, offline.
-    errors = sorted(schema_validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
+    return _errors(schema_validator(schema), value)
+
+
+def _errors(validator: Any, value: Any) -> list[str]:
+    """``schema_errors`` with a validator built once (a rule checks every receipt against one schema)."""
+    errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
     out = []
     for e in errors:
         where = ".".join(str(p) for p in e.absolute_path) or "(top)"
@@ -213,7 +220,7 @@ def _step_for(ev: Evidence, r: Receipt, name: str) -> Step | None:
     own = ev.step_of_span(r.span)
     if own is not None and own.name == name:
         return own
-    for s in ev.steps_named(name):
+    for s in ev.steps_named_view(name):
         if s.start.seq < r.seq and (s.end is None or r.seq < s.end.seq):
             return s
     return None
@@ -228,10 +235,16 @@ def _receipt(rule: ReceiptRule, ev: Evidence) -> Outcome:
     f.use(r.seq for r in late)
     _count(f, len(found), rule.count, what, late=len(late))
     checked_artifacts: list[str] = []
+    validator = quick = None
+    if rule.schema is not None and found:
+        from gates.patterns import schema_validator, simple_check
+
+        # Built once per rule; the quick test proves the usual receipt valid without the full validator.
+        validator, quick = schema_validator(rule.schema), simple_check(rule.schema)
     for r in found:
         _status_finding(f, r, rule.status, what)
-        if rule.schema is not None:
-            for err in schema_errors(rule.schema, r.fields)[:3]:
+        if validator is not None and not (quick is not None and quick(r.fields)):
+            for err in _errors(validator, r.fields)[:3]:
                 f.fail(f"{what} (seq {r.seq}) fields fail its schema at {err}")
         for a, b in rule.equal:
             va, vb = _field(r.fields, a), _field(r.fields, b)
@@ -257,7 +270,7 @@ def _receipt_step(f: Findings, rule: ReceiptRule, ev: Evidence, r: Receipt, what
     assert rule.step is not None
     step = _step_for(ev, r, rule.step)
     if step is None:
-        if ev.steps_named(rule.step):
+        if ev.steps_named_view(rule.step):
             f.fail(f"{what} (seq {r.seq}) was not emitted inside step {rule.step!r}")
         else:
             f.inconclusive(f"{what} (seq {r.seq}): step {rule.step!r} was never recorded")
@@ -392,22 +405,29 @@ def _each(rule: EachRule, ev: Evidence) -> Outcome:
     lefts = ev.receipts_named(rule.receipt)
     if not lefts:
         f.inconclusive(f"no receipt {rule.receipt!r} to match")
-    rights = ev.receipts_named(rule.needs)
+    # The candidates of each left receipt, found by its `on` values in an index (a scan of every
+    # right receipt per left one was quadratic); the exact comparison below still decides.
+    by_key: dict[tuple[Any, ...], list[Receipt]] = {}
+    for r in ev.receipts_named(rule.needs):
+        by_key.setdefault(tuple(_hashable(_field(r.fields, k)) for k in rule.on), []).append(r)
     for left in lefts:
         f.use([left.seq])
         key = {k: _field(left.fields, k) for k in rule.on}
-        label = ", ".join(f"{k} {v!r}" for k, v in key.items())
         if any(v is _MISSING for v in key.values()):
             f.fail(f"receipt {rule.receipt!r} (seq {left.seq}) lacks {list(rule.on)}")
             continue
-        cands = [r for r in rights if all(_field(r.fields, k) == v for k, v in key.items())]
+        bucket = by_key.get(tuple(_hashable(v) for v in key.values()), [])
+        cands = [r for r in bucket if all(_field(r.fields, k) == v for k, v in key.items())]
         f.use(r.seq for r in cands)
         if not cands:
-            f.inconclusive(f"receipt {rule.receipt!r} ({label}) has no {rule.needs!r} receipt")
+            f.inconclusive(f"receipt {rule.receipt!r} ({_label(key)}) has no {rule.needs!r} receipt")
             continue
         problems: list[str] = []
         good = False
         for c in cands:
+            if c.status in rule.status and not rule.where and not rule.equal:
+                good = True  # nothing more to hold against it (the common case: no text built)
+                continue
             bad = []
             if c.status not in rule.status:
                 bad.append(f"status {c.status!r}")
@@ -422,8 +442,22 @@ def _each(rule: EachRule, ev: Evidence) -> Outcome:
             else:
                 good = True
         if not good:
-            f.fail(f"receipt {rule.receipt!r} ({label}) has no good {rule.needs!r}: " + "; ".join(problems))
+            f.fail(f"receipt {rule.receipt!r} ({_label(key)}) has no good {rule.needs!r}: " + "; ".join(problems))
     return f.outcome(f"each of {len(lefts)} {rule.receipt!r} receipt(s) has a good {rule.needs!r}")
+
+
+def _label(key: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v!r}" for k, v in key.items())
+
+
+def _hashable(value: Any) -> Any:
+    """A hashable stand-in for a JSON value that keeps Python's ``==``: values equal under ``==``
+    (``1``, ``1.0`` and ``True`` included) have equal stand-ins, so an index never misses a match."""
+    if isinstance(value, list):
+        return ("list", tuple(_hashable(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", frozenset((k, _hashable(v)) for k, v in value.items()))
+    return value
 
 
 def _order(rule: OrderRule, ev: Evidence) -> Outcome:

@@ -36,6 +36,8 @@ __all__ = ["Artifact", "Evidence", "Receipt", "Step", "glob_match", "normalise_p
 
 def _name(stored: Any) -> str:
     """A recorded name or path (byte text, FORMAT.md 3.7), decoded as ``os`` spells it ("" if absent)."""
+    if type(stored) is str:
+        return _str_name(stored)  # names repeat: a lane's thousands of receipts share a few
     text = os_text(stored)
     return text if text is not None else ("" if stored is None else str(stored))
 
@@ -49,6 +51,12 @@ def _decoded(obj: Any) -> dict[str, Any]:
         text = os_text(v)
         out[key_bytes(k).decode("utf-8", "surrogateescape")] = v if text is None else text
     return out
+
+
+@lru_cache(maxsize=4096)
+def _str_name(stored: str) -> str:
+    text = os_text(stored)
+    return text if text is not None else stored
 
 
 def normalise_path(path: str) -> str:
@@ -261,6 +269,19 @@ class Evidence:
         self.observations: list[Event] = []
         self.telemetry: list[Event] = []
         self._index()
+        # Lookups by name and span, built once: a rule asks them once per receipt, and a long
+        # lane has tens of thousands of receipts and steps (a linear scan each was quadratic).
+        self._span_step: dict[str, Step] = {}
+        self._named_steps: dict[str, list[Step]] = {}
+        self._named_receipts: dict[str, list[Receipt]] = {}
+        self._named_late: dict[str, list[Receipt]] = {}
+        for s in self.steps:
+            self._span_step.setdefault(s.span, s)
+            self._named_steps.setdefault(s.name, []).append(s)
+        for r in self.receipts:
+            self._named_receipts.setdefault(r.name, []).append(r)
+        for r in self.late_receipts:
+            self._named_late.setdefault(r.name, []).append(r)
 
     # -- building ------------------------------------------------------------------
 
@@ -348,21 +369,26 @@ class Evidence:
         return value is not None and value != ""
 
     def steps_named(self, name: str) -> list[Step]:
-        return [s for s in self.steps if s.name == name]
+        """The steps named ``name``, in stream order (a new list each call)."""
+        return list(self._named_steps.get(name, ()))
+
+    def steps_named_view(self, name: str) -> Sequence[Step]:
+        """``steps_named`` without the copy: for a rule that asks once per receipt (read it, never change it)."""
+        return self._named_steps.get(name, ())
 
     def step_of_span(self, span: str | None) -> Step | None:
+        """The first step recorded with span ``span``."""
         if span is None:
             return None
-        for s in self.steps:
-            if s.span == span:
-                return s
-        return None
+        return self._span_step.get(span)
 
     def receipts_named(self, name: str) -> list[Receipt]:
-        return [r for r in self.receipts if r.name == name]
+        """The receipts named ``name`` recorded before ``process.exit``, in stream order (a new list)."""
+        return list(self._named_receipts.get(name, ()))
 
     def late_named(self, name: str) -> list[Receipt]:
-        return [r for r in self.late_receipts if r.name == name]
+        """The receipts named ``name`` recorded after ``process.exit`` (a new list)."""
+        return list(self._named_late.get(name, ()))
 
     def artifact(self, path: str) -> Artifact | None:
         """The last capture of ``path`` (normalised; relative to the recording's cwd)."""

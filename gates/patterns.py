@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["PatternError", "check_schema_safety", "compile_pattern", "schema_validator", "search"]
+__all__ = ["PatternError", "check_schema_safety", "compile_pattern", "schema_validator", "search", "simple_check"]
 
 _REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
 #: RE2's memory budget for one compiled pattern (bytes): a bounded program, so bounded time and space.
@@ -154,3 +154,88 @@ def schema_validator(schema: Mapping[str, Any]) -> Any:
 
     registry: Any = Registry(retrieve=_refuse)  # type: ignore[call-arg]
     return _validator_class()(schema, registry=registry)
+
+
+#: Keywords that annotate and never change whether an instance is valid.
+_ANNOTATIONS = frozenset({"title", "description", "$comment", "examples", "default", "deprecated"})
+_TOP_KEYS = frozenset({"type", "properties", "required", "additionalProperties"}) | _ANNOTATIONS
+_PROPERTY_KEYS = frozenset({"type"}) | _ANNOTATIONS
+
+
+def _is_type(name: str, value: Any) -> bool:
+    """Draft 2020-12's ``type`` (jsonschema's draft202012 type checker): a bool is no number; 1.0 is an integer."""
+    if name == "string":
+        return isinstance(value, str)
+    if name == "integer":
+        return not isinstance(value, bool) and (
+            isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        )
+    if name == "number":
+        return not isinstance(value, bool) and isinstance(value, int | float)
+    if name == "boolean":
+        return isinstance(value, bool)
+    if name == "null":
+        return value is None
+    if name == "object":
+        return isinstance(value, dict)
+    return isinstance(value, list)  # "array" (no other name gets here)
+
+
+_TYPE_NAMES = frozenset({"string", "integer", "number", "boolean", "null", "object", "array"})
+
+
+def _type_names(spec: Any) -> tuple[str, ...] | None:
+    names = (spec,) if isinstance(spec, str) else tuple(spec) if isinstance(spec, list) else None
+    if not names or not all(isinstance(n, str) and n in _TYPE_NAMES for n in names):
+        return None
+    return names
+
+
+def simple_check(schema: Mapping[str, Any]) -> Any:
+    """For the common shape of a receipt schema, a fast test that proves an instance valid; else None.
+
+    The shape: an object with ``properties`` whose subschemas give only ``type``, ``required``,
+    ``additionalProperties`` true or false (and annotations). The returned function answers True
+    only when the full validator would find no error, and False when it cannot tell cheaply (the
+    caller then runs the full validator, for the verdict and its messages). Any other schema: None.
+    """
+    if not isinstance(schema, Mapping) or not set(schema) <= _TOP_KEYS:
+        return None
+    if "type" in schema and schema["type"] != "object":
+        return None
+    extra = schema.get("additionalProperties", True)
+    required = schema.get("required", [])
+    props = schema.get("properties", {})
+    if not isinstance(extra, bool) or not isinstance(required, list) or not isinstance(props, Mapping):
+        return None
+    if not all(isinstance(r, str) for r in required):
+        return None
+    types: dict[str, tuple[str, ...] | None] = {}
+    for key, sub in props.items():
+        if not isinstance(key, str) or not isinstance(sub, Mapping) or not set(sub) <= _PROPERTY_KEYS:
+            return None
+        if "type" in sub:
+            names = _type_names(sub["type"])
+            if names is None:
+                return None
+            types[key] = names
+        else:
+            types[key] = None
+    need = tuple(required)
+
+    def check(value: Any) -> bool:
+        if not isinstance(value, dict):
+            return False
+        for key in need:
+            if key not in value:
+                return False
+        for key, item in value.items():
+            if key in types:
+                names = types[key]
+                if names is not None and not any(_is_type(n, item) for n in names):
+                    return False
+            elif not extra:
+                return False
+        return True
+
+    return check

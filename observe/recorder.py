@@ -44,7 +44,7 @@ from observe.spawn import become_subreaper, children_of
 if TYPE_CHECKING:
     from aos.writer import SealInfo, StreamWriter
     from observe.ingest import Control
-    from observe.sampler import Sampler
+    from observe.sampler import ObserverOpening, Sampler
 
 __all__ = [
     "DEFAULT_DIR",
@@ -268,7 +268,21 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     records why, the stream is still sealed and the result is a recorder
     failure (125).
     """
-    from aos.signing import load_signer
+    opening = None
+    if options.observe_devices != "off":
+        from observe.sampler import ObserverOpening
+
+        opening = ObserverOpening(options.observe_devices, os.environ)  # NVML loads while the rest starts
+    try:
+        return _record(argv, options, before_seal, opening)
+    finally:
+        if opening is not None:
+            opening.release()  # closed here when no sampler took it (a refused --out, a bad key, a crash)
+
+
+def _record(
+    argv: Sequence[str], options: RecordOptions, before_seal: BeforeSeal | None, opening: ObserverOpening | None
+) -> RecordResult:
     from aos.writer import StreamWriter, new_stream_id
 
     _lean_memory()
@@ -276,7 +290,11 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     argv = list(argv)
     cwd = os.getcwd()
     stream_id = new_stream_id()
-    signer = load_signer(options.sign_key) if options.sign_key is not None else None
+    signer = None
+    if options.sign_key is not None:
+        from aos.signing import load_signer  # cryptography: only when signing
+
+        signer = load_signer(options.sign_key)
     path = Path(options.out) if options.out is not None else default_out(cwd, stream_id)
     secrets, unset = secrets_for_recording(os.environ, masks=options.masks, mask_env=options.mask_env)
     for name in unset:
@@ -301,7 +319,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     try:
         crashed = False
         try:
-            outcome = _run(argv, options, path, stream_id, cwd, sink, echo, secrets, channel_dir)
+            outcome = _run(argv, options, path, stream_id, cwd, sink, echo, secrets, channel_dir, opening)
         except Exception as exc:  # noqa: BLE001 - a recorder bug still ends in a sealed stream and 125
             from observe.capture import Outcome
 
@@ -357,6 +375,7 @@ def _run(
     echo: Echo,
     secrets: SecretSet,
     channel_dir: str,
+    opening: ObserverOpening | None = None,
 ) -> Any:
     from observe.ingest import Control
 
@@ -392,7 +411,7 @@ def _run(
         artifact_max_bytes=options.artifact_max_bytes,
         drain=lambda: None,
     )
-    sampler = _start_sampler(options, sink, control, secrets)
+    sampler = _start_sampler(options, sink, control, secrets, opening)
     try:
         outcome, started_ns = _run_command(argv, options, path, stream_id, cwd, sink, echo, secrets, control, sampler)
     finally:
@@ -407,8 +426,15 @@ def _run(
     return outcome
 
 
-def _start_sampler(options: RecordOptions, sink: MaskingSink, control: Control, secrets: SecretSet) -> Sampler | None:
-    """The device and process-tree sampler (None with ``--observe-devices off``), started now."""
+def _start_sampler(
+    options: RecordOptions,
+    sink: MaskingSink,
+    control: Control,
+    secrets: SecretSet,
+    opening: ObserverOpening | None = None,
+) -> Sampler | None:
+    """The device and process-tree sampler (None with ``--observe-devices off``), started now, with the
+    observer ``opening`` began to open at the recording's start."""
     if options.observe_devices == "off":
         return None
     from observe.sampler import Sampler
@@ -420,6 +446,7 @@ def _start_sampler(options: RecordOptions, sink: MaskingSink, control: Control, 
         env=os.environ,
         open_steps=control.open_steps,
         mask=lambda text: mask_text(text, secrets),
+        opening=opening,
     )
     sampler.start()
     return sampler
@@ -441,7 +468,7 @@ def alpha_shim(directory: str) -> str:
     # "" (the current directory) and relative folders as absolute paths; other entries (a path hook's
     # key, such as an editable install's "__editable__...__path_hook__") exactly as they are
     paths = [os.getcwd() if not p else os.path.abspath(p) if os.path.isdir(p) else p for p in sys.path]
-    code = f"import sys; sys.argv[0] = 'alpha'; sys.path[:] = {paths!a}; from observe.cli import main; main()"
+    code = f"import sys; sys.argv[0] = 'alpha'; sys.path[:] = {paths!a}; from observe.entry import main; main()"
     python = os.fsencode(sys.executable or "python3")
     script = b"#!/bin/sh\nexec " + shlex.quote(os.fsdecode(python)).encode("utf-8", "surrogateescape")
     script += b" -I -c " + shlex.quote(code).encode("ascii") + b' "$@"\n'

@@ -19,6 +19,7 @@ first ``telemetry``: ``record -- true`` never loads it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -37,7 +38,7 @@ from observe.devices import (
 )
 from observe.output import Sink, logger
 
-__all__ = ["END_WAIT", "START_WAIT", "ProcessTree", "Sampler"]
+__all__ = ["END_WAIT", "START_WAIT", "ObserverOpening", "ProcessTree", "Sampler"]
 
 #: Seconds the recorder waits for the start observation before it starts the command anyway.
 START_WAIT = 5.0
@@ -168,6 +169,44 @@ class ProcessTree:
         return {"processes": live, "cpu_ns": cpu_ns, "rss": rss}
 
 
+class ObserverOpening:
+    """``open_observer`` started on a thread of its own, as early as the recorder can: loading NVML
+    (~0.1 s on a GPU machine, mostly in C, without the GIL) overlaps the recorder's own start-up
+    (pyarrow, the writer, the channel) instead of following it. The start observation is still taken
+    before the command starts: ``Sampler.take_start`` waits for it, as before."""
+
+    def __init__(self, mode: str, env: Mapping[str, str]) -> None:
+        self.claimed = False  # a sampler took it: the sampler closes it
+        self._result: Observer | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._open, args=(mode, dict(env)), name="aos-nvml-open", daemon=True)
+        self._thread.start()
+
+    def _open(self, mode: str, env: Mapping[str, str]) -> None:
+        try:
+            self._result = open_observer(mode, env)
+        except BaseException as exc:  # noqa: BLE001 - handed to the sampler, which records it
+            self._error = exc
+
+    def result(self) -> Observer:
+        """The observer (waits for the opening); raises what the opening raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def release(self) -> None:
+        """If no sampler took it (the recording failed before its sampler started): close the observer
+        once it is open (bounded wait)."""
+        if self.claimed:
+            return
+        self._thread.join(START_WAIT)
+        if self._result is not None:
+            with contextlib.suppress(Exception):
+                self._result.close()
+
+
 class Sampler:
     """Observes devices and the process tree on its own thread; see the module's docstring."""
 
@@ -180,7 +219,11 @@ class Sampler:
         env: Mapping[str, str],
         open_steps: OpenSteps,
         mask: Callable[[str], str],
+        opening: ObserverOpening | None = None,
     ) -> None:
+        self.opening = opening  # the observer, already being opened (None: open it on the thread)
+        if opening is not None:
+            opening.claimed = True
         self.sink = sink
         self.mode = mode
         self.interval = interval
@@ -248,7 +291,7 @@ class Sampler:
 
     def _run(self) -> None:
         try:
-            observer = open_observer(self.mode, self.env)
+            observer = self.opening.result() if self.opening is not None else open_observer(self.mode, self.env)
         except Exception as exc:  # noqa: BLE001 - a broken observer never stops a recording
             observer = NoObserver(f"the device observer failed to start: {type(exc).__name__}: {exc}")
         self.observer = observer

@@ -38,6 +38,10 @@ def iter_stream(path: str | os.PathLike[str], damage: list[Refusal]) -> Iterator
             damage.append(f.damage)
 
 
+#: ``json.dumps(..., ensure_ascii=False, separators=(",", ":"))`` without building an encoder per call.
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def event_json(ev: Event) -> str:
     """One JSON Lines record: seq, kind, wall_ns, step, attrs, and data_b64 when there is data."""
     record: dict[str, Any] = {
@@ -49,7 +53,7 @@ def event_json(ev: Event) -> str:
     }
     if ev.data is not None:
         record["data_b64"] = base64.b64encode(ev.data).decode("ascii")
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    return _JSON.encode(record)
 
 
 def only_seqs(events: Iterable[Event], seqs: frozenset[int], found: set[int]) -> Iterator[Event]:

@@ -1,0 +1,60 @@
+"""`alpha observe read --json` writes its lines in large writes: the same lines as before, and on a
+damaged stream every line before the damage, then the refusal (issue 16)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from aos.reader import read_stream
+from aos.writer import StreamWriter
+from observe.summary import event_json
+
+ALPHA = shutil.which("alpha", path=str(Path(sys.executable).parent)) or "alpha"
+
+
+def stream(path: Path) -> None:
+    """Enough events for more than one MiB of JSON lines, in several batches."""
+    w = StreamWriter(path, batch_max_events=2000)
+    w.append("stream.open", {"stream_id": w.stream_id, "argv": ["x"], "env": {}, "labels": {}})
+    for i in range(12_000):
+        w.append("receipt", {"name": "t", "status": "pass", "fields": {"i": i, "text": 'é\n"' * 3}})
+        if i % 1000 == 0:
+            w.append("stdout", {}, bytes(range(256)) * 20)
+    w.seal()
+
+
+def read(path: Path) -> subprocess.CompletedProcess[bytes]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run(
+        [ALPHA, "observe", "read", "--json", str(path)], capture_output=True, env=env, timeout=120, check=False
+    )
+
+
+def test_lines_are_each_events_json(tmp_path: Path) -> None:
+    """Every event, one line each, exactly event_json's text (buffering changes no byte)."""
+    path = tmp_path / "s.aos"
+    stream(path)
+    proc = read(path)
+    assert 0 == proc.returncode, proc.stderr
+    expected = "".join(event_json(ev) + "\n" for ev in read_stream(path).events).encode()
+    assert len(proc.stdout) > 1 << 20
+    assert expected == proc.stdout
+
+
+def test_damage_after_the_lines_before_it(tmp_path: Path) -> None:
+    """A stream cut short: every intact event's line, then the refusal on stderr, exit 1."""
+    path = tmp_path / "s.aos"
+    stream(path)
+    contents = read_stream(path)
+    cut = tmp_path / "cut.aos"
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size * 2 // 3])
+    intact = read_stream(cut).events
+    assert 0 < len(intact) < len(contents.events)
+    proc = read(cut)
+    assert 1 == proc.returncode
+    assert b"refused: stream-" in proc.stderr
+    assert "".join(event_json(ev) + "\n" for ev in intact).encode() == proc.stdout
