@@ -60,6 +60,10 @@ def recorder_alive(pid: Any, host: Any, started_ns: Any) -> bool:
     return True
 
 
+#: The most one ``read`` of the followed file asks for at once.
+CHUNK = 1 << 20
+
+
 class _Growing:
     """A read-only file object whose ``read(n)`` waits until ``n`` bytes exist.
 
@@ -113,7 +117,9 @@ class _Growing:
             self._pos += len(head)
         need = n - sum(len(p) for p in parts)
         while need:
-            chunk = os.read(self._fd, need)
+            # Never ask the kernel for more than a chunk: a damaged length field can ask for ~100 GB,
+            # and the bytes that are there arrive a chunk at a time (then the idle rule decides).
+            chunk = os.read(self._fd, min(need, CHUNK))
             if chunk:
                 parts.append(chunk)
                 need -= len(chunk)

@@ -6,6 +6,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from recorder_util import ALPHA, alpha, events, output, record
 
 
@@ -140,3 +141,30 @@ class TestTailNeverWaitsForever:
             assert b"Traceback" not in proc.stderr, proc.stderr
             assert proc.returncode in (0, 1)
             assert proc.returncode == 0 or proc.stderr.startswith(b"refused: ") or b"stopped before" in proc.stderr
+
+
+def test_a_damaged_length_never_asks_for_it_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A length field bit-flipped to ~100 GB (found by the fuzzer) is read a chunk at a time; with the
+    writer gone the follower gives up by its idle rule (a named refusal), never a MemoryError."""
+    import os
+
+    from observe import tail
+
+    path = tmp_path / "s.aos"
+    path.write_bytes(b"0123456789")
+    asked: list[int] = []
+    real_read = os.read
+
+    def read(fd: int, n: int) -> bytes:
+        asked.append(n)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(tail.os, "read", read)
+    growing = tail._Growing(path, idle=0.05, deadline=None)
+    try:
+        with pytest.raises(tail.GaveUp):
+            growing.read(100 << 30)
+    finally:
+        growing.close()
+    assert asked
+    assert max(asked) <= tail.CHUNK
