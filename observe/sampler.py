@@ -90,8 +90,9 @@ class ProcessTree:
             parents = None
         if parents is None:
             parents = self._walk_psutil()
-        for gone in set(self._argv) - set(parents):
-            del self._argv[gone]
+        # argv is read at most once per process per sample, never kept across samples: a process
+        # that exec()s keeps its pid and changes its argv.
+        self._argv.clear()
         return Tree(parents=parents, argv=self.argv)
 
     def _walk(self) -> dict[int, int]:
@@ -129,7 +130,7 @@ class ProcessTree:
         return parents
 
     def argv(self, pid: int) -> list[str] | None:
-        """The argv of ``pid`` (read once per process; None when it cannot be read)."""
+        """The argv of ``pid`` (read once per process in this sample; None when it cannot be read)."""
         if pid not in self._argv:
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:

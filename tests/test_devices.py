@@ -616,6 +616,29 @@ class TestShow:
 
 
 class TestOddArgv:
+    def test_an_exec_is_seen_at_the_next_sample(self) -> None:
+        """A process that exec()s keeps its pid: the next sample reads its new argv, not the old one."""
+        import time
+
+        from observe.sampler import ProcessTree
+
+        code = "import os, time; time.sleep(0.5); os.execv('/bin/sleep', ['sleep', '30'])"
+        child = subprocess.Popen([sys.executable, "-c", code])
+        try:
+            tree = ProcessTree()
+            before = tree.snapshot().argv(child.pid)
+            assert before is not None
+            assert sys.executable == before[0]
+            deadline = time.monotonic() + 30
+            after = before
+            while after == before and time.monotonic() < deadline:
+                time.sleep(0.1)
+                after = tree.snapshot().argv(child.pid)
+            assert ["sleep", "30"] == after
+        finally:
+            child.kill()
+            child.wait()
+
     def test_a_non_utf8_argv_in_the_tree_is_recorded(self, tmp_path: Path) -> None:
         """A tree process on a GPU whose argv is not UTF-8 is recorded (escaped), never a failed recording."""
         doc = dict(GPUS, processes=[{"gpu": "GPU-0000", "pid": "tree", "argv_contains": "odd-marker"}])
