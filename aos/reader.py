@@ -206,6 +206,7 @@ class StreamFile:
 
     def _init_view(self, view: memoryview) -> None:
         self.view = view
+        self._released = 0
         self._buf = self._pa.py_buffer(self.view)
         self.damage: Refusal | None = None
         self.eos_at: int | None = None
@@ -292,7 +293,23 @@ class StreamFile:
                 self.damage = nulls
                 return
             yield RawBatch(pos, frame.end, batch)
+            self._release(frame.end)
             pos = frame.end
+
+    def _release(self, upto: int) -> None:
+        """Give back the mapped pages of the file before ``upto`` (whole pages only): the batches
+        before it are decoded and their consumer has moved on, so reading a stream of any size
+        holds a batch's worth of the file, not all of it. The pages come back from the file if
+        read again (``view`` stays valid)."""
+        if self._mm is None:
+            return
+        end = upto - upto % mmap.PAGESIZE
+        if end > self._released:
+            try:
+                self._mm.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)
+            except (OSError, ValueError):  # pragma: no cover - advice only
+                return
+            self._released = end
 
     def close(self) -> None:
         try:

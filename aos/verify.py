@@ -108,6 +108,10 @@ def verify_stream(
         seal_end = 0
         digest = blake3()
         digest.update(view[: f.schema_end])
+        # The whole file's digest is taken as the batches go by (never a second pass over the file
+        # at the end: the reader gives back each batch's mapped pages once it is done with them).
+        whole.update(view[: f.schema_end])
+        covered = f.schema_end
         kinds: dict[str, int] = {}
         verdicts = 0
 
@@ -162,6 +166,8 @@ def verify_stream(
                 prev = h
                 expected += 1
             digest.update(view[raw.start : raw.end])
+            whole.update(view[covered : raw.end])
+            covered = raw.end
 
         last_seq = expected - 1 if expected else None
         if seal is None:
@@ -176,7 +182,7 @@ def verify_stream(
         rest = f.size - seal_end
         if rest not in (0, 8):
             raise StreamSeal(f"{rest} bytes follow the seal")
-        whole.update(view)
+        whole.update(view[covered:])
 
         attrs = seal.attrs
         return Verification(
