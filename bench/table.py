@@ -79,6 +79,7 @@ def main() -> int:
     header = ("measurement", "value", "target", "")
     print("  ".join(h.ljust(w) for h, w in zip(header, [*widths, 0], strict=True)).rstrip())
     for _, (what, value, target, met) in table:
+        met = "" if target.strip() in ("", "-") else met  # a row with no target is a measurement only
         print(f"{what.ljust(widths[0])}  {value.ljust(widths[1])}  {target.ljust(widths[2])}  {met}".rstrip())
     if failed:
         print(f"benches that failed to run: {', '.join(failed)}", file=sys.stderr)
