@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from observe.cli_record import CommandAfterOptions, example, options_from_click, recording_options
+from observe.cli_record import (
+    CommandAfterOptions,
+    example,
+    options_from_click,
+    public_key_option,
+    recording_options,
+)
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -280,14 +286,7 @@ def _stream_facts(stream: Path, cited: set[int]) -> Facts | None:
 )
 @click.argument("stream", type=click.Path(path_type=Path))  # a directory is stream-missing, not a usage error
 @_report_options
-@click.option(
-    "--key",
-    "key",
-    type=click.Path(dir_okay=False),
-    default=None,
-    metavar="PUBKEY",
-    help="Also require the seal to be signed by this Ed25519 public key.",
-)
+@public_key_option("Also require the seal to be signed by this Ed25519 public key.")
 def verdict(stream: Path, as_json: bool, junit: Path | None, summary: Path | None, key: str | None) -> None:
     """Verify STREAM, print its sealed verdict, and exit with it (never re-evaluates).
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from observe.cli_record import example
+from observe.cli_record import example, public_key_option
 
 __all__ = ["COMMANDS", "json_value", "query_cmd", "table_text"]
 
@@ -105,14 +105,7 @@ def table_text(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     is_flag=True,
     help="Also query streams that do not verify (unsealed, truncated, ...): the events before the damage.",
 )
-@click.option(
-    "--key",
-    "key",
-    type=click.Path(dir_okay=False),
-    default=None,
-    metavar="PUBKEY",
-    help="Only streams sealed and signed by this Ed25519 public key join; others are skipped.",
-)
+@public_key_option("Only streams sealed and signed by this Ed25519 public key join; others are skipped.")
 @click.option("--json", "fmt", flag_value="json", help='One JSON document: {"columns", "rows", "skipped"}.')
 @click.option("--csv", "fmt", flag_value="csv", help="CSV with a header line (skipped streams on stderr).")
 def query_cmd(sql: str, streams: tuple[str, ...], include_damaged: bool, key: str | None, fmt: str | None) -> None:

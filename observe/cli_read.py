@@ -11,7 +11,7 @@ from typing import IO, TYPE_CHECKING
 import click
 
 from aos.refusals import Refusal
-from observe.cli_record import example
+from observe.cli_record import example, public_key_option
 
 if TYPE_CHECKING:
     from aos.event import Event
@@ -38,9 +38,7 @@ STREAM_PATH = click.Path(path_type=Path)
 
 @click.command("verify", epilog=example("alpha observe verify ci.aos --key ci.pub"))
 @click.argument("stream", type=STREAM_PATH)
-@click.option(
-    "--key", "key", type=click.Path(dir_okay=False), help="Ed25519 public key (PEM) the seal must be signed by."
-)
+@public_key_option("Ed25519 public key (PEM) the seal must be signed by.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was verified as JSON.")
 def verify_cmd(stream: Path, key: str | None, as_json: bool) -> None:
     """Check a stream: intact chain, sealed, and signed when --key is given.
@@ -213,7 +211,7 @@ def _json_lines(events: Iterable[Event], encode: Callable[[Event], str], out: IO
 
 @click.command("show", epilog=example("alpha observe show ci.aos", "alpha observe show ci.aos --check exit-code"))
 @click.argument("stream", type=STREAM_PATH)
-@click.option("--key", "key", type=click.Path(dir_okay=False), help="Check the signature against this public key.")
+@public_key_option("Check the signature against this public key.")
 @click.option(
     "--check",
     "check",

@@ -28,6 +28,12 @@ def example(*lines: str) -> str:
     return "Example:\n\n\b\n" + "\n".join(f"  {line}" for line in lines)
 
 
+def public_key_option(help_text: str) -> Callable[[F], F]:
+    """``--key PUBKEY``: an Ed25519 public key (PEM) the stream's seal is checked against, as every reading
+    command takes it (``verify``, ``show``, ``verdict``, ``report``, ``query``)."""
+    return click.option("--key", "key", type=click.Path(dir_okay=False), default=None, metavar="PUBKEY", help=help_text)
+
+
 class CommandAfterOptions(click.Command):
     """A command whose last argument (COMMAND...) is another program's argv.
 

@@ -6,20 +6,15 @@ from pathlib import Path
 
 import click
 
+from observe.cli_record import public_key_option
+
 __all__ = ["COMMANDS", "report_cmd"]
 
 
 @click.command("report")
 @click.argument("stream", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "output", required=True, metavar="FILE", help="Where to write the page (HTML).")
-@click.option(
-    "--key",
-    "key",
-    type=click.Path(dir_okay=False),
-    default=None,
-    metavar="PUBKEY",
-    help="Also check the seal's signature against this Ed25519 public key (as verify --key).",
-)
+@public_key_option("Also check the seal's signature against this Ed25519 public key (as verify --key).")
 def report_cmd(stream: Path, output: str, key: str | None) -> None:
     """Write STREAM as one self-contained HTML page: verdict, checks, steps, output, artifacts, devices.
 
