@@ -38,6 +38,7 @@ __all__ = [
     "ADD_MASK",
     "FREE_FORM_ATTRS",
     "MASK",
+    "MEMMEM_MIN",
     "MIN_ENV_MASK_LEN",
     "SECRET_NAME_PARTS",
     "SECRET_NAME_WORDS",
@@ -46,6 +47,7 @@ __all__ = [
     "Scanner",
     "SecretSet",
     "env_secrets",
+    "find",
     "is_secret_name",
     "mask_attrs",
     "mask_bytes",
@@ -233,11 +235,48 @@ def _prefix_tail(data: bytes, patterns: tuple[bytes, ...]) -> int:
     return best
 
 
+#: A scan of at least this many bytes runs in libc's ``memmem``, called through ctypes, which releases
+#: the GIL meanwhile (the recorder's compressing threads run); a shorter one is ``bytes.find`` (the
+#: foreign call costs more than it saves). ``bytes.find`` holds the GIL: on a machine with many cores the
+#: output's scans for ``::add-mask::`` and the secrets were the recorder's longest-held lock.
+MEMMEM_MIN = 1 << 16
+
+_memmem: Any = None  # (memmem, ctypes) once looked up; False where libc has none
+
+
+def _load_memmem() -> Any:
+    global _memmem
+    if _memmem is None:
+        try:
+            import ctypes
+
+            fn = ctypes.CDLL(None).memmem
+            fn.restype = ctypes.c_void_p
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+            _memmem = (fn, ctypes)
+        except (OSError, AttributeError):  # pragma: no cover - a libc without memmem
+            _memmem = False
+    return _memmem
+
+
+def find(data: bytes, needle: bytes, start: int = 0) -> int:
+    """``data.find(needle, start)`` for ``bytes``; long scans leave the GIL to other threads."""
+    if len(data) - start < MEMMEM_MIN or not needle or start < 0:
+        return data.find(needle, start)
+    loaded = _load_memmem()
+    if not loaded:  # pragma: no cover - a libc without memmem
+        return data.find(needle, start)
+    memmem, ctypes = loaded
+    base = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value
+    hit = memmem(base + start, len(data) - start, needle, len(needle))
+    return -1 if hit is None else int(hit) - base
+
+
 def _find_marker(data: bytes, start: int) -> int:
     """``data.find(ADD_MASK, start)``: found by ``::add-mask`` (a needle ending in a rarer byte than ``:``)."""
-    pos = data.find(b"::add-mask", start)
+    pos = find(data, b"::add-mask", start)
     while pos != -1 and data[pos + 10 : pos + 12] != b"::":
-        pos = data.find(b"::add-mask", pos + 1)
+        pos = find(data, b"::add-mask", pos + 1)
     return pos
 
 
@@ -298,10 +337,10 @@ class Masker:
         ready = data[:cut] if cut < n else data
         self._held = data[cut:] if cut < n else b""
         for secret in patterns:
-            pos = ready.find(secret)
+            pos = find(ready, secret)
             while pos != -1:
                 spans.append((pos, pos + len(secret)))
-                pos = ready.find(secret, pos + len(secret))
+                pos = find(ready, secret, pos + len(secret))
         self._remember(ready)
         spans = [s for s in spans if s[1] <= cut]
         if not spans:

@@ -6,16 +6,18 @@ import json
 import sys
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from recorder_util import events, output, record
 
 from observe.masking import (
     MASK,
+    MEMMEM_MIN,
     Masker,
     Scanner,
     SecretSet,
     env_secrets,
+    find,
     is_secret_name,
     mask_attrs,
     mask_bytes,
@@ -307,3 +309,24 @@ class TestEndToEnd:
         assert "[NOT RECORDED]" == evs[0].attrs["env"]["MY_TOKEN"]
         assert b"[MASKED] and [MASKED]\n" == proc.stdout
         assert token.encode() not in proc.stderr
+
+
+class TestFind:
+    """``masking.find`` (libc memmem for long scans, which leaves the GIL) is ``bytes.find``, exactly."""
+
+    @given(
+        unit=st.binary(min_size=1, max_size=64),
+        repeat=st.integers(min_value=1, max_value=3000),
+        needle=st.binary(min_size=1, max_size=12),
+        start=st.integers(min_value=-5, max_value=200_000),
+    )
+    @settings(max_examples=200, deadline=None)
+    def test_it_is_bytes_find(self, unit: bytes, repeat: int, needle: bytes, start: int) -> None:
+        data = unit * repeat + needle + unit
+        assert data.find(needle, start) == find(data, needle, start)
+
+    def test_long_scans_use_memmem(self) -> None:
+        data = b"a" * (MEMMEM_MIN * 2) + b"::add-mask::x\n"
+        assert len(data) - 14 == find(data, b"::add-mask::")
+        assert -1 == find(data, b"::add-mask::", len(data) - 13)
+        assert -1 == find(data, b"absent")
