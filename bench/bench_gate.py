@@ -2,6 +2,7 @@
 
     python bench/bench_gate.py [SIZE]          # SIZE in bytes, or with K/M/G; default 1G
     ALPHA_BENCH_SIZE=256M python bench/bench_gate.py
+    ALPHA_BENCH_ALPHA=/path/to/old/alpha python bench/bench_gate.py 1G   # the same, for another build
 
 Runs ``alpha observe gate exit-zero --out X -- cat LOG`` (stdout to /dev/null) over
 SIZE/4 and SIZE of realistic log text (bench/bench_record.py's generator) and prints
@@ -14,19 +15,25 @@ here asserts: the machine may be noisy.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_record import human, make_log, parse_size, row
 
-ALPHA = shutil.which("alpha", path=str(Path(sys.executable).parent)) or shutil.which("alpha") or "alpha"
+#: ``ALPHA_BENCH_ALPHA``: another ``alpha`` to measure (say, a build of the code before a change).
+ALPHA = (
+    os.environ.get("ALPHA_BENCH_ALPHA")
+    or shutil.which("alpha", path=str(Path(sys.executable).parent))
+    or shutil.which("alpha")
+    or "alpha"
+)
 
 #: The target: peak RSS of the gate at SIZE, and flat in the size.
 RSS_TARGET_MB = 150
@@ -35,14 +42,24 @@ RSS_FLAT_MB = 15
 
 
 def gate_run(log: Path, stream: Path) -> tuple[float, int, int]:
-    """Wall seconds, peak RSS (KB) and exit status of one ``alpha observe gate exit-zero``."""
+    """Wall seconds, peak RSS (KB) and exit status of one ``alpha observe gate exit-zero``.
+
+    Run from a fresh, small probe process: a child's ``ru_maxrss`` starts from what its
+    parent held when it forked, and this process has just written SIZE bytes of log.
+    """
     argv = [ALPHA, "observe", "gate", "exit-zero", "--out", str(stream), "--", "cat", str(log)]
-    t = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
-    _, status, ru = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, ru.ru_maxrss, proc.returncode
+    probe = (
+        "import json, os, subprocess, sys, time\n"
+        "argv = json.loads(sys.argv[1])\n"
+        "t = time.perf_counter()\n"
+        "proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, close_fds=True)\n"
+        "_, status, ru = os.wait4(proc.pid, 0)\n"
+        "print(time.perf_counter() - t, ru.ru_maxrss, os.waitstatus_to_exitcode(status))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, json.dumps(argv)], capture_output=True, check=True, text=True
+    ).stdout.split()
+    return float(out[0]), int(out[1]), int(out[2])
 
 
 def main() -> None:
@@ -55,7 +72,11 @@ def main() -> None:
         make_log(log, size)
         small = root / "small.log"
         with log.open("rb") as src, small.open("wb") as dst:
-            dst.write(src.read(size // 4))
+            left = size // 4
+            while left:
+                block = src.read(min(left, 1 << 20))
+                dst.write(block)
+                left -= len(block)
         for n, path in zip(sizes, (small, log), strict=True):
             stream = root / f"gate-{n}.aos"
             wall, peak_kb, rc = gate_run(path, stream)
