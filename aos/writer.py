@@ -65,7 +65,7 @@ FsyncPolicy = Literal["never", "batch", "seal"]
 _RESERVED = frozenset({"seal", "checkpoint"})
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 #: How much of the private copy ``iter_written_events`` reads at a time.
-_READ_WINDOW = 8 << 20
+_READ_WINDOW = 1 << 20
 
 
 #: The most encoder threads ``default_encoders`` gives: zstd level 1 compresses log text at
