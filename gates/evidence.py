@@ -24,7 +24,7 @@ import json
 import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -307,7 +307,10 @@ class Evidence:
         kept = self.events
         for ev in events:
             kind = ev.kind
-            kept.append(ev if keep or ev.data is None or kind not in ("stdout", "stderr") else replace(ev, data=None))
+            if keep or ev.data is None or (kind != "stdout" and kind != "stderr"):
+                kept.append(ev)
+            else:  # the event without its bytes: what a citation needs (seq, kind, step)
+                kept.append(Event(ev.seq, ev.wall_ns, ev.mono_ns, kind, ev.step, ev.attrs_json, None, ev.hash))
             if kind == "stream.open" and self.open is None:
                 self.open = ev
             elif kind == "process.exit" and self.exit is None:
