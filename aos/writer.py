@@ -510,7 +510,11 @@ class StreamWriter:
                 continue
             with open_buffer(schema + view[:at], name) as f:
                 for raw in f.batches():
-                    for ev in batch_events(raw.batch):
+                    try:
+                        batch = batch_events(raw.batch)
+                    except Exception as exc:  # noqa: BLE001 - values that do not convert: not what was written
+                        raise StreamWrite(f"the private copy of {self.path} does not read back: {exc}") from None
+                    for ev in batch:
                         seen += 1
                         last = ev.hash
                         yield ev
