@@ -42,7 +42,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +64,8 @@ FsyncPolicy = Literal["never", "batch", "seal"]
 
 _RESERVED = frozenset({"seal", "checkpoint"})
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+#: How much of the private copy ``iter_written_events`` reads at a time.
+_READ_WINDOW = 1 << 20
 
 
 #: The most encoder threads ``default_encoders`` gives: zstd level 1 compresses log text at
@@ -425,13 +427,27 @@ class StreamWriter:
     def written_events(self) -> list[Event]:
         """Every event appended so far, read back from the private copy (``keep_copy=True``).
 
-        Flushes first. The copy's bytes are checked against the running digest of
-        the bytes written to the stream, so what comes back is exactly what the
-        stream file holds unless something other than this writer changed that
-        file, and the events' chain is checked to end at this writer's head.
-        Raises ``StreamWrite`` when there is no copy, it cannot be read, or it
-        disagrees with what was written.
+        ``list(iter_written_events())``: see there.
         """
+        return list(self.iter_written_events())
+
+    def iter_written_events(self, window: int = _READ_WINDOW) -> Iterator[Event]:
+        """Every event appended so far, read back from the private copy batch by batch.
+
+        Flushes first (when the iteration starts). The copy is read with ``pread``
+        about ``window`` bytes at a time and hashed as it is read, so memory holds
+        one window and one batch's events, not the stream. The bytes are checked
+        against the running digest of the bytes written to the stream, so what
+        came back is exactly what the stream file holds unless something other
+        than this writer changed that file, and the events' chain is checked to
+        end at this writer's head: those checks can only be made when the whole
+        copy has been read, so they are made when the iteration ends, and a
+        caller must consume the iterator to its end before it acts on what it
+        yielded (``observe.gating`` does, before it appends a verdict). Raises
+        ``StreamWrite`` (at the start or at the end) when there is no copy, it
+        cannot be read, or it disagrees with what was written.
+        """
+        from aos.framing import Cut, Malformed, batch_frame, schema_frame
         from aos.reader import batch_events, open_buffer
 
         with self._lock:
@@ -440,17 +456,77 @@ class StreamWriter:
             self._flush_locked(allow_checkpoint=False)
             self._settle()
             size, expected, head, count = self._bytes, self._digest.digest(), self._prev, self._seq
-            data = _read_all(self._copy_fd, size)
-        if len(data) != size or blake3(data).digest() != expected:
-            raise StreamWrite(f"the private copy of {self.path} does not hold the bytes written")
-        events: list[Event] = []
-        with open_buffer(data, f"{self.path} (private copy)") as f:
-            for raw in f.batches():
-                events.extend(batch_events(raw.batch))
-            damage = f.damage
-        if damage is not None or len(events) != count or (events and events[-1].hash != head):
-            raise StreamWrite(f"the private copy of {self.path} does not read back whole: {damage}")
-        return events
+            fd = self._copy_fd
+        name = f"{self.path} (private copy)"
+        whole = StreamWrite(f"the private copy of {self.path} does not hold the bytes written")
+        digest = blake3()
+        buf = bytearray()  # the copy's bytes from ``base`` to ``read``, not yet handed to the reader
+        base = read = 0
+
+        def fill(want: int) -> None:
+            nonlocal read
+            while read < size and len(buf) < want:
+                try:
+                    chunk = os.pread(fd, min(size - read, max(want - len(buf), window)), read)
+                except OSError as exc:
+                    raise StreamWrite(f"cannot read the private copy of {self.path}: {exc}") from exc
+                if not chunk:
+                    raise whole
+                digest.update(chunk)
+                buf.extend(chunk)
+                read += len(chunk)
+
+        # The schema message first: every later window is read as schema + whole batches.
+        fill(window)
+        while True:
+            try:
+                schema_end = schema_frame(memoryview(bytes(buf)), len(buf)).end
+                break
+            except Cut:
+                if read >= size:
+                    raise whole from None
+                fill(2 * len(buf))
+            except Malformed as exc:
+                raise StreamWrite(f"the private copy of {self.path} does not read back: {exc}") from None
+        schema = bytes(buf[:schema_end])
+        del buf[:schema_end]
+        base = schema_end
+        seen, last = 0, b""
+        while base < size:
+            fill(window)
+            view = memoryview(bytes(buf))
+            at = 0
+            while at < len(view):
+                try:
+                    at = batch_frame(view, at, len(view)).end
+                except Cut:
+                    break
+                except Malformed as exc:
+                    raise StreamWrite(f"the private copy of {self.path} does not read back: {exc}") from None
+            if at == 0:  # one batch larger than the window: read on
+                if read >= size:
+                    raise whole
+                fill(2 * len(buf))
+                continue
+            with open_buffer(schema + view[:at], name) as f:
+                for raw in f.batches():
+                    try:
+                        batch = batch_events(raw.batch)
+                    except Exception as exc:  # noqa: BLE001 - values that do not convert: not what was written
+                        raise StreamWrite(f"the private copy of {self.path} does not read back: {exc}") from None
+                    for ev in batch:
+                        seen += 1
+                        last = ev.hash
+                        yield ev
+                damage = f.damage
+            if damage is not None:
+                raise StreamWrite(f"the private copy of {self.path} does not read back whole: {damage}")
+            del buf[:at]
+            base += at
+        if read != size or digest.digest() != expected:
+            raise whole
+        if seen != count or (seen and last != head):
+            raise StreamWrite(f"the private copy of {self.path} does not read back whole: it ends at event {seen}")
 
     # -- sealing -------------------------------------------------------------------
 
@@ -552,18 +628,6 @@ def _write_all(fd: int, out: bytes | memoryview) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
-
-
-def _read_all(fd: int, size: int) -> bytes:
-    parts: list[bytes] = []
-    at = 0
-    while at < size:
-        chunk = os.pread(fd, min(size - at, 8 << 20), at)
-        if not chunk:
-            break
-        parts.append(chunk)
-        at += len(chunk)
-    return b"".join(parts)
 
 
 def _private_copy(directory: Path) -> int:

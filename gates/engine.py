@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from aos.event import Event
@@ -31,7 +31,7 @@ from gates.language import (
 from gates.typing import Findings, Outcome
 from gates.verdict import Check, Status, Verdict
 
-__all__ = ["evaluate", "evaluate_evidence", "holds", "schema_errors"]
+__all__ = ["evaluate", "evaluate_evidence", "holds", "needs_output", "schema_errors"]
 
 _MISSING = object()
 
@@ -55,9 +55,25 @@ def holds(cond: Condition | None, ev: Evidence) -> bool:
     return True
 
 
-def evaluate(gate: Gate, events: Sequence[Event]) -> Verdict:
-    """Evaluate ``gate`` over a stream's events."""
-    return evaluate_evidence(gate, Evidence(events))
+#: The registered checks known not to read the output events' ``data`` (gates/checks.py): a gate
+#: whose checks are all among them is evaluated over an ``Evidence`` that keeps no output but the
+#: steps' stderr and a stdout tail. Any other check (``output-free-of``, one registered later) gets it all.
+_CHECKS_WITHOUT_OUTPUT = frozenset({"device-preflight", "preflight-binding", "qualification-files"})
+
+
+def needs_output(gate: Gate) -> bool:
+    """Whether evaluating ``gate`` reads the recorded stdout/stderr beyond what ``Evidence`` keeps per step."""
+    return any(isinstance(r, CheckRule) and r.uses not in _CHECKS_WITHOUT_OUTPUT for r in gate.rules)
+
+
+def evaluate(gate: Gate, events: Iterable[Event]) -> Verdict:
+    """Evaluate ``gate`` over a stream's events (any iterable, read once).
+
+    The evidence keeps only what the gate's rules read (``needs_output``), so a
+    stream of a gigabyte of output is evaluated in memory that follows its
+    event count and its steps' stderr, not its size.
+    """
+    return evaluate_evidence(gate, Evidence(events, keep_output=needs_output(gate)))
 
 
 def evaluate_evidence(gate: Gate, ev: Evidence) -> Verdict:

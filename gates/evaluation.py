@@ -8,17 +8,18 @@ back later, e.g. to check that a sealed verdict equals a fresh evaluation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from aos.event import Event
     from aos.refusals import Refusal
+    from gates.evidence import Evidence
     from gates.language import Gate
     from gates.verdict import Verdict
 
-__all__ = ["evaluate_events", "evaluate_stream", "inconclusive"]
+__all__ = ["evaluate_events", "evaluate_stream", "evaluate_with_evidence", "inconclusive", "with_damage"]
 
 
 def inconclusive(gate: Gate, check: str, reason: str) -> Verdict:
@@ -28,40 +29,73 @@ def inconclusive(gate: Gate, check: str, reason: str) -> Verdict:
     return Verdict.of(gate.name, gate.scope, [Check(check, "inconclusive", reason)], f"inconclusive: {reason}")
 
 
-def evaluate_events(gate: Gate, events: Sequence[Event], damage: Refusal | None = None) -> Verdict:
-    """Evaluate ``gate`` over ``events``; never raises.
+def evaluate_events(gate: Gate, events: Iterable[Event], damage: Refusal | None = None) -> Verdict:
+    """Evaluate ``gate`` over ``events`` (any iterable, read once); never raises.
 
     ``damage`` (what followed the last event that could be read) adds an
     inconclusive ``stream-readback`` check; a gate whose evaluation breaks
     gives an inconclusive ``gate-engine`` verdict saying why.
     """
-    from gates.engine import evaluate
-    from gates.verdict import Check, Verdict
+    v, ev = evaluate_with_evidence(gate, events)
+    return v if ev is None else with_damage(v, damage)
+
+
+def evaluate_with_evidence(gate: Gate, events: Iterable[Event]) -> tuple[Verdict, Evidence | None]:
+    """``evaluate_events`` without damage, also giving the evidence index it built (None when it broke).
+
+    The index keeps only what the gate reads (``gates.engine.needs_output``): the
+    events, without the output's bytes unless a check reads them.
+    """
+    from gates.engine import evaluate_evidence, needs_output
+    from gates.evidence import Evidence
 
     try:
-        v = evaluate(gate, list(events))
+        ev = Evidence(events, keep_output=needs_output(gate))
+        return evaluate_evidence(gate, ev), ev
     except Exception as exc:  # noqa: BLE001 - the verdict must still be sealed
-        return inconclusive(gate, "gate-engine", f"the gate could not be evaluated: {type(exc).__name__}: {exc}")
-    if damage is not None:
-        extra = Check("stream-readback", "inconclusive", f"the stream read back damaged: {damage}")
-        checks = [*v.checks, extra]
-        # The summary is rewritten from the new checks: the engine's began with its own verdict
-        # ("pass (scope ...)"), which the damage has just made inconclusive.
-        passed = sum(1 for c in checks if c.status == "pass")
-        redone = Verdict.of(v.gate, v.scope, checks)
-        head = f"{redone.verdict} (scope {v.scope}): {passed}/{len(checks)} checks passed; the stream read back damaged"
-        _, sep, rest = v.summary.partition("; ")
-        v = Verdict.of(v.gate, v.scope, checks, head + (sep + rest if sep else ""), **v.extra)
-    return v
+        return inconclusive(gate, "gate-engine", f"the gate could not be evaluated: {type(exc).__name__}: {exc}"), None
+
+
+def with_damage(v: Verdict, damage: Refusal | None) -> Verdict:
+    """``v`` with an inconclusive ``stream-readback`` check for ``damage`` (``v`` itself when None)."""
+    from gates.verdict import Check, Verdict
+
+    if damage is None:
+        return v
+    extra = Check("stream-readback", "inconclusive", f"the stream read back damaged: {damage}")
+    checks = [*v.checks, extra]
+    # The summary is rewritten from the new checks: the engine's began with its own verdict
+    # ("pass (scope ...)"), which the damage has just made inconclusive.
+    passed = sum(1 for c in checks if c.status == "pass")
+    redone = Verdict.of(v.gate, v.scope, checks)
+    head = f"{redone.verdict} (scope {v.scope}): {passed}/{len(checks)} checks passed; the stream read back damaged"
+    _, sep, rest = v.summary.partition("; ")
+    return Verdict.of(v.gate, v.scope, checks, head + (sep + rest if sep else ""), **v.extra)
 
 
 def evaluate_stream(gate: Gate, path: Path) -> Verdict:
-    """Read a (possibly unsealed) stream file back and evaluate ``gate`` over it; never raises."""
-    from aos.reader import read_stream
-    from aos.refusals import Refusal
+    """Read a (possibly unsealed) stream file back and evaluate ``gate`` over it; never raises.
+
+    The file is read batch by batch into the evaluation: memory follows what the
+    gate keeps (``evaluate_with_evidence``), not the file's size.
+    """
+    from aos.reader import StreamFile, batch_events
+    from aos.refusals import Refusal, StreamChain
 
     try:
-        contents = read_stream(path)
+        f = StreamFile(path)
     except Refusal as exc:
         return inconclusive(gate, "stream-readback", f"the stream cannot be read: {exc}")
-    return evaluate_events(gate, contents.events, contents.damage)
+
+    def events() -> Iterator[Event]:
+        for raw in f.batches():
+            try:
+                batch = batch_events(raw.batch)
+            except Exception as exc:  # noqa: BLE001 - a batch whose values do not convert
+                f.damage = StreamChain(f"the batch at byte {raw.start} holds values that do not decode: {exc}")
+                return
+            yield from batch
+
+    with f:
+        v, ev = evaluate_with_evidence(gate, events())
+        return v if ev is None else with_damage(v, f.damage)

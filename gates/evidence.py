@@ -31,7 +31,10 @@ from typing import Any
 from aos.event import Event
 from aos.text import key_bytes, os_text
 
-__all__ = ["Artifact", "Evidence", "Receipt", "Step", "glob_match", "normalise_path"]
+__all__ = ["STDOUT_TAIL", "Artifact", "Evidence", "Receipt", "Step", "glob_match", "normalise_path"]
+
+#: How much of a step's stdout an ``Evidence`` built with ``keep_output=False`` keeps (its end).
+STDOUT_TAIL = 64 << 10
 
 
 def _name(stored: Any) -> str:
@@ -255,10 +258,21 @@ class Artifact:
 
 
 class Evidence:
-    """An index over the events of one stream."""
+    """An index over the events of one stream, built in one pass over ``events`` (any iterable).
 
-    def __init__(self, events: Sequence[Event]) -> None:
-        self.events = list(events)
+    With ``keep_output=False`` it holds what the rules read and no more, so its
+    memory follows the events' count, not the output's size: the ``stdout`` and
+    ``stderr`` events in ``events`` lose their ``data`` (they stay, for their seq,
+    kind and step), each step keeps its whole stderr (``stderr_contains`` and
+    receipts' ``step_stderr`` claims search it) and only the last ``STDOUT_TAIL``
+    bytes of its stdout; artifact chunks keep their bytes. A check that reads the
+    output events' ``data`` (``output-free-of``) needs ``keep_output=True``, the
+    default (every event as given).
+    """
+
+    def __init__(self, events: Iterable[Event], *, keep_output: bool = True) -> None:
+        self.keep_output = keep_output
+        self.events: list[Event] = []
         self.open: Event | None = None
         self.exit: Event | None = None
         self.steps: list[Step] = []
@@ -268,7 +282,7 @@ class Evidence:
         self.artifacts: list[Artifact] = []
         self.observations: list[Event] = []
         self.telemetry: list[Event] = []
-        self._index()
+        self._index(events)
         # Lookups by name and span, built once: a rule asks them once per receipt, and a long
         # lane has tens of thousands of receipts and steps (a linear scan each was quadratic).
         self._span_step: dict[str, Step] = {}
@@ -285,12 +299,18 @@ class Evidence:
 
     # -- building ------------------------------------------------------------------
 
-    def _index(self) -> None:
+    def _index(self, events: Iterable[Event]) -> None:
         open_spans: dict[str, Step] = {}
         by_span: dict[str, Step] = {}
         pending_artifacts: dict[str, Artifact] = {}
-        for ev in self.events:
+        keep = self.keep_output
+        kept = self.events
+        for ev in events:
             kind = ev.kind
+            if keep or ev.data is None or (kind != "stdout" and kind != "stderr"):
+                kept.append(ev)
+            else:  # the event without its bytes: what a citation needs (seq, kind, step)
+                kept.append(Event(ev.seq, ev.wall_ns, ev.mono_ns, kind, ev.step, ev.attrs_json, None, ev.hash))
             if kind == "stream.open" and self.open is None:
                 self.open = ev
             elif kind == "process.exit" and self.exit is None:
@@ -320,7 +340,12 @@ class Evidence:
                 # lane script's output around it proves nothing about the step.
                 target = by_span.get(ev.step) if ev.step is not None else None
                 if target is not None and ev.data:
-                    (target.stderr if kind == "stderr" else target.stdout).extend(ev.data)
+                    if kind == "stderr":
+                        target.stderr += ev.data
+                    else:
+                        target.stdout += ev.data
+                        if not keep and len(target.stdout) > 2 * STDOUT_TAIL:
+                            del target.stdout[: len(target.stdout) - STDOUT_TAIL]
                     target.output_seqs.append(ev.seq)
             elif kind == "receipt":
                 status = ev.attrs.get("status", "info")

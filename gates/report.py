@@ -24,6 +24,7 @@ from gates.verdict import Check, Verdict
 __all__ = [
     "TAIL_BYTES",
     "Facts",
+    "FactsGatherer",
     "SpanFacts",
     "facts_from_events",
     "github_annotations",
@@ -165,9 +166,23 @@ def _keep_tail(buf: bytearray, data: bytes) -> None:
 
 def facts_from_events(events: Iterable[Event], cited: Iterable[int] = ()) -> Facts:
     """Gather ``Facts`` in one pass (stderr tails bounded); ``cited``: the seqs whose kind and step to keep."""
-    want = set(cited)
-    f = Facts()
+    gather = FactsGatherer(cited)
     for ev in events:
+        gather.add(ev)
+    return gather.facts
+
+
+class FactsGatherer:
+    """``facts_from_events`` one event at a time (``add`` each, then read ``facts``): for a caller
+    that reads the events once for something else too. Holds bounded tails, never the output."""
+
+    def __init__(self, cited: Iterable[int] = ()) -> None:
+        self.want = set(cited)
+        self.facts = Facts()
+
+    def add(self, ev: Event) -> None:
+        """Take one event, in stream order."""
+        f, want = self.facts, self.want
         if ev.seq in want:
             f.cited[ev.seq] = (ev.kind, ev.step)
         kind = ev.kind
@@ -180,13 +195,13 @@ def facts_from_events(events: Iterable[Event], cited: Iterable[int] = ()) -> Fac
                 _keep_tail(f.spans[span].stderr, data)
                 span = f.spans[span].parent
                 hops += 1
-            continue
+            return
         if kind not in ("stream.open", "step.start", "step.end", "process.exit"):
-            continue
+            return
         try:
             a = ev.attrs
         except Exception:  # noqa: BLE001 - a report quotes what it can; verify names the damage
-            continue
+            return
         if kind == "stream.open":
             f.stream_id = str(a.get("stream_id")) if a.get("stream_id") is not None else None
             f.started_ns = ev.wall_ns
@@ -199,7 +214,6 @@ def facts_from_events(events: Iterable[Event], cited: Iterable[int] = ()) -> Fac
             f.spans[ev.step].exit_code = _int(a.get("exit_code"))
         elif kind == "process.exit":
             f.command_ns = _int(a.get("duration_ns"))
-    return f
 
 
 def _tail_text(data: bytes | bytearray) -> str:

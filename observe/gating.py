@@ -16,11 +16,12 @@ give, and a file that differs from them does not verify.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from aos.event import Event
     from aos.writer import StreamWriter
     from gates.language import Gate
     from gates.report import Facts
@@ -53,24 +54,42 @@ def run_gate(gate: Gate, argv: Sequence[str], options: RecordOptions) -> GateOut
     (``stream-write`` for an unwritable ``--out``, ``stream-signature`` for a bad key).
     """
     from aos.refusals import StreamWrite
-    from gates.evaluation import evaluate_events, inconclusive
-    from gates.report import facts_from_events
+    from gates.evaluation import evaluate_with_evidence, inconclusive
+    from gates.report import FactsGatherer
     from observe.recorder import record
 
     sealed: list[Verdict] = []
     facts: list[Facts] = []
 
     def before_seal(writer: StreamWriter) -> None:
-        try:
-            events = writer.written_events()
-        except StreamWrite as exc:
-            v = inconclusive(gate, "stream-readback", f"the recorder cannot read back what it wrote: {exc}")
-            events = []
-        else:
-            v = evaluate_events(gate, events)
+        # One pass over the private copy: the evidence keeps what the gate reads, the facts
+        # bounded tails. The copy is checked (digest, chain, count) only when the pass ends, so
+        # the iterator is always read to its end before anything is appended.
+        gather = FactsGatherer()
+        failed: list[StreamWrite] = []
+
+        def read_back() -> Iterator[Event]:
+            try:
+                for ev in writer.iter_written_events():
+                    gather.add(ev)
+                    yield ev
+            except StreamWrite as exc:
+                failed.append(exc)
+
+        events = read_back()
+        v, evidence = evaluate_with_evidence(gate, events)
+        for _ in events:  # an evaluation that broke off early: finish the read, and so its checks
+            pass
+        if failed:
+            v = inconclusive(gate, "stream-readback", f"the recorder cannot read back what it wrote: {failed[0]}")
+            gather, evidence = FactsGatherer(), None
         writer.append("verdict", v.to_attrs())
         sealed.append(v)
-        facts.append(facts_from_events(events, (s for c in v.checks for s in c.evidence)))
+        f = gather.facts
+        cited = {s for c in v.checks for s in c.evidence}
+        if evidence is not None and cited:
+            f.cited = {e.seq: (e.kind, e.step) for e in evidence.events if e.seq in cited}
+        facts.append(f)
 
     result = record(list(argv), replace(options, gate=gate.name), before_seal=before_seal)
     ok = sealed and not result.recorder_failed
