@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 #: name -> (script, arguments, given the --size): in the order of the issue's table.
 BENCHES: dict[str, tuple[str, list[str]]] = {
     "record": ("bench_record.py", ["{size}"]),
+    "gate": ("bench_gate.py", ["{size}"]),
     "latency": ("bench_latency.py", []),
     "format": ("bench_format.py", []),
     "sampler": ("bench_sampler.py", ["200M"]),
