@@ -622,11 +622,15 @@ class TestOddArgv:
 
         from observe.sampler import ProcessTree
 
-        code = "import os, time; time.sleep(0.5); os.execv('/bin/sleep', ['sleep', '30'])"
+        code = "import os, time; time.sleep(2); os.execv('/bin/sleep', ['sleep', '30'])"
         child = subprocess.Popen([sys.executable, "-c", code])
         try:
             tree = ProcessTree()
-            before = tree.snapshot().argv(child.pid)
+            before = None
+            deadline = time.monotonic() + 1.5
+            while before is None and time.monotonic() < deadline:  # a process still starting shows no argv
+                before = tree.snapshot().argv(child.pid)
+                time.sleep(0.01)
             assert before is not None
             assert sys.executable == before[0]
             deadline = time.monotonic() + 30
