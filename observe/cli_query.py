@@ -124,6 +124,10 @@ def query_cmd(sql: str, streams: tuple[str, ...], include_damaged: bool, key: st
     write files. Exit 0 ran; 1 a stream changed under the query; 2 usage, or
     SQL that DuckDB refuses (`refused: query-sql: ...`).
     """
+    from observe.allocator import keep_freed_memory
+
+    keep_freed_memory()  # big buffers one after another: reuse their pages
+
     from aos.refusals import QuerySQL, Refusal
     from observe.cli_errors import refuse
     from observe.query import run_query

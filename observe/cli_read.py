@@ -45,6 +45,10 @@ def verify_cmd(stream: Path, key: str | None, as_json: bool) -> None:
 
     Exit 0 when it is; otherwise print `refused: NAME: detail` and exit 1.
     """
+    from observe.allocator import keep_freed_memory
+
+    keep_freed_memory()  # big buffers one after another: reuse their pages
+
     from aos.verify import verify_stream
 
     try:
@@ -136,6 +140,10 @@ def read_cmd(
     damage; the refusal is printed after and the exit code is 1. A seq or step
     that the stream does not hold is said on stderr, exit 1.
     """
+    from observe.allocator import keep_freed_memory
+
+    keep_freed_memory()  # big buffers one after another: reuse their pages
+
     from observe.summary import StepFilter, artifact_bytes, event_json, iter_stream, only_seqs
 
     damage: list[Refusal] = []

@@ -28,6 +28,10 @@ def report_cmd(stream: Path, output: str, key: str | None) -> None:
     Example:
       alpha observe report ci.aos -o ci.report.html
     """
+    from observe.allocator import keep_freed_memory
+
+    keep_freed_memory()  # big buffers one after another: reuse their pages
+
     import os
 
     from aos.reader import open_regular

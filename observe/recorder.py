@@ -221,16 +221,9 @@ def _lean_memory() -> None:
             del os.environ["ARROW_DEFAULT_MEMORY_POOL"]
         else:
             os.environ["ARROW_DEFAULT_MEMORY_POOL"] = saved
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
+    from observe.allocator import keep_freed_memory
 
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt): its defaults stay
-        return
-    for param, value in ((-1, 32 << 20), (-3, 16 << 20), (-8, 4)):  # M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX
-        mallopt(param, value)
+    keep_freed_memory()
 
 
 def _not_dumpable() -> None:
