@@ -51,9 +51,12 @@ def event_json(ev: Event) -> str:
         "step": ev.step,
         "attrs": ev.attrs,
     }
-    if ev.data is not None:
-        record["data_b64"] = base64.b64encode(ev.data).decode("ascii")
-    return _JSON.encode(record)
+    line = _JSON.encode(record)
+    if ev.data is None:
+        return line
+    # base64's alphabet needs no JSON escape: the data goes in as it is, never scanned by the encoder
+    # (the same bytes as encoding it in the record, for half the work on a big chunk).
+    return f'{line[:-1]},"data_b64":"{base64.b64encode(ev.data).decode("ascii")}"}}'
 
 
 def only_seqs(events: Iterable[Event], seqs: frozenset[int], found: set[int]) -> Iterator[Event]:

@@ -3,12 +3,19 @@ damaged stream every line before the damage, then the refusal (issue 16)."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aos.canonical import canonical_json
+from aos.event import Event
 from aos.reader import read_stream
 from aos.writer import StreamWriter
 from observe.summary import event_json
@@ -58,3 +65,18 @@ def test_damage_after_the_lines_before_it(tmp_path: Path) -> None:
     assert 1 == proc.returncode
     assert b"refused: stream-" in proc.stderr
     assert "".join(event_json(ev) + "\n" for ev in intact).encode() == proc.stdout
+
+
+@given(
+    data=st.none() | st.binary(max_size=3000),
+    step=st.none() | st.text(max_size=8),
+    attrs=st.dictionaries(st.text(max_size=6), st.integers() | st.text(max_size=6), max_size=4),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_line_is_the_record_encoded_whole(data: bytes | None, step: str | None, attrs: dict[str, object]) -> None:
+    """event_json splices the data's base64 in unscanned: the line is still exactly the whole record encoded."""
+    ev = Event(7, 11, 13, "stdout", step, canonical_json(attrs), data, b"\0" * 32)
+    record: dict[str, object] = {"seq": 7, "kind": "stdout", "wall_ns": 11, "step": step, "attrs": ev.attrs}
+    if data is not None:
+        record["data_b64"] = base64.b64encode(data).decode("ascii")
+    assert json.dumps(record, ensure_ascii=False, separators=(",", ":")) == event_json(ev)
