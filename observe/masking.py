@@ -261,7 +261,7 @@ def _load_memmem() -> Any:
 
 def find(data: bytes, needle: bytes, start: int = 0) -> int:
     """``data.find(needle, start)`` for ``bytes``; long scans leave the GIL to other threads."""
-    if len(data) - start < MEMMEM_MIN or not needle or start < 0:
+    if len(data) - start < MEMMEM_MIN or not needle or start < 0 or type(data) is not bytes:
         return data.find(needle, start)
     loaded = _load_memmem()
     if not loaded:  # pragma: no cover - a libc without memmem
