@@ -296,6 +296,17 @@ class StreamFile:
             self._release(frame.end)
             pos = frame.end
 
+    def events(self) -> Iterator[Event]:
+        """Every event of every complete batch, in order. A batch whose values do not convert ends it
+        and is recorded in ``damage`` (``stream-chain``), as ``batches()`` records what it cannot frame."""
+        for raw in self.batches():
+            try:
+                events = batch_events(raw.batch)
+            except Exception as exc:  # noqa: BLE001 - a batch whose values do not convert
+                self.damage = StreamChain(f"the batch at byte {raw.start} holds values that do not decode: {exc}")
+                return
+            yield from events
+
     def _release(self, upto: int) -> None:
         """Give back the mapped pages of the file before ``upto`` (whole pages only): the batches
         before it are decoded and their consumer has moved on, so reading a stream of any size

@@ -8,7 +8,7 @@ back later, e.g. to check that a sealed verdict equals a fresh evaluation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,23 +79,14 @@ def evaluate_stream(gate: Gate, path: Path) -> Verdict:
     The file is read batch by batch into the evaluation: memory follows what the
     gate keeps (``evaluate_with_evidence``), not the file's size.
     """
-    from aos.reader import StreamFile, batch_events
-    from aos.refusals import Refusal, StreamChain
+    from aos.reader import StreamFile
+    from aos.refusals import Refusal
 
     try:
         f = StreamFile(path)
     except Refusal as exc:
         return inconclusive(gate, "stream-readback", f"the stream cannot be read: {exc}")
 
-    def events() -> Iterator[Event]:
-        for raw in f.batches():
-            try:
-                batch = batch_events(raw.batch)
-            except Exception as exc:  # noqa: BLE001 - a batch whose values do not convert
-                f.damage = StreamChain(f"the batch at byte {raw.start} holds values that do not decode: {exc}")
-                return
-            yield from batch
-
     with f:
-        v, ev = evaluate_with_evidence(gate, events())
+        v, ev = evaluate_with_evidence(gate, f.events())
         return v if ev is None else with_damage(v, f.damage)

@@ -215,19 +215,13 @@ class ReportModel:
 
 def _events(path: str, model: ReportModel) -> Iterator[Event]:
     """Every event of every complete batch; damage is kept on the model, never raised."""
-    from aos.reader import StreamFile, batch_events
-    from aos.refusals import Refusal, StreamChain
+    from aos.reader import StreamFile
+    from aos.refusals import Refusal
 
     try:
         with StreamFile(path) as f:
             model.stream_id = f.stream_id
-            for raw in f.batches():
-                try:
-                    events = batch_events(raw.batch)
-                except Exception as exc:  # noqa: BLE001 - a batch whose values do not convert
-                    model.damage = StreamChain(f"the batch at byte {raw.start} holds values that do not decode: {exc}")
-                    return
-                yield from events
+            yield from f.events()
             model.damage = f.damage
     except Refusal as exc:
         model.unreadable = exc
