@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aos.refusals import Refusal
+from observe.atomic import replace_file
 
 if TYPE_CHECKING:
     from aos.event import Event
@@ -113,7 +114,6 @@ def write_output(path: str, data: bytes) -> None:
     A file is written beside its destination and renamed over it, so a reader never sees half of it.
     """
     import sys
-    import tempfile
 
     if path == "-":
         sys.stdout.buffer.write(data)
@@ -122,15 +122,7 @@ def write_output(path: str, data: bytes) -> None:
     dest = Path(path)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, dest)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        replace_file(dest, data)
     except OSError as exc:
         raise OutputWrite(f"cannot write {dest}: {exc.strerror or exc}") from None
 

@@ -10,11 +10,11 @@ raises ``OSError`` only when ``out`` cannot be written. docs/REPORT.md.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from observe.atomic import replace_file
 from observe.report_model import CAPS, Caps, ReportModel, ansi_html, build_model, text
 from observe.report_page import render
 
@@ -54,9 +54,7 @@ def write_report(
     """
     model = build_model(stream, public_key=public_key)
     page = render(model, stream_name=Path(stream).name, back_link=back_link).encode("utf-8")
-    tmp = Path(out).with_name(f".{Path(out).name}.tmp")
-    tmp.write_bytes(page)
-    os.replace(tmp, out)
+    replace_file(out, page)
     v = model.sealed_verdict
     return ReportFacts(
         stream_id=model.stream_id,

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aos.refusals import Refusal
+from observe.atomic import replace_file
 from tracker.backends import Connection
 from tracker.refusals import TrackerSiteDir
 
@@ -725,16 +726,7 @@ def _commit(root: Path, site: Site, pages: dict[str, bytes], old: dict[str, str]
             unchanged.append(rel)
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".site-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        replace_file(path, data)
         written.append(rel)
     removed: list[str] = []
     kept: list[str] = []
