@@ -32,6 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_record import make_log  # the same log text every bench records
+
 ALPHA = shutil.which("alpha", path=str(Path(sys.executable).parent)) or shutil.which("alpha") or "alpha"
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 ROWS: list[tuple[str, str, str, bool]] = []
@@ -224,26 +227,6 @@ def gates(tmp: Path, events: int) -> Path:
     )
     row(f"gate evaluation of a stream with {count:,} events (receipts and steps)", f"{best:.2f} s", "<= 2 s", best <= 2)
     return path
-
-
-def make_log(path: Path, size: int) -> None:
-    """Timestamped, varied log lines (compressible like real logs)."""
-    rnd = random.Random(7)
-    words = ["INFO", "DEBUG", "WARN", "request", "handled", "user", "latency", "GET", "POST", "/api/v1/items"]
-    words += ["status", "200", "cache", "miss", "db", "rows"]
-    with path.open("wb") as f:
-        written, i = 0, 0
-        while written < size:
-            lines = []
-            for _ in range(2000):
-                i += 1
-                lines.append(
-                    f"2026-11-29T12:{i // 60000 % 60:02d}:{i // 1000 % 60:02d}.{i % 1000:03d}Z "
-                    f"{' '.join(rnd.choices(words, k=9))} req={rnd.getrandbits(64):016x}\n"
-                )
-            block = "".join(lines).encode()[: size - written]
-            f.write(block)
-            written += len(block)
 
 
 def read_json(tmp: Path, size: int, gate_path: Path) -> None:
