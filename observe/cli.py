@@ -33,7 +33,6 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "alpha observe attach": ("alpha observe attach ci.aos --tracker progress.sqlite3 --run 3",),
     "alpha observe attest": ("alpha observe attest ci.aos --key ci.key -o ci.intoto.json",),
     "alpha observe export": ("alpha observe export ci.aos --format otlp -o ci.otlp.json",),
-    "alpha observe report": ("alpha observe report ci.aos -o ci.report.html",),
     "alpha observe query": ('alpha observe query "SELECT verdict, count(*) FROM streams GROUP BY ALL" aos-streams/',),
     "alpha observe push": ("alpha observe push ci.aos --store s3://evidence/ci",),
     "alpha observe fetch": ("alpha observe fetch s3://evidence/ci/<blake3>.aos -o ci.aos",),

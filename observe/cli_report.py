@@ -6,12 +6,12 @@ from pathlib import Path
 
 import click
 
-from observe.cli_record import public_key_option
+from observe.cli_record import example, public_key_option
 
 __all__ = ["COMMANDS", "report_cmd"]
 
 
-@click.command("report")
+@click.command("report", epilog=example("alpha observe report ci.aos -o ci.report.html"))
 @click.argument("stream", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "output", required=True, metavar="FILE", help="Where to write the page (HTML).")
 @public_key_option("Also check the seal's signature against this Ed25519 public key (as verify --key).")
@@ -23,10 +23,6 @@ def report_cmd(stream: Path, output: str, key: str | None) -> None:
     bytes. Exit 0 written (whatever the stream's verdict or damage), 1 refused
     (STREAM is not a file: stream-missing; an unreadable --key: stream-signature)
     or FILE cannot be written, 2 usage.
-
-    \b
-    Example:
-      alpha observe report ci.aos -o ci.report.html
     """
     from observe.allocator import keep_freed_memory
 
