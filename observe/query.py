@@ -76,9 +76,18 @@ class QueryResult:
 # -- the query ------------------------------------------------------------------------
 
 
+def duckdb_module() -> Any:
+    """DuckDB, imported; ``query-sql`` (the query cannot run here) when the ``query`` extra is not installed."""
+    try:
+        import duckdb
+    except ImportError as exc:
+        raise QuerySQL("queries need DuckDB, which is not installed: pip install 'alpha-observe[query]'") from exc
+    return duckdb
+
+
 def _connect(sources: Sequence[Source]) -> tuple[Any, EventScan]:
     """A DuckDB connection holding the three tables, with file access switched off and locked."""
-    import duckdb
+    duckdb = duckdb_module()
 
     con = duckdb.connect(":memory:", config={"python_enable_replacements": False})
     con.execute("SET enable_progress_bar = false")  # DuckDB would draw it on stdout, inside --json or --csv
@@ -113,7 +122,7 @@ def query_sources(sql: str, sources: Sequence[Source]) -> tuple[list[str], list[
     types, a file access, a runtime error), and the stream's refusal when a
     stream changes under the query.
     """
-    import duckdb
+    duckdb = duckdb_module()
 
     con, scan = _connect(sources)
     try:
@@ -140,6 +149,7 @@ def run_query(
 
     Skipped paths (and why) are in the result.
     """
+    duckdb_module()  # before verifying what may be thousands of streams
     paths, skipped = expand_paths(patterns)
     sources, more = open_sources(paths, include_damaged=include_damaged, key=key)
     skipped.extend(more)

@@ -383,6 +383,17 @@ class TestRefusals:
         )
         assert run_query("SELECT count(*) FROM events", [str(fleet)]).rows == r.rows
 
+    def test_without_duckdb_it_says_how_to_install_it(self, fleet: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A plain `pip install .` has no DuckDB: query-sql, exit 2, naming the extra (never a traceback)."""
+        import sys
+
+        monkeypatch.setitem(sys.modules, "duckdb", None)  # import duckdb raises ImportError
+        code, out, err = invoke("SELECT 1", str(fleet))
+        assert (2, "") == (code, out)
+        assert err.startswith("refused: query-sql: ")
+        assert "alpha-observe[query]" in err
+        assert "Traceback" not in err
+
     def test_no_streams_is_usage(self) -> None:
         """SQL with no stream is a usage error (exit 2)."""
         assert 2 == invoke("SELECT 1")[0]
