@@ -102,6 +102,20 @@ class TestSecretSet:
 
 
 class TestMasker:
+    def test_a_flood_is_masked_like_a_trickle(self) -> None:
+        """Chunks long enough to be scanned by memmem (a command flooding its output) hide an
+        ``::add-mask::`` line and a secret deep inside: both are masked, as in small chunks."""
+        filler = b"log line with a : colon and :: pairs\n" * (2 * MEMMEM_MIN // 38)
+        data = filler + b"::add-mask::flood-secret-1\n" + filler + b"x flood-secret-1 y hunter2-env z\n" + filler
+        big = Masker(SecretSet([b"hunter2-env"]), commands=True)
+        out = big.feed(data) + big.finish()
+        small = Masker(SecretSet([b"hunter2-env"]), commands=True)
+        trickle = b"".join(small.feed(data[i : i + 4096]) for i in range(0, len(data), 4096)) + small.finish()
+        assert out == trickle
+        assert b"flood-secret-1" not in out
+        assert b"hunter2-env" not in out
+        assert b"x " + MASK + b" y " + MASK + b" z\n" in out
+
     def test_split_at_every_position(self) -> None:
         """A secret split across two chunks at any byte is still masked, and nothing else changes."""
         secret = b"hunter2-secret"
