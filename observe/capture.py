@@ -378,8 +378,13 @@ class _StdinForward:
     At the end of stdin the terminal gets its end-of-file character (twice after a
     partial line), so ``echo hi | alpha observe record --pty -- cat`` ends. When
     stdin is not a terminal, the pseudo-terminal does not echo what is forwarded
-    (a pipe's bytes are input, not output). Writes never block the loop: what the
-    command has not read yet waits here, and stdin is not read meanwhile.
+    (a pipe's bytes are input, not output). When stdin is a terminal, the command's
+    terminal does the echoing, the line editing and the output processing, so the
+    recorder's own terminal stops doing them (as ``script`` does) until the
+    recording ends; it keeps its signal keys, so Ctrl-C interrupts the recording
+    as it would without ``--pty`` (the recorder forwards it and records it). Writes
+    never block the loop: what the command has not read yet waits here, and stdin
+    is not read meanwhile.
     """
 
     LIMIT = 1 << 16
@@ -392,6 +397,7 @@ class _StdinForward:
         self.registered = False
         self.done = False
         self.disabled = False
+        self._saved_tty: list[Any] | None = None  # the recorder's terminal settings, restored at the end
         try:
             os.fstat(0)
         except OSError:
@@ -407,6 +413,7 @@ class _StdinForward:
         if self.eof:
             self._end()
             return
+        self._quiet_terminal()
         try:
             sel.register(0, selectors.EVENT_READ, ("stdin", None))
             self.registered = True
@@ -457,5 +464,27 @@ class _StdinForward:
                 sel.unregister(0)
             self.registered = False
 
+    def _quiet_terminal(self) -> None:
+        """Stop the recorder's terminal from echoing and line-editing what is typed (the command's does)."""
+        import termios
+
+        with contextlib.suppress(OSError, termios.error):
+            if not os.isatty(0):
+                return
+            saved = termios.tcgetattr(0)
+            quiet = termios.tcgetattr(0)
+            quiet[1] &= ~termios.OPOST  # the command's terminal already turned its \n into \r\n
+            quiet[3] &= ~(termios.ECHO | termios.ECHONL | termios.ICANON | termios.IEXTEN)
+            quiet[6][termios.VMIN] = 1
+            quiet[6][termios.VTIME] = 0
+            termios.tcsetattr(0, termios.TCSANOW, quiet)
+            self._saved_tty = saved
+
     def close(self, sel: selectors.BaseSelector) -> None:
         self._unregister(sel)
+        if self._saved_tty is not None:
+            import termios
+
+            with contextlib.suppress(OSError, termios.error):
+                termios.tcsetattr(0, termios.TCSADRAIN, self._saved_tty)
+            self._saved_tty = None

@@ -169,6 +169,51 @@ class TestPty:
             assert 0 == proc.returncode, proc.stderr
             assert want == output(events(out))
 
+    def test_typed_input_is_echoed_once(self, tmp_path: Path) -> None:
+        """With a terminal on stdin, what is typed shows once (the command's terminal echoes it), not twice;
+        the recorder's terminal gets its settings back when the recording ends."""
+        import pty
+        import select
+        import termios
+
+        out = tmp_path / "typed.aos"
+        pid, master = pty.fork()
+        if pid == 0:  # the recorder, on a terminal of the test's own
+            argv = [ALPHA, "observe", "record", "--pty", "--out", str(out), "--", "sh", "-c", "echo ready; cat"]
+            os.execv(ALPHA, argv)
+        seen = b""
+
+        def read_until(want: bytes, count: int = 1) -> None:
+            nonlocal seen
+            deadline = time.monotonic() + 60
+            while seen.count(want) < count and time.monotonic() < deadline:
+                if select.select([master], [], [], 0.5)[0]:
+                    try:
+                        chunk = os.read(master, 4096)
+                    except OSError:
+                        return
+                    if not chunk:
+                        return
+                    seen += chunk
+
+        try:
+            read_until(b"ready\r\n")
+            os.write(master, b"typed-line\n")
+            read_until(b"typed-line", 2)
+            time.sleep(0.3)  # a third copy, if the recorder's terminal echoed too, would be here by now
+            os.write(master, b"\x04")
+            read_until(b"\x00")  # to the end
+            settings = termios.tcgetattr(master)
+            _, status = os.waitpid(pid, 0)
+        finally:
+            os.close(master)
+        assert 0 == os.waitstatus_to_exitcode(status), seen
+        assert 2 == seen.count(b"typed-line"), seen  # the command's terminal's echo, and cat's copy
+        assert settings[3] & termios.ECHO  # given back
+        assert settings[3] & termios.ICANON
+        assert settings[1] & termios.OPOST
+        assert b"ready\r\ntyped-line\r\ntyped-line\r\n" == output(events(out))
+
     def test_command_closing_its_terminal_before_exit_is_not_hung_up(self, tmp_path: Path) -> None:
         """A command that closes its terminal and then exits keeps its exit code (no SIGHUP from the recorder)."""
         script = "echo bye; exec 0<&- 1>&- 2>&-; sleep 0.3; exit 3"
