@@ -400,11 +400,7 @@ def test_sample_site(tmp_path: Path) -> None:
         assert before == {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
         assert 3 == len(first.files)  # index, the run, the stream's report
 
-        manifest = json.loads((SAMPLE / MANIFEST).read_text())
-        present = {p.relative_to(SAMPLE).as_posix() for p in SAMPLE.rglob("*") if p.is_file()} - {MANIFEST}
-        assert set(manifest["files"]) == present, REGENERATE
-        for rel, digest in manifest["files"].items():
-            assert hashlib.sha256((SAMPLE / rel).read_bytes()).hexdigest() == digest, f"{rel} was edited; {REGENERATE}"
+        manifest = unedited(SAMPLE, REGENERATE)
         sample_work = re.search(r"<code>(/[^<]*)/distributed-static\.aos</code>", html(SAMPLE / first_run(SAMPLE)))
         assert sample_work is not None
         assert normalised(html(SAMPLE / "index.html"), sample_work.group(1)) == normalised(
@@ -418,6 +414,64 @@ def test_sample_site(tmp_path: Path) -> None:
         assert sorted(again.files) == sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*.html"))
     finally:
         conn.close()
+
+
+def unedited(site: Path, regenerate: str) -> dict[str, Any]:
+    """The manifest of a committed site, after checking it lists every file and each file's SHA-256."""
+    manifest: dict[str, Any] = json.loads((site / MANIFEST).read_text())
+    present = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()} - {MANIFEST}
+    assert set(manifest["files"]) == present, regenerate
+    for rel, digest in manifest["files"].items():
+        assert hashlib.sha256((site / rel).read_bytes()).hexdigest() == digest, f"{rel} was edited; {regenerate}"
+    return manifest
+
+
+TWO_GPU_SITE = ROOT / "samples" / "tracker" / "two-gpu-site"
+TWO_GPU_REGENERATE = (
+    "regenerate it: bash samples/tracker/two_gpu.sh && rm -rf samples/tracker/two-gpu-site && "
+    "cp -r ${TMPDIR:-/tmp}/alpha-tracker-two-gpu/site samples/tracker/two-gpu-site"
+)
+
+
+def test_two_gpu_sample_site(tmp_path: Path) -> None:
+    """samples/tracker/two-gpu-site is the site two_gpu.sh writes today (issue 15): every page the same once
+    run ids, times and the checkout's folder are set aside; it shows the lanes' physical passes as proven by
+    the streams and the controls' runs as what they are."""
+    import os
+    import subprocess
+
+    work = tmp_path / "two-gpu"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALPHA_")}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "samples" / "tracker" / "two_gpu.sh"), str(work)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False,
+    )  # fmt: skip
+    assert 0 == proc.returncode, proc.stdout + proc.stderr
+    manifest = unedited(TWO_GPU_SITE, TWO_GPU_REGENERATE)
+    written = json.loads((work / "site" / MANIFEST).read_text())
+    assert (1, 5, 8) == (
+        len([f for f in manifest["files"] if f == "index.html"]),
+        len([f for f in manifest["files"] if f.startswith("runs/")]),
+        len([f for f in manifest["files"] if f.startswith("streams/")]),
+    )
+
+    def pages(site: Path, files: dict[str, str], folder: str) -> list[str]:
+        return [normalised(html(site / f), folder) for f in sorted(files)]  # runs sort by id: by registration
+
+    committed = re.search(
+        r"<code>(/[^<]*)/samples/evidence/two-gpu-h200/", html(TWO_GPU_SITE / sorted(manifest["files"])[1])
+    )
+    assert committed is not None
+    assert pages(TWO_GPU_SITE, manifest["files"], committed.group(1)) == pages(
+        work / "site", written["files"], str(ROOT)
+    ), f"samples/tracker/two-gpu-site is not what two_gpu.sh writes today; {TWO_GPU_REGENERATE}"
+
+    index = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html(TWO_GPU_SITE / "index.html")))
+    assert "3 work items across 1 milestone: 3 verified (proven by their streams)" in index
+    assert "5 runs, 3 completed, 1 failed, 1 inconclusive; 3 physical passes proven by their streams" in index
+    assert "8 attached streams: 8 proven" in index
+    for uuid in ("GPU-bb5a03ab-c28f-2074-5197-3838b9dd4798", "GPU-275f8d7e-27b9-87cf-bff1-529752b689a5"):
+        assert 6 == index.count(uuid)  # observed by the recorder in each of the five runs, and the GPUs' table
 
 
 def first_run(site: Path) -> str:

@@ -9,7 +9,9 @@
 # its role-swapped stream (both pass, scope physical): the run is finished
 # completed with a physical pass (accepted) and verifies the lane's item. Each
 # negative control gets a run of its own: a physical pass is refused for it, and
-# so is verifying an item with it. Ends with status, show and audit.
+# so is verifying an item with it. Ends with status, show and audit, and writes
+# the tracker's static site to WORKDIR/site (samples/tracker/two-gpu-site/ is a
+# copy of it).
 #
 # The committed streams are attached where they are (attach records their
 # absolute paths; audit re-reads them there). No GPU is needed.
@@ -105,3 +107,4 @@ tracker run list
 tracker show N11
 tracker show "${lane_run[coordinate-device]}"
 tracker audit
+tracker site "$work/site"
