@@ -183,7 +183,7 @@ class StreamFile:
     ``eos_at`` where the end-of-stream marker was found, if it was.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, data: bytes | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, data: bytes | bytearray | None = None) -> None:
         import pyarrow as pa
         import pyarrow.ipc as ipc
 
@@ -339,7 +339,7 @@ class StreamFile:
         self.close()
 
 
-def open_buffer(data: bytes, name: str) -> StreamFile:
+def open_buffer(data: bytes | bytearray, name: str) -> StreamFile:
     """A ``StreamFile`` over bytes in memory (``name`` is used in refusals only)."""
     return StreamFile(name, data=data)
 

@@ -88,7 +88,7 @@ def _where(last_seq: int | None, last_checkpoint: int | None) -> str:
 
 
 def verify_stream(
-    path: str | os.PathLike[str], public_key: Verifier | None = None, *, data: bytes | None = None
+    path: str | os.PathLike[str], public_key: Verifier | None = None, *, data: bytes | bytearray | None = None
 ) -> Verification:
     """Verify a stream end to end; raise the first ``Refusal`` found.
 

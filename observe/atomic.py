@@ -10,18 +10,26 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["replace_file"]
+__all__ = ["replace_file", "replace_file_with"]
 
 
 def replace_file(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644) -> None:
     """Put ``data`` at ``path`` atomically (its folder must exist); ``OSError`` when it cannot."""
+    replace_file_with(path, (data,), mode=mode)
+
+
+def replace_file_with(path: str | os.PathLike[str], chunks: Iterable[bytes], *, mode: int = 0o644) -> None:
+    """:func:`replace_file` for content made as it is written (never held whole); an exception raised
+    while making it leaves the old file (or none) in place."""
     dest = Path(path)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for chunk in chunks:
+                f.write(chunk)
         os.chmod(tmp, mode)
         os.replace(tmp, dest)
     except BaseException:

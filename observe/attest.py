@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -145,13 +146,13 @@ def _recheck(stream: VerifiedStream, got: Verdict, gate: Gate) -> None:
 
     seq = stream.verification.verdict_seq
     assert seq is not None
-    fresh = evaluate_events(gate, stream.events[:seq])
+    fresh = evaluate_events(gate, itertools.takewhile(lambda e: e.seq < seq, stream.events()))
     want = [(c.name, c.status) for c in fresh.checks]
     have = [(c.name, c.status) for c in got.checks]
     if (got.verdict, got.scope, have) != (fresh.verdict, fresh.scope, want):
         differ = [f"{n}: sealed {s}" for n, s in have if (n, s) not in want]
         differ += [f"{n}: fresh {s}" for n, s in want if (n, s) not in have]
-        opened = next((e for e in stream.events if e.kind == "stream.open"), None)
+        opened = next((e for e in stream.events() if e.kind == "stream.open"), None)
         recorded = opened.attrs.get("version") if opened is not None else None
         hint = ""
         if isinstance(recorded, str) and recorded != _tool_version():

@@ -116,15 +116,14 @@ def export_cmd(stream: Path, fmt: str, output: str) -> None:
 
     from aos.refusals import Refusal
     from observe.cli_errors import refuse
-    from observe.export import asciicast, load_verified, otlp_traces, write_output
+    from observe.export import asciicast_chunks, load_verified, otlp_traces, write_output
 
     try:
         s = load_verified(stream)
         if fmt == "otlp":
-            data = (json.dumps(otlp_traces(s), ensure_ascii=False) + "\n").encode("utf-8")
+            write_output(output, (json.dumps(otlp_traces(s), ensure_ascii=False) + "\n").encode("utf-8"))
         else:
-            data = asciicast(s).encode("utf-8")
-        write_output(output, data)
+            write_output(output, asciicast_chunks(s))
     except Refusal as exc:
         refuse(exc, 1)
     if output != "-":

@@ -4,6 +4,9 @@ Both exports start from ``load_verified``: the stream file is read once, those
 bytes are verified (intact and sealed, as ``verify``) and the events are parsed
 from the same bytes, so what is exported is exactly what was verified, even if
 the file is replaced meanwhile. A stream that does not verify is refused by name.
+The bytes are held (compressed, as in the file); the events are decoded a batch
+at a time as an export goes, and the output is written as it is made, so memory
+stays near the file's size whatever the stream holds.
 
 OTLP (``otlp_traces``): one trace per stream (trace id = the stream id), a root
 span for the command (``process.start`` .. ``process.exit``, status from its exit),
@@ -24,13 +27,14 @@ import codecs
 import json
 import os
 import shlex
-from collections.abc import Iterator, Mapping
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aos.refusals import Refusal
-from observe.atomic import replace_file
+from observe.atomic import replace_file_with
 
 if TYPE_CHECKING:
     from aos.event import Event
@@ -42,6 +46,7 @@ __all__ = [
     "OutputWrite",
     "VerifiedStream",
     "asciicast",
+    "asciicast_chunks",
     "load_verified",
     "otlp_traces",
     "write_output",
@@ -62,32 +67,45 @@ class OutputWrite(Refusal):
 
 @dataclass(frozen=True)
 class VerifiedStream:
-    """A stream read once: its bytes, what ``verify`` found in them, and their events."""
+    """A stream read once: its bytes and what ``verify`` found in them; ``events()`` decodes those bytes."""
 
     path: Path
-    data: bytes = field(repr=False)
+    data: bytes | bytearray = field(repr=False)  # the bytes read once (never written to)
     verification: Verification
-    events: list[Event] = field(repr=False)
 
     @property
     def stream_id(self) -> str:
         return self.verification.stream_id
 
+    def events(self) -> Iterator[Event]:
+        """The verified events in order, decoded a batch at a time (each call starts again at seq 0)."""
+        from aos.reader import open_buffer
 
-def _read_once(path: Path) -> bytes:
+        with open_buffer(self.data, str(self.path)) as f:
+            yield from f.events()
+
+
+def _read_once(path: Path) -> bytearray:
     from aos.reader import open_regular
     from aos.refusals import StreamMissing
 
     fd = open_regular(path)  # never blocks on a FIFO or a device: stream-missing for those
     try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
+        # Into one buffer of the file's size (a list of chunks joined would hold the file twice).
+        data = bytearray(os.fstat(fd).st_size)
+        view = memoryview(data)
+        got = 0
+        while got < len(data) and (n := os.readv(fd, [view[got:]])):
+            got += n
+        view.release()
+        del data[got:]  # the file shrank meanwhile
+        while more := os.read(fd, 1 << 20):  # or grew
+            data += more
     except OSError as exc:
         raise StreamMissing(f"{path}: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
-    return b"".join(chunks)
+    return data
 
 
 def load_verified(path: str | os.PathLike[str], key: Verifier | None = None) -> VerifiedStream:
@@ -95,34 +113,33 @@ def load_verified(path: str | os.PathLike[str], key: Verifier | None = None) -> 
 
     Raises the refusal ``verify`` would print for the same bytes.
     """
-    from aos.reader import batch_events, open_buffer
     from aos.verify import verify_stream
 
     p = Path(path)
     data = _read_once(p)
     v = verify_stream(p, key, data=data)
-    events: list[Event] = []
-    with open_buffer(data, str(p)) as f:
-        for raw in f.batches():
-            events.extend(batch_events(raw.batch))
-    return VerifiedStream(p, data, v, events)
+    return VerifiedStream(p, data, v)
 
 
-def write_output(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` (``-`` is stdout), creating missing folders; ``output-write`` on failure.
+def write_output(path: str, data: bytes | Iterable[bytes]) -> None:
+    """Write ``data`` (bytes, or chunks made as they are written) to ``path`` (``-`` is stdout), creating
+    missing folders; ``output-write`` on failure.
 
-    A file is written beside its destination and renamed over it, so a reader never sees half of it.
+    A file is written beside its destination and renamed over it, so a reader never sees half of it
+    (nor anything, when making the chunks raises).
     """
     import sys
 
+    chunks = (data,) if isinstance(data, bytes) else data
     if path == "-":
-        sys.stdout.buffer.write(data)
+        for chunk in chunks:
+            sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
         return
     dest = Path(path)
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        replace_file(dest, data)
+        replace_file_with(dest, chunks)
     except OSError as exc:
         raise OutputWrite(f"cannot write {dest}: {exc.strerror or exc}") from None
 
@@ -151,8 +168,15 @@ def _int(value: Any) -> int | None:
     return value if type(value) is int else None
 
 
-def _first(events: list[Event], kind: str) -> Event | None:
+def _first(events: Iterable[Event], kind: str) -> Event | None:
     return next((e for e in events if e.kind == kind), None)
+
+
+def _opening(stream: VerifiedStream) -> tuple[dict[str, Any], Event]:
+    """``stream.open``'s attrs, and the event the command starts at (``process.start``, else the first)."""
+    opened = _first(stream.events(), "stream.open")
+    start = _first(stream.events(), "process.start") or opened or next(stream.events())
+    return (_attrs(opened) if opened is not None else {}), start
 
 
 # -- OTLP/JSON ------------------------------------------------------------------------------
@@ -269,12 +293,9 @@ def _command_name(argv: list[str]) -> str:
 
 def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
     """The stream as an OTLP/JSON ``ExportTraceServiceRequest`` (one resource, one scope, one trace)."""
-    events = stream.events
     sid = stream.stream_id
     trace_id = _trace_id(sid)
-    opened = _first(events, "stream.open")
-    open_attrs = _attrs(opened) if opened is not None else {}
-    start = _first(events, "process.start") or opened or events[0]
+    open_attrs, start = _opening(stream)
     start_attrs = _attrs(start) if start.kind == "process.start" else {}
     argv = _argv(start_attrs.get("argv", open_attrs.get("argv")))
     root = _Span(
@@ -294,7 +315,7 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
             return open_steps[step][-1]
         return root
 
-    for ev in events:
+    for ev in stream.events():
         if ev.kind == "seal":
             break
         last_ns = max(last_ns, ev.wall_ns)
@@ -440,13 +461,20 @@ def _size(env: Mapping[str, Any]) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def _cast_lines(stream: VerifiedStream) -> Iterator[str]:
+#: The body of an asciicast is written to a temporary file as it is made, then copied after its
+#: header (which holds the duration, known only at the end) in chunks of this size.
+_SPOOL_CHUNK = 1 << 20
+
+
+def asciicast_chunks(stream: VerifiedStream) -> Iterator[bytes]:
+    """The recorded terminal output as an asciicast v2 file (newline-delimited JSON), in chunks.
+
+    Memory stays bounded whatever the output's size: each line goes to a temporary
+    file (``$TMPDIR``) as it is made, and comes back after the header.
+    """
     from observe.envpolicy import NOT_RECORDED
 
-    events = stream.events
-    opened = _first(events, "stream.open")
-    open_attrs = _attrs(opened) if opened is not None else {}
-    start = _first(events, "process.start") or opened or events[0]
+    open_attrs, start = _opening(stream)
     env = open_attrs.get("env")
     env = env if isinstance(env, dict) else {}
     width, height = _size(env)
@@ -454,45 +482,51 @@ def _cast_lines(stream: VerifiedStream) -> Iterator[str]:
     argv = _argv(_attrs(start).get("argv") if start.kind == "process.start" else open_attrs.get("argv"))
     t0 = start.mono_ns
     last_mono = t0
-    body: list[str] = []
     decoders = {k: codecs.getincrementaldecoder("utf-8")("replace") for k in ("stdout", "stderr")}
+    with tempfile.TemporaryFile(prefix="alpha-asciicast-") as body:
 
-    def at(mono_ns: int) -> str:
-        nonlocal last_mono
-        last_mono = max(last_mono, mono_ns)  # never backwards: asciicast times are non-decreasing
-        return f"{(last_mono - t0) / 1e9:.6f}"
+        def line(text: str) -> None:
+            body.write(text.encode("utf-8"))
+            body.write(b"\n")
 
-    def out(mono_ns: int, text: str) -> None:
-        if text:
-            if not pty:  # what a terminal's ONLCR does: a bare LF would draw a staircase
-                text = text.replace("\n", "\r\n")
-            body.append(f'[{at(mono_ns)}, "o", {json.dumps(text, ensure_ascii=False)}]')
+        def at(mono_ns: int) -> str:
+            nonlocal last_mono
+            last_mono = max(last_mono, mono_ns)  # never backwards: asciicast times are non-decreasing
+            return f"{(last_mono - t0) / 1e9:.6f}"
 
-    for ev in events:
-        if ev.kind in ("stdout", "stderr") and ev.data:
-            out(ev.mono_ns, decoders[ev.kind].decode(ev.data))
-        elif ev.kind == "step.start":
-            body.append(f'[{at(ev.mono_ns)}, "m", {json.dumps(_display(_attrs(ev).get("name")), ensure_ascii=False)}]')
-        elif ev.kind == "process.exit":
-            last_mono = max(last_mono, ev.mono_ns)
-    for decoder in decoders.values():  # the bytes of a character cut off at the very end
-        out(last_mono, decoder.decode(b"", final=True))
-    header: dict[str, Any] = {
-        "version": 2,
-        "width": width,
-        "height": height,
-        "timestamp": start.wall_ns // 1_000_000_000,
-        "duration": round((last_mono - t0) / 1e9, 6),
-        "command": shlex.join(argv),
-        "title": f"alpha observe: stream {stream.stream_id}",
-    }
-    term = {k: env[k] for k in ("SHELL", "TERM") if isinstance(env.get(k), str) and env[k] != NOT_RECORDED}
-    if term:
-        header["env"] = term
-    yield json.dumps(header, ensure_ascii=False)
-    yield from body
+        def out(mono_ns: int, text: str) -> None:
+            if text:
+                if not pty:  # what a terminal's ONLCR does: a bare LF would draw a staircase
+                    text = text.replace("\n", "\r\n")
+                line(f'[{at(mono_ns)}, "o", {json.dumps(text, ensure_ascii=False)}]')
+
+        for ev in stream.events():
+            if ev.kind in ("stdout", "stderr") and ev.data:
+                out(ev.mono_ns, decoders[ev.kind].decode(ev.data))
+            elif ev.kind == "step.start":
+                line(f'[{at(ev.mono_ns)}, "m", {json.dumps(_display(_attrs(ev).get("name")), ensure_ascii=False)}]')
+            elif ev.kind == "process.exit":
+                last_mono = max(last_mono, ev.mono_ns)
+        for decoder in decoders.values():  # the bytes of a character cut off at the very end
+            out(last_mono, decoder.decode(b"", final=True))
+        header: dict[str, Any] = {
+            "version": 2,
+            "width": width,
+            "height": height,
+            "timestamp": start.wall_ns // 1_000_000_000,
+            "duration": round((last_mono - t0) / 1e9, 6),
+            "command": shlex.join(argv),
+            "title": f"alpha observe: stream {stream.stream_id}",
+        }
+        term = {k: env[k] for k in ("SHELL", "TERM") if isinstance(env.get(k), str) and env[k] != NOT_RECORDED}
+        if term:
+            header["env"] = term
+        yield json.dumps(header, ensure_ascii=False).encode("utf-8") + b"\n"
+        body.seek(0)
+        while chunk := body.read(_SPOOL_CHUNK):
+            yield chunk
 
 
 def asciicast(stream: VerifiedStream) -> str:
-    """The recorded terminal output as an asciicast v2 file (newline-delimited JSON)."""
-    return "".join(line + "\n" for line in _cast_lines(stream))
+    """The recorded terminal output as an asciicast v2 file, whole (``asciicast_chunks`` for large streams)."""
+    return b"".join(asciicast_chunks(stream)).decode("utf-8")

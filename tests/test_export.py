@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -362,3 +363,45 @@ class TestRefusals:
     def test_unknown_format_is_usage(self, tmp_path: Path) -> None:
         """An unknown --format is a usage error (exit 2)."""
         assert 2 == export(tmp_path / "s.aos", "jaeger", tmp_path / "out")[0]
+
+
+# -- memory: the file's bytes, once; never the events or the output whole ----------------------
+
+
+def _peak_rss_mib(argv: list[str], cwd: Path) -> float:
+    """The peak resident set of ``alpha`` running ``argv`` in a process of its own."""
+    from recorder_util import ALPHA
+
+    proc = subprocess.Popen([ALPHA, *argv], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert 0 == os.waitstatus_to_exitcode(status), proc.stderr.read() if proc.stderr else b""
+    return usage.ru_maxrss / 1024
+
+
+def _noisy(d: Path, mib: int) -> Path:
+    """A stream (exit-zero's pass) of ``mib`` MiB of output that does not compress: the file is as big."""
+    out = d / f"noisy-{mib}.aos"
+    script = f"head -c {mib * (1 << 20)} /dev/urandom"
+    proc = alpha("observe", "gate", "exit-zero", "--quiet", "--out", str(out), "--", "sh", "-c", script, cwd=d)
+    assert 0 == proc.returncode, proc.stderr
+    return out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["observe", "export", "{}", "--format", "asciicast", "-o", "x.cast"],
+        ["observe", "export", "{}", "--format", "otlp", "-o", "x.json"],
+        ["observe", "attest", "{}", "-o", "x.att"],
+    ],
+    ids=["asciicast", "otlp", "attest"],
+)
+def test_memory_stays_near_the_file_size(tmp_path: Path, argv: list[str]) -> None:
+    """Exporting or attesting a stream holds its file's bytes once (read once, so what is exported is what was
+    verified) and a batch of events at a time: the peak grows with the file, not several times over. Before,
+    every event was kept and the asciicast built whole: 6.5x the file for asciicast, 2.5x for the others."""
+    small, big = _noisy(tmp_path, 2), _noisy(tmp_path, 64)
+    file_mib = big.stat().st_size / (1 << 20)
+    base = _peak_rss_mib([a.replace("{}", str(small)) for a in argv], tmp_path)
+    peak = _peak_rss_mib([a.replace("{}", str(big)) for a in argv], tmp_path)
+    assert peak - base < 1.4 * file_mib + 24, (base, peak, file_mib)
