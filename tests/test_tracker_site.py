@@ -456,7 +456,9 @@ def test_two_gpu_sample_site(tmp_path: Path) -> None:
     )
 
     def pages(site: Path, files: dict[str, str], folder: str) -> list[str]:
-        return [normalised(html(site / f), folder) for f in sorted(files)]  # runs sort by id: by registration
+        # The checkout's folder, only where it names the committed streams: a stream's own recorded cwd
+        # (the lent machine's) stays as it is. Runs sort by id, that is by registration.
+        return [normalised(html(site / f), f"{folder}/samples/evidence/") for f in sorted(files)]
 
     committed = re.search(
         r"<code>(/[^<]*)/samples/evidence/two-gpu-h200/", html(TWO_GPU_SITE / sorted(manifest["files"])[1])
