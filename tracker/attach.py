@@ -38,9 +38,9 @@ from tracker.backends import Connection
 from tracker.db import transaction
 from tracker.records import run_id_of
 from tracker.refusals import TrackerSchema
-from tracker.streams import derive, verify_for_tracker
+from tracker.streams import StreamFacts, derive, verify_for_tracker
 
-__all__ = ["Attached", "attach", "trusted_keys", "verify_for_tracker"]
+__all__ = ["Attached", "attach", "insert_evidence", "trusted_keys", "verify_for_tracker"]
 
 
 @dataclass(frozen=True)
@@ -116,32 +116,9 @@ def attach(conn: Connection, path: str | os.PathLike[str], run: str | int, *, ur
     run = run_id_of(conn, run)
     p = Path(path)
     facts = derive(p, trusted_keys(conn), require_trusted=True)
-    columns = facts.columns()
     with transaction(conn, f"stream {facts.stream_id}"):
-        changes: list[dict[str, Any]] = []
-        lane = conn.execute("SELECT lane FROM runs WHERE id = ?", (run,)).fetchone()[0]
-        if (
-            lane is None
-            and conn.execute("SELECT 1 FROM evidence WHERE stream_id = ?", (facts.stream_id,)).fetchone() is None
-        ):
-            # A run started without a lane is a run of its first stream's gate.
-            conn.execute("UPDATE runs SET lane = ? WHERE id = ? AND lane IS NULL", (facts.gate, run))
-            changes.append(journal.change(conn, "runs", run))
-        names = ", ".join(["run_id", "path", "url", *columns])
-        cur = conn.execute(
-            f"INSERT INTO evidence ({names}) VALUES ({', '.join('?' * (3 + len(columns)))})",
-            (run, url or str(p.resolve()), url, *columns.values()),
-        )
-        # A BEFORE trigger's RAISE(IGNORE) (same stream, same run, unchanged) inserts nothing.
-        new = cur.rowcount == 1
-        row = _row(conn, facts.stream_id, new)
-        if row is None:
-            raise TrackerSchema(
-                f"the database silently dropped stream {facts.stream_id}: a trigger that is not the tracker's"
-                " (run `alpha tracker audit`)"
-            )
-        if new:
-            changes.append(journal.change(conn, "evidence", row.evidence_id))
+        row, changes = insert_evidence(conn, facts, run, url or str(p.resolve()), url)
+        if row.new:
             journal.append(
                 conn,
                 "attach",
@@ -149,6 +126,43 @@ def attach(conn: Connection, path: str | os.PathLike[str], run: str | int, *, ur
                 changes,
             )
         return row
+
+
+def insert_evidence(
+    conn: Connection, facts: StreamFacts, run: str, path: str, url: str | None
+) -> tuple[Attached, list[dict[str, Any]]]:
+    """Insert the evidence row of a stream already verified and derived (``facts``), inside the caller's
+    transaction; returns the row and the journal changes it made (none when it was attached unchanged).
+
+    The one code path that writes evidence: ``attach`` and ``tracker import`` both go through it.
+    """
+    columns = facts.columns()
+    changes: list[dict[str, Any]] = []
+    lane = conn.execute("SELECT lane FROM runs WHERE id = ?", (run,)).fetchone()[0]
+    if (
+        lane is None
+        and conn.execute("SELECT 1 FROM evidence WHERE stream_id = ?", (facts.stream_id,)).fetchone() is None
+    ):
+        # A run started without a lane is a run of its first stream's gate.
+        conn.execute("UPDATE runs SET lane = ? WHERE id = ? AND lane IS NULL", (facts.gate, run))
+        changes.append(journal.change(conn, "runs", run))
+    names = ", ".join(["run_id", "path", "url", *columns])
+    cur = conn.execute(
+        f"INSERT INTO evidence ({names}) VALUES ({', '.join('?' * (3 + len(columns)))})",
+        (run, path, url, *columns.values()),
+    )
+    # A BEFORE trigger's RAISE(IGNORE) (same stream, same run, unchanged) inserts nothing.
+    new = cur.rowcount == 1
+    row = _row(conn, facts.stream_id, new)
+    if row is None:
+        raise TrackerSchema(
+            f"the database silently dropped stream {facts.stream_id}: a trigger that is not the tracker's"
+            " (run `alpha tracker audit`)"
+        )
+    if not new:
+        return row, []
+    changes.append(journal.change(conn, "evidence", row.evidence_id))
+    return row, changes
 
 
 def _attach_from_store(conn: Connection, url: str, run: str | int) -> Attached:

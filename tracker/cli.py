@@ -303,6 +303,40 @@ def site_cmd(ctx: click.Context, directory: Path, as_json: bool) -> None:
     click.echo(result.summary())
 
 
+@tracker.command(
+    "import",
+    epilog="Example:\n\n\b\n  alpha tracker --db postgresql://tracker@db.example/progress import progress.sqlite3",
+)
+@click.argument("source", metavar="SOURCE")
+@click.option(
+    "--drop-legacy-ids",
+    is_flag=True,
+    help="Import runs without their old numbers (from before text run ids) where the target uses them too.",
+)
+@json_option
+@click.pass_context
+@_refusals
+def import_cmd(ctx: click.Context, source: str, drop_legacy_ids: bool, as_json: bool) -> None:
+    """Import the tracker SOURCE (an SQLite file or postgresql://...) into this one (--db), all or nothing.
+
+    The source is audited first, as `alpha tracker audit` does (its streams
+    re-verified, its journal replayed, its rules checked): any finding refuses
+    the import (tracker-import). Each of its rows is then written as the tool
+    writes it, in one transaction, so this tracker's rules judge every one:
+    every stream is verified again and attached as `attach` does (verdict,
+    scope, gate, signer read from the stream, never copied), each run finishes
+    as `run finish` does. Run ids are kept; milestones and items (by id),
+    experiments (by name), devices (by UUID) already here must be identical
+    (merged) or the import is refused (tracker-exists). The whole import is one
+    journal entry naming the source. The target must exist (`init` it first).
+    """
+    from tracker.importing import import_tracker
+
+    with _open(ctx) as conn:
+        result = import_tracker(conn, source, drop_legacy_ids=drop_legacy_ids)
+    _json(result.as_dict()) if as_json else click.echo(result.summary())
+
+
 # -- milestones and items --------------------------------------------------------------
 
 

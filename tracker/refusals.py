@@ -27,6 +27,7 @@ __all__ = [
     "TrackerEvidenceTime",
     "TrackerExists",
     "TrackerHardwareEvidence",
+    "TrackerImport",
     "TrackerInvalid",
     "TrackerJournal",
     "TrackerKeyUntrusted",
@@ -171,6 +172,14 @@ class TrackerSiteDir(TrackerRefusal):
     not write (raised by :mod:`tracker.site`, never by a trigger)."""
 
     name = "tracker-site-dir"
+
+
+class TrackerImport(TrackerRefusal):
+    """``alpha tracker import SOURCE``: the source fails its audit, is not at this tool's schema, is the target
+    itself, or would re-point an old run number; nothing is written to the target (raised by
+    :mod:`tracker.importing`, never by a trigger)."""
+
+    name = "tracker-import"
 
 
 _ALL: tuple[type[TrackerRefusal], ...] = (
