@@ -205,26 +205,24 @@ class TestRoundTrip:
         assert 2 == len(gpu)
         assert {("pass", "physical")} == {(r[1], r[2]) for r in gpu}
 
-    def test_postgresql_source(
-        self, tracker_backend: str, tmp_path: Path, request: pytest.FixtureRequest, target: Any
-    ) -> None:
-        """A PostgreSQL tracker imports into either backend (the SQLite one when the target is SQLite)."""
-        if tracker_backend != "postgresql":
-            pytest.skip("the PostgreSQL source is imported once, in the postgresql pass")
-        _db, conn = target
-        src_url = str(request.getfixturevalue("pg_server").url(f"src_{tmp_path.name.replace('-', '_')}"[:50]))
-        ids = build_source(src_url, tmp_path / "work")
-        sqlite_target = init(str(tmp_path / "target.sqlite3"))
-        try:
-            for into in (conn, sqlite_target):
-                import_tracker(into, src_url)
-                assert audit(into).ok
-                assert 2 == int(into.execute("SELECT count(*) FROM runs WHERE physical_pass = 1").fetchone()[0])
-                assert "postgresql" == entries(into)[-1].args["source_backend"]
-            runs = [ids[k] for k in ("static", "physical", "open", "gpu", "failed")]
-            assert _substance(conn, runs) == _substance(sqlite_target, runs)
-        finally:
-            sqlite_target.close()
+
+def test_postgresql_source_into_both_backends(tmp_path: Path, pg_server: Any) -> None:
+    """A PostgreSQL tracker imports into a PostgreSQL tracker and into an SQLite one, the same in substance."""
+    name = tmp_path.name.replace("-", "_")
+    src_url = str(pg_server.url(f"src_{name}"[:50]))
+    ids = build_source(src_url, tmp_path / "work")
+    targets = [init(str(pg_server.url(f"dst_{name}"[:50]))), init(str(tmp_path / "target.sqlite3"))]
+    try:
+        for into in targets:
+            import_tracker(into, src_url)
+            assert audit(into).ok
+            assert 2 == int(into.execute("SELECT count(*) FROM runs WHERE physical_pass = 1").fetchone()[0])
+            assert "postgresql" == entries(into)[-1].args["source_backend"]
+        runs = [ids[k] for k in ("static", "physical", "open", "gpu", "failed")]
+        assert _substance(targets[0], runs) == _substance(targets[1], runs)
+    finally:
+        for conn in targets:
+            conn.close()
 
 
 def small_source(db: str, work: Path, *, title: str = "Static lanes") -> str:
