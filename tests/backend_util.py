@@ -62,3 +62,31 @@ class PlainClient:
 
     def drop_trigger(self, name: str, table: str) -> None:
         self.execute(f"DROP TRIGGER {name} ON {table}" if self.postgres else f"DROP TRIGGER {name}")
+
+
+def without_triggers(db: Path | str, *statements: str, args: tuple[object, ...] = ()) -> None:
+    """Drop every trigger, run ``statements``, and re-create the triggers with their exact text."""
+    raw = PlainClient(db, autocommit=True)  # a plain client: nothing of the tool
+    try:
+        if raw.postgres:
+            saved = raw.execute(
+                "SELECT t.tgname, c.relname, pg_get_triggerdef(t.oid) FROM pg_trigger t"
+                " JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE NOT t.tgisinternal AND n.nspname = current_schema()"
+            ).fetchall()
+            drops = [f"DROP TRIGGER {name} ON {table}" for name, table, _ in saved]
+            creates = [sql for _, _, sql in saved]
+        else:
+            saved = raw.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+            drops = [f"DROP TRIGGER {name}" for name, _ in saved]
+            creates = [sql for _, sql in saved]
+        raw.execute("BEGIN")
+        for sql in drops:
+            raw.execute(sql)
+        for sql in statements:
+            raw.execute(sql, args if "?" in sql else ())
+        for sql in creates:
+            raw.execute(sql)
+        raw.execute("COMMIT")
+    finally:
+        raw.close()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backend_util import PlainClient
+from backend_util import PlainClient, without_triggers
 from click.testing import CliRunner
 
 from aos.refusals import Refusal
@@ -105,34 +105,6 @@ def counts(conn: Connection) -> dict[str, Any]:
     js = entries(conn)
     out["journal"] = (len(js), js[-1].hash if js else None)
     return out
-
-
-def without_triggers(db: str, *statements: str, args: tuple[object, ...] = ()) -> None:
-    """A plain client drops every trigger, runs ``statements`` and re-creates the triggers word for word."""
-    raw = PlainClient(db, autocommit=True)
-    try:
-        if raw.postgres:
-            saved = raw.execute(
-                "SELECT t.tgname, c.relname, pg_get_triggerdef(t.oid) FROM pg_trigger t"
-                " JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
-                " WHERE NOT t.tgisinternal AND n.nspname = current_schema()"
-            ).fetchall()
-            drops = [f"DROP TRIGGER {name} ON {table}" for name, table, _ in saved]
-            creates = [sql for _, _, sql in saved]
-        else:
-            saved = raw.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
-            drops = [f"DROP TRIGGER {name}" for name, _ in saved]
-            creates = [sql for _, sql in saved]
-        raw.execute("BEGIN")
-        for sql in drops:
-            raw.execute(sql)
-        for sql in statements:
-            raw.execute(sql, args if "?" in sql else ())
-        for sql in creates:
-            raw.execute(sql)
-        raw.execute("COMMIT")
-    finally:
-        raw.close()
 
 
 def refused(conn: Connection, db: str, *, drop_legacy_ids: bool = False) -> Refusal:

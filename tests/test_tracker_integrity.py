@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backend_util import PlainClient, integrity_errors
+from backend_util import PlainClient, integrity_errors, without_triggers
 from click.testing import CliRunner
 
 from aos.signing import generate_keypair, load_signer
@@ -72,34 +72,6 @@ def t(
 def attacker(db: Path | str) -> PlainClient:
     """A plain connection in autocommit: no foreign keys (SQLite), no busy timeout, nothing of the tool."""
     return PlainClient(db, autocommit=True)
-
-
-def without_triggers(db: Path | str, *statements: str, args: tuple[object, ...] = ()) -> None:
-    """Drop every trigger, run ``statements``, and re-create the triggers with their exact text."""
-    raw = attacker(db)
-    try:
-        if raw.postgres:
-            saved = raw.execute(
-                "SELECT t.tgname, c.relname, pg_get_triggerdef(t.oid) FROM pg_trigger t"
-                " JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
-                " WHERE NOT t.tgisinternal AND n.nspname = current_schema()"
-            ).fetchall()
-            drops = [f"DROP TRIGGER {name} ON {table}" for name, table, _ in saved]
-            creates = [sql for _, _, sql in saved]
-        else:
-            saved = raw.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
-            drops = [f"DROP TRIGGER {name}" for name, _ in saved]
-            creates = [sql for _, sql in saved]
-        raw.execute("BEGIN")
-        for sql in drops:
-            raw.execute(sql)
-        for sql in statements:
-            raw.execute(sql, args if "?" in sql else ())
-        for sql in creates:
-            raw.execute(sql)
-        raw.execute("COMMIT")
-    finally:
-        raw.close()
 
 
 def report_of(db: Path | str) -> AuditReport:

@@ -377,19 +377,24 @@ def normalised(text: str, work: str) -> str:
     return re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", "TIME", text)
 
 
-def test_sample_site(tmp_path: Path) -> None:
-    """The example's tracker gives the same bytes when its site is written again; the committed sample is a
-    complete site of ours, its index what the tool writes today, and regenerating over it is accepted."""
+def run_sample(work: Path, script: str) -> Path:
+    """Run ``samples/tracker/SCRIPT WORK`` as a user would (no ALPHA_ variables of the suite's); return WORK."""
     import os
     import subprocess
 
-    work = tmp_path / "example"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALPHA_")}
     proc = subprocess.run(
-        ["bash", str(ROOT / "samples" / "tracker" / "example.sh"), str(work)],
+        ["bash", str(ROOT / "samples" / "tracker" / script), str(work)],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False,
     )  # fmt: skip
     assert 0 == proc.returncode, proc.stdout + proc.stderr
+    return work
+
+
+def test_sample_site(tmp_path: Path) -> None:
+    """The example's tracker gives the same bytes when its site is written again; the committed sample is a
+    complete site of ours, its index what the tool writes today, and regenerating over it is accepted."""
+    work = run_sample(tmp_path / "example", "example.sh")
     conn = connect(str(work / "progress.sqlite3"))
     try:
         out = tmp_path / "site"
@@ -437,16 +442,7 @@ def test_two_gpu_sample_site(tmp_path: Path) -> None:
     """samples/tracker/two-gpu-site is the site two_gpu.sh writes today (issue 15): every page the same once
     run ids, times and the checkout's folder are set aside; it shows the lanes' physical passes as proven by
     the streams and the controls' runs as what they are."""
-    import os
-    import subprocess
-
-    work = tmp_path / "two-gpu"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ALPHA_")}
-    proc = subprocess.run(
-        ["bash", str(ROOT / "samples" / "tracker" / "two_gpu.sh"), str(work)],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False,
-    )  # fmt: skip
-    assert 0 == proc.returncode, proc.stdout + proc.stderr
+    work = run_sample(tmp_path / "two-gpu", "two_gpu.sh")
     manifest = unedited(TWO_GPU_SITE, TWO_GPU_REGENERATE)
     written = json.loads((work / "site" / MANIFEST).read_text())
     assert (1, 5, 8) == (

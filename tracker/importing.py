@@ -257,6 +257,25 @@ def _derive(row: dict[str, Any], keys: dict[str, Any]) -> StreamFacts:
     return facts
 
 
+def _by_key(w: _Writer, rows: list[dict[str, Any]], table: str, key: str, compared: tuple[str, ...]) -> dict[int, int]:
+    """Rows matched by ``key`` (a name, a UUID), not by their integer ids, which are each tracker's own: an
+    identical row already in the target is merged, one that differs refuses the import; the rest are inserted
+    with the target's next id. Returns source id -> target id."""
+    ids: dict[int, int] = {}
+    for row in rows:
+        there = w.one(f"SELECT * FROM {table} WHERE {key} = ?", (row[key],))
+        if there is not None:
+            _differs(table.removesuffix("s"), row[key], there, row, compared)
+            w.merged(table)
+            ids[int(row["id"])] = int(there["id"])
+            continue
+        new = w.insert(table, {k: row[k] for k in (key, *compared, "created_at")})
+        assert new is not None
+        ids[int(row["id"])] = new
+        w.touch(table, new)
+    return ids
+
+
 def _differs(kind: str, key: Any, there: dict[str, Any], here: dict[str, Any], columns: tuple[str, ...]) -> None:
     """Refuse (``tracker-exists``) when the target's row and the source's differ in any of ``columns``."""
     for c in columns:
@@ -341,30 +360,8 @@ def _write(w: _Writer, snap: SourceSnapshot, facts: dict[int, StreamFacts], *, d
         w.insert("item_deps", {"item_id": d["item_id"], "depends_on": d["depends_on"]})
         w.touch("item_deps", d["item_id"], d["depends_on"])
     # Experiments (by name) and devices (by UUID): integer ids are the target's own.
-    experiment: dict[int, int] = {}
-    for x in src["experiments"]:
-        there = w.one("SELECT * FROM experiments WHERE name = ?", (x["name"],))
-        if there is not None:
-            _differs("experiment", x["name"], there, x, ("item_id", "description"))
-            w.merged("experiments")
-            experiment[int(x["id"])] = int(there["id"])
-            continue
-        new = w.insert("experiments", {k: x[k] for k in ("name", "item_id", "description", "created_at")})
-        assert new is not None
-        experiment[int(x["id"])] = new
-        w.touch("experiments", new)
-    device: dict[int, int] = {}
-    for d in src["devices"]:
-        there = w.one("SELECT * FROM devices WHERE uuid = ?", (d["uuid"],))
-        if there is not None:
-            _differs("device", d["uuid"], there, d, ("product", "driver"))
-            w.merged("devices")
-            device[int(d["id"])] = int(there["id"])
-            continue
-        new = w.insert("devices", {k: d[k] for k in ("product", "uuid", "driver", "created_at")})
-        assert new is not None
-        device[int(d["id"])] = new
-        w.touch("devices", new)
+    experiment = _by_key(w, src["experiments"], "experiments", "name", ("item_id", "description"))
+    device = _by_key(w, src["devices"], "devices", "uuid", ("product", "driver"))
     # Runs, as started: their original start; running, no physical pass (the rules allow nothing else yet).
     for r in src["runs"]:
         there = w.one("SELECT id FROM runs WHERE id = ?", (r["id"],))
