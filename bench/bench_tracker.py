@@ -5,6 +5,10 @@
     python bench/bench_tracker.py --backend sqlite    # one backend only
     python bench/bench_tracker.py --pg-url postgresql://USER@HOST/DB   # an existing server (DB is created by init)
 
+Then (with the SQLite side run) the SQLite tracker is moved with ``alpha tracker
+import`` into a fresh tracker on each backend benched: its audit, every stream
+verified again, every row replayed under the target's rules, in one transaction.
+
 For each backend, with a fresh tracker: N runs are started, one small sealed
 stream (written with ``aos.writer``, as a gate leaves it) is attached to each,
 one transaction (and one journal entry) per attach as ``alpha observe attach``
@@ -115,6 +119,21 @@ def bench_backend(name: str, db: str, streams: list[Path]) -> dict[str, float]:
     return out
 
 
+def bench_import(source: str, targets: dict[str, str]) -> dict[str, float]:
+    """Seconds to import the tracker at ``source`` into a fresh tracker at each target."""
+    from tracker.importing import import_tracker
+
+    out: dict[str, float] = {}
+    for name, db in targets.items():
+        conn = init(db)
+        try:
+            out[name], result = timed(lambda conn=conn: import_tracker(conn, source))
+            assert result.added["evidence"] > 0
+        finally:
+            conn.close()
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=10_000, help="runs, one stream each (default 10,000)")
@@ -141,6 +160,14 @@ def main() -> int:
                 url = server.url("bench")
             print("postgresql ...", flush=True)
             results["postgresql"] = bench_backend("postgresql", url, streams)
+        if "sqlite" in results:
+            targets = {"sqlite": str(work / "imported.sqlite3")}
+            if server is not None:  # a fresh database on the local server (not on a server given by --pg-url)
+                targets["postgresql"] = server.url("imported")
+            print("import the SQLite tracker ...", flush=True)
+            moved = bench_import(str(work / "progress.sqlite3"), targets)
+            for b in results:
+                results[b]["import the SQLite tracker here (s)"] = moved.get(b, float("nan"))
         names = list(next(iter(results.values())))
         print(f"\ntracker with N = {args.n} runs, one stream each")
         print(f"{'':38}" + "".join(f"{b:>14}" for b in results))
