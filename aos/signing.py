@@ -18,7 +18,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from aos.refusals import StreamSignature
 
-__all__ = ["Signer", "Verifier", "generate_keypair", "key_id", "load_public_key", "load_signer"]
+__all__ = [
+    "Signer",
+    "Verifier",
+    "generate_keypair",
+    "key_id",
+    "load_public_key",
+    "load_signer",
+    "signer_from_pem",
+]
 
 
 def key_id(public: Ed25519PublicKey) -> str:
@@ -80,28 +88,73 @@ def generate_keypair(prefix: str | os.PathLike[str]) -> tuple[Path, Path]:
     return key_path, pub_path
 
 
-def _read_key(path: str | os.PathLike[str]) -> bytes:
-    """A key file's bytes; never blocks on a FIFO or a device (``stream-signature`` for those)."""
-    from aos.reader import open_regular
-    from aos.refusals import StreamMissing
+#: The most bytes read from a key file or pipe (a PEM key is a few hundred).
+KEY_MAX_BYTES = 1 << 20
+#: How long a key given through a pipe may take to arrive (``--sign-key <(vault read ...)``).
+PIPE_WAIT_S = 10.0
 
+
+def _read_key(path: str | os.PathLike[str]) -> bytes:
+    """A key's bytes, from a regular file or a pipe (``<(...)``, ``/dev/fd/N``, a FIFO with a writer).
+
+    Never blocks for long: a pipe is read until its end within ``PIPE_WAIT_S``; a FIFO
+    nobody writes to reads as empty; a device, a directory or a terminal is refused
+    (``stream-signature``) without reading it.
+    """
+    import select
+    import stat
+    import time
+
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = open_regular(path)
-    except StreamMissing as exc:
-        raise StreamSignature(f"cannot load key: {exc.detail}") from None
-    with os.fdopen(fd, "rb") as f:
-        return f.read(1 << 20)
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise StreamSignature(f"cannot load key: {path}: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            return os.read(fd, KEY_MAX_BYTES)
+        if not stat.S_ISFIFO(mode):
+            raise StreamSignature(f"cannot load key: {path} is neither a file nor a pipe")
+        data = bytearray()
+        deadline = time.monotonic() + PIPE_WAIT_S
+        while len(data) < KEY_MAX_BYTES:
+            try:  # read first: a FIFO that no writer holds open reads as its end at once
+                chunk = os.read(fd, KEY_MAX_BYTES - len(data))
+            except BlockingIOError:  # a writer, nothing written yet
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise StreamSignature(
+                        f"cannot load key: nothing ended the pipe {path} within {PIPE_WAIT_S:g} s"
+                    ) from None
+                continue
+            if not chunk:
+                break
+            data += chunk
+        return bytes(data)
+    except OSError as exc:
+        raise StreamSignature(f"cannot load key: {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def signer_from_pem(pem: bytes, where: str) -> Signer:
+    """An Ed25519 private key from its PEM bytes; anything else is a ``stream-signature`` refusal naming ``where``."""
+    try:
+        key = serialization.load_pem_private_key(pem, password=None)
+    except (ValueError, TypeError) as exc:
+        raise StreamSignature(f"cannot load private key {where}: {exc}") from exc
+    if not isinstance(key, Ed25519PrivateKey):
+        raise StreamSignature(f"{where} is not an Ed25519 private key")
+    return Signer(key)
 
 
 def load_signer(path: str | os.PathLike[str]) -> Signer:
-    """Load an Ed25519 private key; a bad file is a ``stream-signature`` refusal."""
-    try:
-        key = serialization.load_pem_private_key(_read_key(path), password=None)
-    except (OSError, ValueError, TypeError) as exc:
-        raise StreamSignature(f"cannot load private key {path}: {exc}") from exc
-    if not isinstance(key, Ed25519PrivateKey):
-        raise StreamSignature(f"{path} is not an Ed25519 private key")
-    return Signer(key)
+    """Load an Ed25519 private key from a file or a pipe; a bad one is a ``stream-signature`` refusal."""
+    pem = _read_key(path)
+    if not pem.strip():
+        raise StreamSignature(f"cannot load private key {path}: it holds nothing (a pipe nobody wrote to?)")
+    return signer_from_pem(pem, str(path))
 
 
 def load_public_key(path: str | os.PathLike[str]) -> Verifier:

@@ -137,7 +137,15 @@ def recording_options(func: F) -> F:
             type=click.Path(dir_okay=False, path_type=Path),
             default=None,
             metavar="FILE",
-            help="Ed25519 private key to sign checkpoints and the seal.",
+            help="Ed25519 private key to sign checkpoints and the seal: a file (which the command, running as you, "
+            "can read) or a pipe such as <(...).",
+        ),
+        click.option(
+            "--sign-key-env",
+            default=None,
+            metavar="NAME",
+            help="Sign with the private key (PEM) in environment variable NAME, which is removed from the "
+            "command's environment: the command never sees the key.",
         ),
         click.option("--mask", multiple=True, metavar="VALUE", help="Mask VALUE in everything recorded (repeatable)."),
         click.option(
@@ -216,6 +224,8 @@ def options_from_click(**kwargs: Any) -> RecordOptions:
     labels = kwargs.get("label") or {}
     if not isinstance(labels, dict):  # called with raw K=V strings
         labels = _parse_label(None, None, tuple(labels))  # type: ignore[arg-type]
+    if kwargs.get("sign_key") is not None and kwargs.get("sign_key_env") is not None:
+        raise click.UsageError("give the signing key once: --sign-key FILE or --sign-key-env NAME")
     try:  # read now, before the command runs: a mask that cannot be read must not record in clear
         from_files = mask_file_values(kwargs.get("mask_file") or ())
     except ValueError as exc:
@@ -226,6 +236,7 @@ def options_from_click(**kwargs: Any) -> RecordOptions:
         timeout=kwargs.get("timeout"),
         pty=bool(kwargs.get("pty")),
         sign_key=kwargs.get("sign_key"),
+        sign_key_env=kwargs.get("sign_key_env"),
         masks=(*(kwargs.get("mask") or ()), *from_files),
         mask_env=tuple(kwargs.get("mask_env") or ()),
         env=tuple(kwargs.get("env_names") or ()),

@@ -20,9 +20,11 @@ default one per core, 2 to 4: ``aos.writer.default_encoders``; each adds about
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -79,6 +81,8 @@ class RecordOptions:
     timeout: float | None = None
     pty: bool = False
     sign_key: Path | None = None
+    #: The private key's PEM in this environment variable, which the command never sees (``--sign-key-env``).
+    sign_key_env: str | None = None
     masks: tuple[str, ...] = ()
     mask_env: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
@@ -283,13 +287,10 @@ def _record(
     argv = list(argv)
     cwd = os.getcwd()
     stream_id = new_stream_id()
-    signer = None
-    if options.sign_key is not None:
-        from aos.signing import load_signer  # cryptography: only when signing
-
-        signer = load_signer(options.sign_key)
+    signer, key_pem = _signer(options)
     path = Path(options.out) if options.out is not None else default_out(cwd, stream_id)
-    secrets, unset = secrets_for_recording(os.environ, masks=options.masks, mask_env=options.mask_env)
+    masks = (*options.masks, key_pem) if key_pem else options.masks
+    secrets, unset = secrets_for_recording(command_environ(options), masks=masks, mask_env=options.mask_env)
     for name in unset:
         logger().warning("--mask-env names a variable that is not set: nothing to mask", name=name)
     writer = StreamWriter(
@@ -353,6 +354,42 @@ def _record(
     )
 
 
+def _signer(options: RecordOptions) -> tuple[Any, str | None]:
+    """The seal's signer (None without a key) and, from ``--sign-key-env``, the key's PEM text (masked too).
+
+    A key file is readable by the recorded command, which runs as the same user: said on stderr, since a
+    command that reads it can sign a forgery of its own. From a pipe or the environment it never sees it.
+    """
+    if options.sign_key is None and options.sign_key_env is None:
+        return None, None
+    from aos.refusals import StreamSignature
+    from aos.signing import load_signer, signer_from_pem  # cryptography: only when signing
+
+    if options.sign_key_env is not None:
+        pem = os.environ.get(options.sign_key_env, "")
+        if not pem.strip():
+            raise StreamSignature(f"--sign-key-env {options.sign_key_env}: the variable is not set or empty")
+        return signer_from_pem(pem.encode("utf-8", "surrogateescape"), f"from ${options.sign_key_env}"), pem
+    assert options.sign_key is not None
+    signer = load_signer(options.sign_key)
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.stat(options.sign_key).st_mode):
+            logger().warning(
+                "the signing key is a file the recorded command can read (it runs as you), and with it sign a "
+                "stream of its own; --sign-key-env NAME or a pipe (--sign-key <(...)) keep the key from it",
+                key=str(options.sign_key),
+            )
+    return signer, None
+
+
+def command_environ(options: RecordOptions) -> dict[str, str]:
+    """The recorder's environment less what the command must never see (the ``--sign-key-env`` variable)."""
+    env = dict(os.environ)
+    if options.sign_key_env is not None:
+        env.pop(options.sign_key_env, None)
+    return env
+
+
 def _argv_text(values: Sequence[str], secrets: SecretSet) -> list[str | dict[str, str]]:
     """An argv, masked, as byte text (FORMAT.md 3.7): an item that is not UTF-8 is ``{"bytes_b64": ...}``."""
     return [text_value(mask_text(v, secrets)) for v in values]
@@ -382,7 +419,7 @@ def _run(
             "recorder_argv": _argv_text(sys.argv, secrets),
             "cwd": text_value(cwd),
             # names always, values on the allow-list; the sink masks every event's attrs (byte text included)
-            "env": {text_key(k): text_value(v) for k, v in recorded_env(os.environ, options.env).items()},
+            "env": {text_key(k): text_value(v) for k, v in recorded_env(command_environ(options), options.env).items()},
             "host": text_value(socket.gethostname()),
             "gate": options.gate,
             "labels": {
@@ -526,7 +563,7 @@ def _run_command(
         start = sampler.take_start()
         if start is not None:
             sink.append("device.observed", start)
-    env = dict(os.environ)
+    env = command_environ(options)
     for name in (ENV_STEP, ENV_STDOUT_ID, ENV_STDERR_ID):
         env.pop(name, None)
     env.update(control.env())

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recorder_util import ALPHA, alpha
+from recorder_util import ALPHA, alpha, events, one, output, record
 
 from aos.reader import read_stream
 from aos.refusals import Refusal
@@ -231,3 +231,64 @@ def test_command_of_another_user_cannot_open_the_recorders_descriptors(tmp_path:
         shutil.rmtree(shared, ignore_errors=True)
     assert 0 == p.returncode, p.stderr.decode()
     assert b"denied\n" == p.stdout
+
+
+class TestSigningKeyKeptFromTheCommand:
+    """A command that holds the seal's key can sign a stream of its own, so the key must not reach it.
+
+    ``--sign-key-env NAME`` takes the key from a variable the command's environment never has, and
+    ``--sign-key`` takes a pipe (whose descriptor the command does not inherit) as well as a file.
+    """
+
+    #: The command looks everywhere the recorder could have left the key: its environment, inherited
+    #: descriptors (pipes) and the key file's path.
+    HUNT = (
+        'echo "env:${SEAL_KEY:-absent}"; env | grep -c "PRIVATE KEY" || true; '
+        'for fd in /proc/self/fd/*; do n=${fd##*/}; [ "$n" -gt 2 ] && [ -p "$fd" ] && echo "pipe:$n"; done; true'
+    )
+
+    def test_from_the_environment(self, tmp_path: Path) -> None:
+        key, pub = generate_keypair(tmp_path / "k")
+        pem = key.read_text()
+        proc, path = record(tmp_path, ["sh", "-c", self.HUNT], "--sign-key-env", "SEAL_KEY", env={"SEAL_KEY": pem})
+        assert 0 == proc.returncode, proc.stderr
+        assert b"env:absent\n0\n" == output(events(path))
+        v = verify_stream(path, load_public_key(pub))
+        assert (True, True) == (v.signed, v.signature_checked)
+        opened = one(events(path), "stream.open").attrs
+        assert "SEAL_KEY" not in opened["env"]  # the command's environment never had it
+        body = "".join(pem.splitlines()[1:-1])
+        raw = b"".join(e.attrs_json.encode() + (e.data or b"") for e in events(path))
+        assert body[:40].encode() not in raw
+        assert b"the signing key is a file" not in proc.stderr
+
+    def test_from_a_pipe(self, tmp_path: Path) -> None:
+        key, pub = generate_keypair(tmp_path / "k")
+        out = tmp_path / "p.aos"
+        script = f"exec \"$0\" observe record --sign-key <(cat {key}) --out {out} -- sh -c '{self.HUNT}'"
+        proc = subprocess.run(["bash", "-c", script, ALPHA], capture_output=True, timeout=60, check=False)
+        assert 0 == proc.returncode, proc.stderr
+        assert b"pipe:" not in output(events(out))  # the key's pipe was not handed down
+        assert verify_stream(out, load_public_key(pub)).signature_checked
+        assert b"the signing key is a file" not in proc.stderr
+
+    def test_a_key_file_is_named_as_readable_by_the_command(self, tmp_path: Path) -> None:
+        key, _ = generate_keypair(tmp_path / "k")
+        proc, _ = record(tmp_path, ["true"], "--sign-key", str(key))
+        assert 0 == proc.returncode, proc.stderr
+        assert b"the signing key is a file the recorded command can read" in proc.stderr
+
+    def test_missing_variable_and_silent_pipe_are_refused_before_running(self, tmp_path: Path) -> None:
+        marker = tmp_path / "ran"
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)  # nobody writes to it: empty at once, never a wait
+        for opts in (["--sign-key-env", "NO_SUCH_KEY"], ["--sign-key", str(fifo)]):
+            proc, _ = record(tmp_path, ["touch", str(marker)], *opts, env={"NO_SUCH_KEY": ""}, timeout=30)
+            assert (125, b"refused: stream-signature: ") == (proc.returncode, proc.stderr[:27])
+            assert not marker.exists()
+
+    def test_both_forms_at_once_is_a_usage_error(self, tmp_path: Path) -> None:
+        key, _ = generate_keypair(tmp_path / "k")
+        proc, _ = record(tmp_path, ["true"], "--sign-key", str(key), "--sign-key-env", "X")
+        assert 2 == proc.returncode
+        assert b"give the signing key once" in proc.stderr
