@@ -180,11 +180,13 @@ class TestFileEditedWhileRecording:
 
 PROBE = (
     "import os\n"
-    "try:\n"
-    "    os.listdir(f'/proc/{os.getppid()}/fd')\n"
-    "    print('readable')\n"
-    "except PermissionError:\n"
-    "    print('denied')\n"
+    "recorder = f'/proc/{os.getppid()}'\n"
+    "for probe in (lambda: os.listdir(f'{recorder}/fd'), lambda: open(f'{recorder}/environ').read()):\n"
+    "    try:\n"
+    "        probe()\n"
+    "        print('readable')\n"
+    "    except PermissionError:\n"
+    "        print('denied')\n"
 )
 
 
@@ -209,7 +211,8 @@ def test_recorder_makes_itself_not_dumpable(tmp_path: Path) -> None:
 
 
 def test_command_of_another_user_cannot_open_the_recorders_descriptors(tmp_path: Path) -> None:
-    """Recorder and command as one unprivileged user: the command cannot list /proc/RECORDER/fd."""
+    """Recorder and command as one unprivileged user: the command can neither list /proc/RECORDER/fd nor read
+    /proc/RECORDER/environ (where the key of --sign-key-env is)."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root to drop to an unprivileged user with setpriv")
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
@@ -220,17 +223,32 @@ def test_command_of_another_user_cannot_open_the_recorders_descriptors(tmp_path:
     shared = Path(tempfile.mkdtemp(prefix="aos-nobody-"))  # pytest's own tmp is root's alone
     try:
         shared.chmod(0o777)
+        key, _ = generate_keypair(tmp_path / "k")
         p = subprocess.run(
-            [*nobody, ALPHA, "observe", "record", "--out", str(shared / "d.aos"), "--", python, "-c", PROBE],
+            [
+                *nobody,
+                ALPHA,
+                "observe",
+                "record",
+                "--sign-key-env",
+                "SEAL_KEY",
+                "--out",
+                str(shared / "d.aos"),
+                "--",
+                python,
+                "-c",
+                PROBE,
+            ],
             capture_output=True,
             timeout=60,
             check=False,
             cwd=shared,
+            env={**os.environ, "SEAL_KEY": key.read_text()},
         )
     finally:
         shutil.rmtree(shared, ignore_errors=True)
     assert 0 == p.returncode, p.stderr.decode()
-    assert b"denied\n" == p.stdout
+    assert b"denied\ndenied\n" == p.stdout
 
 
 class TestSigningKeyKeptFromTheCommand:
