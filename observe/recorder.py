@@ -44,6 +44,7 @@ from observe.secrets import MaskingSink, secrets_for_recording
 from observe.spawn import become_subreaper, children_of
 
 if TYPE_CHECKING:
+    from aos.signing import Signer
     from aos.writer import SealInfo, StreamWriter
     from observe.ingest import Control
     from observe.sampler import ObserverOpening, Sampler
@@ -354,7 +355,7 @@ def _record(
     )
 
 
-def _signer(options: RecordOptions) -> tuple[Any, str | None]:
+def _signer(options: RecordOptions) -> tuple[Signer | None, str | None]:
     """The seal's signer (None without a key) and, from ``--sign-key-env``, the key's PEM text (masked too).
 
     A key file is readable by the recorded command, which runs as the same user: said on stderr, since a
