@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aos.event import Event
-from aos.reader import read_stream
+from aos.reader import StreamContents, read_stream
 
 ALPHA = shutil.which("alpha", path=str(Path(sys.executable).parent)) or shutil.which("alpha") or "alpha"
 
@@ -78,3 +78,28 @@ def recorded_stdout_so_far(path: Path) -> bytes:
         return output(read_stream(path).events)
     except Refusal:  # not there yet, or not even its schema written yet
         return b""
+
+
+def kill_recorder_midway(out: Path, script: str, *, lines: int, env: dict[str, str] | None = None) -> StreamContents:
+    """``record -- sh -c SCRIPT`` killed with SIGKILL once ``lines`` lines of stdout are recorded (the command's
+    process group after it); returns what the stream holds: an unsealed prefix."""
+    import contextlib
+    import signal
+
+    proc = subprocess.Popen(
+        [ALPHA, "observe", "record", "--quiet", "--out", str(out), "--", "sh", "-c", script],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        wait_for(lambda: recorded_stdout_so_far(out).count(b"\n") >= lines, timeout=60)
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    contents = read_stream(out)
+    pgid = next(e for e in contents.events if e.kind == "process.start").attrs["pid"]
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    return contents

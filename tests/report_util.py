@@ -7,17 +7,12 @@ SIGKILL mid-run; it returns their paths by name.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from recorder_util import ALPHA, alpha, recorded_stdout_so_far, wait_for
-
-from aos.reader import read_stream
+from recorder_util import alpha, kill_recorder_midway
 
 GATE = """\
 [gate]
@@ -106,22 +101,7 @@ def recorded_streams(d: Path) -> dict[str, Path]:
 def killed(out: Path) -> Path:
     """A recorder killed with SIGKILL while its command runs a step and prints: an unsealed stream."""
     script = "alpha observe step work -- sh -c 'i=0; while :; do i=$((i+1)); echo line-$i; sleep 0.002; done'"
-    proc = subprocess.Popen(
-        [ALPHA, "observe", "record", "--quiet", "--out", str(out), "--", "sh", "-c", script],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=_env(),
-    )
-    try:
-        wait_for(lambda: recorded_stdout_so_far(out).count(b"\n") >= 100, timeout=60)
-        proc.kill()
-        proc.wait(timeout=30)
-    finally:
-        proc.kill()
-    contents = read_stream(out)
-    pgid = next(e for e in contents.events if e.kind == "process.start").attrs["pid"]
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
+    kill_recorder_midway(out, script, lines=100, env=_env())
     return out
 
 

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import resource
-import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from recorder_util import ALPHA, events, kinds, one, output, recorded_stdout_so_far, wait_for
+from recorder_util import ALPHA, events, kill_recorder_midway, kinds, one, output
 from recorder_util import record as record_cli
 
-from aos.reader import read_stream
 from aos.refusals import StreamUnsealed, StreamWrite
 from aos.signing import generate_keypair, load_public_key
 from aos.verify import verify_stream
@@ -27,21 +23,7 @@ class TestKilledRecorder:
         """kill -9 of the recorder mid-output leaves complete batches that read back and verify as unsealed."""
         out = tmp_path / "killed.aos"
         script = "i=0; while :; do i=$((i+1)); echo line-$i; sleep 0.002; done"
-        proc = subprocess.Popen(
-            [ALPHA, "observe", "record", "--quiet", "--out", str(out), "--", "sh", "-c", script],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            wait_for(lambda: recorded_stdout_so_far(out).count(b"\n") >= 200)
-            proc.kill()
-            proc.wait(timeout=10)
-        finally:
-            proc.kill()
-        contents = read_stream(out)
-        pgid = next(e for e in contents.events if e.kind == "process.start").attrs["pid"]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
+        contents = kill_recorder_midway(out, script, lines=200)
         assert "seal" not in kinds(contents.events)
         lines = output(contents.events).split(b"\n")
         complete = lines[:-1]

@@ -24,7 +24,8 @@ def _clock() -> object:
     return now
 
 
-def _write(path: Path, *, pipelined: bool, events: int = 300) -> None:
+def _write(path: Path, *, pipelined: bool, events: int = 300, encoders: int | None = None) -> int:
+    """Write the same events as every other call; returns the writer's number of encoders."""
     w = StreamWriter(
         path,
         stream_id="0123456789abcdef0123456789abcdef",
@@ -34,10 +35,12 @@ def _write(path: Path, *, pipelined: bool, events: int = 300) -> None:
         batch_max_events=7,
         clock=_clock(),  # type: ignore[arg-type]
         pipelined=pipelined,
+        encoders=encoders,
     )
     for i in range(events):
         w.append("stdout", {"i": i}, bytes([i % 256]) * (i * 37 % 5000))
     w.seal()
+    return w.encoders
 
 
 class TestPipelinedWriter:
@@ -80,21 +83,7 @@ class TestEncoderPool:
     def test_any_pool_size_writes_the_same_bytes(self, tmp_path: Path, encoders: int) -> None:
         """More encoders than batches in flight, or one: the file is the synchronous writer's, byte for byte."""
         _write(tmp_path / "sync.aos", pipelined=False)
-        w = StreamWriter(
-            tmp_path / "pool.aos",
-            stream_id="0123456789abcdef0123456789abcdef",
-            flush_interval=3600,
-            checkpoint_interval=3600,
-            background_flush=False,
-            batch_max_events=7,
-            clock=_clock(),  # type: ignore[arg-type]
-            pipelined=True,
-            encoders=encoders,
-        )
-        assert encoders == w.encoders
-        for i in range(300):
-            w.append("stdout", {"i": i}, bytes([i % 256]) * (i * 37 % 5000))
-        w.seal()
+        assert encoders == _write(tmp_path / "pool.aos", pipelined=True, encoders=encoders)
         assert (tmp_path / "sync.aos").read_bytes() == (tmp_path / "pool.aos").read_bytes()
 
     def test_default_pool_follows_the_cores(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,15 +30,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from blake3 import blake3
-
 from aos.refusals import Refusal, StreamMissing
 from tracker.attach import trusted_keys
 from tracker.backends import Connection, db_errors, db_message, is_sqlite, migration_record_problems
 from tracker.db import expected_schema, migrations, schema_cookie
 from tracker.journal import JournalCheck
 from tracker.journal import check as check_journal
-from tracker.streams import DERIVED, derive
+from tracker.streams import DERIVED, derive, file_blake3
 
 if TYPE_CHECKING:
     from aos.signing import Verifier
@@ -104,14 +102,6 @@ def expected_triggers() -> dict[str, str]:
     return {name: sql for (kind, name), sql in expected_schema().items() if kind == "trigger"}
 
 
-def _digest(path: Path) -> str:
-    h = blake3()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 #: Columns a tracker older than migration 3 did not record: null there means "not recorded", not a lie.
 _LEGACY_NULL = frozenset({"recorded_at", "devices"})
 
@@ -128,7 +118,7 @@ def _check_stream(row: Any, keys: dict[str, Verifier]) -> StreamFinding:
         facts = derive(path, keys, require_trusted=False)
     except Refusal as exc:
         try:
-            now = _digest(path)
+            now = file_blake3(path)
         except OSError:  # pragma: no cover - vanished between the checks
             return finding("missing", "the file is gone")
         changed = "bytes unchanged" if now == row["file_digest"] else f"file blake3 now {now}"

@@ -301,16 +301,6 @@ def _redact(location: str) -> str:
     return _USERINFO.sub(r"\1***@", location)
 
 
-def _file_blake3(path: Path) -> str:
-    from blake3 import blake3
-
-    h = blake3()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -386,7 +376,9 @@ def _locate(view: StreamView, fetch_dir: Path) -> Path | None:
         if not path.is_file():
             view.state, view.detail = "missing", "the file is gone"
             return None
-        digest = _file_blake3(path)
+        from tracker.streams import file_blake3
+
+        digest = file_blake3(path)
     except OSError as exc:
         view.state, view.detail = "missing", f"the file cannot be read: {exc.strerror or exc}"
         return None
