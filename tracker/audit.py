@@ -36,7 +36,7 @@ from tracker.backends import Connection, db_errors, db_message, is_sqlite, migra
 from tracker.db import expected_schema, migrations, schema_cookie
 from tracker.journal import JournalCheck
 from tracker.journal import check as check_journal
-from tracker.streams import DERIVED, derive, file_blake3
+from tracker.streams import derive, file_blake3
 
 if TYPE_CHECKING:
     from aos.signing import Verifier
@@ -102,10 +102,6 @@ def expected_triggers() -> dict[str, str]:
     return {name: sql for (kind, name), sql in expected_schema().items() if kind == "trigger"}
 
 
-#: Columns a tracker older than migration 3 did not record: null there means "not recorded", not a lie.
-_LEGACY_NULL = frozenset({"recorded_at", "devices"})
-
-
 def _check_stream(row: Any, keys: dict[str, Verifier]) -> StreamFinding:
     path = Path(row["path"])
 
@@ -124,7 +120,7 @@ def _check_stream(row: Any, keys: dict[str, Verifier]) -> StreamFinding:
         changed = "bytes unchanged" if now == row["file_digest"] else f"file blake3 now {now}"
         return finding("changed", f"no longer verifies ({exc.diagnostics()}); {changed}")
     derived = facts.columns()
-    differ = [c for c in DERIVED if row[c] != derived[c] and not (c in _LEGACY_NULL and row[c] is None)]
+    differ = facts.differing(row)
     if differ:
         said = "; ".join(f"{c} {row[c]!r} in the tracker, {derived[c]!r} in the stream" for c in differ)
         return finding("changed", f"the tracker's row differs from the stream: {said}", differ)

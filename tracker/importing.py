@@ -60,7 +60,7 @@ from tracker.refusals import (
     TrackerSchema,
     TrackerStreamChanged,
 )
-from tracker.streams import DERIVED, StreamFacts, derive
+from tracker.streams import StreamFacts, derive
 
 __all__ = ["ImportResult", "SourceSnapshot", "import_tracker", "open_source", "read_source"]
 
@@ -80,9 +80,6 @@ _READ = {
     "measurements": "id",
     "item_evidence": "item_id, evidence_id",
 }
-
-#: Legacy evidence (attached before migration 3) has these null; the stream gives them now.
-_LEGACY_NULL = frozenset({"recorded_at", "devices"})
 
 
 def _redact(target: str) -> str:
@@ -250,7 +247,7 @@ def _derive(row: dict[str, Any], keys: dict[str, Any]) -> StreamFacts:
     else:
         facts = derive(Path(row["path"]), keys, require_trusted=True)
     derived = facts.columns()
-    differ = [c for c in DERIVED if row[c] != derived[c] and not (c in _LEGACY_NULL and row[c] is None)]
+    differ = facts.differing(row)
     if differ:
         said = "; ".join(f"{c} {row[c]!r} in the source, {derived[c]!r} in the stream" for c in differ)
         raise TrackerStreamChanged(f"import: stream {row['stream_id']} is not what the source recorded: {said}")

@@ -390,7 +390,7 @@ def _locate(view: StreamView, fetch_dir: Path) -> Path | None:
 
 
 def _check(view: StreamView, path: Path, keys: Mapping[str, Verifier]) -> None:
-    from tracker.streams import DERIVED, derive
+    from tracker.streams import derive
 
     try:
         facts = derive(path, keys, require_trusted=False)
@@ -400,9 +400,7 @@ def _check(view: StreamView, path: Path, keys: Mapping[str, Verifier]) -> None:
     view.facts, view.local = facts, path
     derived = facts.columns()
     row = view.row
-    # A row attached before migration 3 has no recording time or devices: null there is "not recorded".
-    legacy = {"recorded_at", "devices"}
-    differ = [c for c in DERIVED if row[c] != derived[c] and not (c in legacy and row[c] is None)]
+    differ = facts.differing(row)
     view.differ = [f"{c}: {row[c]!r} in the tracker, {derived[c]!r} in the stream" for c in differ]
     if differ:
         view.state = "disagrees"

@@ -51,6 +51,10 @@ DERIVED = (
 )
 
 
+#: Columns a tracker older than migration 3 did not record: null there means "not recorded", not a lie.
+_LEGACY_NULL = frozenset({"recorded_at", "devices"})
+
+
 @dataclass(frozen=True)
 class StreamFacts:
     """Every derived evidence column of one verified stream."""
@@ -69,6 +73,12 @@ class StreamFacts:
     recorded_at: str | None
     devices: tuple[str, ...]
     signature_checked: bool
+
+    def differing(self, row: Mapping[str, Any]) -> list[str]:
+        """The :data:`DERIVED` columns where an evidence ``row`` says other than this stream. A row attached
+        before migration 3 has ``recorded_at`` and ``devices`` null: there that means "not recorded"."""
+        derived = self.columns()
+        return [c for c in DERIVED if row[c] != derived[c] and not (c in _LEGACY_NULL and row[c] is None)]
 
     def columns(self) -> dict[str, Any]:
         """The values of :data:`DERIVED`, as the evidence table holds them."""
