@@ -443,7 +443,7 @@ class StreamWriter:
         end at this writer's head: those checks can only be made when the whole
         copy has been read, so they are made when the iteration ends, and a
         caller must consume the iterator to its end before it acts on what it
-        yielded (``observe.gating`` does, before it appends a verdict). Raises
+        yielded (``observe.recorder.gating`` does, before it appends a verdict). Raises
         ``StreamWrite`` (at the start or at the end) when there is no copy, it
         cannot be read, or it disagrees with what was written.
         """

@@ -133,7 +133,7 @@ def log_pool(rng: random.Random, n: int = 64, size: int = 48 << 10) -> list[byte
 
 _CHILD = r"""
 import json, resource, sys, time
-from observe.query import expand_paths, open_sources, query_sources
+from observe.query.run import expand_paths, open_sources, query_sources
 sql, folder = sys.argv[1], sys.argv[2]
 t0 = time.perf_counter()
 paths, skipped = expand_paths([folder])

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 CHILD = """
 import sys, time, resource
 from pathlib import Path
-from observe.report import write_report
+from observe.report.write import write_report
 t = time.perf_counter()
 facts = write_report(Path(sys.argv[1]), Path(sys.argv[2]))
 wall = time.perf_counter() - t
@@ -87,7 +87,7 @@ def measure(stream: Path, work: Path) -> tuple[float, int, int, int, float]:
 def main() -> None:
     from report_util import synthetic_stream
 
-    from observe.report import CAPS
+    from observe.report.write import CAPS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("size", nargs="?", default=os.environ.get("AOS_BENCH_REPORT_SIZE", "1G"), type=size_arg)

@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_record import ALPHA, make_log, parse_size, timed
 
-from observe.devices import gpu_telemetry, observation
-from observe.sampler import ProcessTree
-from observe.simulated import SimulatedObserver
+from observe.devices.observers import gpu_telemetry, observation
+from observe.devices.simulated import SimulatedObserver
+from observe.recorder.sampler import ProcessTree
 
 
 def _gpus_file(tmp: Path) -> Path:
@@ -68,7 +68,7 @@ def per_sample_cost(tmp: Path, tree_size: int, n: int, *, real: bool = False) ->
         tree = ProcessTree()
         observer: Any = SimulatedObserver(str(_gpus_file(tmp)))
         if real:
-            from observe.devices import NvmlObserver
+            from observe.devices.observers import NvmlObserver
 
             observer = NvmlObserver.open(required=True)
             if observer.name != "nvml" or observer.error:

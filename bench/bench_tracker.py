@@ -41,7 +41,7 @@ from tracker.status import next_items, status
 from tracker.testing import sealed_stream
 
 # `alpha`, as this interpreter imports it (a copy of the tree on PYTHONPATH is what gets measured).
-ALPHA = [sys.executable, "-c", "from observe.cli import main; main()"]
+ALPHA = [sys.executable, "-c", "from observe.cli.root import main; main()"]
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:

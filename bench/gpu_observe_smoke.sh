@@ -29,7 +29,7 @@ if command -v alpha >/dev/null 2>&1; then
     ALPHA=(alpha)
 else
     export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-    ALPHA=(python3 -c 'import sys; sys.argv[0] = "alpha"; from observe.cli import main; main()')
+    ALPHA=(python3 -c 'import sys; sys.argv[0] = "alpha"; from observe.cli.root import main; main()')
 fi
 GPU=${GPU:-0}
 

@@ -4,8 +4,9 @@ A gate (``Gate``, read from TOML by ``load_gate`` or found by ``resolve_gate``)
 is evaluated over a stream's events by ``evaluate`` to a ``Verdict`` of
 ``Check``s (``evaluate_events`` never raises: the verdict must be sealed).
 ``gates`` is a pure library over events: it imports ``aos`` only, and the
-recorder (``observe.gating.run_gate``) composes the two. docs/GATES.md documents the language. Names load lazily, so the
-light commands that import the CLI never pay for the engine.
+recorder (``observe.recorder.gating.run_gate``) composes the two. docs/GATES.md documents
+the language. Names load lazily, so the light commands that import the CLI never pay for
+the engine.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``gates`` is a library over events: it never records, and it never decides
 where events come from. The recorder hands it the events its own writer
-appended (``observe.gating``); ``evaluate_stream`` is for a stream file read
+appended (``observe.recorder.gating``); ``evaluate_stream`` is for a stream file read
 back later, e.g. to check that a sealed verdict equals a fresh evaluation.
 """
 

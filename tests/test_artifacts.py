@@ -16,8 +16,8 @@ from blake3 import blake3
 from recorder_util import ALPHA, events, index, record
 
 from aos.verify import verify_stream
-from observe import artifacts
-from observe.masking import Scanner
+from observe.recorder import artifacts
+from observe.secrets.masking import Scanner
 
 
 def _files(evs: list[Any]) -> dict[str, dict[str, Any]]:

@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from aos.signing import Signer, load_signer
 from gates.testing import SyntheticStream
-from observe.attest import PAYLOAD_TYPE, attest, level, pae
-from observe.cli import main
+from observe.cli.root import main
+from observe.interop.attest import PAYLOAD_TYPE, attest, level, pae
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 EXIT_ZERO_TOML = Path(__file__).resolve().parent.parent / "gates" / "builtin" / "exit-zero.toml"
@@ -542,18 +542,18 @@ class TestReadOnce:
 
     def test_attest_reads_the_file_once(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """attest reads the stream file once, also when it re-verifies the seal with the attester's key."""
-        import observe.export
+        import observe.interop.export
 
         _key, _pub, signer = keypair(tmp_path, "k")
         stream = gated(tmp_path / "s.aos", signer=signer)
         reads: list[Path] = []
-        real = observe.export._read_once
+        real = observe.interop.export._read_once
 
         def counting(path: Path) -> bytes:
             reads.append(path)
             return real(path)
 
-        monkeypatch.setattr(observe.export, "_read_once", counting)
+        monkeypatch.setattr(observe.interop.export, "_read_once", counting)
         a = attest(stream, signer=signer)
         assert [stream] == reads
         assert a.statement["predicate"]["pkg:pypi/alpha-observe"]["seal"]["signature_checked"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from recorder_util import ALPHA, alpha, events, index, kinds, one, output, record
 
-from observe.channel import FrameReader, ReceiptTail, encode_frame, parse_receipt_line, receipt_line
+from observe.channel.protocol import FrameReader, ReceiptTail, encode_frame, parse_receipt_line, receipt_line
 
 
 class TestParseReceiptLine:
@@ -209,7 +209,7 @@ class TestLightPath:
         """receipt and step never import pyarrow (python -X importtime shows every import)."""
         receipts = tmp_path / "receipts"
         receipts.write_bytes(b"")
-        code = f"import sys; sys.argv = ['alpha', 'observe', *{args!r}]; from observe.cli import main; main()"
+        code = f"import sys; sys.argv = ['alpha', 'observe', *{args!r}]; from observe.cli.root import main; main()"
         env = dict(os.environ, AOS_RECEIPTS=str(receipts), AOS_CONTROL=str(tmp_path / "none"))
         proc = subprocess.run(
             [sys.executable, "-X", "importtime", "-c", code], capture_output=True, env=env, check=False

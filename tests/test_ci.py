@@ -18,7 +18,7 @@ from aos.verify import verify_stream
 from gates.report import github_annotations, markdown
 from gates.testing import SyntheticStream
 from gates.verdict import Check, Verdict
-from observe.ci import Markers, detect, github_output_lines, parse_github_file
+from observe.ci.systems import Markers, detect, github_output_lines, parse_github_file
 
 #: A lane with a step, a nested step, a step whose output ends mid-line, and output outside steps.
 LANE = (

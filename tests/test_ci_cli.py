@@ -19,7 +19,7 @@ from recorder_util import ALPHA, alpha, events
 from aos.verify import verify_stream
 from gates.testing import SyntheticStream
 from gates.verdict import Check, Verdict
-from observe.cli import main
+from observe.cli.root import main
 
 
 def gate_stream(tmp_path: Path, script: str, *opts: str) -> tuple[subprocess.CompletedProcess[bytes], Path]:

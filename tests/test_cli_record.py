@@ -9,8 +9,8 @@ import click
 from click.testing import CliRunner
 from recorder_util import alpha, events
 
-from observe.cli_record import COMMANDS, options_from_click, recording_options
-from observe.recorder import RecordOptions
+from observe.cli.record import COMMANDS, options_from_click, recording_options
+from observe.recorder.record import RecordOptions
 
 
 class TestRecordingOptions:

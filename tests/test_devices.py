@@ -16,7 +16,7 @@ import pytest
 from recorder_util import events, index, kinds, one, output, record
 
 from aos.event import Event
-from observe.devices import (
+from observe.devices.observers import (
     BUSY_MEMORY,
     DeviceReading,
     GpuReading,
@@ -25,7 +25,7 @@ from observe.devices import (
     lane_configs,
     observation,
 )
-from observe.simulated import SimulatedObserver
+from observe.devices.simulated import SimulatedObserver
 
 FAST = ("--sample-interval", "0.05")
 GIB = 1 << 30
@@ -253,9 +253,9 @@ class TestModes:
         driver.write_text(
             "import sys\n"
             "import pynvml\n"
-            "from observe import devices\n"
+            "from observe.devices import observers as devices\n"
             f"{patch}\n"
-            "from observe.cli import main\n"
+            "from observe.cli.root import main\n"
             "sys.argv = ['alpha', 'observe', 'record', *sys.argv[1:]]\n"
             "main()\n"
         )
@@ -497,7 +497,7 @@ class TestLaneConfig:
         forger = tmp_path / "forge.py"
         forger.write_text(
             "import json, os, socket\n"
-            "from observe.channel import encode_json\n"
+            "from observe.channel.protocol import encode_json\n"
             "s = socket.socket(socket.AF_UNIX); s.connect(os.environ['AOS_CONTROL'])\n"
             "s.sendall(encode_json({'op': 'artifact', 'paths': ['lane.toml'], 'cwd': os.getcwd(), 'step': None,\n"
             "  'origin': 'recorder', 'env': 'ALPHA_PARTITIONED_DEVICE_CONFIG'}))\n"
@@ -528,7 +528,7 @@ class TestStepPid:
         liar = tmp_path / "liar.py"
         liar.write_text(
             "import os, socket\n"
-            "from observe.channel import encode_json\n"
+            "from observe.channel.protocol import encode_json\n"
             "s = socket.socket(socket.AF_UNIX); s.connect(os.environ['AOS_CONTROL'])\n"
             "s.sendall(encode_json({'op': 'step.start', 'span': 'abcd', 'name': 'liar', 'argv': [], 'parent': None,"
             " 'pid': 1}))\n"
@@ -553,7 +553,7 @@ class TestProcessTree:
         import signal
         import time
 
-        from observe.sampler import ProcessTree
+        from observe.recorder.sampler import ProcessTree
 
         proc = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30 & wait"])
         kids: list[int] = []
@@ -584,7 +584,7 @@ class TestProcessTree:
     def test_a_walk_that_misses_the_command_falls_back_to_psutil(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Where the children files do not list the command (a kernel without them), psutil finds the tree."""
 
-        from observe import sampler
+        from observe.recorder import sampler
 
         proc = subprocess.Popen(["sleep", "30"])
         try:
@@ -620,7 +620,7 @@ class TestOddArgv:
         """A process that exec()s keeps its pid: the next sample reads its new argv, not the old one."""
         import time
 
-        from observe.sampler import ProcessTree
+        from observe.recorder.sampler import ProcessTree
 
         code = "import os, time; time.sleep(2); os.execv('/bin/sleep', ['sleep', '30'])"
         child = subprocess.Popen([sys.executable, "-c", code])

@@ -21,7 +21,7 @@ from recorder_util import alpha
 from aos.event import Event
 from aos.reader import read_stream
 from gates.testing import SyntheticStream
-from observe.cli import main
+from observe.cli.root import main
 
 # A lane with nested steps, output on both channels, receipts outside and inside a step,
 # a captured file, and a failing step; the command itself exits 0.

@@ -190,7 +190,7 @@ class TestFuzzCli:
     _exception: BaseException | None = None
 
     def _cli_verify(self, path: Path) -> tuple[int, str, str]:
-        from observe.cli import main
+        from observe.cli.root import main
 
         result = CliRunner().invoke(main, ["observe", "verify", str(path)])
         self._exception = result.exception if not isinstance(result.exception, SystemExit) else None
@@ -228,7 +228,7 @@ class TestFuzzCli:
             [
                 sys.executable,
                 "-c",
-                "from observe.cli import main; main()",
+                "from observe.cli.root import main; main()",
                 "observe",
                 "verify",
                 str(ASSETS / "flipped-byte.aos"),
@@ -277,7 +277,7 @@ REFUSALS = (
 
 def run_read_command(args: tuple[str, ...], path: Path) -> tuple[int, str]:
     """One read command in process: its exit code and stderr; any exception but SystemExit fails the test."""
-    from observe.cli import main
+    from observe.cli.root import main
 
     result = CliRunner().invoke(main, ["observe", args[0], str(path), *args[1:]])
     if result.exception is not None and not isinstance(result.exception, SystemExit):
@@ -293,7 +293,7 @@ def run_read_command(args: tuple[str, ...], path: Path) -> tuple[int, str]:
 
 def run_tail(path: Path) -> bool | str:
     """``tail`` (the library behind `alpha observe tail`) with a short idle limit: True at the seal, or a refusal."""
-    from observe.tail import follow
+    from observe.readback.tail import follow
 
     with open(os.devnull, "wb") as sink:
         try:
@@ -366,7 +366,7 @@ class TestFuzzEveryReadCommand:
                 [
                     sys.executable,
                     "-c",
-                    "from observe.cli import main; main()",
+                    "from observe.cli.root import main; main()",
                     "observe",
                     "tail",
                     str(ASSETS / name),
@@ -383,7 +383,7 @@ class TestFuzzEveryReadCommand:
 
 def run_gate_file(path: Path, tmp_path: Path) -> None:
     """`gates --gate-file` and `gate --gate-file` in process: exit 0, 1, 2 or 3, never an exception."""
-    from observe.cli import main
+    from observe.cli.root import main
 
     for argv in (
         ["observe", "gates", "--gate-file", str(path)],
@@ -491,7 +491,7 @@ class TestFuzzGateFiles:
             [
                 sys.executable,
                 "-c",
-                "from observe.cli import main; main()",
+                "from observe.cli.root import main; main()",
                 "observe",
                 "gates",
                 "--gate-file",

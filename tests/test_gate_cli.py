@@ -16,8 +16,8 @@ from gates.engine import evaluate
 from gates.evaluation import evaluate_stream
 from gates.registry import resolve_gate
 from gates.testing import SyntheticStream
-from observe.gating import run_gate
-from observe.recorder import RecordOptions
+from observe.recorder.gating import run_gate
+from observe.recorder.record import RecordOptions
 
 LANE = Path(__file__).resolve().parent / "mutants" / "device_lane.sh"
 

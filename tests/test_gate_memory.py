@@ -27,8 +27,8 @@ from gates.evidence import STDOUT_TAIL, Evidence
 from gates.language import parse_gate_text
 from gates.registry import builtin_gates, resolve_gate
 from gates.testing import SyntheticStream, device_lane
-from observe.gating import run_gate
-from observe.recorder import RecordOptions
+from observe.recorder.gating import run_gate
+from observe.recorder.record import RecordOptions
 
 
 def _writer_with_batches(path: Path, batches: int = 12) -> StreamWriter:

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from recorder_util import ALPHA, events, record
 
-from observe.channel import FrameReader, encode_json
-from observe.recorder import RecordOptions
-from observe.recorder import record as run_record
+from observe.channel.protocol import FrameReader, encode_json
+from observe.recorder.record import RecordOptions
+from observe.recorder.record import record as run_record
 
 
 def _env_of(path: Path) -> dict[str, str]:

@@ -90,7 +90,7 @@ def test_no_import_cycles() -> None:
 
 def test_the_check_sees_a_violation() -> None:
     """The checker itself works: gates importing the recorder would be found."""
-    tree_text = "def f():\n    from observe.recorder import record\n"
+    tree_text = "def f():\n    from observe.recorder.record import record\n"
     tree = ast.parse(tree_text)
     node = next(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
     assert node.module in MODULES

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from recorder_util import events, output, record
 
-from observe.masking import (
+from observe.secrets.masking import (
     MASK,
     MEMMEM_MIN,
     Masker,

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from aos.refusals import QuerySQL, StreamSeal, refusal_by_name
 from aos.writer import StreamWriter
 from gates.testing import SyntheticStream
-from observe.cli import main
-from observe.query import (
+from observe.cli.root import main
+from observe.query.run import (
     CHECK_COLUMNS,
     EVENT_COLUMNS,
     STREAM_COLUMNS,
@@ -93,7 +93,7 @@ def fleet(tmp_path: Path) -> Path:
 
 class TestTables:
     def test_columns_are_the_documented_ones(self, fleet: Path) -> None:
-        """events, streams and checks have exactly the columns observe.query (and docs/QUERY.md) name."""
+        """events, streams and checks have exactly the columns observe.query.run (and docs/QUERY.md) name."""
         for table, cols in (("events", EVENT_COLUMNS), ("streams", STREAM_COLUMNS), ("checks", CHECK_COLUMNS)):
             assert list(cols) == run_query(f"SELECT * FROM {table} LIMIT 0", [str(fleet)]).columns
         doc = DOCS.read_text(encoding="utf-8")
@@ -402,7 +402,7 @@ class TestRefusals:
         self, fleet: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """Bytes that change between verification and the scan (of a stream too big to keep) stop it: stream-seal."""
-        monkeypatch.setattr("observe.query_sources.SMALL_STREAM", 0)
+        monkeypatch.setattr("observe.query.sources.SMALL_STREAM", 0)
         paths, _ = expand_paths([str(fleet)])
         sources, _ = open_sources(paths)
         lane_stream(fleet / "other.aos", steps={"build": 1})
@@ -428,8 +428,8 @@ class TestRefusals:
         """Streams decoded during verification, re-read by the scan, or some of each, give the same rows."""
         sql = "SELECT stream_id, seq, kind, name, exit_code, gate, data FROM events ORDER BY stream_id, seq"
         expected = run_query(sql, [str(fleet)]).rows
-        monkeypatch.setattr("observe.query_sources.SMALL_STREAM", small)
-        monkeypatch.setattr("observe.query_sources.CACHE_BUDGET", budget)
+        monkeypatch.setattr("observe.query.sources.SMALL_STREAM", small)
+        monkeypatch.setattr("observe.query.sources.CACHE_BUDGET", budget)
         paths, _ = expand_paths([str(fleet)])
         sources, _ = open_sources(paths)
         assert kept == sum(s.batches is not None for s in sources)  # each fleet stream keeps about 3 KB

@@ -15,7 +15,7 @@ from recorder_util import record as record_cli
 from aos.refusals import StreamUnsealed, StreamWrite
 from aos.signing import generate_keypair, load_public_key
 from aos.verify import verify_stream
-from observe.recorder import RecordOptions, record
+from observe.recorder.record import RecordOptions, record
 
 
 class TestKilledRecorder:
@@ -79,7 +79,7 @@ class TestUnwritable:
                         return os.write(fd, data)
 
                 w.os = FullDisk()
-                from observe.cli import main
+                from observe.cli.root import main
                 sys.argv = ["alpha", "observe", "record", "--out", sys.argv[1], "--", "sh", "-c", sys.argv[2]]
                 main()
                 """
@@ -186,12 +186,12 @@ def test_recording_output_keeps_memory_bounded(tmp_path: Path) -> None:
 
 def test_recorder_bug_still_seals_and_exits_125(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An unexpected error inside the recorder is recorded as recorder.error; the stream is sealed; exit 125."""
-    import observe.ingest
+    import observe.recorder.control
 
     def broken(self: object, *a: object, **k: object) -> None:
         raise RuntimeError("channel broke")
 
-    monkeypatch.setattr(observe.ingest.Control, "poll_receipts", broken)
+    monkeypatch.setattr(observe.recorder.control.Control, "poll_receipts", broken)
     result = record(["sleep", "0.2"], RecordOptions(out=tmp_path / "bug.aos", quiet=True))
     assert (125, True) == (result.exit_code, result.recorder_failed)
     assert "channel broke" in one(events(tmp_path / "bug.aos"), "recorder.error").attrs["error"]

@@ -160,8 +160,8 @@ class TestStrayWriters:
 
 def test_exit_code_of_record_matches_python_api(tmp_path: Path) -> None:
     """The library's RecordResult carries the same codes the CLI exits with."""
-    from observe.recorder import RecordOptions
-    from observe.recorder import record as run
+    from observe.recorder.record import RecordOptions
+    from observe.recorder.record import record as run
 
     result = run(
         [sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"], RecordOptions(out=tmp_path / "a.aos", quiet=True)

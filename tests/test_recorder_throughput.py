@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import pytest
 from recorder_util import ALPHA, events, output, record
 
-from observe import capture
-from observe.capture import Capture, _Source
-from observe.masking import Masker, SecretSet
+from observe.recorder import capture
+from observe.recorder.capture import Capture, _Source
+from observe.secrets.masking import Masker, SecretSet
 
 PY = sys.executable
 
@@ -145,7 +145,7 @@ def test_the_allocator_choice_stays_in_the_recorder(tmp_path: Path, outer: str |
 )
 def test_encoders_tuning_variable(monkeypatch: pytest.MonkeyPatch, value: str, expected: int | None) -> None:
     """ALPHA_OBSERVE_ENCODERS picks the compressing threads (1 to 64); anything else keeps the per-core default."""
-    from observe.recorder import _encoders
+    from observe.recorder.record import _encoders
 
     monkeypatch.setenv("ALPHA_OBSERVE_ENCODERS", value)
     assert expected == _encoders()

@@ -15,9 +15,9 @@ from report_util import IMG, SCRIPT, recorded_streams, synthetic_stream
 
 from aos.signing import load_public_key
 from aos.verify import verify_stream
-from observe.plots import BUCKETS, Series, line_plot
-from observe.report import CAPS, Caps, ReportFacts, build_model, write_report
-from observe.report_page import render
+from observe.report.page import render
+from observe.report.plots import BUCKETS, Series, line_plot
+from observe.report.write import CAPS, Caps, ReportFacts, build_model, write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -197,7 +197,7 @@ class TestForgery:
 
     def test_osc_hyperlinks_never_become_links(self) -> None:
         """An OSC 8 hyperlink in output becomes its text: ansi2html would make an <a> of it."""
-        from observe.report import ansi_html
+        from observe.report.write import ansi_html
 
         html = ansi_html(b"\x1b]8;;javascript:alert(1)\x07click\x1b]8;;\x07 \x1b]0;title\x1b\\<b>")
         assert "click &lt;b&gt;" == html
@@ -266,7 +266,7 @@ class TestCli:
 
     def test_record_does_not_import_the_template_engine(self) -> None:
         """Loading the CLI (as ``record -- true`` does) imports neither jinja2 nor ansi2html."""
-        code = "import sys, observe.cli; print(sorted(m for m in ('jinja2', 'ansi2html') if m in sys.modules))"
+        code = "import sys, observe.cli.root; print(sorted(m for m in ('jinja2', 'ansi2html') if m in sys.modules))"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, text=True).stdout
         assert "[]" == out.strip()
 

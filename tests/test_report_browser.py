@@ -10,7 +10,7 @@ from browser_util import rendered
 from report_util import recorded_streams
 
 from aos.reader import read_stream
-from observe.report import write_report
+from observe.report.write import write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(ROOT.glob("samples/evidence/*/**/*.report.html"))
@@ -27,7 +27,7 @@ def streams(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _expected(stream: Path) -> tuple[list[str], list[str]]:
     """The step names and check names the stream holds (as the recorder and the gate wrote them)."""
-    from observe.report import text
+    from observe.report.write import text
 
     events = read_stream(stream).events
     steps = [text(e.attrs.get("name"), 256) for e in events if e.kind == "step.start"]

@@ -15,10 +15,10 @@ import pytest
 from recorder_util import alpha, events, one, output, record
 
 from aos.event import Event
-from observe import artifacts
-from observe.envpolicy import ALLOWED_NAMES, ALLOWED_PREFIXES, NOT_RECORDED, is_allowed, recorded_env
-from observe.masking import MASK, SECRET_NAME_PARTS, SECRET_NAME_WORDS, Scanner, SecretSet
-from observe.secrets import read_mask_file, secrets_for_recording
+from observe.recorder import artifacts
+from observe.secrets.envpolicy import ALLOWED_NAMES, ALLOWED_PREFIXES, NOT_RECORDED, is_allowed, recorded_env
+from observe.secrets.masking import MASK, SECRET_NAME_PARTS, SECRET_NAME_WORDS, Scanner, SecretSet
+from observe.secrets.sources import read_mask_file, secrets_for_recording
 
 
 def _blob(evs: list[Event]) -> bytes:
@@ -180,8 +180,8 @@ class TestMaskSources:
         import click
         from click.testing import CliRunner
 
-        from observe.cli_record import options_from_click, recording_options
-        from observe.recorder import RecordOptions
+        from observe.cli.record import options_from_click, recording_options
+        from observe.recorder.record import RecordOptions
 
         seen: dict[str, RecordOptions] = {}
 
@@ -393,7 +393,7 @@ class TestByteText:
 
     def test_mask_value_sees_inside_byte_text(self) -> None:
         from aos.text import KEY_PREFIX, key_bytes, text_key, text_value, value_bytes
-        from observe.masking import mask_value
+        from observe.secrets.masking import mask_value
 
         secrets = SecretSet([self.SECRET])
         raw = b"\xff" + self.SECRET.encode() + b"\xfe"

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from recorder_util import ALPHA, alpha
 
-from observe.artifacts import CHUNK
+from observe.recorder.artifacts import CHUNK
 
 
 def _token(prefix: str) -> str:

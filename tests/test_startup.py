@@ -16,9 +16,12 @@ from click.testing import CliRunner
 
 from aos.reader import read_stream
 from aos.refusals import StreamWrite
-from observe import client, entry, recorder, sampler
-from observe.cli import main
-from observe.devices import NoObserver
+from observe.channel import client
+from observe.cli import entry
+from observe.cli.root import main
+from observe.devices.observers import NoObserver
+from observe.recorder import record as recorder
+from observe.recorder import sampler
 
 #: Modules the plain ``record -- true`` path has no use for (each costs milliseconds to tens of them).
 HEAVY = ("cryptography", "jsonschema", "referencing", "psutil", "pynvml", "structlog", "re2", "jinja2", "ansi2html")
@@ -27,7 +30,7 @@ HEAVY += ("duckdb", "boto3", "psycopg", "gates", "numpy")
 PROBE = """
 import json, sys
 sys.argv = ['alpha', *json.loads(sys.argv[1])]
-from observe.entry import main
+from observe.cli.entry import main
 try:
     main()
 except SystemExit:
@@ -59,7 +62,7 @@ def test_record_true_imports_only_what_it_uses(tmp_path: Path) -> None:
     assert [] == sorted(m for m in HEAVY if m in mods)
     assert "pyarrow" in mods  # the writer's: the probe does see what was imported
     subprocess.run(
-        [sys.executable, "-c", "import sys; from observe.cli import main; main()", "observe", "keygen", "k"],
+        [sys.executable, "-c", "import sys; from observe.cli.root import main; main()", "observe", "keygen", "k"],
         cwd=tmp_path,
         check=True,
         capture_output=True,
@@ -73,7 +76,7 @@ def test_record_true_imports_only_what_it_uses(tmp_path: Path) -> None:
 )
 def test_receipt_and_step_load_neither_click_nor_the_format(tmp_path: Path, args: list[str]) -> None:
     """A plain receipt or step imports no click, no pyarrow, no dataclasses (aos.event), no uuid: the standard
-    library, observe.client and aos.text only."""
+    library, observe.channel.client and aos.text only."""
     receipts = tmp_path / "receipts"
     receipts.write_bytes(b"")
     env = dict(os.environ, AOS_RECEIPTS=str(receipts), AOS_CONTROL=str(tmp_path / "none"))
@@ -83,11 +86,11 @@ def test_receipt_and_step_load_neither_click_nor_the_format(tmp_path: Path, args
 
 
 def test_the_shim_takes_the_fast_entry(tmp_path: Path) -> None:
-    """The recorder's own ``alpha`` ($AOS_ALPHA) starts through observe.entry, as the installed script does."""
-    from observe.recorder import alpha_shim
+    """The recorder's own ``alpha`` ($AOS_ALPHA) starts through observe.cli.entry, as the installed script does."""
+    from observe.recorder.record import alpha_shim
 
     shim = Path(alpha_shim(str(tmp_path)))
-    assert b"from observe.entry import main" in shim.read_bytes()
+    assert b"from observe.cli.entry import main" in shim.read_bytes()
 
 
 RECEIPTS = [
@@ -125,7 +128,7 @@ STEPS = [
 
 
 def clicks(monkeypatch: pytest.MonkeyPatch, args: list[str]) -> tuple[Any, ...] | int:
-    """What click passes on to observe.client for ``alpha observe ARGS`` (or its exit code, when none)."""
+    """What click passes on to observe.channel.client for ``alpha observe ARGS`` (or its exit code, when none)."""
     seen: list[tuple[Any, ...]] = []
     monkeypatch.setattr(client, "receipt", lambda name, status, fields: seen.append((name, status, fields)) or 0)
     monkeypatch.setattr(client, "step", lambda name, argv, standalone: seen.append((name, standalone, argv)) or 0)
@@ -173,7 +176,7 @@ def test_bad_json_still_a_usage_error(tmp_path: Path) -> None:
     receipts.write_bytes(b"")
     env = dict(os.environ, AOS_RECEIPTS=str(receipts), AOS_CONTROL=str(tmp_path / "none"))
     code = "import sys; sys.argv = ['alpha', 'observe', 'receipt', 'x', '--json', '[1]']; "
-    code += "from observe.entry import main; main()"
+    code += "from observe.cli.entry import main; main()"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, check=False, timeout=60)
     assert 2 == proc.returncode, proc.stderr
     assert b"must be a JSON object" in proc.stderr

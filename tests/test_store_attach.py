@@ -14,7 +14,7 @@ from recorder_util import ALPHA
 
 from aos.refusals import Refusal
 from aos.verify import verify_stream
-from observe.cli import main
+from observe.cli.root import main
 from observe.store import push
 from tracker import records
 from tracker.attach import attach

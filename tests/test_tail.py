@@ -148,7 +148,7 @@ def test_a_damaged_length_never_asks_for_it_at_once(tmp_path: Path, monkeypatch:
     writer gone the follower gives up by its idle rule (a named refusal), never a MemoryError."""
     import os
 
-    from observe import tail
+    from observe.readback import tail
 
     path = tmp_path / "s.aos"
     path.write_bytes(b"0123456789")

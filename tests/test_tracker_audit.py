@@ -9,7 +9,7 @@ from backend_util import PlainClient
 from click.testing import CliRunner
 
 from aos.writer import StreamWriter
-from observe.cli import main
+from observe.cli.root import main
 from tracker.audit import audit, format_audit
 from tracker.testing import example_tracker, flip_byte
 

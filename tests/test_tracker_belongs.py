@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from aos.refusals import Refusal
 from aos.writer import StreamWriter
-from observe.cli import main
+from observe.cli.root import main
 from tracker import records
 from tracker.attach import attach
 from tracker.backends import Connection

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from observe.cli import main
+from observe.cli.root import main
 from tracker.ids import is_run_id
 from tracker.testing import example_tracker, flip_byte, sealed_stream
 
@@ -150,7 +150,7 @@ class TestProcess:
     def test_run_start_prints_id_alone_and_refusal_exit(self, tracker_db: str) -> None:
         """In a real process, `run start` prints the run id alone on stdout; a refusal exits 1 with one stderr line."""
         db = tracker_db
-        cmd = [sys.executable, "-c", "from observe.cli import main; main()"]
+        cmd = [sys.executable, "-c", "from observe.cli.root import main; main()"]
         subprocess.run([*cmd, "tracker", "--db", db, "init"], check=True, capture_output=True)
         started = subprocess.run(
             [*cmd, "tracker", "--db", db, "run", "start"], capture_output=True, text=True, check=True

@@ -11,7 +11,7 @@ from backend_util import PlainClient, integrity_errors
 from click.testing import CliRunner
 
 from aos.refusals import Refusal
-from observe.cli import main
+from observe.cli.root import main
 from tracker import records
 from tracker.audit import audit
 from tracker.ci import CiJob, ci_job

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from aos.refusals import Refusal
 from aos.signing import generate_keypair, load_signer
-from observe.cli import main
+from observe.cli.root import main
 from tracker import importing, records
 from tracker.attach import attach
 from tracker.audit import audit

@@ -20,7 +20,7 @@ from backend_util import PlainClient, integrity_errors, without_triggers
 from click.testing import CliRunner
 
 from aos.signing import generate_keypair, load_signer
-from observe.cli import main
+from observe.cli.root import main
 from tracker import records
 from tracker.attach import attach
 from tracker.audit import AuditReport, audit

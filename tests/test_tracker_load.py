@@ -53,7 +53,7 @@ _ATTACHER = textwrap.dedent(
 _INIT = textwrap.dedent(
     """
     import os, sys, time
-    from observe.cli import main
+    from observe.cli.root import main
     db, gate = sys.argv[1], sys.argv[2]
     open(gate + "." + str(os.getpid()), "w").close()
     while not os.path.exists(gate):

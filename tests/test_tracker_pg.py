@@ -16,7 +16,7 @@ from backend_util import PlainClient, integrity_errors
 from click.testing import CliRunner
 
 from aos.refusals import Refusal
-from observe.cli import main
+from observe.cli.root import main
 from tracker import db as trackerdb
 from tracker import pg, records
 from tracker.audit import audit, format_audit

@@ -16,7 +16,7 @@ from backend_util import PlainClient
 from click.testing import CliRunner
 
 from aos.writer import StreamWriter
-from observe.cli import main
+from observe.cli.root import main
 from tracker import records
 from tracker.attach import attach
 from tracker.backends import Connection

@@ -196,7 +196,7 @@ def test_recorder_makes_itself_not_dumpable(tmp_path: Path) -> None:
     code = (
         "import ctypes, sys\n"
         "from pathlib import Path\n"
-        "from observe.recorder import RecordOptions, record\n"
+        "from observe.recorder.record import RecordOptions, record\n"
         "seen = []\n"
         "libc = ctypes.CDLL(None)\n"
         "record(['true'], RecordOptions(out=Path(sys.argv[1]), quiet=True),"

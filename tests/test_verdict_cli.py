@@ -14,7 +14,7 @@ from aos.chain import link
 from aos.verify import verify_stream
 from gates.testing import SyntheticStream, device_lane
 from gates.verdict import Check, Verdict
-from observe.cli import main
+from observe.cli.root import main
 
 
 def write_with_verdict(path: Path, verdict: Verdict | None, lane: SyntheticStream | None = None, **kw: object) -> Path:

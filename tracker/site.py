@@ -16,7 +16,7 @@ is shown as *claimed*, with the reason. A run's physical pass likewise.
 
 Pages: ``index.html`` (milestones, items, what has run and on which GPUs the
 recorder observed, what has not run), ``runs/<id>.html`` per run, and
-``streams/<stream_id>.html`` per available stream (``observe.report``). Links
+``streams/<stream_id>.html`` per available stream (``observe.report.write``). Links
 are relative; pages load nothing from outside the folder (a Content Security
 Policy forbids scripts and remote loads on the tracker's own pages).
 
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aos.refusals import Refusal
-from observe.atomic import replace_file
+from observe.util.atomic import replace_file
 from tracker.backends import Connection
 from tracker.refusals import TrackerSiteDir
 
@@ -595,8 +595,8 @@ def _render(site: Site) -> dict[str, bytes]:
 
 
 def _write_reports(site: Site, tmp: Path) -> dict[str, bytes]:
-    """A report page per available stream, made by ``observe.report.write_report``."""
-    from observe.report import write_report
+    """A report page per available stream, made by ``observe.report.write.write_report``."""
+    from observe.report.write import write_report
 
     pages: dict[str, bytes] = {}
     runs = site.runs_by_id

@@ -35,7 +35,7 @@ def rel(path: str | os.PathLike[str]) -> str:
 
 def _alpha() -> list[str]:
     exe = shutil.which("alpha")
-    return [exe] if exe else [sys.executable, "-m", "observe.cli"]
+    return [exe] if exe else [sys.executable, "-m", "observe.cli.root"]
 
 
 def _recording() -> bool:

@@ -1,0 +1,1 @@
+"""What CI systems read: step folding, job outputs, summaries, annotations."""

@@ -1,0 +1,1 @@
+"""The ``alpha`` command line: the only place click is imported."""

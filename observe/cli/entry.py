@@ -1,0 +1,98 @@
+"""The ``alpha`` entry point: ``receipt`` and ``step`` without click; everything else through ``observe.cli.root``.
+
+A lane calls ``alpha observe receipt`` and ``alpha observe step`` hundreds of times, so
+their start-up is most of their cost: this module imports nothing but the standard
+library until it knows the command. A plain invocation of either (the forms below) goes
+straight to ``observe.channel.client``; any other (``--help``, ``--status=pass``, an option
+before NAME, a value that starts with ``-``, a bad ``--field``...) goes to the click
+command line, which gives the same result or the usual usage error:
+
+    alpha observe receipt NAME [--status S | --field K=V | --json OBJ]...
+    alpha observe step NAME [--standalone]... [--] COMMAND...   (COMMAND not starting with -)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main", "parse_receipt", "parse_step"]
+
+_STATUSES = ("pass", "fail", "skip", "inconclusive", "info")  # cli_record.receipt's --status choices
+
+
+def parse_receipt(args: Sequence[str]) -> tuple[str, str, list[tuple[str, str]], str | None] | None:
+    """``(name, status, fields, json_obj)`` as click would give ``receipt`` for ``args``; None: ask click."""
+    if not args or args[0].startswith("-"):
+        return None
+    name, status, fields, json_obj = args[0], "info", [], None
+    rest = list(args[1:])
+    if len(rest) % 2:
+        return None
+    for option, value in zip(rest[::2], rest[1::2], strict=True):
+        if value.startswith("-"):
+            return None
+        if option == "--status" and value in _STATUSES:
+            status = value
+        elif option == "--field":
+            key, sep, _ = value.partition("=")
+            if not sep or not key:
+                return None
+            fields.append((key, value[len(key) + 1 :]))
+        elif option == "--json":
+            json_obj = value
+        else:
+            return None
+    return name, status, fields, json_obj
+
+
+def parse_step(args: Sequence[str]) -> tuple[str, bool, list[str]] | None:
+    """``(name, standalone, argv)`` as ``step`` ends up with for ``args``; None: ask click."""
+    if not args or args[0].startswith("-"):
+        return None
+    name, standalone, i = args[0], False, 1
+    while i < len(args) and args[i] == "--standalone":
+        standalone, i = True, i + 1
+    if i < len(args) and args[i] == "--":
+        i += 1
+    argv = list(args[i:])
+    if not argv or argv[0].startswith("-"):
+        return None
+    return name, standalone, argv
+
+
+def _fast(args: Sequence[str]) -> int | None:
+    """The exit code of a plain ``receipt`` or ``step``, run without click; None for anything else."""
+    if len(args) < 3 or args[0] != "observe":
+        return None
+    if args[1] == "receipt":
+        parsed = parse_receipt(args[2:])
+        if parsed is None:
+            return None
+        from observe.channel import client
+
+        name, status, fields, json_obj = parsed
+        try:
+            merged = client.build_fields(fields, json_obj)
+        except ValueError:
+            return None  # click says it as a usage error
+        return client.receipt(name, status, merged)
+    if args[1] == "step":
+        parsed_step = parse_step(args[2:])
+        if parsed_step is None:
+            return None
+        from observe.channel import client
+
+        name, standalone, argv = parsed_step
+        return client.step(name, argv, standalone=standalone)
+    return None
+
+
+def main() -> None:
+    """``alpha``: see the module's docstring."""
+    code = _fast(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    from observe.cli.root import main as cli
+
+    cli()

@@ -1,0 +1,133 @@
+"""Interop commands: ``attest`` (a DSSE/in-toto/SLSA VSA envelope) and ``export`` (OTLP, asciicast).
+
+Both read the stream once and verify it first; a stream that does not verify
+is refused by name (``refused: NAME: detail`` on stderr, exit 1) and nothing is
+written. Usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+
+from observe.cli.gate import gate_file_option
+
+__all__ = ["COMMANDS", "attest_cmd", "export_cmd"]
+
+#: A stream argument is any path: what is not a regular file is refused as stream-missing.
+_STREAM = click.Path(path_type=Path)
+_URI = re.compile(r"[a-z][a-z0-9+.-]*:\S+")
+
+
+@click.command("attest")
+@click.argument("stream", type=_STREAM)
+@click.option(
+    "--key",
+    "key",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="KEY",
+    help="Ed25519 private key (PEM) that signs the envelope; without it the statement is unsigned.",
+)
+@click.option(
+    "--seal-key",
+    "seal_key",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="PUBKEY",
+    help="Also require the stream's seal to be signed by this Ed25519 public key.",
+)
+@gate_file_option("The definition of a gate from a file (repeatable); built-in gates need none.")
+@click.option(
+    "--resource-uri",
+    default=None,
+    metavar="URI",
+    help="The VSA's resourceUri (e.g. the stream's store URL); default: the stream's file:// URI.",
+)
+@click.option(
+    "-o", "--output", "output", required=True, metavar="FILE", help="Where to write the envelope (- for stdout)."
+)
+def attest_cmd(
+    stream: Path,
+    key: str | None,
+    seal_key: str | None,
+    gate_files: tuple[Path, ...],
+    resource_uri: str | None,
+    output: str,
+) -> None:
+    """Attest STREAM's sealed verdict as an in-toto statement (SLSA VSA) in a DSSE envelope.
+
+    The envelope's payload is an in-toto Statement v1 whose subject is the
+    stream file and whose predicate is a SLSA verification summary v1; it is
+    signed with --key (Ed25519), else its signatures list is empty.
+    STREAM is verified first, and its sealed verdict re-evaluated by the same gate
+    (found by name and digest); a pass is PASSED, a fail or inconclusive FAILED.
+    Exit 0 written, 1 refused (nothing written), 2 usage.
+
+    \b
+    Example:
+      alpha observe attest ci.aos --key attest.key -o ci.aos.intoto.json
+    """
+    from aos.refusals import Refusal
+    from aos.signing import load_public_key, load_signer
+    from observe.cli.refusing import refuse
+    from observe.interop.attest import attest
+    from observe.interop.export import write_output
+
+    if resource_uri is not None and not _URI.fullmatch(resource_uri):
+        raise click.BadParameter(f"{resource_uri!r} is not a URI (scheme:rest)", param_hint="--resource-uri")
+    try:
+        signer = load_signer(key) if key is not None else None
+        public = load_public_key(seal_key) if seal_key is not None else None
+        a = attest(stream, signer=signer, seal_key=public, gate_files=gate_files, resource_uri=resource_uri)
+        write_output(output, a.envelope_bytes())
+    except Refusal as exc:
+        refuse(exc, 1)
+    for note in a.notes:
+        click.echo(f"alpha observe attest: {note}", err=True)
+    if output != "-":
+        click.echo(f"alpha observe attest: wrote {output}", err=True)
+
+
+@click.command("export")
+@click.argument("stream", type=_STREAM)
+@click.option(
+    "--format",
+    "fmt",
+    required=True,
+    type=click.Choice(["otlp", "asciicast"]),
+    help="otlp: OTLP/JSON traces; asciicast: asciicast v2 (the terminal output with its timing).",
+)
+@click.option("-o", "--output", "output", required=True, metavar="FILE", help="Where to write it (- for stdout).")
+def export_cmd(stream: Path, fmt: str, output: str) -> None:
+    """Export STREAM as OTLP/JSON traces or as an asciicast v2 recording.
+
+    STREAM is verified first (intact and sealed); exit 0 written, 1 refused
+    (nothing written), 2 usage.
+
+    \b
+    Examples:
+      alpha observe export ci.aos --format otlp -o ci.otlp.json
+      alpha observe export ci.aos --format asciicast -o ci.cast && asciinema play ci.cast
+    """
+    import json
+
+    from aos.refusals import Refusal
+    from observe.cli.refusing import refuse
+    from observe.interop.export import asciicast_chunks, load_verified, otlp_traces, write_output
+
+    try:
+        s = load_verified(stream)
+        if fmt == "otlp":
+            write_output(output, (json.dumps(otlp_traces(s), ensure_ascii=False) + "\n").encode("utf-8"))
+        else:
+            write_output(output, asciicast_chunks(s))
+    except Refusal as exc:
+        refuse(exc, 1)
+    if output != "-":
+        click.echo(f"alpha observe export: wrote {output} ({fmt})", err=True)
+
+
+COMMANDS: list[click.Command] = [attest_cmd, export_cmd]

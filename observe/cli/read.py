@@ -1,0 +1,272 @@
+"""Read-side commands: read, show, verify, keygen."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+import click
+
+from aos.refusals import Refusal
+from observe.cli.record import example, public_key_option
+
+if TYPE_CHECKING:
+    from aos.event import Event
+
+__all__ = ["COMMANDS"]
+
+
+def _refuse(exc: Refusal) -> None:
+    click.echo(exc.diagnostics(), err=True)
+    sys.exit(1)
+
+
+def _key(path: str | None):  # type: ignore[no-untyped-def]
+    if path is None:
+        return None
+    from aos.signing import load_public_key
+
+    return load_public_key(path)
+
+
+#: A stream argument is any path: what is not a regular file is refused as stream-missing, not a usage error.
+STREAM_PATH = click.Path(path_type=Path)
+
+
+@click.command("verify", epilog=example("alpha observe verify ci.aos --key ci.pub"))
+@click.argument("stream", type=STREAM_PATH)
+@public_key_option("Ed25519 public key (PEM) the seal must be signed by.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was verified as JSON.")
+def verify_cmd(stream: Path, key: str | None, as_json: bool) -> None:
+    """Check a stream: intact chain, sealed, and signed when --key is given.
+
+    Exit 0 when it is; otherwise print `refused: NAME: detail` and exit 1.
+    """
+    from observe.util.allocator import keep_freed_memory
+
+    keep_freed_memory()  # big buffers one after another: reuse their pages
+
+    from aos.verify import verify_stream
+
+    try:
+        v = verify_stream(stream, _key(key))
+    except Refusal as exc:
+        _refuse(exc)
+        return
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "stream": str(stream),
+                    "stream_id": v.stream_id,
+                    "events": v.events,
+                    "head": v.head,
+                    "signed": v.signed,
+                    "key_id": v.key_id,
+                    "signature_checked": v.signature_checked,
+                    "verdict": v.verdict,
+                }
+            )
+        )
+        return
+    # With --key, v.key_id is the checked key's id (the seal's own claim was checked against it).
+    sig = f", signature good (key {v.key_id})" if v.signature_checked else (", signed" if v.signed else "")
+    click.echo(f"ok: {stream}: intact and sealed, {v.events} events, head {v.head}{sig}")
+
+
+def _seqs(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> frozenset[int] | None:
+    if not values:
+        return None
+    out: set[int] = set()
+    for value in values:
+        for item in value.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            lo, sep, hi = item.partition("-")
+            try:
+                first, last = (int(lo), int(hi)) if sep else (int(item), int(item))
+            except ValueError:
+                raise click.BadParameter(f"{item!r} is not a seq or a range N-M") from None
+            if first < 0 or last < first or last - first > 10_000_000:
+                raise click.BadParameter(f"{item!r} is not a range of seqs")
+            out.update(range(first, last + 1))
+    return frozenset(out)
+
+
+@click.command(
+    "read",
+    epilog=example(
+        "alpha observe read ci.aos --seq 6,8,9",
+        "alpha observe read ci.aos --step build --stderr",
+    ),
+)
+@click.argument("stream", type=STREAM_PATH)
+@click.option("--stdout", "what", flag_value="stdout", help="Write the recorded stdout bytes, exactly.")
+@click.option("--stderr", "what", flag_value="stderr", help="Write the recorded stderr bytes, exactly.")
+@click.option("--artifact", "artifact", metavar="PATH", help="Write a captured file's bytes.")
+@click.option("--json", "what", flag_value="json", help="One JSON object per event (JSON Lines).")
+@click.option("--kind", "kinds", multiple=True, metavar="K", help="Only events of this kind (repeatable).")
+@click.option(
+    "--seq",
+    "seqs",
+    multiple=True,
+    callback=_seqs,
+    metavar="N[,M...]",
+    help="Only the events with these seqs (a check's evidence; ranges N-M; repeatable).",
+)
+@click.option(
+    "--step",
+    "step_name",
+    default=None,
+    metavar="NAME",
+    help="Only the events of step NAME (every step of that name, with its nested steps).",
+)
+def read_cmd(
+    stream: Path,
+    what: str | None,
+    artifact: str | None,
+    kinds: tuple[str, ...],
+    seqs: frozenset[int] | None,
+    step_name: str | None,
+) -> None:
+    """Read a stream back: events, raw output, or an artifact.
+
+    --seq, --step and --kind select events; --stdout or --stderr then writes
+    only the selected output bytes. A damaged stream is read up to its
+    damage; the refusal is printed after and the exit code is 1. A seq or step
+    that the stream does not hold is said on stderr, exit 1.
+    """
+    from observe.util.allocator import keep_freed_memory
+
+    keep_freed_memory()  # big buffers one after another: reuse their pages
+
+    from observe.readback.summary import StepFilter, artifact_bytes, event_json, iter_stream, only_seqs
+
+    damage: list[Refusal] = []
+    found: set[int] = set()
+    steps = StepFilter(step_name) if step_name is not None else None
+    try:
+        events = iter_stream(stream, damage)
+        if steps is not None:
+            events = (ev for ev in events if steps.admits(ev))
+        if seqs is not None:
+            events = only_seqs(events, seqs, found)
+        if kinds:
+            events = (ev for ev in events if ev.kind in kinds)
+        out = sys.stdout.buffer
+        if artifact is not None:
+            artifact_bytes(events, artifact, out)
+        elif what in ("stdout", "stderr"):
+            for ev in events:
+                if ev.kind == what and ev.data:
+                    out.write(ev.data)
+        elif what == "json":
+            _json_lines(events, event_json, out)
+        else:
+            from aos.text import key_bytes
+
+            for ev in events:
+                size = "" if ev.data is None else f" +{len(ev.data)}B"
+                # the step column is byte text (FORMAT.md 3.7): shown decoded, undecodable bytes as \xNN
+                step = f" [{key_bytes(ev.step).decode('utf-8', 'backslashreplace')!s}]" if ev.step else ""
+                out.write(f"{ev.seq:>6} {ev.kind}{step} {ev.attrs_json}{size}\n".encode())
+        out.flush()
+    except Refusal as exc:
+        _refuse(damage[0] if damage else exc)  # damage first: what was asked for may lie beyond it
+    if damage:
+        _refuse(damage[0])
+    if seqs is not None and seqs - found:
+        missing = sorted(seqs - found)
+        more = f" (and {len(missing) - 10} more)" if len(missing) > 10 else ""
+        click.echo(f"alpha observe read: no event with seq {', '.join(map(str, missing[:10]))}{more}", err=True)
+        sys.exit(1)
+    if steps is not None and not steps.matched:
+        click.echo(f"alpha observe read: no step named {step_name!r} in {stream}", err=True)
+        sys.exit(1)
+
+
+def _json_lines(events: Iterable[Event], encode: Callable[[Event], str], out: IO[bytes]) -> None:
+    """Each event as one JSON line, written about a MiB at a time: one write per line cost as much as
+    the encoding when stdout is unbuffered (``PYTHONUNBUFFERED``). Lines before a damage are written
+    before the refusal propagates."""
+    import gc
+
+    lines: list[str] = []
+    size = 0
+    collecting = gc.isenabled()
+    gc.disable()  # every object made here is acyclic: the collector's passes over them were a sixth of the time
+    try:
+        for ev in events:
+            line = encode(ev)
+            lines.append(line)
+            size += len(line)
+            if size >= 1 << 20:
+                lines.append("")
+                out.write("\n".join(lines).encode("utf-8"))
+                lines.clear()
+                size = 0
+    finally:
+        if collecting:
+            gc.enable()
+        if lines:
+            lines.append("")
+            out.write("\n".join(lines).encode("utf-8"))
+
+
+@click.command("show", epilog=example("alpha observe show ci.aos", "alpha observe show ci.aos --check exit-code"))
+@click.argument("stream", type=STREAM_PATH)
+@public_key_option("Check the signature against this public key.")
+@click.option(
+    "--check",
+    "check",
+    default=None,
+    metavar="NAME",
+    help="Show the sealed verdict's check NAME with every event it cites as evidence.",
+)
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the summary as one JSON document.")
+def show_cmd(stream: Path, key: str | None, check: str | None, as_json: bool) -> None:
+    """A human summary: command, exit, steps, receipts, artifacts, verdict, integrity.
+
+    Exit 1 when the stream is not intact and sealed (or holds no check NAME).
+    """
+    from observe.readback.summary import format_check, format_summary, summarize, summary_json
+
+    try:
+        s = summarize(stream, _key(key))
+        if check is not None:
+            text, known = format_check(stream, s, check, as_json=as_json)
+            if not known:
+                click.echo(text, err=True)
+                sys.exit(1)
+            click.echo(text)
+            sys.exit(0 if s.intact else 1)
+    except Refusal as exc:
+        _refuse(exc)
+        return
+    click.echo(summary_json(s, str(stream)) if as_json else format_summary(s))
+    if not s.intact:
+        sys.exit(1)
+
+
+@click.command("keygen", epilog=example("alpha observe keygen ci   # writes ci.key (0600) and ci.pub"))
+@click.argument("prefix")
+def keygen_cmd(prefix: str) -> None:
+    """Write an Ed25519 key pair: PREFIX.key (mode 0600) and PREFIX.pub."""
+    from aos.signing import generate_keypair
+
+    try:
+        key, pub = generate_keypair(prefix)
+    except FileExistsError as exc:
+        click.echo(f"refused: key-exists: {exc.filename} already exists; not overwriting a key", err=True)
+        sys.exit(1)
+    except OSError as exc:
+        click.echo(f"refused: key-write: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"private key: {key}\npublic key:  {pub}")
+
+
+COMMANDS: list[click.Command] = [read_cmd, show_cmd, verify_cmd, keygen_cmd]

@@ -1,0 +1,55 @@
+"""``alpha observe report``: a stream as one self-contained HTML page (``observe.report.write``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from observe.cli.record import example, public_key_option
+
+__all__ = ["COMMANDS", "report_cmd"]
+
+
+@click.command("report", epilog=example("alpha observe report ci.aos -o ci.report.html"))
+@click.argument("stream", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "output", required=True, metavar="FILE", help="Where to write the page (HTML).")
+@public_key_option("Also check the seal's signature against this Ed25519 public key (as verify --key).")
+def report_cmd(stream: Path, output: str, key: str | None) -> None:
+    """Write STREAM as one self-contained HTML page: verdict, checks, steps, output, artifacts, devices.
+
+    The page loads nothing from the network. A damaged or unsealed stream still
+    gets its page, which says what is wrong; the same stream always gives the same
+    bytes. Exit 0 written (whatever the stream's verdict or damage), 1 refused
+    (STREAM is not a file: stream-missing; an unreadable --key: stream-signature)
+    or FILE cannot be written, 2 usage.
+    """
+    from observe.util.allocator import keep_freed_memory
+
+    keep_freed_memory()  # big buffers one after another: reuse their pages
+
+    import os
+
+    from aos.reader import open_regular
+    from aos.refusals import Refusal
+    from aos.signing import load_public_key
+    from observe.cli.refusing import refuse
+    from observe.report.write import write_report
+
+    try:
+        os.close(open_regular(stream))
+        public = load_public_key(key) if key is not None else None
+    except Refusal as exc:
+        refuse(exc, 1)
+    try:
+        facts = write_report(stream, Path(output), public_key=public)
+    except OSError as exc:
+        click.echo(f"alpha observe report: cannot write {output}: {exc.strerror or exc}", err=True)
+        raise SystemExit(1) from None
+    verdict = facts.verdict or "no sealed verdict"
+    click.echo(
+        f"alpha observe report: wrote {output} ({facts.page_bytes} bytes; {verdict}; {facts.integrity})", err=True
+    )
+
+
+COMMANDS: list[click.Command] = [report_cmd]

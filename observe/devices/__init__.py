@@ -1,0 +1,1 @@
+"""Observing devices: what GPUs the recorder itself sees (NVML, simulated)."""

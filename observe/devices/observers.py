@@ -1,0 +1,372 @@
+"""Observing devices: what GPUs the recorder itself sees, never what the lane reports.
+
+Three observers, chosen when the recording starts (``--observe-devices``):
+
+- ``nvml``: NVML queried in-process through nvidia-ml-py (``pynvml``), never a
+  ``nvidia-smi`` found on ``PATH``. It records the driver, the CUDA driver
+  version, the resolved path and SHA-256 of the ``libnvidia-ml`` the recorder
+  loaded (read from ``/proc/self/maps`` after ``nvmlInit``), each GPU and the
+  compute processes running on it.
+- ``simulated``: ``ALPHA_OBSERVE_SIMULATED_GPUS=FILE`` in the recorder's own
+  environment names a JSON file of GPUs (test doubles; ``observe.devices.simulated``
+  documents the file). A key of the file can never change the observer's name.
+- ``none``: no NVML here (``auto`` on a machine without a driver), or NVML
+  failed to start (then ``error`` says why).
+
+An NVML error is recorded in the observation's ``error``, never raised: the
+command runs and is recorded whatever the devices do.
+
+This module imports nothing heavy at import time; ``pynvml`` loads only when
+``libnvidia-ml.so.1`` itself can be loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = [
+    "BUSY_MEMORY",
+    "ENV_SIMULATED",
+    "LANE_CONFIG",
+    "DeviceReading",
+    "GpuReading",
+    "NoObserver",
+    "NvmlObserver",
+    "Observer",
+    "Tree",
+    "gpu_telemetry",
+    "lane_configs",
+    "observation",
+]
+
+ENV_SIMULATED = "ALPHA_OBSERVE_SIMULATED_GPUS"
+#: The lane configuration variables whose files the recorder captures at start.
+LANE_CONFIG = re.compile(r"^ALPHA_[A-Z0-9_]+_DEVICE_CONFIG$")
+#: A GPU that lists no process while its memory in use is this much above what the
+#: start observation saw hides its processes (attribution ``unavailable``).
+BUSY_MEMORY = 256 << 20
+NVML_LIBRARY = "libnvidia-ml.so.1"
+
+
+@dataclass(frozen=True)
+class Tree:
+    """The recorded process tree at one moment: each descendant of the recorder and its parent."""
+
+    parents: Mapping[int, int] = field(default_factory=dict)
+    #: The argv of a process of the tree (None when it cannot be read).
+    argv: Callable[[int], list[str] | None] = lambda _pid: None
+
+    def ancestry(self, pid: int) -> list[int]:
+        """``pid`` and its ancestors inside the tree, innermost first."""
+        chain: list[int] = []
+        while pid in self.parents and pid not in chain:
+            chain.append(pid)
+            pid = self.parents[pid]
+        return chain
+
+
+@dataclass
+class GpuReading:
+    """One GPU at one moment."""
+
+    index: int
+    minor: int
+    uuid: str
+    name: str
+    memory: int
+    pci_bus_id: str | None = None
+    memory_used: int | None = None
+    utilization: int | None = None
+    temperature: int | None = None
+
+
+@dataclass
+class DeviceReading:
+    """What an observer saw at one moment."""
+
+    gpus: list[GpuReading] = field(default_factory=list)
+    #: (pid, gpu uuid, used memory or None) for each compute process listed.
+    processes: list[tuple[int, str, int | None]] = field(default_factory=list)
+    #: False when the observer cannot list processes at all.
+    processes_listed: bool = True
+    errors: list[str] = field(default_factory=list)
+
+
+class Observer(Protocol):
+    """An observer of devices; ``read`` is called from the sampler's thread only."""
+
+    name: str
+    library: dict[str, str] | None
+    driver: str | None
+    cuda_driver: int | None
+    simulated_from: dict[str, str] | None
+    error: str | None
+
+    def read(self, tree: Tree) -> DeviceReading: ...
+
+    def close(self) -> None: ...
+
+
+class NoObserver:
+    """No devices observed (no NVML here, or it failed to start: ``error`` says why)."""
+
+    name = "none"
+    library: dict[str, str] | None = None
+    driver: str | None = None
+    cuda_driver: int | None = None
+    simulated_from: dict[str, str] | None = None
+
+    def __init__(self, error: str | None = None) -> None:
+        self.error = error
+
+    def read(self, tree: Tree) -> DeviceReading:
+        return DeviceReading()
+
+    def close(self) -> None:
+        pass
+
+
+# -- NVML ------------------------------------------------------------------------------
+
+
+def _text(value: object) -> str:
+    """NVML strings come as bytes or str depending on the nvidia-ml-py version."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _message(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _loaded_library() -> str | None:
+    """The resolved path of the ``libnvidia-ml`` mapped into this process (from ``/proc/self/maps``)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as maps:
+            for line in maps:
+                parts = line.split(None, 5)
+                if len(parts) == 6:
+                    path = parts[5].rstrip("\n")
+                    if os.path.basename(path).startswith("libnvidia-ml.so"):
+                        return path
+    except OSError:
+        return None
+    return None
+
+
+def _sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class NvmlObserver:
+    """GPUs through NVML, in this process."""
+
+    name = "nvml"
+    simulated_from: dict[str, str] | None = None
+
+    def __init__(self, nvml: Any) -> None:
+        self.nvml = nvml
+        self.error: str | None = None
+        self.library: dict[str, str] | None = None
+        self.driver: str | None = None
+        self.cuda_driver: int | None = None
+        self.handles: list[tuple[Any, GpuReading]] = []
+
+    @classmethod
+    def open(cls, *, required: bool) -> Observer:
+        """Load and start NVML; without it the observer ``none`` (with an ``error`` when ``required``)."""
+        if not required:
+            import ctypes
+
+            try:
+                ctypes.CDLL(NVML_LIBRARY)  # what pynvml loads; failing here spares importing pynvml at all
+            except OSError:
+                return NoObserver()
+        try:
+            import pynvml
+        except ImportError as exc:
+            return NoObserver(f"nvidia-ml-py is not installed: {exc}")
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            absent = exc.value in (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+            return NoObserver(None if absent and not required else f"nvmlInit failed: {_message(exc)}")
+        observer = cls(pynvml)
+        try:
+            observer._describe()
+        except Exception as exc:  # noqa: BLE001 - an NVML error (or an API it lacks) is recorded, never fatal
+            observer.error = "; ".join(e for e in (observer.error, f"NVML: {_message(exc)}") if e)
+        return observer
+
+    def _describe(self) -> None:
+        """What does not change during a recording: the library, driver and each GPU's identity."""
+        nv = self.nvml
+        path = _loaded_library()
+        if path is None:
+            self.error = "the loaded NVML library was not found in /proc/self/maps"
+        else:
+            try:
+                self.library = {"path": path, "sha256": _sha256_file(path)}
+            except OSError as exc:
+                self.error = f"cannot read the NVML library {path}: {exc.strerror or exc}"
+        self.driver = _text(nv.nvmlSystemGetDriverVersion())
+        self.cuda_driver = self._optional(nv.nvmlSystemGetCudaDriverVersion)
+        for index in range(int(nv.nvmlDeviceGetCount())):
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            pci = self._optional(nv.nvmlDeviceGetPciInfo, handle)
+            gpu = GpuReading(
+                index=index,
+                minor=int(nv.nvmlDeviceGetMinorNumber(handle)),
+                uuid=_text(nv.nvmlDeviceGetUUID(handle)),
+                name=_text(nv.nvmlDeviceGetName(handle)),
+                memory=int(nv.nvmlDeviceGetMemoryInfo(handle).total),
+                pci_bus_id=_text(pci.busId) if pci is not None else None,
+            )
+            self.handles.append((handle, gpu))
+
+    def _optional(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, or None where NVML says the query is not supported here (or this driver lacks it)."""
+        nv = self.nvml
+        try:
+            return fn(*args)
+        except nv.NVMLError as exc:
+            unsupported = (
+                nv.NVML_ERROR_NOT_SUPPORTED,
+                nv.NVML_ERROR_NO_PERMISSION,
+                getattr(nv, "NVML_ERROR_FUNCTION_NOT_FOUND", nv.NVML_ERROR_NOT_SUPPORTED),
+            )
+            if exc.value in unsupported:
+                return None
+            raise
+
+    def read(self, tree: Tree) -> DeviceReading:
+        nv = self.nvml
+        reading = DeviceReading()
+        for handle, static in self.handles:
+            gpu = GpuReading(**vars(static))
+            reading.gpus.append(gpu)
+            try:
+                gpu.memory_used = int(nv.nvmlDeviceGetMemoryInfo(handle).used)
+                rates = self._optional(nv.nvmlDeviceGetUtilizationRates, handle)
+                gpu.utilization = int(rates.gpu) if rates is not None else None
+                temp = self._optional(nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU)
+                gpu.temperature = int(temp) if temp is not None else None
+            except nv.NVMLError as exc:
+                reading.errors.append(f"GPU {gpu.index}: {_message(exc)}")
+            try:
+                listed = self._optional(nv.nvmlDeviceGetComputeRunningProcesses, handle)
+            except nv.NVMLError as exc:
+                reading.errors.append(f"GPU {gpu.index} processes: {_message(exc)}")
+                listed = None
+            if listed is None:
+                reading.processes_listed = False
+                continue
+            for proc in listed:
+                used = getattr(proc, "usedGpuMemory", None)
+                reading.processes.append((int(proc.pid), gpu.uuid, int(used) if used is not None else None))
+        return reading
+
+    def close(self) -> None:
+        with contextlib.suppress(self.nvml.NVMLError):
+            self.nvml.nvmlShutdown()
+
+
+# -- observations ---------------------------------------------------------------------
+
+
+def lane_configs(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``(NAME, path)`` for each ``ALPHA_*_DEVICE_CONFIG`` set (non-empty) in ``env``, by name."""
+    return sorted((name, value) for name, value in env.items() if value and LANE_CONFIG.match(name))
+
+
+def observation(
+    phase: str,
+    observer: Observer,
+    reading: DeviceReading,
+    tree: Tree,
+    open_steps: Sequence[tuple[str, int | None]],
+    *,
+    baseline: Mapping[str, int],
+    mask: Callable[[str], str],
+    extra_error: str | None = None,
+) -> dict[str, Any]:
+    """The attrs of one ``device.observed`` event (docs/FORMAT.md).
+
+    ``open_steps`` are ``(name, client pid)`` of the steps open now, outermost
+    first; ``baseline`` each GPU's memory in use at the start observation.
+    """
+    by_pid: dict[int, list[str]] = {}
+    for name, pid in open_steps:
+        if pid is not None:
+            by_pid.setdefault(pid, []).append(name)
+    processes = []
+    foreign = False
+    for pid, gpu, used in sorted(reading.processes, key=lambda p: (p[1], p[0])):
+        in_tree = pid in tree.parents
+        steps: list[str] = []
+        for ancestor in reversed(tree.ancestry(pid)):  # outermost first: innermost step last
+            steps.extend(by_pid.get(ancestor, []))
+        argv = tree.argv(pid) if in_tree else None
+        processes.append(
+            {
+                "pid": pid,
+                "gpu": gpu,
+                "used_memory": used,
+                "in_tree": in_tree,
+                "steps": steps,
+                "argv": [mask(a) for a in argv] if argv is not None else None,
+            }
+        )
+        if not in_tree and not os.path.exists(f"/proc/{pid}"):
+            foreign = True  # a pid of another pid namespace: it cannot be matched to our tree
+    hidden = any(
+        gpu.memory_used is not None
+        and gpu.memory_used - baseline.get(gpu.uuid, gpu.memory_used) >= BUSY_MEMORY
+        and not any(p[1] == gpu.uuid for p in reading.processes)
+        for gpu in reading.gpus
+    )
+    available = reading.processes_listed and not foreign and not hidden
+    errors = [e for e in (observer.error, *reading.errors, extra_error) if e]
+    return {
+        "phase": phase,
+        "observer": observer.name,
+        "library": observer.library,
+        "driver": observer.driver,
+        "cuda_driver": observer.cuda_driver,
+        "gpus": [
+            {
+                "index": g.index,
+                "minor": g.minor,
+                "uuid": g.uuid,
+                "name": g.name,
+                "memory": g.memory,
+                "memory_used": g.memory_used,
+                "utilization": g.utilization,
+                "pci_bus_id": g.pci_bus_id,
+            }
+            for g in reading.gpus
+        ],
+        "processes": processes if reading.processes_listed else [],
+        "attribution": "pids" if available else "unavailable",
+        "simulated_from": observer.simulated_from,
+        "error": "; ".join(errors) if errors else None,
+    }
+
+
+def gpu_telemetry(reading: DeviceReading) -> list[dict[str, Any]]:
+    """The ``gpus`` part of a ``telemetry`` event."""
+    return [
+        {"uuid": g.uuid, "utilization": g.utilization, "memory_used": g.memory_used, "temperature": g.temperature}
+        for g in reading.gpus
+    ]

@@ -1,0 +1,1 @@
+"""Formats other tools read: in-toto/DSSE attestations, OTLP traces, asciicast."""

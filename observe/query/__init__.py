@@ -1,0 +1,1 @@
+"""``alpha observe query``: SQL (DuckDB) over the events of many streams."""

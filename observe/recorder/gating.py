@@ -1,0 +1,96 @@
+"""Gating a command: the recorder and the gate engine, composed.
+
+``alpha observe gate`` is a thin layer over ``run_gate``; tests and programs
+can call it directly::
+
+    outcome = run_gate(resolve_gate("exit-zero"), ["make", "test"], RecordOptions(out=Path("t.aos")))
+    assert outcome.verdict is not None and outcome.verdict.verdict == "pass"
+
+The trust boundary (DESIGN.md): the gate evaluates the events the recorder's
+own writer appended, read back from the writer's private copy, never the
+stream file at its path, which the recorded command can rename, replace or
+rewrite while it runs. The verdict is appended and sealed through the
+writer's own descriptor, so the sealed verdict is always what those events
+give, and a file that differs from them does not verify.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aos.event import Event
+    from aos.writer import StreamWriter
+    from gates.language import Gate
+    from gates.report import Facts
+    from gates.verdict import Verdict
+    from observe.recorder.record import RecordOptions, RecordResult
+
+__all__ = ["GateOutcome", "run_gate"]
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """The recording and the verdict sealed into it (None when the recorder failed first)."""
+
+    record: RecordResult
+    verdict: Verdict | None
+    facts: Facts | None = None  # what reports quote (times, host, stderr tails), from the same events
+
+    @property
+    def exit_code(self) -> int:
+        """0 pass, 1 fail, 3 inconclusive; 125 when the recorder failed (no sealed verdict)."""
+        if self.record.recorder_failed or self.verdict is None:
+            return 125
+        return self.verdict.exit_code
+
+
+def run_gate(gate: Gate, argv: Sequence[str], options: RecordOptions) -> GateOutcome:
+    """Record ``argv`` under ``gate``: the verdict is appended just before the seal.
+
+    Raises what ``observe.recorder.record.record`` raises before the command runs
+    (``stream-write`` for an unwritable ``--out``, ``stream-signature`` for a bad key).
+    """
+    from aos.refusals import StreamWrite
+    from gates.evaluation import evaluate_with_evidence, inconclusive
+    from gates.report import FactsGatherer
+    from observe.recorder.record import record
+
+    sealed: list[Verdict] = []
+    facts: list[Facts] = []
+
+    def before_seal(writer: StreamWriter) -> None:
+        # One pass over the private copy: the evidence keeps what the gate reads, the facts
+        # bounded tails. The copy is checked (digest, chain, count) only when the pass ends, so
+        # the iterator is always read to its end before anything is appended.
+        gather = FactsGatherer()
+        failed: list[StreamWrite] = []
+
+        def read_back() -> Iterator[Event]:
+            try:
+                for ev in writer.iter_written_events():
+                    gather.add(ev)
+                    yield ev
+            except StreamWrite as exc:
+                failed.append(exc)
+
+        events = read_back()
+        v, evidence = evaluate_with_evidence(gate, events)
+        for _ in events:  # an evaluation that broke off early: finish the read, and so its checks
+            pass
+        if failed:
+            v = inconclusive(gate, "stream-readback", f"the recorder cannot read back what it wrote: {failed[0]}")
+            gather, evidence = FactsGatherer(), None
+        writer.append("verdict", v.to_attrs())
+        sealed.append(v)
+        f = gather.facts
+        cited = {s for c in v.checks for s in c.evidence}
+        if evidence is not None and cited:
+            f.cited = {e.seq: (e.kind, e.step) for e in evidence.events if e.seq in cited}
+        facts.append(f)
+
+    result = record(list(argv), replace(options, gate=gate.name), before_seal=before_seal)
+    ok = sealed and not result.recorder_failed
+    return GateOutcome(result, sealed[0] if ok else None, facts[0] if ok and facts else None)

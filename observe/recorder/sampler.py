@@ -1,0 +1,371 @@
+"""The recorder's sampler: devices and the process tree, observed on a thread of their own.
+
+The thread starts as soon as the stream is open. It loads the device observer
+(NVML's start-up stays off the main path) and takes the ``start``
+observation, which the recorder appends before ``process.start`` when it is
+ready within ``START_WAIT`` seconds (else the thread appends it as soon as it
+is, after ``process.start``). While the command runs it appends, every
+``--sample-interval`` seconds, a ``telemetry`` event and, when something
+changed (the GPUs, the processes on them, the open steps), a ``device.observed``
+``sample``. After ``process.exit`` the recorder asks for the ``end``
+observation and waits for it (at most ``END_WAIT`` seconds).
+
+The recorded tree is every descendant of the recorder process, found by
+walking ``/proc/PID/task/TID/children`` from the recorder (cheap: it reads only
+the tree, whatever else runs on the machine), or with psutil where the kernel
+has no such files. Per-process CPU and memory come from psutil, imported on the
+first ``telemetry``: ``record -- true`` never loads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from observe.devices.observers import (
+    ENV_SIMULATED,
+    DeviceReading,
+    NoObserver,
+    NvmlObserver,
+    Observer,
+    Tree,
+    gpu_telemetry,
+    observation,
+)
+from observe.recorder.sinks import Sink, logger
+
+__all__ = ["END_WAIT", "START_WAIT", "ObserverOpening", "ProcessTree", "Sampler"]
+
+#: Seconds the recorder waits for the start observation before it starts the command anyway.
+START_WAIT = 5.0
+#: Seconds the recorder waits for the end observation before it goes on without it.
+END_WAIT = 10.0
+
+OpenSteps = Callable[[], Sequence[tuple[str, int | None]]]
+
+
+def _children_files(pid: int) -> list[int]:
+    """The children of ``pid``, from ``/proc/PID/task/*/children`` (each thread lists those it forked)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tids:
+        try:
+            fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue  # the thread or the process is gone
+        try:
+            data = b""
+            while chunk := os.read(fd, 65536):
+                data += chunk
+        except OSError:
+            data = b""
+        finally:
+            os.close(fd)
+        out.extend(int(x) for x in data.split())
+    return out
+
+
+class ProcessTree:
+    """The recorder's descendants, and their CPU, memory and argv (psutil, loaded on first use)."""
+
+    def __init__(self, root: int | None = None) -> None:
+        self.root = root if root is not None else os.getpid()
+        self.use_children_files = os.path.exists(f"/proc/{self.root}/task/{self.root}/children")
+        self.expected: int | None = None  # the command's pid: the walk must find it while it is our child
+        self._procs: dict[int, Any] = {}
+        self._argv: dict[int, list[str] | None] = {}
+
+    def snapshot(self) -> Tree:
+        parents = self._walk() if self.use_children_files else None
+        missed = parents is not None and self.expected is not None and self.expected not in parents
+        if missed and self.expected is not None and self._is_our_child(self.expected):
+            self.use_children_files = False  # the children files miss the command: trust psutil instead
+            parents = None
+        if parents is None:
+            parents = self._walk_psutil()
+        # argv is read at most once per process per sample, never kept across samples: a process
+        # that exec()s keeps its pid and changes its argv.
+        self._argv.clear()
+        return Tree(parents=parents, argv=self.argv)
+
+    def _walk(self) -> dict[int, int]:
+        parents: dict[int, int] = {}
+        todo = [self.root]
+        while todo:
+            pid = todo.pop()
+            for kid in _children_files(pid):
+                if kid not in parents and kid != self.root:
+                    parents[kid] = pid
+                    todo.append(kid)
+        return parents
+
+    def _is_our_child(self, pid: int) -> bool:
+        """Whether ``pid`` is alive and a child of the root (from ``/proc/PID/stat``: no psutil on this path)."""
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+            return int(stat[stat.rindex(b")") + 2 :].split()[1]) == self.root
+        except (OSError, ValueError, IndexError):
+            return False
+
+    def _walk_psutil(self) -> dict[int, int]:
+        import psutil
+
+        parents: dict[int, int] = {}
+        try:
+            for proc in psutil.Process(self.root).children(recursive=True):
+                try:
+                    parents[proc.pid] = proc.ppid()
+                except psutil.Error:
+                    continue
+        except psutil.Error:
+            pass
+        return parents
+
+    def argv(self, pid: int) -> list[str] | None:
+        """The argv of ``pid`` (read once per process in this sample; None when it cannot be read)."""
+        if pid not in self._argv:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    raw = f.read()
+                # Bytes that are not UTF-8 are kept visible as \xNN escapes: a command's odd argv
+                # must never make an observation unwritable.
+                self._argv[pid] = (
+                    [a.decode("utf-8", "backslashreplace") for a in raw.split(b"\0")[:-1]] if raw else None
+                )
+            except OSError:
+                self._argv[pid] = None
+        return self._argv[pid]
+
+    def usage(self, tree: Tree) -> dict[str, int]:
+        """``processes``, ``cpu_ns`` (user+system of each live process and its reaped children) and ``rss``."""
+        import psutil
+
+        cpu_ns = 0
+        rss = 0
+        live = 0
+        procs = self._procs
+        for gone in set(procs) - set(tree.parents):
+            del procs[gone]
+        for pid in tree.parents:
+            try:
+                proc = procs.get(pid)
+                if proc is None:
+                    proc = procs[pid] = psutil.Process(pid)
+                with proc.oneshot():
+                    t = proc.cpu_times()
+                    mem = proc.memory_info()
+            except psutil.Error:
+                continue
+            live += 1
+            cpu_ns += round((t.user + t.system + t.children_user + t.children_system) * 1e9)
+            rss += int(mem.rss)
+        return {"processes": live, "cpu_ns": cpu_ns, "rss": rss}
+
+
+class ObserverOpening:
+    """``open_observer`` started on a thread of its own, as early as the recorder can: loading NVML
+    (~0.1 s on a GPU machine, mostly in C, without the GIL) overlaps the recorder's own start-up
+    (pyarrow, the writer, the channel) instead of following it. The start observation is still taken
+    before the command starts: ``Sampler.take_start`` waits for it, as before."""
+
+    def __init__(self, mode: str, env: Mapping[str, str]) -> None:
+        self.claimed = False  # a sampler took it: the sampler closes it
+        self._result: Observer | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._open, args=(mode, dict(env)), name="aos-nvml-open", daemon=True)
+        self._thread.start()
+
+    def _open(self, mode: str, env: Mapping[str, str]) -> None:
+        try:
+            self._result = open_observer(mode, env)
+        except BaseException as exc:  # noqa: BLE001 - handed to the sampler, which records it
+            self._error = exc
+
+    def result(self) -> Observer:
+        """The observer (waits for the opening); raises what the opening raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def release(self) -> None:
+        """If no sampler took it (the recording failed before its sampler started): close the observer
+        once it is open (bounded wait)."""
+        if self.claimed:
+            return
+        self._thread.join(START_WAIT)
+        if self._result is not None:
+            with contextlib.suppress(Exception):
+                self._result.close()
+
+
+class Sampler:
+    """Observes devices and the process tree on its own thread; see the module's docstring."""
+
+    def __init__(
+        self,
+        sink: Sink,
+        *,
+        mode: str,
+        interval: float,
+        env: Mapping[str, str],
+        open_steps: OpenSteps,
+        mask: Callable[[str], str],
+        opening: ObserverOpening | None = None,
+    ) -> None:
+        self.opening = opening  # the observer, already being opened (None: open it on the thread)
+        if opening is not None:
+            opening.claimed = True
+        self.sink = sink
+        self.mode = mode
+        self.interval = interval
+        self.env = dict(env)
+        self.open_steps = open_steps
+        self.mask = mask
+        self.tree = ProcessTree()
+        self.observer: Observer | None = None
+        self._lock = threading.Lock()
+        self._start_ready = threading.Event()
+        self._start_attrs: dict[str, Any] | None = None
+        self._start_claimed = False
+        self._wake = threading.Event()  # the command started, or the recording ends
+        self._stop = threading.Event()
+        self._abandoned = False
+        self._baseline: dict[str, int] = {}
+        self._last_key: object = None
+        self._thread = threading.Thread(target=self._main, name="aos-sampler", daemon=True)
+
+    # -- called by the recorder --------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def take_start(self, timeout: float = START_WAIT) -> dict[str, Any] | None:
+        """The start observation, for the recorder to append (None: not ready; the thread appends it later)."""
+        self._start_ready.wait(timeout)
+        with self._lock:
+            self._start_claimed = True
+            attrs, self._start_attrs = self._start_attrs, None
+        return attrs
+
+    def command_started(self, pid: int | None) -> None:
+        """Begin sampling (``pid``: the command's process, which the tree walk must find)."""
+        self.tree.expected = pid
+        self._wake.set()
+
+    def finish(self, timeout: float = END_WAIT) -> None:
+        """Stop sampling and append the end observation (bounded wait; idempotent)."""
+        if not self._thread.is_alive() and self._stop.is_set():
+            return
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if self._thread.is_alive():
+            with self._lock:
+                self._abandoned = True
+            logger().warning("the device observer did not answer; recording goes on without its end observation")
+
+    # -- the thread ----------------------------------------------------------------------
+
+    def _append(self, kind: str, attrs: dict[str, Any]) -> None:
+        with self._lock:
+            if not self._abandoned:
+                self.sink.append(kind, attrs)
+
+    def _main(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # noqa: BLE001 - a sampler bug is logged; the recording goes on without it
+            logger().error("the device sampler failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._start_ready.set()
+
+    def _run(self) -> None:
+        try:
+            observer = self.opening.result() if self.opening is not None else open_observer(self.mode, self.env)
+        except Exception as exc:  # noqa: BLE001 - a broken observer never stops a recording
+            observer = NoObserver(f"the device observer failed to start: {type(exc).__name__}: {exc}")
+        self.observer = observer
+        start, _reading, _tree, self._last_key = self._observe("start")
+        with self._lock:
+            late = self._start_claimed
+            if not late:
+                self._start_attrs = start
+        self._start_ready.set()
+        if late:
+            self._append("device.observed", start)
+        self._wake.wait()
+        next_at = time.monotonic() + self.interval
+        failed = False
+        while not self._stop.wait(max(next_at - time.monotonic(), 0.0)):
+            next_at = max(next_at + self.interval, time.monotonic())
+            try:
+                self._sample()
+            except Exception as exc:  # noqa: BLE001 - a sampler bug must not end the recording
+                if not failed:
+                    failed = True
+                    logger().warning("a device sample failed", error=f"{type(exc).__name__}: {exc}")
+        end, _reading, _tree, _key = self._observe("end")
+        self._append("device.observed", end)
+        try:
+            observer.close()
+        except Exception as exc:  # noqa: BLE001 - closing NVML must not fail the recording
+            logger().warning("closing the device observer failed", error=f"{type(exc).__name__}: {exc}")
+
+    def _observe(self, phase: str) -> tuple[dict[str, Any], DeviceReading, Tree, object]:
+        """One observation: its attrs, the reading and tree it rests on, and what a change is judged by."""
+        observer = self.observer
+        assert observer is not None
+        failure = None
+        tree = Tree()
+        reading = DeviceReading()
+        try:
+            tree = self.tree.snapshot()
+            reading = observer.read(tree)
+        except Exception as exc:  # noqa: BLE001 - recorded in the observation, never raised
+            failure = f"the device observer failed: {type(exc).__name__}: {exc}"
+        if phase == "start":
+            self._baseline = {g.uuid: g.memory_used for g in reading.gpus if g.memory_used is not None}
+        steps = list(self.open_steps())
+        attrs = observation(
+            phase, observer, reading, tree, steps, baseline=self._baseline, mask=self.mask, extra_error=failure
+        )
+        key = (
+            tuple(g["uuid"] for g in attrs["gpus"]),
+            tuple((p["pid"], p["gpu"], p["in_tree"], tuple(p["steps"])) for p in attrs["processes"]),
+            tuple(steps),
+            attrs["attribution"],
+            attrs["error"],
+        )
+        return attrs, reading, tree, key
+
+    def _sample(self) -> None:
+        """A ``telemetry`` event, and a ``device.observed`` sample when something changed."""
+        attrs, reading, tree, key = self._observe("sample")
+        self._append("telemetry", {"tree": self.tree.usage(tree), "gpus": gpu_telemetry(reading)})
+        if key != self._last_key:
+            self._last_key = key
+            self._append("device.observed", attrs)
+
+
+def open_observer(mode: str, env: Mapping[str, str]) -> Observer:
+    """The observer for ``--observe-devices MODE`` (``auto`` or ``nvml``) given the recorder's ``env``.
+
+    Never raises: whatever goes wrong is the observer ``none`` (or ``simulated``) with an ``error``.
+    """
+    simulated = env.get(ENV_SIMULATED)
+    if simulated:
+        from observe.devices.simulated import SimulatedObserver
+
+        return SimulatedObserver(simulated)
+    return NvmlObserver.open(required=mode == "nvml")

@@ -1,0 +1,181 @@
+"""Where captured bytes go: the terminal (``Echo``) and the stream (``Sink``).
+
+The two fail independently. A stream that cannot be written any more (a full
+disk) never stops the echo or the command: the ``Sink`` remembers the failure,
+logs it once through structlog on the recorder's stderr, and drops further
+events; the recording then ends in exit code 125.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import select
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from aos.refusals import StreamWrite
+
+if TYPE_CHECKING:
+    from aos.writer import SealInfo, StreamWriter
+    from observe.ci.systems import Markers
+
+__all__ = ["Echo", "Sink", "logger"]
+
+
+def logger() -> Any:
+    """The recorder's own diagnostics: key=value lines on stderr, never in the stream."""
+    import structlog  # only when there is something to say: it costs start-up time
+
+    return structlog.wrap_logger(
+        structlog.PrintLogger(sys.stderr),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.KeyValueRenderer(key_order=["level", "event"], drop_missing=True),
+        ],
+    )
+
+
+class Echo:
+    """Writes captured (already masked) bytes to the recorder's own stdout/stderr, unbuffered.
+
+    Under CI (``markers``, from ``observe.ci.systems``) each step is also folded in the
+    CI's markers, written here only: the echo is the recorder's own output, the
+    stream holds what the command wrote. A marker starts on a line of its own.
+    """
+
+    def __init__(self, enabled: bool, fds: dict[str, int] | None = None, markers: Markers | None = None) -> None:
+        self.fds: dict[str, int] = dict(fds or {"stdout": 1, "stderr": 2}) if enabled else {}
+        self.markers = markers if enabled else None
+        self._mid_line: dict[int, bool] = {}  # fd -> the last byte echoed there was not a newline
+
+    def begin_step(self, span: str, name: str) -> None:
+        """Open the CI's fold for a step that starts (nothing outside CI)."""
+        if self.markers is not None:
+            self._marker(self.markers.begin(span, name))
+
+    def end_step(self, span: str, exit_code: object) -> None:
+        """Close the step's fold (nothing outside CI, or when the step got none)."""
+        if self.markers is not None:
+            self._marker(self.markers.end(span, exit_code))
+
+    def close_folds(self) -> None:
+        """Close any fold still open (the recording ends)."""
+        if self.markers is not None:
+            self._marker(self.markers.close_all())
+
+    def _marker(self, data: bytes) -> None:
+        fd = self.fds.get("stdout")
+        if not data or fd is None:
+            return
+        if self._mid_line.get(fd):
+            data = b"\n" + data
+        self.write("stdout", data)
+
+    def write(self, name: str, data: bytes) -> None:
+        fd = self.fds.get(name)
+        if fd is None or not data:
+            return
+        if self.markers is not None:
+            self._mid_line[fd] = not data.endswith(b"\n")
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(fd, view)
+            except (BlockingIOError, InterruptedError):
+                select.select([], [fd], [], 1.0)
+                continue
+            except OSError:
+                # The terminal went away (EPIPE, EIO): keep recording, stop echoing there.
+                self.fds.pop(name, None)
+                return
+            view = view[n:]
+
+
+class Sink:
+    """Appends events to the writer from a worker thread, in order; after a write failure, drops them.
+
+    Hashing, compressing and writing a batch run on the worker while the
+    recorder's loop goes on reading and echoing (pyarrow releases the GIL while
+    it compresses). The queue is bounded (``max_pending`` events of at most
+    about 1 MiB each: observe.recorder.capture.READ_SIZE), so a slow disk slows the reading
+    rather than filling memory; 4 is enough to keep the worker busy (it only hashes
+    and hands batches to the writer's encoders). Timestamps are taken when an event
+    is handed over, not when written.
+    """
+
+    def __init__(self, writer: StreamWriter, *, max_pending: int = 4) -> None:
+        self.writer = writer
+        self.failure: StreamWrite | None = None
+        self._queue: queue.Queue[tuple[str, dict[str, Any] | None, bytes | None, str | None, int, int] | None] = (
+            queue.Queue(maxsize=max_pending)
+        )
+        self._worker = threading.Thread(target=self._work, name="aos-sink", daemon=True)
+        self._worker.start()
+
+    @property
+    def failed(self) -> bool:
+        return self.failure is not None
+
+    def append(
+        self, kind: str, attrs: dict[str, Any] | None = None, data: bytes | None = None, step: str | None = None
+    ) -> None:
+        """Queue one event (its time is now)."""
+        if self.failure is not None:
+            return
+        self._queue.put((kind, attrs, data, step, time.time_ns(), time.monotonic_ns()))
+
+    def _work(self) -> None:
+        q = self._queue
+        while True:
+            item = q.get()
+            try:
+                if item is None:
+                    return
+                if self.failure is None:
+                    kind, attrs, data, step, wall_ns, mono_ns = item
+                    try:
+                        self.writer.append(kind, attrs, data, step, wall_ns=wall_ns, mono_ns=mono_ns)
+                    except StreamWrite as exc:
+                        self._fail(exc)
+                    except Exception as exc:  # noqa: BLE001 - a bad event must not kill the worker
+                        self._fail(StreamWrite(f"cannot record a {kind} event: {type(exc).__name__}: {exc}"))
+            finally:
+                q.task_done()
+
+    def _fail(self, exc: StreamWrite) -> None:
+        if self.failure is None:
+            self.failure = exc
+            logger().error("stream write failed; the command keeps running", detail=exc.detail)
+
+    def drain(self) -> None:
+        """Wait until every queued event is in the writer (and so readable after a flush)."""
+        self._queue.join()
+
+    def flush(self) -> None:
+        self.drain()
+        if self.failure is None:
+            try:
+                self.writer.flush()
+            except StreamWrite as exc:
+                self._fail(exc)
+
+    def stop(self) -> None:
+        """Drain and end the worker thread."""
+        if self._worker.is_alive():
+            self._queue.put(None)
+            self._worker.join()
+
+    def seal(self) -> SealInfo | None:
+        self.stop()
+        if self.failure is not None:
+            self.writer.close()
+            return None
+        try:
+            return self.writer.seal()
+        except StreamWrite as exc:
+            self._fail(exc)
+            self.writer.close()
+            return None

@@ -1,0 +1,1 @@
+"""``alpha observe report``: one self-contained HTML page of a stream."""
