@@ -74,7 +74,7 @@ def attest_cmd(
     from aos.signing import load_public_key, load_signer
     from observe.cli.refusing import refuse
     from observe.interop.attest import attest
-    from observe.interop.export import write_output
+    from observe.interop.verified import write_output
 
     if resource_uri is not None and not _URI.fullmatch(resource_uri):
         raise click.BadParameter(f"{resource_uri!r} is not a URI (scheme:rest)", param_hint="--resource-uri")
@@ -116,7 +116,9 @@ def export_cmd(stream: Path, fmt: str, output: str) -> None:
 
     from aos.refusals import Refusal
     from observe.cli.refusing import refuse
-    from observe.interop.export import asciicast_chunks, load_verified, otlp_traces, write_output
+    from observe.interop.asciicast import asciicast_chunks
+    from observe.interop.otlp import otlp_traces
+    from observe.interop.verified import load_verified, write_output
 
     try:
         s = load_verified(stream)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from aos.signing import Signer, Verifier
     from gates.language import Gate
     from gates.verdict import Verdict
-    from observe.interop.export import VerifiedStream
+    from observe.interop.verified import VerifiedStream
 
 __all__ = [
     "EXTENSION",
@@ -191,7 +191,7 @@ def attest(
     from aos.signing import Verifier
     from aos.verify import require_verdict, verify_stream
     from gates.verdict import Verdict
-    from observe.interop.export import load_verified
+    from observe.interop.verified import load_verified
 
     stream = load_verified(path, seal_key)
     v = stream.verification
