@@ -47,6 +47,20 @@ _URI = re.compile(r"[a-z][a-z0-9+.-]*:\S+")
     help="The VSA's resourceUri (e.g. the stream's store URL); default: the stream's file:// URI.",
 )
 @click.option(
+    "--digest",
+    "digests",
+    type=click.Choice(["sha256", "blake3"]),
+    multiple=True,
+    help="A digest of the stream file the subject carries (repeatable; default: sha256 and blake3).",
+)
+@click.option(
+    "--bundle",
+    "bundle",
+    default=None,
+    metavar="FILE",
+    help="Also write the envelope as a Sigstore bundle v0.3 (its key id as a public-key hint); needs --key.",
+)
+@click.option(
     "-o", "--output", "output", required=True, metavar="FILE", help="Where to write the envelope (- for stdout)."
 )
 def attest_cmd(
@@ -55,6 +69,8 @@ def attest_cmd(
     seal_key: str | None,
     gate_files: tuple[Path, ...],
     resource_uri: str | None,
+    digests: tuple[str, ...],
+    bundle: str | None,
     output: str,
 ) -> None:
     """Attest STREAM's sealed verdict as an in-toto statement (SLSA VSA) in a DSSE envelope.
@@ -64,31 +80,46 @@ def attest_cmd(
     signed with --key (Ed25519), else its signatures list is empty.
     STREAM is verified first, and its sealed verdict re-evaluated by the same gate
     (found by name and digest); a pass is PASSED, a fail or inconclusive FAILED.
+    --bundle also writes it as a Sigstore bundle for Sigstore verifiers.
     Exit 0 written, 1 refused (nothing written), 2 usage.
 
     \b
     Example:
-      alpha observe attest ci.aos --key attest.key -o ci.aos.intoto.json
+      alpha observe attest ci.aos --key attest.key -o ci.aos.intoto.json --bundle ci.aos.sigstore.json
     """
     from aos.refusals import Refusal
     from aos.signing import load_public_key, load_signer
     from observe.cli.refusing import refuse
-    from observe.interop.attest import attest
+    from observe.interop.attest import DIGESTS, attest
     from observe.interop.verified import write_output
 
     if resource_uri is not None and not _URI.fullmatch(resource_uri):
         raise click.BadParameter(f"{resource_uri!r} is not a URI (scheme:rest)", param_hint="--resource-uri")
+    if bundle is not None and key is None:
+        raise click.UsageError("--bundle needs --key: a Sigstore bundle holds a signed envelope")
+    if bundle is not None and bundle == output:
+        raise click.UsageError("--bundle and -o name the same file")
     try:
         signer = load_signer(key) if key is not None else None
         public = load_public_key(seal_key) if seal_key is not None else None
-        a = attest(stream, signer=signer, seal_key=public, gate_files=gate_files, resource_uri=resource_uri)
+        a = attest(
+            stream,
+            signer=signer,
+            seal_key=public,
+            gate_files=gate_files,
+            resource_uri=resource_uri,
+            digests=tuple(dict.fromkeys(digests)) or DIGESTS,
+        )
         write_output(output, a.envelope_bytes())
+        if bundle is not None:
+            write_output(bundle, a.bundle_bytes())
     except Refusal as exc:
         refuse(exc, 1)
     for note in a.notes:
         click.echo(f"alpha observe attest: {note}", err=True)
-    if output != "-":
-        click.echo(f"alpha observe attest: wrote {output}", err=True)
+    for written in (output, bundle):
+        if written is not None and written != "-":
+            click.echo(f"alpha observe attest: wrote {written}", err=True)
 
 
 @click.command("export")
