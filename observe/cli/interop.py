@@ -1,4 +1,4 @@
-"""Interop commands: ``attest`` (a DSSE/in-toto/SLSA VSA envelope) and ``export`` (OTLP, asciicast).
+"""Interop commands: ``attest`` (a DSSE/in-toto/SLSA VSA envelope) and ``export`` (OTLP, asciicast, Arrow).
 
 Both read the stream once and verify it first; a stream that does not verify
 is refused by name (``refused: NAME: detail`` on stderr, exit 1) and nothing is
@@ -128,39 +128,83 @@ def attest_cmd(
     "--format",
     "fmt",
     required=True,
-    type=click.Choice(["otlp", "asciicast"]),
-    help="otlp: OTLP/JSON traces; asciicast: asciicast v2 (the terminal output with its timing).",
+    type=click.Choice(["otlp", "otlp-proto", "asciicast", "arrow"]),
+    help="otlp: OTLP/JSON traces; otlp-proto: the same as binary protobuf; asciicast: asciicast v2 "
+    "(the terminal output with its timing); arrow: the verified events as an uncompressed Arrow IPC file.",
 )
-@click.option("-o", "--output", "output", required=True, metavar="FILE", help="Where to write it (- for stdout).")
-def export_cmd(stream: Path, fmt: str, output: str) -> None:
-    """Export STREAM as OTLP/JSON traces or as an asciicast v2 recording.
+@click.option("-o", "--output", "output", default=None, metavar="FILE", help="Where to write it (- for stdout).")
+@click.option(
+    "--endpoint",
+    "endpoint",
+    default=None,
+    metavar="URL",
+    help="POST the traces (otlp or otlp-proto) to this OTLP/HTTP receiver (/v1/traces when URL has no path).",
+)
+def export_cmd(stream: Path, fmt: str, output: str | None, endpoint: str | None) -> None:
+    """Export STREAM as OTLP traces, an asciicast v2 recording or an Arrow IPC file.
 
-    STREAM is verified first (intact and sealed); exit 0 written, 1 refused
-    (nothing written), 2 usage.
+    STREAM is verified first (intact and sealed); exit 0 written (and sent), 1
+    refused (nothing written) or not accepted by the receiver, 2 usage.
+    At least one of -o and --endpoint; --endpoint only for otlp and otlp-proto.
 
     \b
     Examples:
       alpha observe export ci.aos --format otlp -o ci.otlp.json
+      alpha observe export ci.aos --format otlp-proto --endpoint http://127.0.0.1:4318
       alpha observe export ci.aos --format asciicast -o ci.cast && asciinema play ci.cast
+      alpha observe export ci.aos --format arrow -o ci.arrow
     """
     import json
 
     from aos.refusals import Refusal
     from observe.cli.refusing import refuse
-    from observe.interop.asciicast import asciicast_chunks
-    from observe.interop.otlp import otlp_traces
+    from observe.interop import otlp_send
     from observe.interop.verified import load_verified, write_output
 
+    if output is None and endpoint is None:
+        raise click.UsageError("give -o FILE, --endpoint URL, or both")
+    url = None
+    if endpoint is not None:
+        if fmt not in otlp_send.CONTENT_TYPES:
+            raise click.BadParameter(f"--endpoint sends traces: --format otlp or otlp-proto, not {fmt}")
+        try:
+            url = otlp_send.traces_url(endpoint)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--endpoint") from None
+    if fmt == "otlp-proto":
+        try:
+            otlp_send.require_protobuf()
+        except otlp_send.MissingProtobuf as exc:
+            raise click.UsageError(str(exc)) from None
+    sent = None
     try:
         s = load_verified(stream)
-        if fmt == "otlp":
-            write_output(output, (json.dumps(otlp_traces(s), ensure_ascii=False) + "\n").encode("utf-8"))
+        if fmt in ("otlp", "otlp-proto"):
+            from observe.interop.otlp import otlp_traces
+
+            doc = otlp_traces(s)
+            if fmt == "otlp":
+                body = (json.dumps(doc, ensure_ascii=False) + "\n").encode("utf-8")
+            else:
+                body = otlp_send.otlp_protobuf(doc)
+            if output is not None:
+                write_output(output, body)
+            if url is not None:
+                sent = otlp_send.post(url, body, otlp_send.CONTENT_TYPES[fmt])
+        elif fmt == "asciicast":
+            from observe.interop.asciicast import asciicast_chunks
+
+            write_output(str(output), asciicast_chunks(s))
         else:
-            write_output(output, asciicast_chunks(s))
+            from observe.interop.arrow_file import arrow_file_chunks
+
+            write_output(str(output), arrow_file_chunks(s))
     except Refusal as exc:
         refuse(exc, 1)
-    if output != "-":
+    if output is not None and output != "-":
         click.echo(f"alpha observe export: wrote {output} ({fmt})", err=True)
+    if sent is not None:
+        click.echo(f"alpha observe export: {sent}", err=True)
 
 
 COMMANDS: list[click.Command] = [attest_cmd, export_cmd]

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from observe.interop.semconv import ci_attributes
 from observe.interop.verified import argv_of, attrs_of, display, int_of, opening
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ class _Span:
         )
 
     def to_json(self, trace_id: str, end_default: int) -> dict[str, Any]:
-        end = self.end_ns if self.end_ns is not None else end_default
+        end = max(self.end_ns if self.end_ns is not None else end_default, self.start_ns)
         attrs = {**self.attrs, "aos.seq.start": self.seq, "aos.seq.end": self.end_seq}
         span: dict[str, Any] = {
             "traceId": trace_id,
@@ -118,9 +119,13 @@ class _Span:
             "name": self.name,
             "kind": _KIND_INTERNAL,
             "startTimeUnixNano": str(self.start_ns),
-            "endTimeUnixNano": str(max(end, self.start_ns)),
+            "endTimeUnixNano": str(end),
             "attributes": _kv(attrs),
-            "events": self.events,
+            # An event lies inside its span: one recorded outside it (the verdict's checks, after
+            # the command ended; a receipt read after its step ended) is timed at the span's edge.
+            "events": [
+                {**e, "timeUnixNano": str(min(max(int(e["timeUnixNano"]), self.start_ns), end))} for e in self.events
+            ],
             "status": self.status,
         }
         if self.parent is not None:
@@ -151,6 +156,8 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
         start.seq,
         {"process.command_args": argv, "process.pid": int_of(start_attrs.get("pid"))},
     )
+    env = open_attrs.get("env")
+    root.attrs.update(ci_attributes(env if isinstance(env, dict) else {}))
     spans: list[_Span] = [root]
     open_steps: dict[str, list[_Span]] = {}  # step id -> spans started with it and not yet ended
     last_ns = start.wall_ns
@@ -234,6 +241,7 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
                     "aos.gate": display(a.get("gate")),
                     "aos.verdict": display(a.get("verdict")),
                     "aos.scope": display(a.get("scope")),
+                    "aos.verdict.time_unix_nano": ev.wall_ns,
                 }
             )
             checks = a.get("checks")
