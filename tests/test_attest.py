@@ -542,18 +542,18 @@ class TestReadOnce:
 
     def test_attest_reads_the_file_once(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """attest reads the stream file once, also when it re-verifies the seal with the attester's key."""
-        import observe.interop.export
+        import observe.interop.verified
 
         _key, _pub, signer = keypair(tmp_path, "k")
         stream = gated(tmp_path / "s.aos", signer=signer)
         reads: list[Path] = []
-        real = observe.interop.export._read_once
+        real = observe.interop.verified._read_once
 
         def counting(path: Path) -> bytes:
             reads.append(path)
             return real(path)
 
-        monkeypatch.setattr(observe.interop.export, "_read_once", counting)
+        monkeypatch.setattr(observe.interop.verified, "_read_once", counting)
         a = attest(stream, signer=signer)
         assert [stream] == reads
         assert a.statement["predicate"]["pkg:pypi/alpha-observe"]["seal"]["signature_checked"]

@@ -1,4 +1,4 @@
-"""Interop commands: ``attest`` (a DSSE/in-toto/SLSA VSA envelope) and ``export`` (OTLP, asciicast).
+"""Interop commands: ``attest`` (a DSSE/in-toto/SLSA VSA envelope) and ``export`` (OTLP, asciicast, Arrow).
 
 Both read the stream once and verify it first; a stream that does not verify
 is refused by name (``refused: NAME: detail`` on stderr, exit 1) and nothing is
@@ -47,6 +47,20 @@ _URI = re.compile(r"[a-z][a-z0-9+.-]*:\S+")
     help="The VSA's resourceUri (e.g. the stream's store URL); default: the stream's file:// URI.",
 )
 @click.option(
+    "--digest",
+    "digests",
+    type=click.Choice(["sha256", "blake3"]),
+    multiple=True,
+    help="A digest of the stream file the subject carries (repeatable; default: sha256 and blake3).",
+)
+@click.option(
+    "--bundle",
+    "bundle",
+    default=None,
+    metavar="FILE",
+    help="Also write the envelope as a Sigstore bundle v0.3 (its key id as a public-key hint); needs --key.",
+)
+@click.option(
     "-o", "--output", "output", required=True, metavar="FILE", help="Where to write the envelope (- for stdout)."
 )
 def attest_cmd(
@@ -55,6 +69,8 @@ def attest_cmd(
     seal_key: str | None,
     gate_files: tuple[Path, ...],
     resource_uri: str | None,
+    digests: tuple[str, ...],
+    bundle: str | None,
     output: str,
 ) -> None:
     """Attest STREAM's sealed verdict as an in-toto statement (SLSA VSA) in a DSSE envelope.
@@ -64,31 +80,46 @@ def attest_cmd(
     signed with --key (Ed25519), else its signatures list is empty.
     STREAM is verified first, and its sealed verdict re-evaluated by the same gate
     (found by name and digest); a pass is PASSED, a fail or inconclusive FAILED.
+    --bundle also writes it as a Sigstore bundle for Sigstore verifiers.
     Exit 0 written, 1 refused (nothing written), 2 usage.
 
     \b
     Example:
-      alpha observe attest ci.aos --key attest.key -o ci.aos.intoto.json
+      alpha observe attest ci.aos --key attest.key -o ci.aos.intoto.json --bundle ci.aos.sigstore.json
     """
     from aos.refusals import Refusal
     from aos.signing import load_public_key, load_signer
     from observe.cli.refusing import refuse
-    from observe.interop.attest import attest
-    from observe.interop.export import write_output
+    from observe.interop.attest import DIGESTS, attest
+    from observe.interop.verified import write_output
 
     if resource_uri is not None and not _URI.fullmatch(resource_uri):
         raise click.BadParameter(f"{resource_uri!r} is not a URI (scheme:rest)", param_hint="--resource-uri")
+    if bundle is not None and key is None:
+        raise click.UsageError("--bundle needs --key: a Sigstore bundle holds a signed envelope")
+    if bundle is not None and bundle == output:
+        raise click.UsageError("--bundle and -o name the same file")
     try:
         signer = load_signer(key) if key is not None else None
         public = load_public_key(seal_key) if seal_key is not None else None
-        a = attest(stream, signer=signer, seal_key=public, gate_files=gate_files, resource_uri=resource_uri)
+        a = attest(
+            stream,
+            signer=signer,
+            seal_key=public,
+            gate_files=gate_files,
+            resource_uri=resource_uri,
+            digests=tuple(dict.fromkeys(digests)) or DIGESTS,
+        )
         write_output(output, a.envelope_bytes())
+        if bundle is not None:
+            write_output(bundle, a.bundle_bytes())
     except Refusal as exc:
         refuse(exc, 1)
     for note in a.notes:
         click.echo(f"alpha observe attest: {note}", err=True)
-    if output != "-":
-        click.echo(f"alpha observe attest: wrote {output}", err=True)
+    for written in (output, bundle):
+        if written is not None and written != "-":
+            click.echo(f"alpha observe attest: wrote {written}", err=True)
 
 
 @click.command("export")
@@ -97,37 +128,83 @@ def attest_cmd(
     "--format",
     "fmt",
     required=True,
-    type=click.Choice(["otlp", "asciicast"]),
-    help="otlp: OTLP/JSON traces; asciicast: asciicast v2 (the terminal output with its timing).",
+    type=click.Choice(["otlp", "otlp-proto", "asciicast", "arrow"]),
+    help="otlp: OTLP/JSON traces; otlp-proto: the same as binary protobuf; asciicast: asciicast v2 "
+    "(the terminal output with its timing); arrow: the verified events as an uncompressed Arrow IPC file.",
 )
-@click.option("-o", "--output", "output", required=True, metavar="FILE", help="Where to write it (- for stdout).")
-def export_cmd(stream: Path, fmt: str, output: str) -> None:
-    """Export STREAM as OTLP/JSON traces or as an asciicast v2 recording.
+@click.option("-o", "--output", "output", default=None, metavar="FILE", help="Where to write it (- for stdout).")
+@click.option(
+    "--endpoint",
+    "endpoint",
+    default=None,
+    metavar="URL",
+    help="POST the traces (otlp or otlp-proto) to this OTLP/HTTP receiver (/v1/traces when URL has no path).",
+)
+def export_cmd(stream: Path, fmt: str, output: str | None, endpoint: str | None) -> None:
+    """Export STREAM as OTLP traces, an asciicast v2 recording or an Arrow IPC file.
 
-    STREAM is verified first (intact and sealed); exit 0 written, 1 refused
-    (nothing written), 2 usage.
+    STREAM is verified first (intact and sealed); exit 0 written (and sent), 1
+    refused (nothing written) or not accepted by the receiver, 2 usage.
+    At least one of -o and --endpoint; --endpoint only for otlp and otlp-proto.
 
     \b
     Examples:
       alpha observe export ci.aos --format otlp -o ci.otlp.json
+      alpha observe export ci.aos --format otlp-proto --endpoint http://127.0.0.1:4318
       alpha observe export ci.aos --format asciicast -o ci.cast && asciinema play ci.cast
+      alpha observe export ci.aos --format arrow -o ci.arrow
     """
     import json
 
     from aos.refusals import Refusal
     from observe.cli.refusing import refuse
-    from observe.interop.export import asciicast_chunks, load_verified, otlp_traces, write_output
+    from observe.interop import otlp_send
+    from observe.interop.verified import load_verified, write_output
 
+    if output is None and endpoint is None:
+        raise click.UsageError("give -o FILE, --endpoint URL, or both")
+    url = None
+    if endpoint is not None:
+        if fmt not in otlp_send.CONTENT_TYPES:
+            raise click.BadParameter(f"--endpoint sends traces: --format otlp or otlp-proto, not {fmt}")
+        try:
+            url = otlp_send.traces_url(endpoint)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--endpoint") from None
+    if fmt == "otlp-proto":
+        try:
+            otlp_send.require_protobuf()
+        except otlp_send.MissingProtobuf as exc:
+            raise click.UsageError(str(exc)) from None
+    sent = None
     try:
         s = load_verified(stream)
-        if fmt == "otlp":
-            write_output(output, (json.dumps(otlp_traces(s), ensure_ascii=False) + "\n").encode("utf-8"))
+        if fmt in ("otlp", "otlp-proto"):
+            from observe.interop.otlp import otlp_traces
+
+            doc = otlp_traces(s)
+            if fmt == "otlp":
+                body = (json.dumps(doc, ensure_ascii=False) + "\n").encode("utf-8")
+            else:
+                body = otlp_send.otlp_protobuf(doc)
+            if output is not None:
+                write_output(output, body)
+            if url is not None:
+                sent = otlp_send.post(url, body, otlp_send.CONTENT_TYPES[fmt])
+        elif fmt == "asciicast":
+            from observe.interop.asciicast import asciicast_chunks
+
+            write_output(str(output), asciicast_chunks(s))
         else:
-            write_output(output, asciicast_chunks(s))
+            from observe.interop.arrow_file import arrow_file_chunks
+
+            write_output(str(output), arrow_file_chunks(s))
     except Refusal as exc:
         refuse(exc, 1)
-    if output != "-":
+    if output is not None and output != "-":
         click.echo(f"alpha observe export: wrote {output} ({fmt})", err=True)
+    if sent is not None:
+        click.echo(f"alpha observe export: {sent}", err=True)
 
 
 COMMANDS: list[click.Command] = [attest_cmd, export_cmd]

@@ -15,7 +15,9 @@ BLAKE3) and carries a SLSA verification summary v1: ``PASSED`` only for a
 ``pass`` verdict (``fail`` and ``inconclusive`` are ``FAILED``), the verified
 level ``ALPHA_OBSERVE_SCOPE_<SCOPE>``. The envelope is signed with an Ed25519 key
 over the DSSE pre-authentication encoding; unsigned, its ``signatures`` list is
-empty. docs/CI.md ("Attesting") is the reference.
+empty. ``Attestation.bundle`` wraps the same envelope in a Sigstore bundle (v0.3)
+whose verification material is the signing key's id as a public-key hint, for
+Sigstore verifiers given that public key. docs/CI.md ("Attesting") is the reference.
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ if TYPE_CHECKING:
     from aos.signing import Signer, Verifier
     from gates.language import Gate
     from gates.verdict import Verdict
-    from observe.interop.export import VerifiedStream
+    from observe.interop.verified import VerifiedStream
 
 __all__ = [
+    "BUNDLE_MEDIA_TYPE",
+    "DIGESTS",
     "EXTENSION",
     "PAYLOAD_TYPE",
     "PREDICATE_TYPE",
@@ -61,6 +65,10 @@ VERIFIER_ID = "pkg:pypi/alpha-observe"
 #: The predicate's extension field (in-toto: extension field names are URIs): alpha-observe's own detail.
 EXTENSION = VERIFIER_ID
 SLSA_VERSION = "1.0"
+#: The Sigstore bundle format ``attest --bundle`` writes (protobuf-specs ``Bundle``, JSON).
+BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
+#: The digests of the stream file a subject can carry, in the order written.
+DIGESTS = ("sha256", "blake3")
 
 
 class AttestPolicy(Refusal):
@@ -98,6 +106,28 @@ class Attestation:
     def envelope_bytes(self) -> bytes:
         """The envelope as written: JSON, one line, newline-terminated."""
         return (json.dumps(self.envelope, sort_keys=True) + "\n").encode("utf-8")
+
+    def bundle(self) -> dict[str, Any]:
+        """The same envelope as a Sigstore bundle v0.3: the signing key's id as a public-key hint, no log entries.
+
+        A Sigstore verifier checks it with the attester's public key given as trusted
+        material under that hint, and no transparency log or timestamp required.
+        Only a signed attestation has a bundle (``ValueError`` otherwise).
+        """
+        if self.key_id is None:
+            raise ValueError("an unsigned attestation has no Sigstore bundle")
+        return {
+            "mediaType": BUNDLE_MEDIA_TYPE,
+            "verificationMaterial": {
+                "publicKey": {"hint": self.key_id},
+                "tlogEntries": [],
+            },
+            "dsseEnvelope": self.envelope,
+        }
+
+    def bundle_bytes(self) -> bytes:
+        """The bundle as written: JSON, one line, newline-terminated."""
+        return (json.dumps(self.bundle(), sort_keys=True) + "\n").encode("utf-8")
 
 
 def _rfc3339(when: datetime.datetime) -> str:
@@ -180,6 +210,7 @@ def attest(
     seal_key: Verifier | None = None,
     gate_files: Sequence[str | os.PathLike[str]] = (),
     resource_uri: str | None = None,
+    digests: Sequence[str] = DIGESTS,
     now: datetime.datetime | None = None,
 ) -> Attestation:
     """Verify the stream at ``path``, re-check its sealed verdict, and make the envelope.
@@ -187,12 +218,17 @@ def attest(
     ``seal_key``: the seal must be signed by it (``stream-signature`` otherwise).
     Without it, a seal that names ``signer``'s key is checked against that key;
     a seal signed by another key is reported, its signature unchecked.
+    ``digests``: which of ``DIGESTS`` the subject carries (``("sha256",)`` for
+    consumers that refuse a digest they do not know).
     """
     from aos.signing import Verifier
     from aos.verify import require_verdict, verify_stream
     from gates.verdict import Verdict
-    from observe.interop.export import load_verified
+    from observe.interop.verified import load_verified
 
+    unknown = [d for d in digests if d not in DIGESTS]
+    if unknown or not digests:
+        raise ValueError(f"digests must be some of {DIGESTS}, not {list(digests)}")
     stream = load_verified(path, seal_key)
     v = stream.verification
     if seal_key is None and signer is not None and v.signed and v.seal.get("key_id") == signer.key_id:
@@ -213,8 +249,9 @@ def attest(
             {
                 "name": p.name,
                 "digest": {
-                    "sha256": hashlib.sha256(stream.data).hexdigest(),
-                    "blake3": v.file_blake3,
+                    d: hashlib.sha256(stream.data).hexdigest() if d == "sha256" else v.file_blake3
+                    for d in DIGESTS
+                    if d in digests
                 },
             }
         ],
