@@ -12,17 +12,16 @@ from pathlib import Path
 
 import click
 
-from observe.cli.gate import gate_file_option
+from observe.cli.options import STREAM, example, gate_file_option, private_key, public_key, reports_refusals
 
-__all__ = ["COMMANDS", "attest_cmd", "export_cmd"]
+__all__ = ["COMMANDS", "attest_command", "export_command"]
 
-#: A stream argument is any path: what is not a regular file is refused as stream-missing.
-_STREAM = click.Path(path_type=Path)
 _URI = re.compile(r"[a-z][a-z0-9+.-]*:\S+")
 
 
+@example("alpha observe attest ci.aos --key attest.key -o ci.aos.intoto.json")
 @click.command("attest")
-@click.argument("stream", type=_STREAM)
+@click.argument("stream", type=STREAM)
 @click.option(
     "--key",
     "key",
@@ -49,7 +48,8 @@ _URI = re.compile(r"[a-z][a-z0-9+.-]*:\S+")
 @click.option(
     "-o", "--output", "output", required=True, metavar="FILE", help="Where to write the envelope (- for stdout)."
 )
-def attest_cmd(
+@reports_refusals()
+def attest_command(
     stream: Path,
     key: str | None,
     seal_key: str | None,
@@ -65,34 +65,27 @@ def attest_cmd(
     STREAM is verified first, and its sealed verdict re-evaluated by the same gate
     (found by name and digest); a pass is PASSED, a fail or inconclusive FAILED.
     Exit 0 written, 1 refused (nothing written), 2 usage.
-
-    \b
-    Example:
-      alpha observe attest ci.aos --key attest.key -o ci.aos.intoto.json
     """
-    from aos.refusals import Refusal
-    from aos.signing import load_public_key, load_signer
-    from observe.cli.refusing import refuse
     from observe.interop.attest import attest
     from observe.interop.export import write_output
 
     if resource_uri is not None and not _URI.fullmatch(resource_uri):
         raise click.BadParameter(f"{resource_uri!r} is not a URI (scheme:rest)", param_hint="--resource-uri")
-    try:
-        signer = load_signer(key) if key is not None else None
-        public = load_public_key(seal_key) if seal_key is not None else None
-        a = attest(stream, signer=signer, seal_key=public, gate_files=gate_files, resource_uri=resource_uri)
-        write_output(output, a.envelope_bytes())
-    except Refusal as exc:
-        refuse(exc, 1)
+    signer = private_key(key)
+    a = attest(stream, signer=signer, seal_key=public_key(seal_key), gate_files=gate_files, resource_uri=resource_uri)
+    write_output(output, a.envelope_bytes())
     for note in a.notes:
         click.echo(f"alpha observe attest: {note}", err=True)
     if output != "-":
         click.echo(f"alpha observe attest: wrote {output}", err=True)
 
 
+@example(
+    "alpha observe export ci.aos --format otlp -o ci.otlp.json",
+    "alpha observe export ci.aos --format asciicast -o ci.cast && asciinema play ci.cast",
+)
 @click.command("export")
-@click.argument("stream", type=_STREAM)
+@click.argument("stream", type=STREAM)
 @click.option(
     "--format",
     "fmt",
@@ -101,33 +94,24 @@ def attest_cmd(
     help="otlp: OTLP/JSON traces; asciicast: asciicast v2 (the terminal output with its timing).",
 )
 @click.option("-o", "--output", "output", required=True, metavar="FILE", help="Where to write it (- for stdout).")
-def export_cmd(stream: Path, fmt: str, output: str) -> None:
+@reports_refusals()
+def export_command(stream: Path, fmt: str, output: str) -> None:
     """Export STREAM as OTLP/JSON traces or as an asciicast v2 recording.
 
     STREAM is verified first (intact and sealed); exit 0 written, 1 refused
     (nothing written), 2 usage.
-
-    \b
-    Examples:
-      alpha observe export ci.aos --format otlp -o ci.otlp.json
-      alpha observe export ci.aos --format asciicast -o ci.cast && asciinema play ci.cast
     """
     import json
 
-    from aos.refusals import Refusal
-    from observe.cli.refusing import refuse
     from observe.interop.export import asciicast_chunks, load_verified, otlp_traces, write_output
 
-    try:
-        s = load_verified(stream)
-        if fmt == "otlp":
-            write_output(output, (json.dumps(otlp_traces(s), ensure_ascii=False) + "\n").encode("utf-8"))
-        else:
-            write_output(output, asciicast_chunks(s))
-    except Refusal as exc:
-        refuse(exc, 1)
+    s = load_verified(stream)
+    if fmt == "otlp":
+        write_output(output, (json.dumps(otlp_traces(s), ensure_ascii=False) + "\n").encode("utf-8"))
+    else:
+        write_output(output, asciicast_chunks(s))
     if output != "-":
         click.echo(f"alpha observe export: wrote {output} ({fmt})", err=True)
 
 
-COMMANDS: list[click.Command] = [attest_cmd, export_cmd]
+COMMANDS: list[click.Command] = [attest_command, export_command]
