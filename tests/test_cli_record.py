@@ -9,7 +9,8 @@ import click
 from click.testing import CliRunner
 from recorder_util import alpha, events
 
-from observe.cli.record import COMMANDS, options_from_click, recording_options
+from observe.cli.options import options_from_click, recording_options
+from observe.cli.record import COMMANDS
 from observe.recorder.record import RecordOptions
 
 

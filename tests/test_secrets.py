@@ -180,7 +180,7 @@ class TestMaskSources:
         import click
         from click.testing import CliRunner
 
-        from observe.cli.record import options_from_click, recording_options
+        from observe.cli.options import options_from_click, recording_options
         from observe.recorder.record import RecordOptions
 
         seen: dict[str, RecordOptions] = {}

@@ -9,25 +9,22 @@ takes ``--json``.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from aos.refusals import Refusal
+from observe.cli.options import Exit, example, json_option, private_key, public_key, reports_refusals
 
 if TYPE_CHECKING:
-    from aos.signing import Signer
+    from aos.refusals import Refusal
     from tracker.backends import Connection
 
-__all__ = ["attach", "tracker"]
-
-F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["attach_command", "tracker_group"]
 
 _DB_HELP = (
     "The tracker: an SQLite file (default ./progress.sqlite3, or $ALPHA_TRACKER_DB),"
@@ -38,40 +35,29 @@ _SIGNING_KEY_HELP = (
 )
 
 
-def _refusals(fn: F) -> F:
-    """Print a refusal (or a database error, as its refusal) the one way the CLI prints them, and exit 1."""
+def _db_refusal(exc: Exception) -> Refusal | None:
+    """A database error as the refusal it names (a read outside any transaction included); None for others."""
+    from tracker.refusals import from_db_error, is_db_error
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except Refusal as exc:
-            click.echo(exc.diagnostics(), err=True)
-            sys.exit(1)
-        except Exception as exc:  # a read outside any transaction: still a named refusal
-            from tracker.refusals import from_db_error, is_db_error
-
-            if not is_db_error(exc):
-                raise
-            click.echo(from_db_error(exc).diagnostics(), err=True)
-            sys.exit(1)
-
-    return wrapper  # type: ignore[return-value]
+    return from_db_error(exc) if is_db_error(exc) else None
 
 
-def _signer(path: Path | None) -> Signer | None:
-    if path is None:
-        return None
-    from aos.signing import load_signer
+#: Every tracker command reports its refusals, the database's included, and exits 1.
+_refusals = reports_refusals(Exit.FAIL, translate=_db_refusal)
 
-    return load_signer(path)
+_signing_key_option = click.option(
+    "--signing-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="ALPHA_TRACKER_SIGNING_KEY",
+    help=_SIGNING_KEY_HELP,
+)
 
 
 @contextmanager
 def _open(ctx: click.Context) -> Iterator[Connection]:
     from tracker.db import connect
 
-    conn = connect(ctx.obj["db"], signer=_signer(ctx.obj["signing_key"]))
+    conn = connect(ctx.obj["db"], signer=private_key(ctx.obj["signing_key"]))
     try:
         yield conn
     finally:
@@ -82,12 +68,13 @@ def _json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+_json_option = json_option("Print JSON instead of text.")
 
 
 # -- alpha observe attach ------------------------------------------------------------
 
 
+@example("alpha observe attach ci.aos --tracker progress.sqlite3 --run 3")
 @click.command("attach")
 @click.argument("stream", type=click.Path(dir_okay=False))  # a str: a store URL must keep its "//"
 @click.option(
@@ -99,15 +86,10 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
     help="The tracker: an SQLite file, or postgresql://USER@HOST/DB.",
 )
 @click.option("--run", "run", required=True, help="The run (its id) the stream is evidence for.")
-@click.option(
-    "--signing-key",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="ALPHA_TRACKER_SIGNING_KEY",
-    help=_SIGNING_KEY_HELP,
-)
-@json_option
+@_signing_key_option
+@_json_option
 @_refusals
-def attach(stream: str, db: str, run: str, signing_key: Path | None, as_json: bool) -> None:
+def attach_command(stream: str, db: str, run: str, signing_key: Path | None, as_json: bool) -> None:
     """Verify a sealed stream and attach it to a run in the tracker.
 
     STREAM is a path, or a store URL as `alpha observe push` prints it
@@ -126,7 +108,7 @@ def attach(stream: str, db: str, run: str, signing_key: Path | None, as_json: bo
     from tracker.attach import attach as attach_stream
     from tracker.db import connect
 
-    conn = connect(db, signer=_signer(signing_key))
+    conn = connect(db, signer=private_key(signing_key))
     try:
         a = attach_stream(conn, stream, run)
     finally:
@@ -143,6 +125,7 @@ def attach(stream: str, db: str, run: str, signing_key: Path | None, as_json: bo
 # -- alpha tracker -------------------------------------------------------------------
 
 
+@example("alpha tracker --db progress.sqlite3 status")
 @click.group("tracker")
 @click.option(
     "--db",
@@ -151,14 +134,9 @@ def attach(stream: str, db: str, run: str, signing_key: Path | None, as_json: bo
     envvar="ALPHA_TRACKER_DB",
     help=_DB_HELP,
 )
-@click.option(
-    "--signing-key",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="ALPHA_TRACKER_SIGNING_KEY",
-    help=_SIGNING_KEY_HELP,
-)
+@_signing_key_option
 @click.pass_context
-def tracker(ctx: click.Context, db: str, signing_key: Path | None) -> None:
+def tracker_group(ctx: click.Context, db: str, signing_key: Path | None) -> None:
     """The progress tracker: work items, runs, and the sealed streams that are their evidence.
 
     The rules live in the database (SQLite or PostgreSQL triggers), so every client is held to
@@ -173,14 +151,15 @@ def tracker(ctx: click.Context, db: str, signing_key: Path | None) -> None:
     ctx.obj["signing_key"] = signing_key
 
 
-@tracker.command("init")
+@example("alpha tracker init")
+@tracker_group.command("init")
 @click.pass_context
 @_refusals
-def init_cmd(ctx: click.Context) -> None:
+def init_command(ctx: click.Context) -> None:
     """Create the tracker database (or bring its schema up to date)."""
     from tracker.db import init, schema_version
 
-    conn = init(ctx.obj["db"], signer=_signer(ctx.obj["signing_key"]))
+    conn = init(ctx.obj["db"], signer=private_key(ctx.obj["signing_key"]))
     try:
         version = schema_version(conn)
     finally:
@@ -190,11 +169,12 @@ def init_cmd(ctx: click.Context) -> None:
     click.echo(f"tracker {redact(ctx.obj['db'])}: schema version {version}")
 
 
-@tracker.command("status")
-@json_option
+@example("alpha tracker status --json")
+@tracker_group.command("status")
+@_json_option
 @click.pass_context
 @_refusals
-def status_cmd(ctx: click.Context, as_json: bool) -> None:
+def status_command(ctx: click.Context, as_json: bool) -> None:
     """Counts per status and per milestone, runs, and evidence, at a glance."""
     from tracker.status import format_status, status
 
@@ -203,11 +183,12 @@ def status_cmd(ctx: click.Context, as_json: bool) -> None:
     _json(s) if as_json else click.echo(format_status(s))
 
 
-@tracker.command("next")
-@json_option
+@example("alpha tracker next")
+@tracker_group.command("next")
+@_json_option
 @click.pass_context
 @_refusals
-def next_cmd(ctx: click.Context, as_json: bool) -> None:
+def next_command(ctx: click.Context, as_json: bool) -> None:
     """Work items not yet done whose dependencies are all done (implemented or verified)."""
     from tracker.status import format_next, next_items
 
@@ -216,12 +197,13 @@ def next_cmd(ctx: click.Context, as_json: bool) -> None:
     _json(items) if as_json else click.echo(format_next(items))
 
 
-@tracker.command("show")
+@example("alpha tracker show N10")
+@tracker_group.command("show")
 @click.argument("ref", metavar="ID")
-@json_option
+@_json_option
 @click.pass_context
 @_refusals
-def show_cmd(ctx: click.Context, ref: str, as_json: bool) -> None:
+def show_command(ctx: click.Context, ref: str, as_json: bool) -> None:
     """Show a work item (N10), a run (its id, an 8+ character prefix of it, or an old number) or an attached
     stream (its id or an 8+ digit prefix), with its evidence."""
     from tracker.status import format_show, show
@@ -231,17 +213,18 @@ def show_cmd(ctx: click.Context, ref: str, as_json: bool) -> None:
     _json(d) if as_json else click.echo(format_show(d))
 
 
-@tracker.command("audit")
+@example("alpha tracker audit --json")
+@tracker_group.command("audit")
 @click.option(
     "--journal-key",
     type=click.Path(dir_okay=False, path_type=Path),
     metavar="PUB",
     help="The tracker's public key: every journal entry must be signed by it.",
 )
-@json_option
+@_json_option
 @click.pass_context
 @_refusals
-def audit_cmd(ctx: click.Context, journal_key: Path | None, as_json: bool) -> None:
+def audit_command(ctx: click.Context, journal_key: Path | None, as_json: bool) -> None:
     """Re-verify every attached stream, the journal and the database's rules; exit 1 on any finding.
 
     A stream whose file is gone is `missing`; one that no longer verifies, or
@@ -251,24 +234,21 @@ def audit_cmd(ctx: click.Context, journal_key: Path | None, as_json: bool) -> No
     """
     from tracker.audit import audit, format_audit
 
-    key = None
-    if journal_key is not None:
-        from aos.signing import load_public_key
-
-        key = load_public_key(journal_key)
+    key = public_key(journal_key)
     with _open(ctx) as conn:
         report = audit(conn, journal_key=key)
     _json(report.as_dict()) if as_json else click.echo(format_audit(report))
     if not report.ok:
-        sys.exit(1)
+        sys.exit(Exit.FAIL)
 
 
-@tracker.command("site")
+@example("alpha tracker --db progress.sqlite3 site public/tracker")
+@tracker_group.command("site")
 @click.argument("directory", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
-@json_option
+@_json_option
 @click.pass_context
 @_refusals
-def site_cmd(ctx: click.Context, directory: Path, as_json: bool) -> None:
+def site_command(ctx: click.Context, directory: Path, as_json: bool) -> None:
     """Write a static site of the tracker into DIR: index.html, a page per run, a report per stream.
 
     What is shown is what the attached streams prove: each stream is verified
@@ -303,20 +283,18 @@ def site_cmd(ctx: click.Context, directory: Path, as_json: bool) -> None:
     click.echo(result.summary())
 
 
-@tracker.command(
-    "import",
-    epilog="Example:\n\n\b\n  alpha tracker --db postgresql://tracker@db.example/progress import progress.sqlite3",
-)
+@example("alpha tracker --db postgresql://tracker@db.example/progress import progress.sqlite3")
+@tracker_group.command("import")
 @click.argument("source", metavar="SOURCE")
 @click.option(
     "--drop-legacy-ids",
     is_flag=True,
     help="Import runs without their old numbers (from before text run ids) where the target uses them too.",
 )
-@json_option
+@_json_option
 @click.pass_context
 @_refusals
-def import_cmd(ctx: click.Context, source: str, drop_legacy_ids: bool, as_json: bool) -> None:
+def import_command(ctx: click.Context, source: str, drop_legacy_ids: bool, as_json: bool) -> None:
     """Import the tracker SOURCE (an SQLite file or postgresql://...) into this one (--db), all or nothing.
 
     The source is audited first, as `alpha tracker audit` does (its streams
@@ -340,18 +318,20 @@ def import_cmd(ctx: click.Context, source: str, drop_legacy_ids: bool, as_json: 
 # -- milestones and items --------------------------------------------------------------
 
 
-@tracker.group("milestone")
+@example("alpha tracker milestone add M1 'first light'")
+@tracker_group.group("milestone")
 def milestone_group() -> None:
     """Milestones: the groups work items belong to."""
 
 
+@example("alpha tracker milestone add M1 'first light' --position 1")
 @milestone_group.command("add")
 @click.argument("milestone_id", metavar="ID")
 @click.argument("title")
 @click.option("--position", type=int, help="Sort position (default: after the last).")
 @click.pass_context
 @_refusals
-def milestone_add(ctx: click.Context, milestone_id: str, title: str, position: int | None) -> None:
+def milestone_add_command(ctx: click.Context, milestone_id: str, title: str, position: int | None) -> None:
     """Add a milestone."""
     from tracker.records import add_milestone
 
@@ -360,7 +340,8 @@ def milestone_add(ctx: click.Context, milestone_id: str, title: str, position: i
     click.echo(f"milestone {milestone_id} added")
 
 
-@tracker.group("item")
+@example("alpha tracker item list -m M1")
+@tracker_group.group("item")
 def item_group() -> None:
     """Work items: add, change, list."""
 
@@ -368,6 +349,7 @@ def item_group() -> None:
 _STATUS = click.Choice(["planned", "in-progress", "implemented", "verified"])
 
 
+@example("alpha tracker item add N10 'resume from checkpoint' -m M1 --hardware -d N9")
 @item_group.command("add")
 @click.argument("item_id", metavar="ID")
 @click.argument("title")
@@ -377,7 +359,7 @@ _STATUS = click.Choice(["planned", "in-progress", "implemented", "verified"])
 @click.option("--depends-on", "-d", "depends_on", multiple=True, metavar="ID", help="A dependency (repeatable).")
 @click.pass_context
 @_refusals
-def item_add(
+def item_add_command(
     ctx: click.Context,
     item_id: str,
     title: str,
@@ -394,6 +376,7 @@ def item_add(
     click.echo(f"item {item_id} added")
 
 
+@example("alpha tracker item set N10 --status verified --run 3")
 @item_group.command("set")
 @click.argument("item_id", metavar="ID")
 @click.option("--status", type=_STATUS)
@@ -404,7 +387,7 @@ def item_add(
 @click.option("--run", "runs", multiple=True, metavar="RUN", help="Link every stream of a run (repeatable).")
 @click.pass_context
 @_refusals
-def item_set(
+def item_set_command(
     ctx: click.Context,
     item_id: str,
     status: str | None,
@@ -437,13 +420,14 @@ def item_set(
     click.echo(f"item {item_id}: {row[0]}")
 
 
+@example("alpha tracker item list -m M1 --status planned")
 @item_group.command("list")
 @click.option("--milestone", "-m", help="Only this milestone's items.")
 @click.option("--status", type=_STATUS, help="Only items with this status.")
-@json_option
+@_json_option
 @click.pass_context
 @_refusals
-def item_list(ctx: click.Context, milestone: str | None, status: str | None, as_json: bool) -> None:
+def item_list_command(ctx: click.Context, milestone: str | None, status: str | None, as_json: bool) -> None:
     """List work items."""
     with _open(ctx) as conn:
         rows = [
@@ -473,18 +457,20 @@ def item_list(ctx: click.Context, milestone: str | None, status: str | None, as_
 # -- experiments, devices, runs, measurements, keys ---------------------------------------
 
 
-@tracker.group("experiment")
+@example("alpha tracker experiment add E1 --item N10")
+@tracker_group.group("experiment")
 def experiment_group() -> None:
     """Experiments: named series of runs, optionally for a work item."""
 
 
+@example("alpha tracker experiment add E1 --item N10 --description 'split run'")
 @experiment_group.command("add")
 @click.argument("name")
 @click.option("--item", help="The work item it is for.")
 @click.option("--description")
 @click.pass_context
 @_refusals
-def experiment_add(ctx: click.Context, name: str, item: str | None, description: str | None) -> None:
+def experiment_add_command(ctx: click.Context, name: str, item: str | None, description: str | None) -> None:
     """Add an experiment; prints its id."""
     from tracker.records import add_experiment
 
@@ -492,18 +478,20 @@ def experiment_add(ctx: click.Context, name: str, item: str | None, description:
         click.echo(add_experiment(conn, name, item=item, description=description))
 
 
-@tracker.group("device")
+@example("alpha tracker device add --product 'NVIDIA GeForce RTX 3090' --uuid GPU-aaaa")
+@tracker_group.group("device")
 def device_group() -> None:
     """Devices: GPUs by UUID."""
 
 
+@example("alpha tracker device add --product 'NVIDIA GeForce RTX 3090' --uuid GPU-aaaa --driver 580.65.06")
 @device_group.command("add")
 @click.option("--product", required=True, help="e.g. 'NVIDIA GeForce RTX 3090'.")
 @click.option("--uuid", "uuid", required=True, help="The device UUID (GPU-...).")
 @click.option("--driver", help="Driver release, e.g. 580.65.06.")
 @click.pass_context
 @_refusals
-def device_add(ctx: click.Context, product: str, uuid: str, driver: str | None) -> None:
+def device_add_command(ctx: click.Context, product: str, uuid: str, driver: str | None) -> None:
     """Add a device; prints its id."""
     from tracker.records import add_device
 
@@ -511,11 +499,13 @@ def device_add(ctx: click.Context, product: str, uuid: str, driver: str | None) 
         click.echo(add_device(conn, product, uuid, driver))
 
 
-@tracker.group("run")
+@example('RUN=$(alpha tracker run start --lane exit-zero) && alpha tracker run finish "$RUN" --state completed')
+@tracker_group.group("run")
 def run_group() -> None:
     """Runs: start one, attach its streams (alpha observe attach), finish it."""
 
 
+@example("alpha tracker run start --experiment E1 --lane distributed-device --device GPU-aaaa")
 @run_group.command("start")
 @click.option("--experiment", help="Experiment name (or id).")
 @click.option("--lane", help="The lane, e.g. distributed-device.")
@@ -530,7 +520,7 @@ def run_group() -> None:
 )
 @click.pass_context
 @_refusals
-def run_start(
+def run_start_command(
     ctx: click.Context,
     experiment: str | None,
     lane: str | None,
@@ -566,6 +556,7 @@ def run_start(
         click.echo(run)
 
 
+@example("alpha tracker run finish 3 --state completed --physical-pass")
 @run_group.command("finish")
 @click.argument("run")
 @click.option(
@@ -579,7 +570,7 @@ def run_start(
 @click.option("--note")
 @click.pass_context
 @_refusals
-def run_finish(ctx: click.Context, run: str, state: str, physical_pass: bool, note: str | None) -> None:
+def run_finish_command(ctx: click.Context, run: str, state: str, physical_pass: bool, note: str | None) -> None:
     """Finish a run; from then on it and its evidence never change.
 
     A physical pass needs every stream of the run to pass, one of them with scope physical.
@@ -592,11 +583,12 @@ def run_finish(ctx: click.Context, run: str, state: str, physical_pass: bool, no
     click.echo(f"run {run}: {state}" + ("; physical pass recorded" if physical_pass else ""))
 
 
+@example("alpha tracker run list --json")
 @run_group.command("list")
-@json_option
+@_json_option
 @click.pass_context
 @_refusals
-def run_list(ctx: click.Context, as_json: bool) -> None:
+def run_list_command(ctx: click.Context, as_json: bool) -> None:
     """List runs with their evidence counts."""
     with _open(ctx) as conn:
         rows = [
@@ -619,14 +611,15 @@ def run_list(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"{r['id']}  {r['state']:<12} {what}: {r['streams']} stream(s){pp}")
 
 
-@tracker.command("measure")
+@example("alpha tracker measure 3 step-time 0.42 --unit s")
+@tracker_group.command("measure")
 @click.argument("run")
 @click.argument("name")
 @click.argument("value", type=float)
 @click.option("--unit")
 @click.pass_context
 @_refusals
-def measure_cmd(ctx: click.Context, run: str, name: str, value: float, unit: str | None) -> None:
+def measure_command(ctx: click.Context, run: str, name: str, value: float, unit: str | None) -> None:
     """Record a measurement on a running run."""
     from tracker.records import add_measurement, run_id_of
 
@@ -636,16 +629,18 @@ def measure_cmd(ctx: click.Context, run: str, name: str, value: float, unit: str
     click.echo(f"run {run}: {name} = {value:g}" + (f" {unit}" if unit else ""))
 
 
-@tracker.group("key")
+@example("alpha tracker key add ci.pub")
+@tracker_group.group("key")
 def key_group() -> None:
     """Trusted public keys: with any, attached streams must be signed by one."""
 
 
+@example("alpha tracker key add ci.pub")
 @key_group.command("add")
 @click.argument("pub", type=click.Path(dir_okay=False, path_type=Path))
 @click.pass_context
 @_refusals
-def key_add(ctx: click.Context, pub: Path) -> None:
+def key_add_command(ctx: click.Context, pub: Path) -> None:
     """Trust an Ed25519 public key (PEM, as written by `alpha observe keygen`)."""
     from tracker.records import add_key
 
@@ -654,10 +649,11 @@ def key_add(ctx: click.Context, pub: Path) -> None:
     click.echo(f"trusted key {key_id}")
 
 
-@tracker.command("vacuum")
+@example("alpha tracker vacuum")
+@tracker_group.command("vacuum")
 @click.pass_context
 @_refusals
-def vacuum_cmd(ctx: click.Context) -> None:
+def vacuum_command(ctx: click.Context) -> None:
     """VACUUM the database, journalling the schema cookie it leaves (so `audit` stays clean)."""
     from tracker.db import vacuum
 

@@ -42,6 +42,7 @@ from observe.channel.protocol import (
     fd_identity,
     receipt_line,
 )
+from observe.exits import Exit
 
 if TYPE_CHECKING:
     import subprocess
@@ -52,8 +53,6 @@ if TYPE_CHECKING:
 __all__ = ["NOT_RECORDING", "artifact", "build_fields", "receipt", "step"]
 
 NOT_RECORDING = 2
-#: Exit code of a ``step`` whose span could not be recorded (the recorder's own failure code).
-NOT_RECORDED = 125
 CONNECT_TIMEOUT = 10.0
 #: How long a client waits for the recorder's acknowledgement. The recorder runs
 #: one loop; under load, or while it captures a large artifact for another
@@ -265,12 +264,12 @@ def step(name: str, argv: list[str], *, standalone: bool = False) -> int:
         sys.stderr.write(
             printable(
                 f"alpha observe step: the recorder did not answer ({exc or type(exc).__name__}); "
-                f"running {name} unrecorded, exit {NOT_RECORDED}\n"
+                f"running {name} unrecorded, exit {Exit.RECORDER}\n"
             )
         )
         code = _run_plain(argv)
         sys.stderr.write(printable(f"alpha observe step: {name} exited {code} unrecorded\n"))
-        return NOT_RECORDED
+        return Exit.RECORDER
     return _run_step(link, span, argv, reply.get("receipts"))
 
 
@@ -304,7 +303,7 @@ def _run_step(link: _Link, span: str, argv: list[str], receipts: str | None) -> 
             f"{argv[0]}: {'command not found' if code == 127 else 'cannot execute'} ({exc.strerror or exc})"
         )
         sys.stderr.write(f"alpha observe step: {error}\n")
-        return code if _end(link, code, None, time.monotonic_ns() - start, error) else NOT_RECORDED
+        return code if _end(link, code, None, time.monotonic_ns() - start, error) else Exit.RECORDER
     os.close(out_w)
     os.close(err_w)
     link.sock.settimeout(END_TIMEOUT)
@@ -327,8 +326,8 @@ def _run_step(link: _Link, span: str, argv: list[str], receipts: str | None) -> 
     if not forwarded:
         error = "the step's output could not all be sent to the recorder"
     if not _end(link, code, sig, time.monotonic_ns() - start, error) or not forwarded:
-        sys.stderr.write(f"alpha observe step: the step was not recorded whole; exit {NOT_RECORDED}\n")
-        return NOT_RECORDED
+        sys.stderr.write(f"alpha observe step: the step was not recorded whole; exit {Exit.RECORDER}\n")
+        return Exit.RECORDER
     return _shell_code(rc)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 __all__ = ["main", "parse_receipt", "parse_step"]
 
-_STATUSES = ("pass", "fail", "skip", "inconclusive", "info")  # cli_record.receipt's --status choices
+_STATUSES = ("pass", "fail", "skip", "inconclusive", "info")  # observe.cli.record.receipt_command's --status choices
 
 
 def parse_receipt(args: Sequence[str]) -> tuple[str, str, list[tuple[str, str]], str | None] | None:

@@ -5,7 +5,7 @@ seal it reads the stream back, evaluates the gate and appends one ``verdict``
 event, so the verdict is sealed with the evidence it rests on. ``verdict``
 verifies a stream and prints its sealed verdict without re-evaluating it.
 
-Both report the verdict where CI reads it (``observe.ci.systems``): JUnit XML
+Both publish the verdict where CI reads it (``observe.ci.publish``): JUnit XML
 (``--junit``), a markdown summary (``--summary``; under GitHub Actions also
 ``$GITHUB_STEP_SUMMARY``, under Buildkite ``STREAM.md`` by default), step outputs
 (``$GITHUB_OUTPUT``) and annotations (``::error``/``::warning``).
@@ -15,18 +15,23 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from observe.cli.record import (
+from observe.cli.options import (
+    STREAM,
     CommandAfterOptions,
+    Exit,
     example,
+    gate_file_option,
+    json_option,
     options_from_click,
+    public_key,
     public_key_option,
     recording_options,
+    reports_refusals,
 )
 
 if TYPE_CHECKING:
@@ -36,25 +41,7 @@ if TYPE_CHECKING:
     from gates.report import Facts
     from gates.verdict import Verdict
 
-__all__ = ["COMMANDS", "complete_gate_name", "gate", "gates", "verdict"]
-
-#: Exit code when a report that was asked for (--junit, --summary) cannot be written.
-REPORT_FAILED = 125
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def gate_file_option(help_text: str) -> Callable[[F], F]:
-    """The ``--gate-file FILE`` option (repeatable), as every command that resolves gates takes it."""
-    return click.option(
-        "--gate-file",
-        "gate_files",
-        multiple=True,
-        type=click.Path(dir_okay=False, path_type=Path),
-        metavar="FILE",
-        help=help_text,
-    )
+__all__ = ["COMMANDS", "complete_gate_name", "gate_command", "gates_command", "verdict_command"]
 
 
 def complete_gate_name(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
@@ -84,51 +71,6 @@ def _resolve(name: str, gate_files: tuple[Path, ...]) -> Gate:
         raise click.UsageError(exc.diagnostics()) from None
 
 
-def _say(message: str) -> None:
-    click.echo(f"alpha observe: {message}", err=True)
-
-
-def _prepare(path: Path, what: str) -> bool:
-    """Create ``path``'s missing folders and check it can be written (before a command runs)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("ab"):
-            pass
-    except OSError as exc:
-        _say(f"cannot write {what} {path}: {exc.strerror or exc}")
-        return False
-    return True
-
-
-def _write(path: Path, text: str, what: str) -> bool:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8", errors="backslashreplace")
-    except OSError as exc:
-        _say(f"cannot write {what} {path}: {exc.strerror or exc}")
-        return False
-    return True
-
-
-def _github(v: Verdict, stream: str, stream_id: str, markdown: str) -> None:
-    """GitHub Actions: the job summary and the step outputs (a failure to write them is said, not fatal)."""
-    from observe.ci.systems import append_github_outputs, append_text
-
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        try:
-            append_text(Path(summary), markdown)
-        except OSError as exc:
-            _say(f"cannot append to GITHUB_STEP_SUMMARY {summary}: {exc.strerror or exc}")
-    output = os.environ.get("GITHUB_OUTPUT")
-    if output:
-        values = {"verdict": v.verdict, "scope": v.scope, "stream": stream, "stream_id": stream_id}
-        try:
-            append_github_outputs(Path(output), values)
-        except OSError as exc:
-            _say(f"cannot append to GITHUB_OUTPUT {output}: {exc.strerror or exc}")
-
-
 def _terminal_width(stream: Any) -> int:
     """The width of the terminal ``stream`` writes to (the table may go to stderr while stdout is piped)."""
     import shutil
@@ -150,9 +92,9 @@ def _emit(
     summary: Path | None,
     table_err: bool,
 ) -> bool:
-    """Print the verdict and write every report; False when a report asked for could not be written."""
+    """Print the verdict and publish it for CI (``observe.ci.publish``); False when a report asked for failed."""
     from gates import report
-    from observe.ci.systems import BUILDKITE, GITHUB, detect
+    from observe.ci.publish import publish_verdict
 
     if as_json:
         click.echo(report.to_json(v, stream=stream, stream_id=stream_id), nl=False)
@@ -162,29 +104,25 @@ def _emit(
         width = _terminal_width(target) if tty else None
         text = report.table(v, width=width, stream=stream, colour=report.use_colour(tty, os.environ))
         click.echo(text, nl=False, err=table_err, color=True)
-    ok = True
-    if junit is not None:
-        ok = _write(junit, report.junit_xml(v, stream=stream, facts=facts), "the JUnit report") and ok
-    ci = detect(os.environ)
-    markdown = report.markdown(v, stream=stream, stream_id=stream_id)
-    if summary is None and ci == BUILDKITE:
-        summary = Path(stream + ".md")
-    if summary is not None:
-        ok = _write(summary, markdown, "the summary") and ok
-        if ci == BUILDKITE:
-            style = {"pass": "success", "fail": "error", "inconclusive": "warning"}[v.verdict]
-            _say(f"summary in {summary} (buildkite-agent annotate --style {style} --context alpha-observe < {summary})")
-    if ci == GITHUB:
-        for line in report.github_annotations(v):
-            click.echo(line, err=as_json)  # --json keeps stdout one JSON document; the runner reads both
-        _github(v, stream, stream_id, markdown)
-    return ok
+    return publish_verdict(
+        v,
+        stream=stream,
+        stream_id=stream_id,
+        env=os.environ,
+        json_stdout=as_json,
+        junit=junit,
+        summary=summary,
+        facts=facts,
+        echo=_echo,
+    )
+
+
+def _echo(text: str, to_stderr: bool) -> None:
+    click.echo(text, err=to_stderr)
 
 
 _REPORT_OPTIONS = [
-    click.option(
-        "--json", "as_json", is_flag=True, default=False, help="Print the verdict, stream path and id as JSON."
-    ),
+    json_option("Print the verdict, stream path and id as JSON."),
     click.option(
         "--junit",
         type=click.Path(dir_okay=False, path_type=Path),
@@ -209,19 +147,18 @@ def _report_options(func: Any) -> Any:
     return func
 
 
-@click.command(
-    cls=CommandAfterOptions,
-    epilog=example(
-        "alpha observe gate exit-zero --junit reports/junit.xml -- make test",
-        "alpha observe gate distributed-device -- bash scripts/ci/distributed-device.sh OUT",
-    ),
+@example(
+    "alpha observe gate exit-zero --junit reports/junit.xml -- make test",
+    "alpha observe gate distributed-device -- bash scripts/ci/distributed-device.sh OUT",
 )
+@click.command("gate", cls=CommandAfterOptions)
 @click.argument("name", shell_complete=complete_gate_name)
 @recording_options
 @gate_file_option("Load gates from a TOML gate file (repeatable).")
 @_report_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def gate(
+@reports_refusals(Exit.RECORDER)
+def gate_command(
     name: str,
     gate_files: tuple[Path, ...],
     as_json: bool,
@@ -237,22 +174,17 @@ def gate(
     mistyped option is refused before COMMAND runs. With --json, stdout is one
     JSON document and the command's echo goes to stderr.
     """
-    from aos.refusals import Refusal
-    from observe.cli.refusing import refuse
+    from observe.ci.publish import prepare_files
     from observe.recorder.gating import run_gate
 
     argv = list(command)
     gate_ = _resolve(name, gate_files)
-    for path, what in ((junit, "the JUnit report"), (summary, "the summary")):
-        if path is not None and not _prepare(path, what):
-            sys.exit(REPORT_FAILED)  # before the command runs, as for an --out that cannot be written
-    try:
-        outcome = run_gate(gate_, argv, options_from_click(**kwargs, echo_to_stderr=as_json))
-    except Refusal as exc:
-        refuse(exc, 125)
+    if not prepare_files(((junit, "the JUnit report"), (summary, "the summary")), _echo):
+        sys.exit(Exit.RECORDER)  # before the command runs, as for an --out that cannot be written
+    outcome = run_gate(gate_, argv, options_from_click(**kwargs, echo_to_stderr=as_json))
     if outcome.verdict is None:
         click.echo(f"alpha observe gate: the recorder failed; no sealed verdict in {outcome.record.path}", err=True)
-        sys.exit(125)
+        sys.exit(Exit.RECORDER)
     v = outcome.verdict
     ok = _emit(
         v,
@@ -264,7 +196,7 @@ def gate(
         summary=summary,
         table_err=True,
     )
-    sys.exit(v.exit_code if ok else REPORT_FAILED)
+    sys.exit(v.exit_code if ok else Exit.RECORDER)
 
 
 def _stream_facts(stream: Path, cited: set[int]) -> Facts | None:
@@ -279,15 +211,13 @@ def _stream_facts(stream: Path, cited: set[int]) -> Facts | None:
         return None
 
 
-@click.command(
-    epilog=example(
-        "alpha observe verdict downloaded/ci.aos --key ci.pub --junit reports/junit.xml",
-    )
-)
-@click.argument("stream", type=click.Path(path_type=Path))  # a directory is stream-missing, not a usage error
+@example("alpha observe verdict downloaded/ci.aos --key ci.pub --junit reports/junit.xml")
+@click.command("verdict")
+@click.argument("stream", type=STREAM)
 @_report_options
 @public_key_option("Also require the seal to be signed by this Ed25519 public key.")
-def verdict(stream: Path, as_json: bool, junit: Path | None, summary: Path | None, key: str | None) -> None:
+@reports_refusals()
+def verdict_command(stream: Path, as_json: bool, junit: Path | None, summary: Path | None, key: str | None) -> None:
     """Verify STREAM, print its sealed verdict, and exit with it (never re-evaluates).
 
     Exit codes: 0 pass, 1 fail, 3 inconclusive; 1 also when the stream is not
@@ -296,21 +226,11 @@ def verdict(stream: Path, as_json: bool, junit: Path | None, summary: Path | Non
     Without a key the chain proves integrity against accident, not against a
     forger who recomputes it.
     """
-    from aos.refusals import Refusal
     from aos.verify import require_verdict, verify_stream
     from gates.verdict import Verdict
-    from observe.cli.refusing import refuse
 
-    try:
-        public = None
-        if key is not None:
-            from aos.signing import load_public_key
-
-            public = load_public_key(key)
-        checked = verify_stream(stream, public)
-        v = Verdict.from_attrs(require_verdict(checked))
-    except Refusal as exc:
-        refuse(exc, 1)
+    checked = verify_stream(stream, public_key(key))
+    v = Verdict.from_attrs(require_verdict(checked))
     facts = _stream_facts(stream, {s for c in v.checks for s in c.evidence}) if junit is not None else None
     ok = _emit(
         v,
@@ -322,7 +242,7 @@ def verdict(stream: Path, as_json: bool, junit: Path | None, summary: Path | Non
         summary=summary,
         table_err=False,
     )
-    sys.exit(v.exit_code if ok else REPORT_FAILED)
+    sys.exit(v.exit_code if ok else Exit.RECORDER)
 
 
 def _gate_doc(g: Gate) -> dict[str, Any]:
@@ -362,13 +282,12 @@ def _gate_doc(g: Gate) -> dict[str, Any]:
     }
 
 
-@click.command(
-    epilog=example("alpha observe gates exit-zero", "alpha observe gates --gate-file samples/gates/nightly.toml")
-)
+@example("alpha observe gates exit-zero", "alpha observe gates --gate-file samples/gates/nightly.toml")
+@click.command("gates")
 @click.argument("name", required=False, shell_complete=complete_gate_name)
 @gate_file_option("Also list the gates of a TOML gate file (repeatable).")
-@click.option("--json", "as_json", is_flag=True, default=False, help="Print the gates as one JSON document.")
-def gates(name: str | None, gate_files: tuple[Path, ...], as_json: bool) -> None:
+@json_option("Print the gates as one JSON document.")
+def gates_command(name: str | None, gate_files: tuple[Path, ...], as_json: bool) -> None:
     """List every gate and its rules (or only gate NAME)."""
     from gates.language import GateFileError
     from gates.registry import builtin_gates, load_user_gate
@@ -411,4 +330,4 @@ def gates(name: str | None, gate_files: tuple[Path, ...], as_json: bool) -> None
             click.echo("    receipts-invalid: every receipt line is a valid receipt")
 
 
-COMMANDS: list[click.Command] = [gate, verdict, gates]
+COMMANDS: list[click.Command] = [gate_command, verdict_command, gates_command]

@@ -12,17 +12,16 @@ from pathlib import Path
 
 import click
 
-from observe.cli.gate import gate_file_option
+from observe.cli.options import STREAM, example, gate_file_option, private_key, public_key, reports_refusals
 
-__all__ = ["COMMANDS", "attest_cmd", "export_cmd"]
+__all__ = ["COMMANDS", "attest_command", "export_command"]
 
-#: A stream argument is any path: what is not a regular file is refused as stream-missing.
-_STREAM = click.Path(path_type=Path)
 _URI = re.compile(r"[a-z][a-z0-9+.-]*:\S+")
 
 
+@example("alpha observe attest ci.aos --key attest.key -o ci.aos.intoto.json --bundle ci.aos.sigstore.json")
 @click.command("attest")
-@click.argument("stream", type=_STREAM)
+@click.argument("stream", type=STREAM)
 @click.option(
     "--key",
     "key",
@@ -63,7 +62,8 @@ _URI = re.compile(r"[a-z][a-z0-9+.-]*:\S+")
 @click.option(
     "-o", "--output", "output", required=True, metavar="FILE", help="Where to write the envelope (- for stdout)."
 )
-def attest_cmd(
+@reports_refusals()
+def attest_command(
     stream: Path,
     key: str | None,
     seal_key: str | None,
@@ -82,14 +82,7 @@ def attest_cmd(
     (found by name and digest); a pass is PASSED, a fail or inconclusive FAILED.
     --bundle also writes it as a Sigstore bundle for Sigstore verifiers.
     Exit 0 written, 1 refused (nothing written), 2 usage.
-
-    \b
-    Example:
-      alpha observe attest ci.aos --key attest.key -o ci.aos.intoto.json --bundle ci.aos.sigstore.json
     """
-    from aos.refusals import Refusal
-    from aos.signing import load_public_key, load_signer
-    from observe.cli.refusing import refuse
     from observe.interop.attest import DIGESTS, attest
     from observe.interop.verified import write_output
 
@@ -99,22 +92,17 @@ def attest_cmd(
         raise click.UsageError("--bundle needs --key: a Sigstore bundle holds a signed envelope")
     if bundle is not None and bundle == output:
         raise click.UsageError("--bundle and -o name the same file")
-    try:
-        signer = load_signer(key) if key is not None else None
-        public = load_public_key(seal_key) if seal_key is not None else None
-        a = attest(
-            stream,
-            signer=signer,
-            seal_key=public,
-            gate_files=gate_files,
-            resource_uri=resource_uri,
-            digests=tuple(dict.fromkeys(digests)) or DIGESTS,
-        )
-        write_output(output, a.envelope_bytes())
-        if bundle is not None:
-            write_output(bundle, a.bundle_bytes())
-    except Refusal as exc:
-        refuse(exc, 1)
+    a = attest(
+        stream,
+        signer=private_key(key),
+        seal_key=public_key(seal_key),
+        gate_files=gate_files,
+        resource_uri=resource_uri,
+        digests=tuple(dict.fromkeys(digests)) or DIGESTS,
+    )
+    write_output(output, a.envelope_bytes())
+    if bundle is not None:
+        write_output(bundle, a.bundle_bytes())
     for note in a.notes:
         click.echo(f"alpha observe attest: {note}", err=True)
     for written in (output, bundle):
@@ -122,8 +110,14 @@ def attest_cmd(
             click.echo(f"alpha observe attest: wrote {written}", err=True)
 
 
+@example(
+    "alpha observe export ci.aos --format otlp -o ci.otlp.json",
+    "alpha observe export ci.aos --format otlp-proto --endpoint http://127.0.0.1:4318",
+    "alpha observe export ci.aos --format asciicast -o ci.cast && asciinema play ci.cast",
+    "alpha observe export ci.aos --format arrow -o ci.arrow",
+)
 @click.command("export")
-@click.argument("stream", type=_STREAM)
+@click.argument("stream", type=STREAM)
 @click.option(
     "--format",
     "fmt",
@@ -140,24 +134,16 @@ def attest_cmd(
     metavar="URL",
     help="POST the traces (otlp or otlp-proto) to this OTLP/HTTP receiver (/v1/traces when URL has no path).",
 )
-def export_cmd(stream: Path, fmt: str, output: str | None, endpoint: str | None) -> None:
+@reports_refusals()
+def export_command(stream: Path, fmt: str, output: str | None, endpoint: str | None) -> None:
     """Export STREAM as OTLP traces, an asciicast v2 recording or an Arrow IPC file.
 
     STREAM is verified first (intact and sealed); exit 0 written (and sent), 1
     refused (nothing written) or not accepted by the receiver, 2 usage.
     At least one of -o and --endpoint; --endpoint only for otlp and otlp-proto.
-
-    \b
-    Examples:
-      alpha observe export ci.aos --format otlp -o ci.otlp.json
-      alpha observe export ci.aos --format otlp-proto --endpoint http://127.0.0.1:4318
-      alpha observe export ci.aos --format asciicast -o ci.cast && asciinema play ci.cast
-      alpha observe export ci.aos --format arrow -o ci.arrow
     """
     import json
 
-    from aos.refusals import Refusal
-    from observe.cli.refusing import refuse
     from observe.interop import otlp_send
     from observe.interop.verified import load_verified, write_output
 
@@ -177,34 +163,31 @@ def export_cmd(stream: Path, fmt: str, output: str | None, endpoint: str | None)
         except otlp_send.MissingProtobuf as exc:
             raise click.UsageError(str(exc)) from None
     sent = None
-    try:
-        s = load_verified(stream)
-        if fmt in ("otlp", "otlp-proto"):
-            from observe.interop.otlp import otlp_traces
+    s = load_verified(stream)
+    if fmt in ("otlp", "otlp-proto"):
+        from observe.interop.otlp import otlp_traces
 
-            doc = otlp_traces(s)
-            if fmt == "otlp":
-                body = (json.dumps(doc, ensure_ascii=False) + "\n").encode("utf-8")
-            else:
-                body = otlp_send.otlp_protobuf(doc)
-            if output is not None:
-                write_output(output, body)
-            if url is not None:
-                sent = otlp_send.post(url, body, otlp_send.CONTENT_TYPES[fmt])
-        elif fmt == "asciicast":
-            from observe.interop.asciicast import asciicast_chunks
-
-            write_output(str(output), asciicast_chunks(s))
+        doc = otlp_traces(s)
+        if fmt == "otlp":
+            body = (json.dumps(doc, ensure_ascii=False) + "\n").encode("utf-8")
         else:
-            from observe.interop.arrow_file import arrow_file_chunks
+            body = otlp_send.otlp_protobuf(doc)
+        if output is not None:
+            write_output(output, body)
+        if url is not None:
+            sent = otlp_send.post(url, body, otlp_send.CONTENT_TYPES[fmt])
+    elif fmt == "asciicast":
+        from observe.interop.asciicast import asciicast_chunks
 
-            write_output(str(output), arrow_file_chunks(s))
-    except Refusal as exc:
-        refuse(exc, 1)
+        write_output(str(output), asciicast_chunks(s))
+    else:
+        from observe.interop.arrow_file import arrow_file_chunks
+
+        write_output(str(output), arrow_file_chunks(s))
     if output is not None and output != "-":
         click.echo(f"alpha observe export: wrote {output} ({fmt})", err=True)
     if sent is not None:
         click.echo(f"alpha observe export: {sent}", err=True)
 
 
-COMMANDS: list[click.Command] = [attest_cmd, export_cmd]
+COMMANDS: list[click.Command] = [attest_command, export_command]

@@ -16,9 +16,9 @@ from typing import Any
 
 import click
 
-from observe.cli.record import example, public_key_option
+from observe.cli.options import Exit, example, public_key, public_key_option, reports_refusals
 
-__all__ = ["COMMANDS", "json_value", "query_cmd", "table_text"]
+__all__ = ["COMMANDS", "json_value", "query_command", "table_text"]
 
 #: Widest cell of the text table; longer values end in an ellipsis (use --json or --csv for all of it).
 CELL_WIDTH = 80
@@ -89,15 +89,13 @@ def table_text(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
-@click.command(
-    "query",
-    epilog=example(
-        "alpha observe query \"SELECT name, count(*) AS failed FROM checks WHERE status = 'fail' "
-        "AND time > now() - INTERVAL 7 DAY GROUP BY name ORDER BY failed DESC\" 'aos-streams/*.aos'",
-        'alpha observe query "SELECT gate AS lane, max(duration_ns) / 1e9 AS max_step_s FROM events '
-        "WHERE kind = 'step.end' GROUP BY lane\" aos-streams/ --json",
-    ),
+@example(
+    "alpha observe query \"SELECT name, count(*) AS failed FROM checks WHERE status = 'fail' "
+    "AND time > now() - INTERVAL 7 DAY GROUP BY name ORDER BY failed DESC\" 'aos-streams/*.aos'",
+    'alpha observe query "SELECT gate AS lane, max(duration_ns) / 1e9 AS max_step_s FROM events '
+    "WHERE kind = 'step.end' GROUP BY lane\" aos-streams/ --json",
 )
+@click.command("query")
 @click.argument("sql")
 @click.argument("streams", nargs=-1, required=True, metavar="STREAM_OR_GLOB...")
 @click.option(
@@ -108,7 +106,8 @@ def table_text(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 @public_key_option("Only streams sealed and signed by this Ed25519 public key join; others are skipped.")
 @click.option("--json", "fmt", flag_value="json", help='One JSON document: {"columns", "rows", "skipped"}.')
 @click.option("--csv", "fmt", flag_value="csv", help="CSV with a header line (skipped streams on stderr).")
-def query_cmd(sql: str, streams: tuple[str, ...], include_damaged: bool, key: str | None, fmt: str | None) -> None:
+@reports_refusals(by_name={"query-sql": Exit.USAGE})
+def query_command(sql: str, streams: tuple[str, ...], include_damaged: bool, key: str | None, fmt: str | None) -> None:
     """Run SQL (DuckDB) over the events of every stream given, as one table.
 
     Tables: `events` (one row per event, with stream_id, typed name, status,
@@ -128,21 +127,9 @@ def query_cmd(sql: str, streams: tuple[str, ...], include_damaged: bool, key: st
 
     keep_freed_memory()  # big buffers one after another: reuse their pages
 
-    from aos.refusals import QuerySQL, Refusal
-    from observe.cli.refusing import refuse
     from observe.query.run import run_query
 
-    try:
-        verifier = None
-        if key is not None:
-            from aos.signing import load_public_key
-
-            verifier = load_public_key(key)
-        result = run_query(sql, streams, include_damaged=include_damaged, key=verifier)
-    except QuerySQL as exc:
-        refuse(exc, 2)
-    except Refusal as exc:
-        refuse(exc, 1)
+    result = run_query(sql, streams, include_damaged=include_damaged, key=public_key(key))
     if fmt == "json":
         doc = {
             "columns": result.columns,
@@ -163,4 +150,4 @@ def query_cmd(sql: str, streams: tuple[str, ...], include_damaged: bool, key: st
     sys.stdout.write(table_text(result.columns, result.rows))
 
 
-COMMANDS: list[click.Command] = [query_cmd]
+COMMANDS: list[click.Command] = [query_command]

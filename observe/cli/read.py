@@ -11,36 +11,21 @@ from typing import IO, TYPE_CHECKING
 import click
 
 from aos.refusals import Refusal
-from observe.cli.record import example, public_key_option
+from observe.cli.options import STREAM, Exit, example, json_option, public_key, public_key_option, reports_refusals
 
 if TYPE_CHECKING:
     from aos.event import Event
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "keygen_command", "read_command", "show_command", "verify_command"]
 
 
-def _refuse(exc: Refusal) -> None:
-    click.echo(exc.diagnostics(), err=True)
-    sys.exit(1)
-
-
-def _key(path: str | None):  # type: ignore[no-untyped-def]
-    if path is None:
-        return None
-    from aos.signing import load_public_key
-
-    return load_public_key(path)
-
-
-#: A stream argument is any path: what is not a regular file is refused as stream-missing, not a usage error.
-STREAM_PATH = click.Path(path_type=Path)
-
-
-@click.command("verify", epilog=example("alpha observe verify ci.aos --key ci.pub"))
-@click.argument("stream", type=STREAM_PATH)
+@example("alpha observe verify ci.aos --key ci.pub")
+@click.command("verify")
+@click.argument("stream", type=STREAM)
 @public_key_option("Ed25519 public key (PEM) the seal must be signed by.")
-@click.option("--json", "as_json", is_flag=True, help="Print what was verified as JSON.")
-def verify_cmd(stream: Path, key: str | None, as_json: bool) -> None:
+@json_option("Print what was verified as JSON.")
+@reports_refusals()
+def verify_command(stream: Path, key: str | None, as_json: bool) -> None:
     """Check a stream: intact chain, sealed, and signed when --key is given.
 
     Exit 0 when it is; otherwise print `refused: NAME: detail` and exit 1.
@@ -51,11 +36,7 @@ def verify_cmd(stream: Path, key: str | None, as_json: bool) -> None:
 
     from aos.verify import verify_stream
 
-    try:
-        v = verify_stream(stream, _key(key))
-    except Refusal as exc:
-        _refuse(exc)
-        return
+    v = verify_stream(stream, public_key(key))
     if as_json:
         click.echo(
             json.dumps(
@@ -97,14 +78,9 @@ def _seqs(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...])
     return frozenset(out)
 
 
-@click.command(
-    "read",
-    epilog=example(
-        "alpha observe read ci.aos --seq 6,8,9",
-        "alpha observe read ci.aos --step build --stderr",
-    ),
-)
-@click.argument("stream", type=STREAM_PATH)
+@example("alpha observe read ci.aos --seq 6,8,9", "alpha observe read ci.aos --step build --stderr")
+@click.command("read")
+@click.argument("stream", type=STREAM)
 @click.option("--stdout", "what", flag_value="stdout", help="Write the recorded stdout bytes, exactly.")
 @click.option("--stderr", "what", flag_value="stderr", help="Write the recorded stderr bytes, exactly.")
 @click.option("--artifact", "artifact", metavar="PATH", help="Write a captured file's bytes.")
@@ -125,7 +101,8 @@ def _seqs(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...])
     metavar="NAME",
     help="Only the events of step NAME (every step of that name, with its nested steps).",
 )
-def read_cmd(
+@reports_refusals()
+def read_command(
     stream: Path,
     what: str | None,
     artifact: str | None,
@@ -176,17 +153,17 @@ def read_cmd(
                 out.write(f"{ev.seq:>6} {ev.kind}{step} {ev.attrs_json}{size}\n".encode())
         out.flush()
     except Refusal as exc:
-        _refuse(damage[0] if damage else exc)  # damage first: what was asked for may lie beyond it
+        raise (damage[0] if damage else exc) from None  # damage first: what was asked for may lie beyond it
     if damage:
-        _refuse(damage[0])
+        raise damage[0]
     if seqs is not None and seqs - found:
         missing = sorted(seqs - found)
         more = f" (and {len(missing) - 10} more)" if len(missing) > 10 else ""
         click.echo(f"alpha observe read: no event with seq {', '.join(map(str, missing[:10]))}{more}", err=True)
-        sys.exit(1)
+        sys.exit(Exit.FAIL)
     if steps is not None and not steps.matched:
         click.echo(f"alpha observe read: no step named {step_name!r} in {stream}", err=True)
-        sys.exit(1)
+        sys.exit(Exit.FAIL)
 
 
 def _json_lines(events: Iterable[Event], encode: Callable[[Event], str], out: IO[bytes]) -> None:
@@ -217,8 +194,9 @@ def _json_lines(events: Iterable[Event], encode: Callable[[Event], str], out: IO
             out.write("\n".join(lines).encode("utf-8"))
 
 
-@click.command("show", epilog=example("alpha observe show ci.aos", "alpha observe show ci.aos --check exit-code"))
-@click.argument("stream", type=STREAM_PATH)
+@example("alpha observe show ci.aos", "alpha observe show ci.aos --check exit-code")
+@click.command("show")
+@click.argument("stream", type=STREAM)
 @public_key_option("Check the signature against this public key.")
 @click.option(
     "--check",
@@ -227,46 +205,44 @@ def _json_lines(events: Iterable[Event], encode: Callable[[Event], str], out: IO
     metavar="NAME",
     help="Show the sealed verdict's check NAME with every event it cites as evidence.",
 )
-@click.option("--json", "as_json", is_flag=True, default=False, help="Print the summary as one JSON document.")
-def show_cmd(stream: Path, key: str | None, check: str | None, as_json: bool) -> None:
+@json_option("Print the summary as one JSON document.")
+@reports_refusals()
+def show_command(stream: Path, key: str | None, check: str | None, as_json: bool) -> None:
     """A human summary: command, exit, steps, receipts, artifacts, verdict, integrity.
 
     Exit 1 when the stream is not intact and sealed (or holds no check NAME).
     """
     from observe.readback.summary import format_check, format_summary, summarize, summary_json
 
-    try:
-        s = summarize(stream, _key(key))
-        if check is not None:
-            text, known = format_check(stream, s, check, as_json=as_json)
-            if not known:
-                click.echo(text, err=True)
-                sys.exit(1)
-            click.echo(text)
-            sys.exit(0 if s.intact else 1)
-    except Refusal as exc:
-        _refuse(exc)
-        return
+    s = summarize(stream, public_key(key))
+    if check is not None:
+        text, known = format_check(stream, s, check, as_json=as_json)
+        if not known:
+            click.echo(text, err=True)
+            sys.exit(Exit.FAIL)
+        click.echo(text)
+        sys.exit(Exit.OK if s.intact else Exit.FAIL)
     click.echo(summary_json(s, str(stream)) if as_json else format_summary(s))
     if not s.intact:
-        sys.exit(1)
+        sys.exit(Exit.FAIL)
 
 
-@click.command("keygen", epilog=example("alpha observe keygen ci   # writes ci.key (0600) and ci.pub"))
+@example("alpha observe keygen ci   # writes ci.key (0600) and ci.pub")
+@click.command("keygen")
 @click.argument("prefix")
-def keygen_cmd(prefix: str) -> None:
+@reports_refusals()
+def keygen_command(prefix: str) -> None:
     """Write an Ed25519 key pair: PREFIX.key (mode 0600) and PREFIX.pub."""
     from aos.signing import generate_keypair
+    from observe.refusals import KeyExists, KeyWrite
 
     try:
         key, pub = generate_keypair(prefix)
     except FileExistsError as exc:
-        click.echo(f"refused: key-exists: {exc.filename} already exists; not overwriting a key", err=True)
-        sys.exit(1)
+        raise KeyExists(f"{exc.filename} already exists; not overwriting a key") from None
     except OSError as exc:
-        click.echo(f"refused: key-write: {exc}", err=True)
-        sys.exit(1)
+        raise KeyWrite(str(exc)) from None
     click.echo(f"private key: {key}\npublic key:  {pub}")
 
 
-COMMANDS: list[click.Command] = [read_cmd, show_cmd, verify_cmd, keygen_cmd]
+COMMANDS: list[click.Command] = [read_command, show_command, verify_command, keygen_command]

@@ -6,16 +6,18 @@ from pathlib import Path
 
 import click
 
-from observe.cli.record import example, public_key_option
+from observe.cli.options import STREAM, Exit, example, public_key, public_key_option, reports_refusals
 
-__all__ = ["COMMANDS", "report_cmd"]
+__all__ = ["COMMANDS", "report_command"]
 
 
-@click.command("report", epilog=example("alpha observe report ci.aos -o ci.report.html"))
-@click.argument("stream", type=click.Path(path_type=Path))
+@example("alpha observe report ci.aos -o ci.report.html")
+@click.command("report")
+@click.argument("stream", type=STREAM)
 @click.option("-o", "--output", "output", required=True, metavar="FILE", help="Where to write the page (HTML).")
 @public_key_option("Also check the seal's signature against this Ed25519 public key (as verify --key).")
-def report_cmd(stream: Path, output: str, key: str | None) -> None:
+@reports_refusals()
+def report_command(stream: Path, output: str, key: str | None) -> None:
     """Write STREAM as one self-contained HTML page: verdict, checks, steps, output, artifacts, devices.
 
     The page loads nothing from the network. A damaged or unsealed stream still
@@ -31,25 +33,19 @@ def report_cmd(stream: Path, output: str, key: str | None) -> None:
     import os
 
     from aos.reader import open_regular
-    from aos.refusals import Refusal
-    from aos.signing import load_public_key
-    from observe.cli.refusing import refuse
     from observe.report.write import write_report
 
-    try:
-        os.close(open_regular(stream))
-        public = load_public_key(key) if key is not None else None
-    except Refusal as exc:
-        refuse(exc, 1)
+    os.close(open_regular(stream))
+    public = public_key(key)
     try:
         facts = write_report(stream, Path(output), public_key=public)
     except OSError as exc:
         click.echo(f"alpha observe report: cannot write {output}: {exc.strerror or exc}", err=True)
-        raise SystemExit(1) from None
+        raise SystemExit(Exit.FAIL) from None
     verdict = facts.verdict or "no sealed verdict"
     click.echo(
         f"alpha observe report: wrote {output} ({facts.page_bytes} bytes; {verdict}; {facts.integrity})", err=True
     )
 
 
-COMMANDS: list[click.Command] = [report_cmd]
+COMMANDS: list[click.Command] = [report_command]

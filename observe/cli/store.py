@@ -3,34 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-from aos.refusals import Refusal
-from observe.cli.refusing import refuse
+from observe.cli.options import STREAM, example, public_key, public_key_option, reports_refusals
 
-if TYPE_CHECKING:
-    from aos.signing import Verifier
+__all__ = ["COMMANDS", "fetch_command", "push_command"]
 
-__all__ = ["COMMANDS"]
+_KEY_HELP = "Ed25519 public key (PEM) the seal must be signed by."
 
 
-def _key(path: str | None) -> Verifier | None:
-    if path is None:
-        return None
-    from aos.signing import load_public_key
-
-    return load_public_key(path)
-
-
-_KEY = click.option(
-    "--key", "key", type=click.Path(dir_okay=False), help="Ed25519 public key (PEM) the seal must be signed by."
-)
-
-
+@example("alpha observe push ci.aos --store s3://evidence/ci")
 @click.command("push")
-@click.argument("stream", type=click.Path(path_type=Path))
+@click.argument("stream", type=STREAM)
 @click.option(
     "--store",
     "store",
@@ -41,8 +26,9 @@ _KEY = click.option(
     help="A folder, file:///PATH, or s3://BUCKET/PREFIX (endpoint and credentials from the AWS variables). "
     "Default: $ALPHA_STORE, else ./aos-store.",
 )
-@_KEY
-def push_cmd(stream: Path, store: str, key: str | None) -> None:
+@public_key_option(_KEY_HELP)
+@reports_refusals()
+def push_command(stream: Path, store: str, key: str | None) -> None:
     """Verify a sealed stream and store it as STORE/<its BLAKE3>.aos; print that URL.
 
     A stream that does not verify is refused by name and nothing is stored.
@@ -50,13 +36,11 @@ def push_cmd(stream: Path, store: str, key: str | None) -> None:
     """
     from observe.store import push
 
-    try:
-        url = push(stream, store, _key(key))  # a bad key file is refused too (stream-signature)
-    except Refusal as exc:
-        refuse(exc)
+    url = push(stream, store, public_key(key))  # a bad key file is refused too (stream-signature)
     click.echo(url)
 
 
+@example("alpha observe fetch s3://evidence/ci/<blake3>.aos -o ci.aos")
 @click.command("fetch")
 @click.argument("url")
 @click.option(
@@ -67,8 +51,9 @@ def push_cmd(stream: Path, store: str, key: str | None) -> None:
     type=click.Path(path_type=Path),
     help="Where to write the stream (a folder: the stream keeps its stored name).",
 )
-@_KEY
-def fetch_cmd(url: str, out: Path, key: str | None) -> None:
+@public_key_option(_KEY_HELP)
+@reports_refusals()
+def fetch_command(url: str, out: Path, key: str | None) -> None:
     """Fetch a stored stream, only if its bytes hash to its name and it verifies; print where it went.
 
     Nothing is written at the target unless both hold (refused: stream-digest,
@@ -76,11 +61,8 @@ def fetch_cmd(url: str, out: Path, key: str | None) -> None:
     """
     from observe.store import fetch
 
-    try:
-        path = fetch(url, out, _key(key))
-    except Refusal as exc:
-        refuse(exc)
+    path = fetch(url, out, public_key(key))
     click.echo(str(path))
 
 
-COMMANDS: list[click.Command] = [push_cmd, fetch_cmd]
+COMMANDS: list[click.Command] = [push_command, fetch_command]

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from observe.exits import Exit
 from observe.recorder.control import Control
 from observe.recorder.sinks import Echo, Sink
 from observe.recorder.spawn import Spawned, descendants, end_tree, exit_status, signal_name, signal_process
@@ -56,7 +57,7 @@ class Outcome:
 
     exit_code: int | None = None
     signal: str | None = None
-    shell_code: int = 125
+    shell_code: int = Exit.RECORDER
     timed_out: bool = False
     interrupted: str | None = None
     duration_ns: int = 0

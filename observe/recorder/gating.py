@@ -20,6 +20,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from observe.exits import Exit
+
 if TYPE_CHECKING:
     from aos.event import Event
     from aos.writer import StreamWriter
@@ -43,7 +45,7 @@ class GateOutcome:
     def exit_code(self) -> int:
         """0 pass, 1 fail, 3 inconclusive; 125 when the recorder failed (no sealed verdict)."""
         if self.record.recorder_failed or self.verdict is None:
-            return 125
+            return Exit.RECORDER
         return self.verdict.exit_code
 
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from aos.text import printable, text_key, text_value
 from observe.channel.protocol import ENV_STDERR_ID, ENV_STDOUT_ID, ENV_STEP, ENV_STREAM, ENV_STREAM_ID
+from observe.exits import Exit
 from observe.recorder import artifacts
 from observe.recorder.sinks import Echo, logger
 from observe.recorder.spawn import become_subreaper, children_of
@@ -342,7 +343,7 @@ def _record(
         sys.stderr.write(f"alpha observe: stream {path}\n")
         sys.stderr.flush()
     timed_out = outcome.timed_out or outcome.capture_timed_out
-    code = 125 if failed else (124 if timed_out else outcome.shell_code)
+    code = Exit.RECORDER if failed else (Exit.TIMEOUT if timed_out else outcome.shell_code)
     return RecordResult(
         path=path,
         stream_id=stream_id,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from observe.channel.protocol import ENV_STDERR_ID, ENV_STDOUT_ID
+from observe.exits import Exit
 
 __all__ = ["SpawnFailure", "Spawned", "exit_status", "signal_name", "spawn"]
 
@@ -63,7 +64,7 @@ def exit_status(status: int) -> tuple[int | None, str | None, int]:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         return None, signal_name(sig), 128 + sig
-    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 125
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else Exit.RECORDER
     return code, None, code
 
 

@@ -1,0 +1,137 @@
+"""Publishing a verdict where CI systems read it, after ``gate`` or ``verdict``.
+
+:func:`publish_verdict` decides and writes everything but the verdict's table:
+
+- ``--junit FILE``: the verdict as JUnit XML;
+- ``--summary FILE``: the verdict as markdown; under Buildkite (``BUILDKITE``) the
+  default is ``STREAM.md``, and the ``buildkite-agent annotate`` line to show it is said;
+- under GitHub Actions (``GITHUB_ACTIONS=true``): an ``::error``/``::warning``
+  annotation per check that did not pass (on stdout, or on stderr when stdout holds
+  the one ``--json`` document: the runner reads both), the markdown appended to
+  ``$GITHUB_STEP_SUMMARY`` and ``verdict=``, ``scope=``, ``stream=``, ``stream_id=``
+  appended to ``$GITHUB_OUTPUT``.
+
+A file asked for that cannot be written makes the result False (the command then
+exits 125); one the CI's environment names is said and never fatal. Text goes out
+through ``echo(text, to_stderr)``, so the command line keeps its own output rules.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from observe.ci.systems import BUILDKITE, GITHUB, append_github_outputs, append_text, detect
+
+if TYPE_CHECKING:
+    from gates.report import Facts
+    from gates.verdict import Verdict
+
+__all__ = ["Echo", "prepare_files", "publish_verdict", "write_stdio"]
+
+#: ``echo(text, to_stderr)``: print one line on stdout, or on stderr.
+Echo = Callable[[str, bool], None]
+
+#: The ``buildkite-agent annotate --style`` of each verdict.
+_BUILDKITE_STYLE = {"pass": "success", "fail": "error", "inconclusive": "warning"}
+
+
+def write_stdio(text: str, to_stderr: bool) -> None:
+    """The default ``Echo``: ``text`` and a newline on stdout or stderr, flushed."""
+    stream = sys.stderr if to_stderr else sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
+
+
+def _say(echo: Echo, message: str) -> None:
+    echo(f"alpha observe: {message}", True)
+
+
+def prepare_files(files: Iterable[tuple[Path | None, str]], echo: Echo = write_stdio) -> bool:
+    """Create the missing folders of each ``(path, what)`` asked for and check it can be written.
+
+    ``gate`` calls it before the command runs; False (and each failure said) when any cannot.
+    """
+    ok = True
+    for path, what in files:
+        if path is None:
+            continue
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("ab"):
+                pass
+        except OSError as exc:
+            _say(echo, f"cannot write {what} {path}: {exc.strerror or exc}")
+            ok = False
+            break  # as before: the first file that cannot be written stops the gate
+    return ok
+
+
+def _write(path: Path, text: str, what: str, echo: Echo) -> bool:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8", errors="backslashreplace")
+    except OSError as exc:
+        _say(echo, f"cannot write {what} {path}: {exc.strerror or exc}")
+        return False
+    return True
+
+
+def _github_files(v: Verdict, stream: str, stream_id: str, markdown: str, env: Mapping[str, str], echo: Echo) -> None:
+    """GitHub Actions: the job summary and the step outputs (a failure to write them is said, not fatal)."""
+    summary = env.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        try:
+            append_text(Path(summary), markdown)
+        except OSError as exc:
+            _say(echo, f"cannot append to GITHUB_STEP_SUMMARY {summary}: {exc.strerror or exc}")
+    output = env.get("GITHUB_OUTPUT")
+    if output:
+        values = {"verdict": v.verdict, "scope": v.scope, "stream": stream, "stream_id": stream_id}
+        try:
+            append_github_outputs(Path(output), values)
+        except OSError as exc:
+            _say(echo, f"cannot append to GITHUB_OUTPUT {output}: {exc.strerror or exc}")
+
+
+def publish_verdict(
+    v: Verdict,
+    *,
+    stream: str,
+    stream_id: str,
+    env: Mapping[str, str],
+    json_stdout: bool = False,
+    junit: Path | None = None,
+    summary: Path | None = None,
+    facts: Facts | None = None,
+    echo: Echo = write_stdio,
+) -> bool:
+    """Write the verdict of ``stream`` everywhere the CI of ``env`` reads it; False when a file asked for failed.
+
+    ``json_stdout`` says stdout holds one JSON document (``--json``): annotations go to
+    stderr then. ``facts`` give the JUnit report its stderr tails.
+    """
+    from gates import report
+
+    ok = True
+    if junit is not None:
+        ok = _write(junit, report.junit_xml(v, stream=stream, facts=facts), "the JUnit report", echo) and ok
+    ci = detect(env)
+    markdown = report.markdown(v, stream=stream, stream_id=stream_id)
+    if summary is None and ci == BUILDKITE:
+        summary = Path(stream + ".md")
+    if summary is not None:
+        ok = _write(summary, markdown, "the summary", echo) and ok
+        if ci == BUILDKITE:
+            style = _BUILDKITE_STYLE[v.verdict]
+            _say(
+                echo,
+                f"summary in {summary} (buildkite-agent annotate --style {style} --context alpha-observe < {summary})",
+            )
+    if ci == GITHUB:
+        for line in report.github_annotations(v):
+            echo(line, json_stdout)
+        _github_files(v, stream, stream_id, markdown, env, echo)
+    return ok

@@ -1,0 +1,40 @@
+"""The exit codes of ``alpha``, named once (GNU ``timeout``/``env`` conventions).
+
+Standard library only: the recorder, the light channel client and the command line
+all name their exit codes here, so no command spells a number of its own.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+__all__ = ["Exit"]
+
+
+class Exit(IntEnum):
+    """The exit codes of ``alpha``; a recorded command's own exit code passes through unchanged.
+
+    ====================  ====  ==========================================================
+    name                  code  meaning
+    ====================  ====  ==========================================================
+    ``OK``                0     done: a pass, a stream intact and sealed, a file written
+    ``FAIL``              1     a fail, or refused (``refused: NAME: detail`` on stderr)
+    ``USAGE``             2     usage: a mistyped option, an unknown gate, SQL DuckDB refuses
+    ``INCONCLUSIVE``      3     the gate could not decide (a sealed ``inconclusive``)
+    ``TIMEOUT``           124   ``--timeout`` ended the command
+    ``RECORDER``          125   the recorder itself failed (or a report asked for cannot be written)
+    ``CANNOT_EXECUTE``    126   the command was found but cannot be executed
+    ``NOT_FOUND``         127   the command was not found
+    ``SIGNAL``            128   128+N: the command was killed by signal N
+    ====================  ====  ==========================================================
+    """
+
+    OK = 0
+    FAIL = 1
+    USAGE = 2
+    INCONCLUSIVE = 3
+    TIMEOUT = 124
+    RECORDER = 125
+    CANNOT_EXECUTE = 126
+    NOT_FOUND = 127
+    SIGNAL = 128

@@ -1,0 +1,23 @@
+"""The refusals of ``observe`` that belong to no stream: each a named :class:`aos.refusals.Refusal`.
+
+Printed by the command line as ``refused: NAME: detail`` (exit 1); the names are a
+contract, listed in the docs' refusal table.
+"""
+
+from __future__ import annotations
+
+from aos.refusals import Refusal
+
+__all__ = ["KeyExists", "KeyWrite"]
+
+
+class KeyExists(Refusal):
+    """``keygen`` would overwrite a key file that already exists."""
+
+    name = "key-exists"
+
+
+class KeyWrite(Refusal):
+    """``keygen`` cannot write the key pair (a missing folder, no permission, a full disk)."""
+
+    name = "key-write"
