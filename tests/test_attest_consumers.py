@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -259,13 +260,13 @@ class TestDsse:
 
 
 class TestRecipes:
-    @pytest.mark.parametrize("index", [0, 1])
+    @pytest.mark.parametrize("index", [0, 1, 2])
     def test_python_recipes_run(self, signed: Path, index: int) -> None:
         """Each Python recipe in docs/CI.md runs as written on a real attestation."""
         done = run_py(blocks("python")[index], signed)
         assert 0 == done.returncode, done.stderr
 
-    @pytest.mark.parametrize("index", [0, 1])
+    @pytest.mark.parametrize("index", [0, 1, 2])
     def test_python_recipes_fail_on_a_forged_payload(self, signed: Path, index: int) -> None:
         """Each Python recipe fails once the payload is edited (in the envelope and the bundle alike)."""
         forge_payload(signed / "ci.aos.intoto.json")
@@ -276,3 +277,44 @@ class TestRecipes:
             (signed / "ci.aos.sigstore.json").write_text(json.dumps(doc))
         done = run_py(blocks("python")[index], signed)
         assert 1 == done.returncode, done.stdout
+
+
+# -- in-toto-attestation's VSA protobuf -------------------------------------------------------
+
+
+class TestVsaProtobuf:
+    """The predicate as in-toto-attestation's protobuf bindings read it (they lag the VSA v1.0 spec)."""
+
+    def predicate(self, signed: Path) -> dict[str, Any]:
+        envelope = json.loads((signed / "ci.aos.intoto.json").read_text())
+        predicate: dict[str, Any] = json.loads(base64.b64decode(envelope["payload"]))["predicate"]
+        return predicate
+
+    def test_strict_parse_refuses_only_the_spec_fields_it_lacks(self, signed: Path) -> None:
+        """A strict parse refuses verifier.version, policy.name, the verifiedLevels array and our own
+        details, and every other field parses as written."""
+        from google.protobuf import json_format
+        from in_toto_attestation.predicates.vsa.v1 import vsa_pb2
+
+        predicate = self.predicate(signed)
+        lagging: list[tuple[str, Callable[[dict[str, Any]], object]]] = [
+            # in the order a parser meets them (the keys are sorted)
+            ("pkg:pypi/alpha-observe", lambda p: p.pop("pkg:pypi/alpha-observe")),
+            ("name", lambda p: p["policy"].pop("name")),
+            ("verifiedLevels", lambda p: p.pop("verifiedLevels")),
+            ("version", lambda p: p["verifier"].pop("version")),
+        ]
+        for match, set_aside in lagging:
+            with pytest.raises(json_format.ParseError, match=re.escape(match)):
+                json_format.ParseDict(predicate, vsa_pb2.VerificationSummary())
+            set_aside(predicate)
+        vsa = json_format.ParseDict(predicate, vsa_pb2.VerificationSummary())
+        # an empty list is the protobuf default, which MessageToDict leaves out
+        assert {k: v for k, v in predicate.items() if v != []} == json_format.MessageToDict(vsa)
+
+    def test_the_spec_fields_are_kept(self, signed: Path) -> None:
+        """The predicate keeps the VSA v1.0 fields the bindings lack: conformance to the spec comes first."""
+        predicate = self.predicate(signed)
+        assert {"alpha-observe"} == set(predicate["verifier"]["version"])
+        assert "exit-zero" == predicate["policy"]["name"]
+        assert isinstance(predicate["verifiedLevels"], list)
