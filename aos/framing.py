@@ -26,11 +26,15 @@ from dataclasses import dataclass
 __all__ = [
     "CONTINUATION",
     "EOS",
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_ROWS",
+    "MAX_EVENT_BYTES",
     "MAX_METADATA",
     "Cut",
     "Frame",
     "Malformed",
     "batch_frame",
+    "check_inflation",
     "schema_frame",
 ]
 
@@ -38,6 +42,16 @@ CONTINUATION = b"\xff\xff\xff\xff"
 EOS = CONTINUATION + b"\x00\x00\x00\x00"
 #: The largest metadata length a v1 message may announce (a v1 batch's is 560 bytes, its schema's 696).
 MAX_METADATA = 4096
+#: The most rows a v1 batch holds (a v1 writer cuts a batch before more events than this).
+MAX_BATCH_ROWS = 1 << 16
+#: The most bytes one event's kind, step, attrs and data may hold together in a v1 writer:
+#: 4 MiB of data (the recorder's chunks are 1 MiB) and room for its attrs.
+MAX_EVENT_BYTES = (4 << 20) + (64 << 10)
+#: The most bytes a v1 batch's buffers hold uncompressed, all together: the sum of each zstd
+#: buffer's declared uncompressed length (a v1 writer cuts a batch before it would hold more; one
+#: event of ``MAX_EVENT_BYTES`` fits, with its row's fixed columns and a checkpoint). Checked
+#: before anything is inflated, so a reader holds about this much of one batch at a time.
+MAX_BATCH_BYTES = MAX_EVENT_BYTES + (64 << 10)
 #: MetadataVersion.V5, MessageHeader.Schema / RecordBatch, CompressionType.ZSTD, BodyCompressionMethod.BUFFER.
 _V5 = 4
 _SCHEMA = 1
@@ -201,8 +215,8 @@ def _record_batch(fb: _FlatBuffer, header: int, body: int) -> list[tuple[int, in
     """Check the ``RecordBatch`` table: 8 nodes, 20 contiguous buffers filling the body, zstd."""
     _, f = fb.table(header, "RecordBatch", 5)
     rows = fb.i64(header + f[0], "length") if f[0] else 0
-    if rows < 0:
-        raise Malformed(f"the batch's length {rows} is negative")
+    if not 0 <= rows <= MAX_BATCH_ROWS:
+        raise Malformed(f"the batch's length {rows} is not 0 to {MAX_BATCH_ROWS} rows")
     if f[4]:
         raise Malformed("the batch has variadic buffer counts (no v1 column has any)")
     if not f[1] or not f[2]:
@@ -274,7 +288,49 @@ def batch_frame(view: memoryview, pos: int, size: int) -> Frame:
     for b_off, b_len in buffers:
         if any(view[start + b_off + b_len : start + _align8(b_off + b_len)]):
             raise Malformed(f"the padding after a buffer at body byte {b_off} is not zero")
+    _inflated(view, start, buffers)
     return frame
+
+
+def check_inflation(metadata: bytes, body: memoryview) -> int:
+    """For a batch message already split by Arrow (its metadata FlatBuffer and its body): the bytes its
+    buffers declare uncompressed; ``Malformed`` when it is not a v1 batch or declares more than
+    ``MAX_BATCH_BYTES``. For a reader that walks messages with Arrow's own reader, before it decodes one."""
+    fb = _FlatBuffer(metadata, len(metadata))
+    try:
+        header, length = _message(fb, _RECORD_BATCH)
+        buffers = _record_batch(fb, header, length)
+    except _Unknown:  # pragma: no cover - the whole metadata is given
+        raise Malformed("the batch's metadata is cut short") from None
+    if len(body) < length:
+        raise Malformed(f"the batch's body is {len(body)} bytes, not {length}")
+    return _inflated(body, 0, buffers)
+
+
+def _inflated(view: memoryview, start: int, buffers: list[tuple[int, int]]) -> int:
+    """The bytes the batch's buffers declare uncompressed, all together; ``Malformed`` beyond ``MAX_BATCH_BYTES``.
+
+    A non-empty zstd buffer starts with its uncompressed length (int64; -1: stored as it is),
+    which Arrow allocates before it inflates: a few KB of zeros may declare gigabytes.
+    """
+    total = 0
+    for i, (b_off, b_len) in enumerate(buffers):
+        if b_len == 0:
+            continue
+        if b_len < 8:
+            raise Malformed(f"buffer {i} is {b_len} bytes, too short to state its uncompressed length")
+        declared: int = struct.unpack_from("<q", view, start + b_off)[0]
+        if declared == -1:
+            declared = b_len - 8
+        elif declared < 0:
+            raise Malformed(f"buffer {i} declares an uncompressed length of {declared} bytes")
+        total += declared
+        if total > MAX_BATCH_BYTES:
+            raise Malformed(
+                f"its buffers declare {total} or more bytes uncompressed (buffer {i}: {declared}); "
+                f"a v1 batch holds at most {MAX_BATCH_BYTES}"
+            )
+    return total
 
 
 def schema_frame(view: memoryview, size: int) -> Frame:

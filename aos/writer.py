@@ -53,6 +53,7 @@ from blake3 import blake3
 from aos.canonical import canonical_json
 from aos.chain import checkpoint_message, genesis, link, seal_message
 from aos.event import Event
+from aos.framing import MAX_BATCH_BYTES, MAX_BATCH_ROWS, MAX_EVENT_BYTES
 from aos.refusals import StreamWrite
 
 if TYPE_CHECKING:
@@ -66,6 +67,10 @@ _RESERVED = frozenset({"seal", "checkpoint"})
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 #: How much of the private copy ``iter_written_events`` reads at a time.
 _READ_WINDOW = 1 << 20
+#: What a batch's fixed-width columns, offsets and validity take per row, rounded up (73 bytes).
+_ROW_BYTES = 80
+#: Room kept in every batch for the checkpoint a flush may add, and for rounding.
+_BATCH_RESERVE = 4 << 10
 
 
 #: The most encoder threads ``default_encoders`` gives: zstd level 1 compresses log text at
@@ -138,8 +143,10 @@ class StreamWriter:
         self.signer = signer
         self.flush_interval = flush_interval
         self.checkpoint_interval = checkpoint_interval
-        self.batch_max_bytes = batch_max_bytes
-        self.batch_max_events = batch_max_events
+        # A v1 batch holds at most MAX_BATCH_ROWS rows and MAX_BATCH_BYTES bytes uncompressed
+        # (aos.framing; readers refuse more): the writer cuts batches inside both.
+        self.batch_max_bytes = min(batch_max_bytes, MAX_BATCH_BYTES)
+        self.batch_max_events = max(1, min(batch_max_events, MAX_BATCH_ROWS - 1))
         self.fsync = fsync
         self._clock = clock
         self._schema = arrow_schema(self.stream_id)
@@ -230,12 +237,20 @@ class StreamWriter:
         attrs_json = canonical_json(attrs if attrs is not None else {})
         if data is not None and not isinstance(data, bytes):
             data = bytes(data)
+        size = _event_bytes(kind, step, attrs_json, data)
+        if size - _ROW_BYTES > MAX_EVENT_BYTES:
+            raise ValueError(
+                f"a {kind} event of {size - _ROW_BYTES} bytes (kind, step, attrs and data): "
+                f"a v1 event holds at most {MAX_EVENT_BYTES}"
+            )
         with self._lock:
             if self._sealed is not None or self._closed:
                 raise StreamWrite(f"{self.path} is already sealed; nothing can follow the seal")
             if self.failure is not None:
                 raise self.failure
-            seq = self._add(kind, step, attrs_json, data, wall_ns, mono_ns)
+            if self._p_seq and self._pending_size + size > MAX_BATCH_BYTES - _BATCH_RESERVE:
+                self._flush_locked(allow_checkpoint=True)
+            seq = self._add(kind, step, attrs_json, data, wall_ns, mono_ns, size)
             if (
                 self._pending_bytes >= self.batch_max_bytes
                 or len(self._p_seq) >= self.batch_max_events
@@ -252,6 +267,7 @@ class StreamWriter:
         data: bytes | None,
         wall_ns: int | None,
         mono_ns: int | None,
+        size: int | None = None,
     ) -> int:
         seq = self._seq
         if (wall_ns is None or mono_ns is None) and self._clock is not None:
@@ -272,6 +288,7 @@ class StreamWriter:
         self._p_data.append(data)
         self._p_hash.append(h)
         self._pending_bytes += len(attrs_json) + (len(data) if data else 0) + 64
+        self._pending_size += _event_bytes(kind, step, attrs_json, data) if size is None else size
         self._prev = h
         self._seq = seq + 1
         return seq
@@ -286,6 +303,8 @@ class StreamWriter:
         self._p_data: list[bytes | None] = []
         self._p_hash: list[bytes] = []
         self._pending_bytes = 0
+        #: An upper bound on the pending batch's buffers, uncompressed (``_event_bytes`` summed).
+        self._pending_size = 0
         self._pending_since = time.monotonic()
 
     # -- flushing ------------------------------------------------------------------
@@ -595,6 +614,21 @@ class StreamWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _event_bytes(kind: str, step: str | None, attrs_json: str, data: bytes | None) -> int:
+    """An upper bound on what one event adds to its batch's buffers, uncompressed."""
+    return (
+        _ROW_BYTES
+        + _utf8_len(kind)
+        + (_utf8_len(step) if step is not None else 0)
+        + _utf8_len(attrs_json)
+        + (len(data) if data else 0)
+    )
 
 
 def _binary_column(pa: Any, values: list[bytes | None]) -> Any:

@@ -465,6 +465,35 @@ class TestReadOnly:
         assert not out.exists()
         assert not (tmp_path / "exp").exists()
 
+    @pytest.mark.parametrize(
+        "sql",
+        [
+            "SELECT content FROM read_text('.tmp/notes.txt')",
+            "SELECT * FROM read_csv('.tmp/notes.txt')",
+            "COPY (SELECT 'overwritten') TO '.tmp/notes.txt'",
+            "COPY (SELECT 1) TO '.tmp/new.csv'",
+        ],
+    )
+    def test_a_query_cannot_touch_the_temp_folder(
+        self, fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sql: str
+    ) -> None:
+        """DuckDB's default temp folder (./.tmp) is neither readable nor writable by a query: there is none."""
+        work = tmp_path / "work"
+        (work / ".tmp").mkdir(parents=True)
+        (work / ".tmp" / "notes.txt").write_text("private notes\n")
+        monkeypatch.chdir(work)
+        code, out, err = invoke(sql, str(fleet))
+        assert (2, "") == (code, out)
+        assert err.startswith("refused: query-sql: ")
+        assert "private notes\n" == (work / ".tmp" / "notes.txt").read_text()
+        assert ["notes.txt"] == sorted(p.name for p in (work / ".tmp").iterdir())
+
+    def test_no_temp_directory_and_no_allowed_paths(self, fleet: Path) -> None:
+        """A query runs with no temp directory and no allowed directory or path."""
+        names = ("temp_directory", "allowed_directories", "allowed_paths")
+        sql = "SELECT " + ", ".join(f"current_setting('{n}')" for n in names)
+        assert [("", [], [])] == run_query(sql, [str(fleet)]).rows
+
 
 class TestUntrustedStreams:
     def test_stream_values_are_data_never_sql(self, tmp_path: Path) -> None:

@@ -208,6 +208,8 @@ class JournalCheck:
     #: PostgreSQL: the schema fingerprint the last migration journalled (tracker.pg.schema_fingerprint).
     pg_schema: str | None = None
     problems: list[str] = field(default_factory=list)
+    #: The first signed entry: its seq and key id (every later entry must be signed by that key).
+    first_signed: tuple[int, str] | None = None
 
 
 def _key(value: Any) -> Key:
@@ -286,8 +288,21 @@ def _signatures(e: Entry, journal_key: Verifier | None, trusted: Mapping[str, Ve
         elif not journal_key.check(signature_message(e.hash), e.signature):
             result.problems.append(f"journal entry {e.seq} has a bad signature by key {e.key_id}")
         return
+    # Once an entry is signed, every later one is signed by the same key: a client without the key
+    # could otherwise append chained, unsigned entries that match its own edits.
+    first = result.first_signed
     if e.signature is None or e.key_id is None:
+        if first is not None:
+            result.problems.append(
+                f"journal entry {e.seq} is not signed, though entry {first[0]} before it is (by key {first[1]})"
+            )
         return
+    if first is None:
+        result.first_signed = (e.seq, e.key_id)
+    elif e.key_id != first[1]:
+        result.problems.append(
+            f"journal entry {e.seq} is signed by key {e.key_id}, not by key {first[1]} that signed entry {first[0]}"
+        )
     key = trusted.get(e.key_id)
     if key is None:
         result.unchecked += 1
@@ -304,7 +319,9 @@ def check(
     """Verify the chain (and signatures), replay it, and compare the result with the tables.
 
     ``journal_key``: every entry must be signed by it. Otherwise a signature by a
-    key in ``trusted`` is checked, and one by any other key is counted as unchecked.
+    key in ``trusted`` is checked, and one by any other key is counted as unchecked;
+    and once an entry is signed, an unsigned later entry, or one signed by another
+    key, is a problem.
     """
     result = JournalCheck(journal_key=journal_key.key_id if journal_key is not None else None)
     trusted = trusted or {}

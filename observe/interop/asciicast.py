@@ -37,6 +37,8 @@ def _size(env: Mapping[str, Any]) -> tuple[int, int]:
 #: The body of an asciicast is written to a temporary file as it is made, then copied after its
 #: header (which holds the duration, known only at the end) in chunks of this size.
 _SPOOL_CHUNK = 1 << 20
+#: The most characters of output one asciicast line holds (a longer chunk is cut into several at one time).
+_TEXT_PIECE = 1 << 18
 
 
 def asciicast_chunks(stream: VerifiedStream) -> Iterator[bytes]:
@@ -68,10 +70,13 @@ def asciicast_chunks(stream: VerifiedStream) -> Iterator[bytes]:
             return f"{(last_mono - t0) / 1e9:.6f}"
 
         def out(mono_ns: int, text: str) -> None:
-            if text:
+            # One "o" line per _TEXT_PIECE characters: JSON-escaping a chunk of control characters
+            # makes it six times longer, and a chunk may be a whole event's data.
+            for i in range(0, len(text), _TEXT_PIECE):
+                piece = text[i : i + _TEXT_PIECE]
                 if not pty:  # what a terminal's ONLCR does: a bare LF would draw a staircase
-                    text = text.replace("\n", "\r\n")
-                line(f'[{at(mono_ns)}, "o", {json.dumps(text, ensure_ascii=False)}]')
+                    piece = piece.replace("\n", "\r\n")
+                line(f'[{at(mono_ns)}, "o", {json.dumps(piece, ensure_ascii=False)}]')
 
         for ev in stream.events():
             if ev.kind in ("stdout", "stderr") and ev.data:

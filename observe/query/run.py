@@ -25,7 +25,9 @@ SQL text. Damaged or unsealed streams are skipped (and said so) unless
 ``include_damaged``; two files claiming one stream id are skipped, not merged
 (an identical copy is skipped as a copy). After the tables are registered,
 DuckDB's file system and extension loading are switched off and the
-configuration locked, so a query cannot read or write files.
+configuration locked, with no temp directory (DuckDB's default, ``./.tmp``,
+stays open to SQL otherwise) and no allowed directory or path (checked), so a
+query cannot read or write files.
 """
 
 from __future__ import annotations
@@ -89,7 +91,9 @@ def _connect(sources: Sequence[Source]) -> tuple[Any, EventScan]:
     """A DuckDB connection holding the three tables, with file access switched off and locked."""
     duckdb = duckdb_module()
 
-    con = duckdb.connect(":memory:", config={"python_enable_replacements": False})
+    # No temp directory: DuckDB's default (./.tmp) stays readable and writable by SQL even with
+    # external access off, so a query could read or overwrite the files there.
+    con = duckdb.connect(":memory:", config={"python_enable_replacements": False, "temp_directory": ""})
     con.execute("SET enable_progress_bar = false")  # DuckDB would draw it on stdout, inside --json or --csv
     con.execute("LOAD json")
     scan = EventScan(sources)
@@ -100,7 +104,19 @@ def _connect(sources: Sequence[Source]) -> tuple[Any, EventScan]:
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
     con.execute("SET lock_configuration = true")
+    _require_confined(con)
     return con, scan
+
+
+def _require_confined(con: Any) -> None:
+    """``query-sql`` unless the locked connection may reach no file: no temp directory, no allowed paths."""
+    confined = con.execute(
+        "SELECT current_setting('enable_external_access'), current_setting('temp_directory'), "
+        "current_setting('allowed_directories'), current_setting('allowed_paths')"
+    ).fetchone()
+    if confined is None or tuple(confined) != (False, "", [], []):
+        con.close()
+        raise QuerySQL(f"DuckDB could not be confined (external access, temp directory, allowed paths: {confined})")
 
 
 def _sql_refusal(exc: Exception) -> QuerySQL:

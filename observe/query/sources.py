@@ -194,20 +194,31 @@ def _damaged_source(path: Path, data: bytes, refusal: Refusal) -> Source:
 #: A stream file at most this large is decoded once, during verification, and its batches kept for the scan.
 SMALL_STREAM = 1 << 20
 #: At most this many bytes of such decoded batches are kept in all; later streams are re-read by the scan.
-CACHE_BUDGET = 256 << 20
+#: Decoded, not stored: a small file of zeros may decode to many batches of a v1 batch's bound each.
+CACHE_BUDGET = 4 << 20
 
 
-def _decoded(source: Source, data: bytes) -> list[pa.RecordBatch]:
-    """The ``events`` batches of ``data`` (bytes already verified, or recovered up to the damage)."""
+def _decoded(source: Source, data: bytes, budget: int) -> list[pa.RecordBatch] | None:
+    """The ``events`` batches of ``data`` (bytes already verified, or recovered up to the damage);
+    None (the scan re-reads it) as soon as they would take more than ``budget`` bytes."""
     from aos.reader import StreamFile
 
     schema = events_schema()
+    kept: list[pa.RecordBatch] = []
+    size = 0
     with StreamFile(source.path, data=data) as f:
-        return [events_batch(raw.batch, source, schema) for raw in f.batches() if raw.batch.num_rows]
+        for raw in f.batches():
+            size += raw.batch.nbytes
+            if size > budget:
+                return None
+            if raw.batch.num_rows:
+                kept.append(events_batch(raw.batch, source, schema))
+    return kept
 
 
-def _open_one(path: Path, include_damaged: bool, key: Verifier | None, *, keep: bool) -> Source | Skipped:
-    """Verify one path: the stream that joins (a small one, with ``keep``, with its batches), or why it is skipped."""
+def _open_one(path: Path, include_damaged: bool, key: Verifier | None, *, keep: int) -> Source | Skipped:
+    """Verify one path: the stream that joins (a small one with its batches, when they take at most ``keep``
+    bytes), or why it is skipped."""
     try:
         data = read_private(path)
     except Refusal as exc:
@@ -222,8 +233,8 @@ def _open_one(path: Path, include_damaged: bool, key: Verifier | None, *, keep: 
                 source = _damaged_source(path, data, refusal)
         if source is None:
             return Skipped(str(path), _refusal_text(refusal))
-    if keep and len(data) <= SMALL_STREAM:
-        source.batches = _decoded(source, data)
+    if keep > 0 and len(data) <= SMALL_STREAM:
+        source.batches = _decoded(source, data, keep)
     return source
 
 
@@ -240,7 +251,7 @@ def _open_in_worker(path: Path, include_damaged: bool, raw_key: bytes | None) ->
         from aos.signing import Verifier
 
         key = Verifier(Ed25519PublicKey.from_public_bytes(raw_key))
-    return _open_one(path, include_damaged, key, keep=False)
+    return _open_one(path, include_damaged, key, keep=0)
 
 
 #: Streams per worker process below which verification stays in this process (a worker costs its start-up).
@@ -280,7 +291,7 @@ def open_sources(
             sources.append(r)
 
     if jobs < 2:
-        take(_open_one(path, include_damaged, key, keep=True) for path in paths)
+        take(_open_one(path, include_damaged, key, keep=CACHE_BUDGET - cached) for path in paths)
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor

@@ -329,6 +329,7 @@ class EventScan:
         import pyarrow as pa
         import pyarrow.ipc as ipc
 
+        from aos.framing import Malformed, check_inflation
         from aos.reader import open_regular
 
         changed = StreamSeal(f"{source.path} changed after it was verified; the query was stopped")
@@ -340,10 +341,12 @@ class EventScan:
                     raise changed
                 stored = ipc.read_schema(first)
                 for message in messages:
+                    # Bytes that changed since they were verified may declare any size: checked first.
+                    check_inflation(message.metadata.to_pybytes(), memoryview(message.body))
                     batch = ipc.read_record_batch(message, stored)
                     if batch.num_rows:
                         yield events_batch(batch, source, schema)
-            except (pa.ArrowException, OSError, ValueError) as exc:  # bytes that no longer decode
+            except (pa.ArrowException, OSError, ValueError, Malformed) as exc:  # bytes that no longer decode
                 raise changed from exc
             if f.rest_digest() != source.digest:
                 raise changed

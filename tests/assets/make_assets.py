@@ -277,6 +277,7 @@ def write_sample(
     seal: bool = True,
     batch_max_events: int = 3,
     events: list[tuple[str, dict[str, Any], bytes | None, str | None]] | None = None,
+    compression_level: int = 1,
 ) -> None:
     """Write ``events`` (default: the sample recording) to ``path``: a checkpoint closes each batch."""
     path.unlink(missing_ok=True)
@@ -289,6 +290,7 @@ def write_sample(
             checkpoint_interval=0.0,
             batch_max_events=batch_max_events,
             background_flush=False,
+            compression_level=compression_level,
         )
         for kind, attrs, data, step in sample_events() if events is None else events:
             w.append(kind, attrs, data, step)
@@ -594,9 +596,46 @@ def build(out: Path) -> dict[str, dict[str, Any]]:
         )
 
     _strict_format_assets(out, good, signed, signer, other, put)
+    _bomb_asset(out, put)
 
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
+
+
+#: The bomb's one stdout event: zeros that zstd level 19 packs about 30 000 to 1.
+BOMB_BYTES = 512 << 20
+
+
+@contextlib.contextmanager
+def unbounded_writer() -> Iterator[None]:
+    """Let the writer write batches beyond v1's bounds (as the writer before them did)."""
+    saved = aos.writer.MAX_EVENT_BYTES, aos.writer.MAX_BATCH_BYTES
+    aos.writer.MAX_EVENT_BYTES = aos.writer.MAX_BATCH_BYTES = 1 << 40  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        aos.writer.MAX_EVENT_BYTES, aos.writer.MAX_BATCH_BYTES = saved  # type: ignore[misc]
+
+
+def bomb_events(mib: int = BOMB_BYTES >> 20) -> list[tuple[str, dict[str, Any], bytes | None, str | None]]:
+    """A recording whose one stdout event is ``mib`` MiB of zeros."""
+    sample = sample_events()
+    return [*sample[:2], ("stdout", {}, bytes(mib << 20), None), sample[-2], sample[-1]]
+
+
+def _bomb_asset(out: Path, put: Any) -> None:
+    """A decompression bomb: a sealed stream, written by the writer, whose batch inflates to 512 MiB."""
+    path = out / "bomb-512m.aos"
+    with unbounded_writer():
+        write_sample(path, batch_max_events=2, events=bomb_events(), compression_level=19)
+    put(
+        path.name,
+        path.read_bytes(),
+        "stream-chain",
+        f"a sealed stream whose second batch declares {BOMB_BYTES >> 20} MiB of zeros uncompressed "
+        "(one stdout event, zstd level 19; beyond a v1 batch's bound)",
+        last_intact_seq=2,
+    )
 
 
 def _resealed_with(parts: Parts, edit: Any, signer: Signer | None = None) -> Parts:
