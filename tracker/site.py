@@ -361,7 +361,8 @@ def _locate(view: StreamView, fetch_dir: Path) -> Path | None:
     row = view.row
     if row["url"]:
         from aos.refusals import StreamMissing
-        from observe.store import StoreUnreachable, fetch
+        from observe.refusals import StoreUnreachable
+        from observe.store import fetch
 
         copy = fetch_dir / f"{view.evidence_id}.aos"
         try:

@@ -128,9 +128,10 @@ def query_cmd(sql: str, streams: tuple[str, ...], include_damaged: bool, key: st
 
     keep_freed_memory()  # big buffers one after another: reuse their pages
 
-    from aos.refusals import QuerySQL, Refusal
+    from aos.refusals import Refusal
     from observe.cli.refusing import refuse
     from observe.query.run import run_query
+    from observe.refusals import QuerySQL
 
     try:
         verifier = None

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aos.refusals import Refusal, StreamVerdict
+from aos.refusals import StreamVerdict
+from observe.refusals import AttestPolicy
 
 if TYPE_CHECKING:
     from aos.signing import Signer, Verifier
@@ -46,7 +47,6 @@ __all__ = [
     "PREDICATE_TYPE",
     "STATEMENT_TYPE",
     "VERIFIER_ID",
-    "AttestPolicy",
     "Attestation",
     "attest",
     "level",
@@ -61,12 +61,6 @@ VERIFIER_ID = "pkg:pypi/alpha-observe"
 #: The predicate's extension field (in-toto: extension field names are URIs): alpha-observe's own detail.
 EXTENSION = VERIFIER_ID
 SLSA_VERSION = "1.0"
-
-
-class AttestPolicy(Refusal):
-    """The gate that sealed the verdict is not held here with the digest the stream names."""
-
-    name = "attest-policy"
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aos.refusals import Refusal
+from observe.refusals import OutputWrite
 from observe.util.atomic import replace_file_with
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMATS",
-    "OutputWrite",
     "VerifiedStream",
     "asciicast",
     "asciicast_chunks",
@@ -54,12 +54,6 @@ __all__ = [
 
 #: The formats ``alpha observe export --format`` knows.
 FORMATS = ("otlp", "asciicast")
-
-
-class OutputWrite(Refusal):
-    """An export or attestation could not be written to its output file."""
-
-    name = "output-write"
 
 
 # -- reading: the verified bytes, once ------------------------------------------------------

@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from aos.event import Event
-from aos.refusals import ArtifactMissing, Refusal
+from aos.refusals import Refusal
+from observe.refusals import ArtifactMissing
 
 __all__ = [
     "StepFilter",
