@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aos.attrs import RECEIPT_STATUSES
 from gates.refusals import GateFileError
 
 __all__ = [
@@ -52,7 +53,6 @@ __all__ = [
 ]
 
 _FAILURE_STATUSES = ("fail", "inconclusive")
-RECEIPT_STATUSES = ("pass", "fail", "skip", "inconclusive", "info")
 
 
 # -- conditions ----------------------------------------------------------------------

@@ -14,9 +14,9 @@ import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 from xml.etree import ElementTree as ET
 
+from aos.attrs import json_int
 from aos.event import Event
 from aos.text import display
 from gates.verdict import Check, Verdict
@@ -154,10 +154,6 @@ class Facts:
         return None
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _keep_tail(buf: bytearray, data: bytes) -> None:
     buf += data
     if len(buf) > 2 * TAIL_BYTES:
@@ -210,10 +206,10 @@ class FactsGatherer:
             parent = a.get("parent")
             f.spans[ev.step] = SpanFacts(display(a.get("name")), parent if isinstance(parent, str) else None)
         elif kind == "step.end" and ev.step in f.spans:
-            f.spans[ev.step].duration_ns = _int(a.get("duration_ns"))
-            f.spans[ev.step].exit_code = _int(a.get("exit_code"))
+            f.spans[ev.step].duration_ns = json_int(a.get("duration_ns"))
+            f.spans[ev.step].exit_code = json_int(a.get("exit_code"))
         elif kind == "process.exit":
-            f.command_ns = _int(a.get("duration_ns"))
+            f.command_ns = json_int(a.get("duration_ns"))
 
 
 def _tail_text(data: bytes | bytearray) -> str:

@@ -26,6 +26,7 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+from aos.attrs import RECEIPT_STATUSES
 from aos.text import text_key, text_value, value_bytes
 
 __all__ = [
@@ -41,7 +42,6 @@ __all__ = [
     "FRAME_JSON",
     "FRAME_OUT",
     "FRAME_OUT_ECHO",
-    "STATUSES",
     "FrameReader",
     "ReceiptTail",
     "encode_frame",
@@ -60,7 +60,6 @@ ENV_STEP = "AOS_STEP"
 ENV_STDOUT_ID = "AOS_STDOUT_ID"
 ENV_STDERR_ID = "AOS_STDERR_ID"
 
-STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "inconclusive", "info")
 _KEYS = frozenset({"name", "status", "fields"})
 
 FRAME_JSON = b"J"
@@ -121,8 +120,8 @@ def parse_receipt_line(raw: bytes) -> tuple[str, dict[str, Any]]:
     if not (isinstance(name, str) and name) and not (isinstance(name, dict) and value_bytes(name)):
         return "receipt.invalid", {"reason": "name missing or not a non-empty string"}
     status = obj.get("status", "info")
-    if status not in STATUSES:
-        return "receipt.invalid", {"reason": f"status {status!r} is not one of {', '.join(STATUSES)}"}
+    if status not in RECEIPT_STATUSES:
+        return "receipt.invalid", {"reason": f"status {status!r} is not one of {', '.join(RECEIPT_STATUSES)}"}
     fields = obj.get("fields", {})
     if fields is None:
         fields = {}

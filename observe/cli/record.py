@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from aos.attrs import RECEIPT_STATUSES
+
 if TYPE_CHECKING:
     from observe.recorder.record import RecordOptions
 
@@ -337,9 +339,7 @@ def _field(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 
 @click.command(epilog=example("alpha observe receipt unit-tests --status pass --field passed=120"))
 @click.argument("name")
-@click.option(
-    "--status", default="info", show_default=True, type=click.Choice(["pass", "fail", "skip", "inconclusive", "info"])
-)
+@click.option("--status", default="info", show_default=True, type=click.Choice(RECEIPT_STATUSES))
 @click.option(
     "--field",
     "fields",
