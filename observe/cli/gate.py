@@ -152,7 +152,7 @@ def _emit(
 ) -> bool:
     """Print the verdict and write every report; False when a report asked for could not be written."""
     from gates import report
-    from observe.ci.systems import BUILDKITE, GITHUB, detect
+    from observe.ci.systems import BUILDKITE, GITHUB, detect, github_annotations
 
     if as_json:
         click.echo(report.to_json(v, stream=stream, stream_id=stream_id), nl=False)
@@ -175,7 +175,7 @@ def _emit(
             style = {"pass": "success", "fail": "error", "inconclusive": "warning"}[v.verdict]
             _say(f"summary in {summary} (buildkite-agent annotate --style {style} --context alpha-observe < {summary})")
     if ci == GITHUB:
-        for line in report.github_annotations(v):
+        for line in github_annotations(v):
             click.echo(line, err=as_json)  # --json keeps stdout one JSON document; the runner reads both
         _github(v, stream, stream_id, markdown)
     return ok
