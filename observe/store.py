@@ -40,6 +40,7 @@ from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from aos.refusals import Refusal, StreamMissing, StreamWrite
+from observe.env import StoreVars
 from observe.refusals import StoreUnreachable, StoreUrl, StreamDigest
 
 if TYPE_CHECKING:
@@ -224,7 +225,7 @@ def _s3_client(errors: Callable[[str], contextlib.AbstractContextManager[None]])
         from botocore.config import Config
     except ImportError as exc:
         raise StoreUnreachable("an s3:// store needs boto3: pip install 'alpha-observe[s3]'") from exc
-    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(StoreVars.AWS_PREFIX)))
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
         if client is None:

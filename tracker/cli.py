@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from aos.refusals import Refusal
+from observe.env import TrackerVars
 
 if TYPE_CHECKING:
     from aos.signing import Signer
@@ -95,14 +96,14 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
     "db",
     default="progress.sqlite3",
     show_default=True,
-    envvar="ALPHA_TRACKER_DB",
+    envvar=TrackerVars.DB,
     help="The tracker: an SQLite file, or postgresql://USER@HOST/DB.",
 )
 @click.option("--run", "run", required=True, help="The run (its id) the stream is evidence for.")
 @click.option(
     "--signing-key",
     type=click.Path(dir_okay=False, path_type=Path),
-    envvar="ALPHA_TRACKER_SIGNING_KEY",
+    envvar=TrackerVars.SIGNING_KEY,
     help=_SIGNING_KEY_HELP,
 )
 @json_option
@@ -148,13 +149,13 @@ def attach(stream: str, db: str, run: str, signing_key: Path | None, as_json: bo
     "--db",
     default="progress.sqlite3",
     show_default=True,
-    envvar="ALPHA_TRACKER_DB",
+    envvar=TrackerVars.DB,
     help=_DB_HELP,
 )
 @click.option(
     "--signing-key",
     type=click.Path(dir_okay=False, path_type=Path),
-    envvar="ALPHA_TRACKER_SIGNING_KEY",
+    envvar=TrackerVars.SIGNING_KEY,
     help=_SIGNING_KEY_HELP,
 )
 @click.pass_context

@@ -28,6 +28,7 @@ from typing import Any
 
 from aos.attrs import RECEIPT_STATUSES
 from aos.text import text_key, text_value, value_bytes
+from observe.env import ChannelVars
 
 __all__ = [
     "ENV_CONTROL",
@@ -51,14 +52,14 @@ __all__ = [
     "receipt_line",
 ]
 
-ENV_STREAM = "AOS_STREAM"
-ENV_STREAM_ID = "AOS_STREAM_ID"
-ENV_RECEIPTS = "AOS_RECEIPTS"
-ENV_CONTROL = "AOS_CONTROL"
-ENV_STEP = "AOS_STEP"
-#: ``dev:ino`` of the pipe (or terminal) whose bytes the recorder echoes, per fd.
-ENV_STDOUT_ID = "AOS_STDOUT_ID"
-ENV_STDERR_ID = "AOS_STDERR_ID"
+# The channel's variables, by the names its users import (defined in observe.env).
+ENV_STREAM = ChannelVars.STREAM
+ENV_STREAM_ID = ChannelVars.STREAM_ID
+ENV_RECEIPTS = ChannelVars.RECEIPTS
+ENV_CONTROL = ChannelVars.CONTROL
+ENV_STEP = ChannelVars.STEP
+ENV_STDOUT_ID = ChannelVars.STDOUT_ID
+ENV_STDERR_ID = ChannelVars.STDERR_ID
 
 _KEYS = frozenset({"name", "status", "fields"})
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from observe.env import BuildkiteVars, GitHubVars, GitLabVars
+
 if TYPE_CHECKING:
     from gates.verdict import Verdict
 
@@ -64,11 +66,11 @@ def detect(env: Mapping[str, str]) -> str | None:
     GitHub Actions sets ``GITHUB_ACTIONS=true``, GitLab ``GITLAB_CI=true``,
     Buildkite ``BUILDKITE=true``.
     """
-    if env.get("GITHUB_ACTIONS") == "true":
+    if env.get(GitHubVars.ACTIONS) == "true":
         return GITHUB
-    if _truthy(env.get("GITLAB_CI")):
+    if _truthy(env.get(GitLabVars.CI)):
         return GITLAB
-    if _truthy(env.get("BUILDKITE")):
+    if _truthy(env.get(BuildkiteVars.BUILDKITE)):
         return BUILDKITE
     return None
 

@@ -113,14 +113,15 @@ def _write(path: Path, text: str, what: str) -> bool:
 def _github(v: Verdict, stream: str, stream_id: str, markdown: str) -> None:
     """GitHub Actions: the job summary and the step outputs (a failure to write them is said, not fatal)."""
     from observe.ci.systems import append_github_outputs, append_text
+    from observe.env import GitHubVars
 
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    summary = os.environ.get(GitHubVars.STEP_SUMMARY)
     if summary:
         try:
             append_text(Path(summary), markdown)
         except OSError as exc:
             _say(f"cannot append to GITHUB_STEP_SUMMARY {summary}: {exc.strerror or exc}")
-    output = os.environ.get("GITHUB_OUTPUT")
+    output = os.environ.get(GitHubVars.OUTPUT)
     if output:
         values = {"verdict": v.verdict, "scope": v.scope, "stream": stream, "stream_id": stream_id}
         try:

@@ -9,6 +9,7 @@ import click
 
 from aos.refusals import Refusal
 from observe.cli.refusing import refuse
+from observe.env import StoreVars
 
 if TYPE_CHECKING:
     from aos.signing import Verifier
@@ -36,7 +37,7 @@ _KEY = click.option(
     "store",
     default="aos-store",
     show_default=True,
-    envvar="ALPHA_STORE",
+    envvar=StoreVars.STORE,
     metavar="URL",
     help="A folder, file:///PATH, or s3://BUCKET/PREFIX (endpoint and credentials from the AWS variables). "
     "Default: $ALPHA_STORE, else ./aos-store.",

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aos.refusals import StreamVerdict
+from observe.env import RecorderVars
 from observe.refusals import AttestPolicy
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def level(scope: str) -> str:
     ``ALPHA_OBSERVE_SCOPE_`` and the scope upper-cased, every character other than
     A-Z and 0-9 as ``_`` (custom levels must not start with ``SLSA_``).
     """
-    return "ALPHA_OBSERVE_SCOPE_" + re.sub(r"[^A-Z0-9]", "_", scope.upper())
+    return RecorderVars.SCOPE_PREFIX + re.sub(r"[^A-Z0-9]", "_", scope.upper())
 
 
 @dataclass(frozen=True)
