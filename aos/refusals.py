@@ -1,15 +1,26 @@
 """One refusal hierarchy: every failure a user can meet has a name.
 
-The names of the stream refusals are a contract (DESIGN.md, Integrity): other
-tools match on them. A refusal prints as ``refused: NAME: detail``.
+A refusal prints as ``refused: NAME: detail``. The names are a contract
+(docs/REFUSALS.md lists each, with the package that raises it): other tools
+match on them. This module holds the base class, the registry of names and the
+format's own refusals (``stream-*``); every other package keeps its refusals in
+its own ``refusals`` module (``gates.refusals``, ``observe.refusals``,
+``tracker.refusals``).
+
+Each subclass is registered under its ``name`` when the class is created, and a
+second class claiming a taken name raises ``TypeError`` at import, so a name
+always stands for one class. :func:`refusal_by_name` is the one way back from a
+name to its class (the tracker maps its database triggers' messages with it).
+A base that is never raised itself is declared ``abstract=True`` and takes no
+name in the registry.
 """
 
 from __future__ import annotations
 
+from types import MappingProxyType
+from typing import ClassVar
+
 __all__ = [
-    "ArtifactMissing",
-    "QuerySQL",
-    "QueryStreamId",
     "Refusal",
     "StreamChain",
     "StreamMissing",
@@ -22,13 +33,32 @@ __all__ = [
     "StreamVerdict",
     "StreamWrite",
     "refusal_by_name",
+    "registered",
 ]
+
+_REGISTRY: dict[str, type[Refusal]] = {}
 
 
 class Refusal(Exception):
     """A named, expected failure. ``name`` is stable; ``detail`` is for people."""
 
-    name: str = "refused"
+    name: ClassVar[str] = "refused"
+
+    def __init_subclass__(cls, *, abstract: bool = False, **kwargs: object) -> None:
+        """Register the new class under its ``name``; raise ``TypeError`` when another class holds it."""
+        super().__init_subclass__(**kwargs)
+        if abstract:
+            return
+        if "name" not in cls.__dict__:
+            raise TypeError(f"refusal class {cls.__module__}.{cls.__qualname__} names no refusal")
+        held = _REGISTRY.get(cls.name)
+        # The same class defined again (its module reloaded) keeps its name; another class may not take it.
+        if held is not None and (held.__module__, held.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise TypeError(
+                f"refusal name {cls.name!r} of {cls.__module__}.{cls.__qualname__} "
+                f"is already {held.__module__}.{held.__qualname__}'s"
+            )
+        _REGISTRY[cls.name] = cls
 
     def __init__(self, detail: str, **context: object) -> None:
         super().__init__(detail)
@@ -36,29 +66,25 @@ class Refusal(Exception):
         self.context: dict[str, object] = dict(context)
 
     def diagnostics(self) -> str:
-        """The one line the CLI prints on stderr."""
+        """Return the one line the CLI prints on stderr."""
         return f"refused: {self.name}: {self.detail}"
 
     def __str__(self) -> str:
         return f"{self.name}: {self.detail}"
 
 
-class StreamMissing(Refusal):
-    """The stream file does not exist or cannot be opened."""
+def refusal_by_name(name: str) -> type[Refusal]:
+    """Return the refusal class registered under ``name`` (``KeyError`` when none is).
 
-    name = "stream-missing"
-
-
-class StreamSchema(Refusal):
-    """Not an AOS stream, or a version this reader does not know."""
-
-    name = "stream-schema"
+    Only classes whose modules are imported are registered: a package's names are
+    known once its ``refusals`` module is.
+    """
+    return _REGISTRY[name]
 
 
-class StreamTruncated(Refusal):
-    """Bytes follow the last complete batch (a torn write or a cut file)."""
-
-    name = "stream-truncated"
+def registered() -> MappingProxyType[str, type[Refusal]]:
+    """Return every registered refusal class by name (a read-only view)."""
+    return MappingProxyType(_REGISTRY)
 
 
 class StreamChain(Refusal):
@@ -67,16 +93,22 @@ class StreamChain(Refusal):
     name = "stream-chain"
 
 
+class StreamMissing(Refusal):
+    """The stream file does not exist or cannot be opened."""
+
+    name = "stream-missing"
+
+
 class StreamOrder(Refusal):
     """Sequence numbers are not dense from 0."""
 
     name = "stream-order"
 
 
-class StreamUnsealed(Refusal):
-    """Intact, but no seal: names the last intact seq and checkpoint."""
+class StreamSchema(Refusal):
+    """Not an AOS stream, or a version this reader does not know."""
 
-    name = "stream-unsealed"
+    name = "stream-schema"
 
 
 class StreamSeal(Refusal):
@@ -91,56 +123,25 @@ class StreamSignature(Refusal):
     name = "stream-signature"
 
 
+class StreamTruncated(Refusal):
+    """Bytes follow the last complete batch (a torn write or a cut file)."""
+
+    name = "stream-truncated"
+
+
+class StreamUnsealed(Refusal):
+    """Intact, but no seal: names the last intact seq and checkpoint."""
+
+    name = "stream-unsealed"
+
+
 class StreamVerdict(Refusal):
     """Intact and sealed, but it holds no verdict."""
 
     name = "stream-verdict"
 
 
-class ArtifactMissing(Refusal):
-    """The stream holds no artifact at that path (or its bytes were omitted)."""
-
-    name = "artifact-missing"
-
-
 class StreamWrite(Refusal):
     """The stream could not be written (unwritable path, full disk)."""
 
     name = "stream-write"
-
-
-class QuerySQL(Refusal):
-    """``query``: SQL that DuckDB does not accept or run here (syntax, names, types, or a file access)."""
-
-    name = "query-sql"
-
-
-class QueryStreamId(Refusal):
-    """``query``: a stream whose stream id another given stream also claims (not merged)."""
-
-    name = "query-stream-id"
-
-
-_ALL: tuple[type[Refusal], ...] = (
-    StreamMissing,
-    StreamSchema,
-    StreamTruncated,
-    StreamChain,
-    StreamOrder,
-    StreamUnsealed,
-    StreamSeal,
-    StreamSignature,
-    StreamVerdict,
-    StreamWrite,
-    ArtifactMissing,
-    QuerySQL,
-    QueryStreamId,
-)
-
-
-def refusal_by_name(name: str) -> type[Refusal]:
-    """The refusal class for a contract name (KeyError when unknown)."""
-    for cls in _ALL:
-        if cls.name == name:
-            return cls
-    raise KeyError(name)

@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from gates.engine import evaluate
     from gates.evaluation import evaluate_events, evaluate_stream
     from gates.evidence import Evidence
-    from gates.language import Gate, GateFileError, load_gate
-    from gates.registry import UnknownGate, builtin_gates, resolve_gate
+    from gates.language import Gate, load_gate
+    from gates.refusals import GateFileError, UnknownGate
+    from gates.registry import builtin_gates, resolve_gate
     from gates.typing import Outcome
     from gates.verdict import Check, Verdict
 
@@ -46,12 +47,12 @@ _LAZY = {
     "Verdict": "gates.verdict",
     "Evidence": "gates.evidence",
     "Gate": "gates.language",
-    "GateFileError": "gates.language",
+    "GateFileError": "gates.refusals",
     "load_gate": "gates.language",
     "evaluate_events": "gates.evaluation",
     "evaluate_stream": "gates.evaluation",
     "Outcome": "gates.typing",
-    "UnknownGate": "gates.registry",
+    "UnknownGate": "gates.refusals",
     "builtin_gates": "gates.registry",
     "resolve_gate": "gates.registry",
     "evaluate": "gates.engine",

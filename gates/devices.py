@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from aos.attrs import json_int
 from aos.event import Event
 from gates.evidence import Evidence, Receipt
 from gates.typing import Findings, Outcome
@@ -48,10 +49,6 @@ class _Seen:
 
     how: str
     seqs: list[int] = field(default_factory=list)
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _list(value: Any) -> list[dict[str, Any]]:
@@ -164,14 +161,14 @@ class _Process:
 def _processes(o: Event) -> list[_Process]:
     by_pid: dict[int, _Process] = {}
     for p in _list(o.attrs.get("processes")):
-        pid, gpu = _int(p.get("pid")), p.get("gpu")
+        pid, gpu = json_int(p.get("pid")), p.get("gpu")
         if pid is None or not isinstance(gpu, str):
             continue
         argv = p.get("argv")
         argv = [str(a) for a in argv] if isinstance(argv, list) else None
         steps = [str(s) for s in p.get("steps") or [] if isinstance(s, str)]
         proc = by_pid.setdefault(pid, _Process(pid, [], False, [], None))
-        proc.entries.append((gpu, _int(p.get("used_memory"))))
+        proc.entries.append((gpu, json_int(p.get("used_memory"))))
         proc.in_tree = proc.in_tree or p.get("in_tree") is True
         proc.steps += [s for s in steps if s not in proc.steps]
         proc.argv = proc.argv or argv
@@ -230,7 +227,7 @@ def _activity(
     for e in [*obs, *ev.telemetry]:
         for g in _list(e.attrs.get("gpus")):
             if g.get("uuid") == uuid:
-                samples.append((e.seq, _int(g.get("memory_used")), _int(g.get("utilization"))))
+                samples.append((e.seq, json_int(g.get("memory_used")), json_int(g.get("utilization"))))
     samples.sort()
     first = min(lo for _, lo, _ in intervals)
     idle = [s for s in samples if s[0] < first]

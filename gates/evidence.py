@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from aos.attrs import json_int
 from aos.event import Event
 from aos.text import key_bytes, os_text
 
@@ -135,8 +136,7 @@ class Step:
     def exit_code(self) -> int | None:
         if self.end is None:
             return None
-        code = self.end.attrs.get("exit_code")
-        return code if isinstance(code, int) and not isinstance(code, bool) else None
+        return json_int(self.end.attrs.get("exit_code"))
 
     @property
     def signal(self) -> str | None:
@@ -450,8 +450,7 @@ class Evidence:
     def exit_code(self) -> int | None:
         if self.exit is None:
             return None
-        code = self.exit.attrs.get("exit_code")
-        return code if isinstance(code, int) and not isinstance(code, bool) else None
+        return json_int(self.exit.attrs.get("exit_code"))
 
     def describe_exit(self) -> str:
         if self.exit is None:

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aos.refusals import Refusal
+from aos.attrs import RECEIPT_STATUSES
+from gates.refusals import GateFileError
 
 __all__ = [
     "ArtifactRule",
@@ -52,13 +53,6 @@ __all__ = [
 ]
 
 _FAILURE_STATUSES = ("fail", "inconclusive")
-RECEIPT_STATUSES = ("pass", "fail", "skip", "inconclusive", "info")
-
-
-class GateFileError(Refusal):
-    """A gate file that is not valid in the gate language."""
-
-    name = "gate-file"
 
 
 # -- conditions ----------------------------------------------------------------------

@@ -6,15 +6,10 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from gates.language import Gate, GateFileError, load_gate, parse_gate_text
+from gates.language import Gate, load_gate, parse_gate_text
+from gates.refusals import GateFileError, UnknownGate
 
 __all__ = ["RESERVED_SCOPES", "UnknownGate", "builtin_gates", "gate_names", "load_user_gate", "resolve_gate"]
-
-
-class UnknownGate(GateFileError):
-    """No gate has that name."""
-
-    name = "gate-unknown"
 
 
 @cache

@@ -1,8 +1,9 @@
-"""How a verdict is shown: a table for people, JSON, JUnit XML, markdown, GitHub annotations.
+"""How a verdict is shown: a table for people, JSON, JUnit XML, markdown.
 
 Every text here can quote what the recorded command chose (a step name, a path,
 its stderr): each format escapes it its own way, so a quoted value can never
-become markup, a workflow command or invalid XML.
+become markup, a workflow command or invalid XML. GitHub's workflow commands
+(annotations) are written by ``observe.ci.systems``, with the CI's other syntax.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 from xml.etree import ElementTree as ET
 
+from aos.attrs import json_int
 from aos.event import Event
 from aos.text import display
 from gates.verdict import Check, Verdict
@@ -27,7 +28,6 @@ __all__ = [
     "FactsGatherer",
     "SpanFacts",
     "facts_from_events",
-    "github_annotations",
     "junit_xml",
     "markdown",
     "table",
@@ -154,10 +154,6 @@ class Facts:
         return None
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _keep_tail(buf: bytearray, data: bytes) -> None:
     buf += data
     if len(buf) > 2 * TAIL_BYTES:
@@ -210,10 +206,10 @@ class FactsGatherer:
             parent = a.get("parent")
             f.spans[ev.step] = SpanFacts(display(a.get("name")), parent if isinstance(parent, str) else None)
         elif kind == "step.end" and ev.step in f.spans:
-            f.spans[ev.step].duration_ns = _int(a.get("duration_ns"))
-            f.spans[ev.step].exit_code = _int(a.get("exit_code"))
+            f.spans[ev.step].duration_ns = json_int(a.get("duration_ns"))
+            f.spans[ev.step].exit_code = json_int(a.get("exit_code"))
         elif kind == "process.exit":
-            f.command_ns = _int(a.get("duration_ns"))
+            f.command_ns = json_int(a.get("duration_ns"))
 
 
 def _tail_text(data: bytes | bytearray) -> str:
@@ -324,28 +320,6 @@ def junit_xml(v: Verdict, *, stream: str | None = None, facts: Facts | None = No
     out.text = _xml("\n".join([v.summary, *(f"not run: {n}" for n in _not_run(v))]))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
-
-
-# -- GitHub annotations --------------------------------------------------------------------
-
-
-def _escape_data(s: str) -> str:
-    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(s: str) -> str:
-    return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
-
-
-def github_annotations(v: Verdict) -> list[str]:
-    """Workflow commands, one per check that did not pass: ``::error`` for a failure,
-    ``::warning`` for an inconclusive check, each with a ``title=``."""
-    out = []
-    for c in v.failing():
-        command = "error" if c.status == "fail" else "warning"
-        title = _escape_property(f"gate {v.gate}: {c.name} {c.status}")
-        out.append(f"::{command} title={title}::{_escape_data(c.reason)}")
-    return out
 
 
 # -- markdown (GitHub job summary, Buildkite annotation) -------------------------------------

@@ -1,14 +1,39 @@
-"""The refusals of ``observe`` that belong to no stream: each a named :class:`aos.refusals.Refusal`.
+"""The refusals of the recorder's tools: artifacts, queries, exports, attestations, stores, keys.
 
-Printed by the command line as ``refused: NAME: detail`` (exit 1); the names are a
-contract, listed in the docs' refusal table.
+Each is a :class:`aos.refusals.Refusal`, registered by name (docs/REFUSALS.md
+lists them); the stream refusals themselves are :mod:`aos.refusals`'. Light:
+this module imports nothing but ``aos.refusals``, so a light command can name
+a refusal without loading what raises it.
 """
 
 from __future__ import annotations
 
 from aos.refusals import Refusal
 
-__all__ = ["KeyExists", "KeyWrite"]
+__all__ = [
+    "ArtifactMissing",
+    "AttestPolicy",
+    "KeyExists",
+    "KeyWrite",
+    "OutputWrite",
+    "QuerySQL",
+    "QueryStreamId",
+    "StoreUnreachable",
+    "StoreUrl",
+    "StreamDigest",
+]
+
+
+class ArtifactMissing(Refusal):
+    """The stream holds no artifact at that path (or its bytes were omitted)."""
+
+    name = "artifact-missing"
+
+
+class AttestPolicy(Refusal):
+    """The gate that sealed the verdict is not held here with the digest the stream names."""
+
+    name = "attest-policy"
 
 
 class KeyExists(Refusal):
@@ -21,3 +46,39 @@ class KeyWrite(Refusal):
     """``keygen`` cannot write the key pair (a missing folder, no permission, a full disk)."""
 
     name = "key-write"
+
+
+class OutputWrite(Refusal):
+    """An export or attestation could not be written to its output file."""
+
+    name = "output-write"
+
+
+class QuerySQL(Refusal):
+    """``query``: SQL that DuckDB does not accept or run here (syntax, names, types, or a file access)."""
+
+    name = "query-sql"
+
+
+class QueryStreamId(Refusal):
+    """``query``: a stream whose stream id another given stream also claims (not merged)."""
+
+    name = "query-stream-id"
+
+
+class StoreUnreachable(Refusal):
+    """The store cannot be used: no connection, no credentials, access denied, no such bucket or folder."""
+
+    name = "store-unreachable"
+
+
+class StoreUrl(Refusal):
+    """Not a store this tool knows, or not the URL of a stream in one."""
+
+    name = "store-url"
+
+
+class StreamDigest(Refusal):
+    """The bytes are not the ones their content-addressed name (their BLAKE3) says (raised by the store)."""
+
+    name = "stream-digest"

@@ -40,15 +40,14 @@ from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from aos.refusals import Refusal, StreamMissing, StreamWrite
+from observe.env import StoreVars
+from observe.refusals import StoreUnreachable, StoreUrl, StreamDigest
 
 if TYPE_CHECKING:
     from aos.signing import Verifier
 
 __all__ = [
     "DEFAULT_STORE",
-    "StoreUnreachable",
-    "StoreUrl",
-    "StreamDigest",
     "fetch",
     "is_store_url",
     "open_store",
@@ -65,24 +64,6 @@ CONCURRENCY = 8
 _COPY_CHUNK = 8 * 1024 * 1024
 _NAME = re.compile(r"^([0-9a-f]{64})\.aos$")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-
-
-class StreamDigest(Refusal):
-    """The bytes are not the ones their content-addressed name (their BLAKE3) says."""
-
-    name = "stream-digest"
-
-
-class StoreUrl(Refusal):
-    """Not a store this tool knows, or not the URL of a stream in one."""
-
-    name = "store-url"
-
-
-class StoreUnreachable(Refusal):
-    """The store cannot be used: no connection, no credentials, access denied, no such bucket or folder."""
-
-    name = "store-unreachable"
 
 
 def is_store_url(text: str | os.PathLike[str]) -> bool:
@@ -244,7 +225,7 @@ def _s3_client(errors: Callable[[str], contextlib.AbstractContextManager[None]])
         from botocore.config import Config
     except ImportError as exc:
         raise StoreUnreachable("an s3:// store needs boto3: pip install 'alpha-observe[s3]'") from exc
-    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(StoreVars.AWS_PREFIX)))
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
         if client is None:

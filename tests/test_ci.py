@@ -15,10 +15,10 @@ import pytest
 from recorder_util import alpha
 
 from aos.verify import verify_stream
-from gates.report import github_annotations, markdown
+from gates.report import markdown
 from gates.testing import SyntheticStream
 from gates.verdict import Check, Verdict
-from observe.ci.systems import Markers, detect, github_output_lines, parse_github_file
+from observe.ci.systems import Markers, detect, github_annotations, github_output_lines, parse_github_file
 
 #: A lane with a step, a nested step, a step whose output ends mid-line, and output outside steps.
 LANE = (

@@ -7,9 +7,10 @@ from pathlib import Path
 import click
 from click.testing import CliRunner
 
-from aos.refusals import QuerySQL, Refusal, StreamMissing
+from aos.refusals import Refusal, StreamMissing
 from observe.cli.options import Exit, reports_refusals
 from observe.cli.root import main
+from observe.refusals import QuerySQL
 
 
 def invoke(command: click.Command, *args: str) -> tuple[int, str]:

@@ -17,6 +17,7 @@ from gates.language import parse_gate_text
 from gates.testing import SyntheticStream, sha256
 from gates.typing import Outcome
 from gates.verdict import Check, Verdict, combine
+from observe.ci.systems import github_annotations
 
 
 def run(toml: str, s: SyntheticStream) -> Verdict:
@@ -401,7 +402,7 @@ class TestReports:
 
     def test_github_annotations(self) -> None:
         """Every check that did not pass is an escaped annotation: ::error when failed, ::warning when inconclusive."""
-        lines = report.github_annotations(self.verdict())
+        lines = github_annotations(self.verdict())
         assert [
             "::error title=gate g%3A bad fail::wrong: 50%25%0Anext",
             "::warning title=gate g%3A gap inconclusive::missing",

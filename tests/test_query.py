@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from aos.refusals import QuerySQL, StreamSeal, refusal_by_name
+from aos.refusals import StreamSeal, refusal_by_name
 from aos.writer import StreamWriter
 from gates.testing import SyntheticStream
 from observe.cli.root import main
@@ -27,6 +27,7 @@ from observe.query.run import (
     query_sources,
     run_query,
 )
+from observe.refusals import QuerySQL
 
 pytest.importorskip("duckdb")
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from aos.refusals import Refusal
+from aos.refusals import Refusal, refusal_by_name
 from tracker.db import APPLICATION_ID, BUSY_TIMEOUT_MS, connect, init, migrations, schema_version
-from tracker.refusals import from_sqlite_error, tracker_refusal_by_name
+from tracker.refusals import from_sqlite_error
 
 
 class TestMigrations:
@@ -83,7 +83,7 @@ class TestRefusalMapping:
     def test_trigger_message_maps_to_its_class(self) -> None:
         """A trigger's `NAME: detail` becomes that refusal, with context before the detail."""
         exc = from_sqlite_error(sqlite3.IntegrityError("tracker-physical-pass: no stream"), "run 3")
-        assert isinstance(exc, tracker_refusal_by_name("tracker-physical-pass"))
+        assert isinstance(exc, refusal_by_name("tracker-physical-pass"))
         assert "refused: tracker-physical-pass: run 3: no stream" == exc.diagnostics()
 
     def test_every_trigger_name_is_a_refusal(self) -> None:
@@ -95,7 +95,7 @@ class TestRefusalMapping:
             names |= set(re.findall(r"RAISE\(ABORT, '(tracker-[a-z-]+): ", m.sql))
         assert names
         for name in names:
-            assert name == tracker_refusal_by_name(name).name
+            assert name == refusal_by_name(name).name
 
 
 def test_docs_name_every_refusal() -> None:

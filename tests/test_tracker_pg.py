@@ -109,10 +109,10 @@ class TestSchema:
         raised_sqlite = {n for m in sqlite_side for n in re.findall(r"RAISE\(ABORT, '(tracker-[a-z-]+): ", m.sql)}
         raised_pg = {n for m in pg_side for n in re.findall(r"tracker_refuse\('(tracker-[a-z-]+): ", m.sql)}
         assert raised_sqlite <= raised_pg
-        from tracker.refusals import tracker_refusal_by_name
+        from aos.refusals import refusal_by_name
 
         for name in raised_pg:
-            assert name == tracker_refusal_by_name(name).name
+            assert name == refusal_by_name(name).name
 
     def test_every_sqlite_trigger_has_its_namesake(self) -> None:
         """Every SQLite trigger has a PostgreSQL trigger of the same name (audit names them the same way)."""

@@ -160,7 +160,8 @@ def _check_schema(conn: Connection, jc: JournalCheck) -> list[str]:
 
 def _check_from_store(row: Any, keys: dict[str, Any]) -> StreamFinding:
     """A stream attached from a store URL: fetch it again into a temporary folder and check that copy."""
-    from observe.store import StoreUnreachable, fetch
+    from observe.refusals import StoreUnreachable
+    from observe.store import fetch
 
     url = row["url"]
     with tempfile.TemporaryDirectory(prefix="alpha-audit-") as tmp:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from observe.env import BuildkiteVars, GitHubVars, GitLabVars
+
 __all__ = ["CiJob", "ci_job"]
 
 
@@ -32,17 +34,17 @@ def _get(env: Mapping[str, str], name: str) -> str | None:
 
 def ci_job(env: Mapping[str, str]) -> CiJob | None:
     """The CI job ``env`` names, or None outside a recognised CI system."""
-    if _get(env, "GITHUB_ACTIONS") == "true":
-        server, repo, run = (_get(env, n) for n in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
+    if _get(env, GitHubVars.ACTIONS) == "true":
+        server, repo, run = (_get(env, n) for n in (GitHubVars.SERVER_URL, GitHubVars.REPOSITORY, GitHubVars.RUN_ID))
         url = None
         if server and repo and run:
             url = f"{server.rstrip('/')}/{repo}/actions/runs/{run}"
-            attempt = _get(env, "GITHUB_RUN_ATTEMPT")
+            attempt = _get(env, GitHubVars.RUN_ATTEMPT)
             if attempt:
                 url += f"/attempts/{attempt}"
-        return CiJob("github", url, _get(env, "GITHUB_SHA"))
-    if _get(env, "GITLAB_CI") == "true":
-        return CiJob("gitlab", _get(env, "CI_JOB_URL"), _get(env, "CI_COMMIT_SHA"))
-    if _get(env, "BUILDKITE") == "true":
-        return CiJob("buildkite", _get(env, "BUILDKITE_BUILD_URL"), _get(env, "BUILDKITE_COMMIT"))
+        return CiJob("github", url, _get(env, GitHubVars.SHA))
+    if _get(env, GitLabVars.CI) == "true":
+        return CiJob("gitlab", _get(env, GitLabVars.JOB_URL), _get(env, GitLabVars.COMMIT_SHA))
+    if _get(env, BuildkiteVars.BUILDKITE) == "true":
+        return CiJob("buildkite", _get(env, BuildkiteVars.BUILD_URL), _get(env, BuildkiteVars.COMMIT))
     return None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from observe.cli.options import Exit, example, json_option, private_key, public_key, reports_refusals
+from observe.env import TrackerVars
 
 if TYPE_CHECKING:
     from aos.refusals import Refusal
@@ -48,7 +49,7 @@ _refusals = reports_refusals(Exit.FAIL, translate=_db_refusal)
 _signing_key_option = click.option(
     "--signing-key",
     type=click.Path(dir_okay=False, path_type=Path),
-    envvar="ALPHA_TRACKER_SIGNING_KEY",
+    envvar=TrackerVars.SIGNING_KEY,
     help=_SIGNING_KEY_HELP,
 )
 
@@ -82,7 +83,7 @@ _json_option = json_option("Print JSON instead of text.")
     "db",
     default="progress.sqlite3",
     show_default=True,
-    envvar="ALPHA_TRACKER_DB",
+    envvar=TrackerVars.DB,
     help="The tracker: an SQLite file, or postgresql://USER@HOST/DB.",
 )
 @click.option("--run", "run", required=True, help="The run (its id) the stream is evidence for.")
@@ -131,7 +132,7 @@ def attach_command(stream: str, db: str, run: str, signing_key: Path | None, as_
     "--db",
     default="progress.sqlite3",
     show_default=True,
-    envvar="ALPHA_TRACKER_DB",
+    envvar=TrackerVars.DB,
     help=_DB_HELP,
 )
 @_signing_key_option

@@ -7,7 +7,8 @@ error back to its class, so a rule refused in SQL reads the same as one refused
 in Python. One trigger raises a stream refusal: evidence without a sealed
 verdict is ``stream-verdict``, as ``attach`` and ``verdict`` refuse it.
 PostgreSQL's PL/pgSQL triggers raise the same messages (``RAISE EXCEPTION``),
-mapped by :func:`from_db_error`.
+mapped by :func:`from_db_error`. Names go back to classes through the one registry
+(:func:`aos.refusals.refusal_by_name`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 import sqlite3
 
-from aos.refusals import Refusal, StreamVerdict
+from aos.refusals import Refusal, StreamVerdict, refusal_by_name
 
 __all__ = [
     "TrackerDatabase",
@@ -43,12 +44,11 @@ __all__ = [
     "from_db_error",
     "from_sqlite_error",
     "is_db_error",
-    "tracker_refusal_by_name",
 ]
 
 
-class TrackerRefusal(Refusal):
-    """Base of the tracker's refusals."""
+class TrackerRefusal(Refusal, abstract=True):
+    """Base of the tracker's refusals (never raised itself)."""
 
     name = "tracker-refused"
 
@@ -182,37 +182,22 @@ class TrackerImport(TrackerRefusal):
     name = "tracker-import"
 
 
-_ALL: tuple[type[TrackerRefusal], ...] = (
-    TrackerMissing,
-    TrackerSchema,
-    TrackerDatabase,
-    TrackerUnknown,
-    TrackerExists,
-    TrackerInvalid,
-    TrackerDependencyCycle,
-    TrackerRunImmutable,
-    TrackerEvidenceRequired,
-    TrackerHardwareEvidence,
-    TrackerPhysicalPass,
-    TrackerStreamChanged,
-    TrackerStreamAttached,
-    TrackerEvidenceImmutable,
-    TrackerKeyUntrusted,
-    TrackerEvidenceLane,
-    TrackerEvidenceTime,
-    TrackerEvidenceDevices,
-    TrackerJournal,
-)
-
-_BY_NAME: dict[str, type[Refusal]] = {cls.name: cls for cls in _ALL}
-# A trigger refuses evidence without a sealed verdict as the stream refusal `attach` gives.
-_BY_NAME[StreamVerdict.name] = StreamVerdict
 _TRIGGER_MESSAGE = re.compile(r"^((?:tracker|stream)-[a-z-]+): (.*)$", re.DOTALL)
 
 
-def tracker_refusal_by_name(name: str) -> type[Refusal]:
-    """The refusal class for a name a trigger raises (KeyError when unknown)."""
-    return _BY_NAME[name]
+def _trigger_refusal(message: str, prefix: str) -> Refusal | None:
+    """The refusal a trigger's ``NAME: detail`` message names: a tracker refusal, or ``stream-verdict``
+    (a trigger refuses evidence without a sealed verdict as the stream refusal ``attach`` gives)."""
+    match = _TRIGGER_MESSAGE.match(message)
+    if match is None:
+        return None
+    try:
+        cls = refusal_by_name(match.group(1))
+    except KeyError:
+        return None
+    if not issubclass(cls, TrackerRefusal) and cls is not StreamVerdict:
+        return None
+    return cls(prefix + match.group(2))
 
 
 def from_sqlite_error(exc: sqlite3.Error, context: str = "") -> Refusal:
@@ -224,9 +209,9 @@ def from_sqlite_error(exc: sqlite3.Error, context: str = "") -> Refusal:
     """
     message = str(exc)
     prefix = f"{context}: " if context else ""
-    match = _TRIGGER_MESSAGE.match(message)
-    if match and match.group(1) in _BY_NAME:
-        return _BY_NAME[match.group(1)](prefix + match.group(2))
+    refusal = _trigger_refusal(message, prefix)
+    if refusal is not None:
+        return refusal
     if "UNIQUE constraint failed" in message:
         return TrackerExists(prefix + message)
     if isinstance(exc, sqlite3.IntegrityError):
@@ -263,9 +248,9 @@ def from_db_error(exc: BaseException, context: str = "") -> Refusal:
     diag = getattr(exc, "diag", None)
     message = (getattr(diag, "message_primary", None) or str(exc)).strip()
     state = str(getattr(exc, "sqlstate", None) or "")
-    match = _TRIGGER_MESSAGE.match(message)
-    if match and match.group(1) in _BY_NAME:
-        return _BY_NAME[match.group(1)](prefix + match.group(2))
+    refusal = _trigger_refusal(message, prefix)
+    if refusal is not None:
+        return refusal
     if state == "23505":
         return TrackerExists(prefix + message)
     if state.startswith(("23", "22")):

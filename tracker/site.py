@@ -40,7 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aos.attrs import json_int
 from aos.refusals import Refusal
+from observe.util import formatting
 from observe.util.atomic import replace_file
 from tracker.backends import Connection
 from tracker.refusals import TrackerSiteDir
@@ -301,10 +303,6 @@ def _redact(location: str) -> str:
     return _USERINFO.sub(r"\1***@", location)
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _read_observed(view: StreamView, path: Path) -> None:
     """The GPUs the recorder observed and the artifacts it captured, from a verified stream."""
     import pyarrow as pa
@@ -334,7 +332,7 @@ def _read_observed(view: StreamView, path: Path) -> None:
                     view.artifacts.append(
                         Artifact(
                             path=display(attrs.get("path")),
-                            size=_int(attrs.get("size")),
+                            size=json_int(attrs.get("size")),
                             sha256=sha if isinstance(sha, str) else None,
                             kind=str(attrs.get("kind") or "file"),
                             content=attrs.get("content") if isinstance(attrs.get("content"), str) else None,
@@ -361,7 +359,8 @@ def _locate(view: StreamView, fetch_dir: Path) -> Path | None:
     row = view.row
     if row["url"]:
         from aos.refusals import StreamMissing
-        from observe.store import StoreUnreachable, fetch
+        from observe.refusals import StoreUnreachable
+        from observe.store import fetch
 
         copy = fetch_dir / f"{view.evidence_id}.aos"
         try:
@@ -561,20 +560,9 @@ def _environment() -> Any:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters["bytes"] = _human_bytes
+    env.filters["bytes"] = formatting.size
     env.filters["safe_url"] = _safe_url
     return env
-
-
-def _human_bytes(n: object) -> str:
-    if not isinstance(n, int):
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def _safe_url(url: object) -> str | None:

@@ -26,7 +26,9 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+from aos.attrs import RECEIPT_STATUSES
 from aos.text import text_key, text_value, value_bytes
+from observe.env import ChannelVars
 
 __all__ = [
     "ENV_CONTROL",
@@ -41,7 +43,6 @@ __all__ = [
     "FRAME_JSON",
     "FRAME_OUT",
     "FRAME_OUT_ECHO",
-    "STATUSES",
     "FrameReader",
     "ReceiptTail",
     "encode_frame",
@@ -51,16 +52,15 @@ __all__ = [
     "receipt_line",
 ]
 
-ENV_STREAM = "AOS_STREAM"
-ENV_STREAM_ID = "AOS_STREAM_ID"
-ENV_RECEIPTS = "AOS_RECEIPTS"
-ENV_CONTROL = "AOS_CONTROL"
-ENV_STEP = "AOS_STEP"
-#: ``dev:ino`` of the pipe (or terminal) whose bytes the recorder echoes, per fd.
-ENV_STDOUT_ID = "AOS_STDOUT_ID"
-ENV_STDERR_ID = "AOS_STDERR_ID"
+# The channel's variables, by the names its users import (defined in observe.env).
+ENV_STREAM = ChannelVars.STREAM
+ENV_STREAM_ID = ChannelVars.STREAM_ID
+ENV_RECEIPTS = ChannelVars.RECEIPTS
+ENV_CONTROL = ChannelVars.CONTROL
+ENV_STEP = ChannelVars.STEP
+ENV_STDOUT_ID = ChannelVars.STDOUT_ID
+ENV_STDERR_ID = ChannelVars.STDERR_ID
 
-STATUSES: tuple[str, ...] = ("pass", "fail", "skip", "inconclusive", "info")
 _KEYS = frozenset({"name", "status", "fields"})
 
 FRAME_JSON = b"J"
@@ -121,8 +121,8 @@ def parse_receipt_line(raw: bytes) -> tuple[str, dict[str, Any]]:
     if not (isinstance(name, str) and name) and not (isinstance(name, dict) and value_bytes(name)):
         return "receipt.invalid", {"reason": "name missing or not a non-empty string"}
     status = obj.get("status", "info")
-    if status not in STATUSES:
-        return "receipt.invalid", {"reason": f"status {status!r} is not one of {', '.join(STATUSES)}"}
+    if status not in RECEIPT_STATUSES:
+        return "receipt.invalid", {"reason": f"status {status!r} is not one of {', '.join(RECEIPT_STATUSES)}"}
     fields = obj.get("fields", {})
     if fields is None:
         fields = {}

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from observe.ci.systems import BUILDKITE, GITHUB, append_github_outputs, append_text, detect
+from observe.ci.systems import BUILDKITE, GITHUB, append_github_outputs, append_text, detect, github_annotations
+from observe.env import GitHubVars
 
 if TYPE_CHECKING:
     from gates.report import Facts
@@ -81,13 +82,13 @@ def _write(path: Path, text: str, what: str, echo: Echo) -> bool:
 
 def _github_files(v: Verdict, stream: str, stream_id: str, markdown: str, env: Mapping[str, str], echo: Echo) -> None:
     """GitHub Actions: the job summary and the step outputs (a failure to write them is said, not fatal)."""
-    summary = env.get("GITHUB_STEP_SUMMARY")
+    summary = env.get(GitHubVars.STEP_SUMMARY)
     if summary:
         try:
             append_text(Path(summary), markdown)
         except OSError as exc:
             _say(echo, f"cannot append to GITHUB_STEP_SUMMARY {summary}: {exc.strerror or exc}")
-    output = env.get("GITHUB_OUTPUT")
+    output = env.get(GitHubVars.OUTPUT)
     if output:
         values = {"verdict": v.verdict, "scope": v.scope, "stream": stream, "stream_id": stream_id}
         try:
@@ -131,7 +132,7 @@ def publish_verdict(
                 f"summary in {summary} (buildkite-agent annotate --style {style} --context alpha-observe < {summary})",
             )
     if ci == GITHUB:
-        for line in report.github_annotations(v):
+        for line in github_annotations(v):
             echo(line, json_stdout)
         _github_files(v, stream, stream_id, markdown, env, echo)
     return ok

@@ -3,7 +3,8 @@
 The recorder detects the CI it runs under from the environment (``detect``):
 
 - GitHub Actions (``GITHUB_ACTIONS=true``): each step of the live echo is folded
-  in ``::group::NAME`` / ``::endgroup::``; ``gate`` and ``verdict`` append a
+  in ``::group::NAME`` / ``::endgroup::``; ``gate`` prints an ``::error`` or
+  ``::warning`` annotation for each check that did not pass; ``gate`` and ``verdict`` append a
   markdown job summary to ``$GITHUB_STEP_SUMMARY`` and ``verdict=``,
   ``scope=``, ``stream=``, ``stream_id=`` to ``$GITHUB_OUTPUT``.
 - GitLab CI (``GITLAB_CI``): each step is a collapsible section
@@ -27,6 +28,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from observe.env import BuildkiteVars, GitHubVars, GitLabVars
+
+if TYPE_CHECKING:
+    from gates.verdict import Verdict
 
 __all__ = [
     "BUILDKITE",
@@ -38,6 +45,7 @@ __all__ = [
     "detect",
     "escape_data",
     "escape_property",
+    "github_annotations",
     "github_output_lines",
     "markers_for",
     "parse_github_file",
@@ -58,11 +66,11 @@ def detect(env: Mapping[str, str]) -> str | None:
     GitHub Actions sets ``GITHUB_ACTIONS=true``, GitLab ``GITLAB_CI=true``,
     Buildkite ``BUILDKITE=true``.
     """
-    if env.get("GITHUB_ACTIONS") == "true":
+    if env.get(GitHubVars.ACTIONS) == "true":
         return GITHUB
-    if _truthy(env.get("GITLAB_CI")):
+    if _truthy(env.get(GitLabVars.CI)):
         return GITLAB
-    if _truthy(env.get("BUILDKITE")):
+    if _truthy(env.get(BuildkiteVars.BUILDKITE)):
         return BUILDKITE
     return None
 
@@ -78,6 +86,17 @@ def escape_data(text: str) -> str:
 def escape_property(text: str) -> str:
     """A workflow command's property value (``title=``): also ``:`` and ``,``."""
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(v: Verdict) -> list[str]:
+    """Workflow commands, one per check that did not pass: ``::error`` for a failure,
+    ``::warning`` for an inconclusive check, each with a ``title=``."""
+    out = []
+    for c in v.failing():
+        command = "error" if c.status == "fail" else "warning"
+        title = escape_property(f"gate {v.gate}: {c.name} {c.status}")
+        out.append(f"::{command} title={title}::{escape_data(c.reason)}")
+    return out
 
 
 # -- step folding ----------------------------------------------------------------------

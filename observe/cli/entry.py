@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 __all__ = ["main", "parse_receipt", "parse_step"]
 
-_STATUSES = ("pass", "fail", "skip", "inconclusive", "info")  # observe.cli.record.receipt_command's --status choices
-
 
 def parse_receipt(args: Sequence[str]) -> tuple[str, str, list[tuple[str, str]], str | None] | None:
     """``(name, status, fields, json_obj)`` as click would give ``receipt`` for ``args``; None: ask click."""
+    from aos.attrs import RECEIPT_STATUSES  # the --status choices of observe.cli.record's receipt
+
     if not args or args[0].startswith("-"):
         return None
     name, status, fields, json_obj = args[0], "info", [], None
@@ -32,7 +32,7 @@ def parse_receipt(args: Sequence[str]) -> tuple[str, str, list[tuple[str, str]],
     for option, value in zip(rest[::2], rest[1::2], strict=True):
         if value.startswith("-"):
             return None
-        if option == "--status" and value in _STATUSES:
+        if option == "--status" and value in RECEIPT_STATUSES:
             status = value
         elif option == "--field":
             key, sep, _ = value.partition("=")

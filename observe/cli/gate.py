@@ -48,7 +48,7 @@ def complete_gate_name(ctx: click.Context, _param: click.Parameter, incomplete: 
     """Shell completion for a gate NAME: the built-in gates and those of any ``--gate-file`` given so far."""
     from click.shell_completion import CompletionItem
 
-    from gates.language import GateFileError
+    from gates.refusals import GateFileError
     from gates.registry import builtin_gates, load_user_gate
 
     found = {name: g.description for name, g in builtin_gates().items()}
@@ -62,7 +62,7 @@ def complete_gate_name(ctx: click.Context, _param: click.Parameter, incomplete: 
 
 
 def _resolve(name: str, gate_files: tuple[Path, ...]) -> Gate:
-    from gates.language import GateFileError
+    from gates.refusals import GateFileError
     from gates.registry import resolve_gate
 
     try:
@@ -289,7 +289,7 @@ def _gate_doc(g: Gate) -> dict[str, Any]:
 @json_option("Print the gates as one JSON document.")
 def gates_command(name: str | None, gate_files: tuple[Path, ...], as_json: bool) -> None:
     """List every gate and its rules (or only gate NAME)."""
-    from gates.language import GateFileError
+    from gates.refusals import GateFileError
     from gates.registry import builtin_gates, load_user_gate
 
     found = dict(builtin_gates())

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from aos.attrs import RECEIPT_STATUSES
 from observe.cli.options import (
     STREAM,
     CommandAfterOptions,
@@ -114,9 +115,7 @@ def _field(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 @example("alpha observe receipt unit-tests --status pass --field passed=120")
 @click.command("receipt")
 @click.argument("name")
-@click.option(
-    "--status", default="info", show_default=True, type=click.Choice(["pass", "fail", "skip", "inconclusive", "info"])
-)
+@click.option("--status", default="info", show_default=True, type=click.Choice(RECEIPT_STATUSES))
 @click.option(
     "--field",
     "fields",

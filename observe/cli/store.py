@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from observe.cli.options import STREAM, example, public_key, public_key_option, reports_refusals
+from observe.env import StoreVars
 
 __all__ = ["COMMANDS", "fetch_command", "push_command"]
 
@@ -21,7 +22,7 @@ _KEY_HELP = "Ed25519 public key (PEM) the seal must be signed by."
     "store",
     default="aos-store",
     show_default=True,
-    envvar="ALPHA_STORE",
+    envvar=StoreVars.STORE,
     metavar="URL",
     help="A folder, file:///PATH, or s3://BUCKET/PREFIX (endpoint and credentials from the AWS variables). "
     "Default: $ALPHA_STORE, else ./aos-store.",

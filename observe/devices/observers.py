@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from observe.env import RecorderVars
+
 __all__ = [
     "BUSY_MEMORY",
     "ENV_SIMULATED",
@@ -45,9 +47,9 @@ __all__ = [
     "observation",
 ]
 
-ENV_SIMULATED = "ALPHA_OBSERVE_SIMULATED_GPUS"
+ENV_SIMULATED = RecorderVars.SIMULATED_GPUS
 #: The lane configuration variables whose files the recorder captures at start.
-LANE_CONFIG = re.compile(r"^ALPHA_[A-Z0-9_]+_DEVICE_CONFIG$")
+LANE_CONFIG = re.compile(f"^{RecorderVars.LANE_CONFIG_PREFIX}[A-Z0-9_]+{RecorderVars.LANE_CONFIG_SUFFIX}$")
 #: A GPU that lists no process while its memory in use is this much above what the
 #: start observation saw hides its processes (attribution ``unavailable``).
 BUSY_MEMORY = 256 << 20

@@ -31,6 +31,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from aos.attrs import json_int
 from observe.devices.observers import ENV_SIMULATED, DeviceReading, GpuReading, Tree
 
 __all__ = ["SIMULATED_MAX_BYTES", "SimulatedObserver"]
@@ -44,8 +45,8 @@ class SimulatedError(ValueError):
 
 
 def _int(obj: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
-    value = obj.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool):
+    value = json_int(obj.get(key, default))
+    if value is None:
         raise SimulatedError(f"{where}: {key!r} must be an integer")
     return value
 

@@ -34,7 +34,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aos.refusals import Refusal, StreamVerdict
+from aos.refusals import StreamVerdict
+from observe.env import RecorderVars
+from observe.refusals import AttestPolicy
 
 if TYPE_CHECKING:
     from aos.signing import Signer, Verifier
@@ -50,7 +52,6 @@ __all__ = [
     "PREDICATE_TYPE",
     "STATEMENT_TYPE",
     "VERIFIER_ID",
-    "AttestPolicy",
     "Attestation",
     "attest",
     "level",
@@ -71,12 +72,6 @@ BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 DIGESTS = ("sha256", "blake3")
 
 
-class AttestPolicy(Refusal):
-    """The gate that sealed the verdict is not held here with the digest the stream names."""
-
-    name = "attest-policy"
-
-
 def pae(payload_type: str, payload: bytes) -> bytes:
     """DSSE v1 pre-authentication encoding: ``DSSEv1 SP LEN(type) SP type SP LEN(body) SP body``."""
     t = payload_type.encode("utf-8")
@@ -89,7 +84,7 @@ def level(scope: str) -> str:
     ``ALPHA_OBSERVE_SCOPE_`` and the scope upper-cased, every character other than
     A-Z and 0-9 as ``_`` (custom levels must not start with ``SLSA_``).
     """
-    return "ALPHA_OBSERVE_SCOPE_" + re.sub(r"[^A-Z0-9]", "_", scope.upper())
+    return RecorderVars.SCOPE_PREFIX + re.sub(r"[^A-Z0-9]", "_", scope.upper())
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from observe.interop.verified import OutputWrite
+from observe.refusals import OutputWrite
 
 __all__ = [
     "CONTENT_TYPES",

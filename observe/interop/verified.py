@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aos.refusals import Refusal
+from observe.refusals import OutputWrite
 from observe.util.atomic import replace_file_with
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from aos.verify import Verification
 
 __all__ = [
-    "OutputWrite",
     "VerifiedStream",
     "argv_of",
     "attrs_of",
@@ -36,12 +36,6 @@ __all__ = [
     "opening",
     "write_output",
 ]
-
-
-class OutputWrite(Refusal):
-    """An export or attestation could not be written to its output file."""
-
-    name = "output-write"
 
 
 # -- reading: the verified bytes, once ------------------------------------------------------

@@ -36,7 +36,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from aos.refusals import QuerySQL
 from observe.query.sources import Skipped, expand_paths, open_sources
 from observe.query.tables import (
     CHECK_COLUMNS,
@@ -47,6 +46,7 @@ from observe.query.tables import (
     checks_table,
     streams_table,
 )
+from observe.refusals import QuerySQL
 
 if TYPE_CHECKING:
     from aos.signing import Verifier

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aos.refusals import QueryStreamId, Refusal, StreamMissing
+from aos.refusals import Refusal, StreamMissing
 from observe.query.tables import Source, events_batch, events_schema, read_private
+from observe.refusals import QueryStreamId
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any
 
+from aos.attrs import json_int
 from aos.event import Event
-from aos.refusals import ArtifactMissing, Refusal
+from aos.refusals import Refusal
+from observe.refusals import ArtifactMissing
+from observe.util import formatting
 
 __all__ = [
     "StepFilter",
@@ -166,10 +169,6 @@ def _key(stored: Any) -> str:
     return _text(key_bytes(stored).decode("utf-8", "surrogateescape")) if isinstance(stored, str) else _text(stored)
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _obj(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -212,7 +211,9 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
             s.steps.append(entry)
         elif ev.kind == "step.end" and ev.step in open_steps:
             open_steps[ev.step].update(
-                exit_code=_int(a.get("exit_code")), signal=a.get("signal"), duration_ns=_int(a.get("duration_ns"))
+                exit_code=json_int(a.get("exit_code")),
+                signal=a.get("signal"),
+                duration_ns=json_int(a.get("duration_ns")),
             )
         elif ev.kind == "receipt":
             s.receipts.append({"name": _text(a.get("name")), "status": _text(a.get("status"))})
@@ -244,22 +245,6 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
         checked = " (signature checked)" if v.signature_checked else ""
         s.integrity = f"intact and sealed: {v.events} events, head {v.head[:16]}{sig}{checked}"
     return s
-
-
-def _size(n: int) -> str:
-    if n < 1024 or n >= 1 << 60:  # (a hostile size too large for a float stays an integer)
-        return f"{n} B"
-    for unit in ("KiB", "MiB", "GiB"):
-        n /= 1024  # type: ignore[assignment]
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}"
-    return str(n)  # pragma: no cover
-
-
-def _secs(ns: Any) -> str:
-    if not isinstance(ns, int) or isinstance(ns, bool):
-        return "?"
-    return f"{ns / 1e9:.2f} s" if abs(ns) < 1 << 62 else f"{ns} ns"
 
 
 def _devices(s: Summary) -> str:
@@ -301,16 +286,18 @@ def format_summary(s: Summary) -> str:
         e = s.exit
         how = f"signal {_text(e['signal'])}" if e.get("signal") else f"code {_text(e.get('exit_code'))}"
         extra = " (timed out)" if e.get("timed_out") is True else ""
-        lines.append(f"exit       {how}{extra} after {_secs(_int(e.get('duration_ns')))}")
+        lines.append(f"exit       {how}{extra} after {formatting.seconds(e.get('duration_ns'))}")
     lines.append(
-        f"output     stdout {_size(s.out_bytes['stdout'])} in {s.out_chunks['stdout']} chunks, "
-        f"stderr {_size(s.out_bytes['stderr'])} in {s.out_chunks['stderr']} chunks"
+        f"output     stdout {formatting.size(s.out_bytes['stdout'])} in {s.out_chunks['stdout']} chunks, "
+        f"stderr {formatting.size(s.out_bytes['stderr'])} in {s.out_chunks['stderr']} chunks"
     )
     lines.append(f"steps      {len(s.steps)}")
     for st in s.steps:
         code = st.get("exit_code")
         state = (
-            "running/unfinished" if st.get("duration_ns") is None else f"exit {code}, {_secs(st.get('duration_ns'))}"
+            "running/unfinished"
+            if st.get("duration_ns") is None
+            else f"exit {code}, {formatting.seconds(st.get('duration_ns'))}"
         )
         lines.append(f"  {'  ' * int(st['depth'])}{st['name']}  ({state})")
     counts: dict[str, int] = {}
@@ -323,8 +310,7 @@ def format_summary(s: Summary) -> str:
     lines.append(f"artifacts  {len(s.artifacts)}")
     for a in s.artifacts:
         digest = _text(a.get("sha256") or "")[:12]
-        size = _int(a.get("size"))
-        lines.append(f"  {_text(a.get('path'))}  {_size(size) if size is not None else '?'}  sha256 {digest}")
+        lines.append(f"  {_text(a.get('path'))}  {formatting.size(a.get('size'))}  sha256 {digest}")
     lines.append(f"devices    {_devices(s)}")
     if s.verdict is None:
         lines.append("verdict    none")
@@ -391,7 +377,7 @@ def format_check(path: str | os.PathLike[str], s: Summary, name: str, *, as_json
         known = ", ".join(_text(c.get("name")) for c in checks) or "none"
         return f"alpha observe show: the verdict has no check {name!r} (checks: {known})", False
     raw_ev = check.get("evidence")
-    evidence = frozenset(e for e in raw_ev if _int(e) is not None) if isinstance(raw_ev, list) else frozenset()
+    evidence = frozenset(e for e in raw_ev if json_int(e) is not None) if isinstance(raw_ev, list) else frozenset()
     found: set[int] = set()
     events = list(only_seqs(iter_stream(path, []), evidence, found)) if evidence else []
     if as_json:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aos.attrs import json_int
 from aos.reader import require_regular
 from aos.refusals import StreamChain, StreamMissing, StreamSchema, StreamTruncated, StreamUnsealed
 
@@ -41,7 +42,7 @@ def recorder_alive(pid: Any, host: Any, started_ns: Any) -> bool:
     cannot be checked from here (another host, no /proc)."""
     import socket
 
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or host != socket.gethostname():
+    if json_int(pid) is None or pid <= 0 or host != socket.gethostname():
         return False
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
@@ -53,7 +54,7 @@ def recorder_alive(pid: Any, host: Any, started_ns: Any) -> bool:
         return False
     if state in (b"Z", b"X"):
         return False
-    if isinstance(started_ns, int) and not isinstance(started_ns, bool):
+    if json_int(started_ns) is not None:
         started_s = btime + start_ticks / os.sysconf("SC_CLK_TCK")
         if started_s > started_ns / 1e9 + 2:  # btime is whole seconds: allow for rounding
             return False

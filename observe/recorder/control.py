@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aos.attrs import json_int
 from aos.text import display, printable, text_key, text_value, value_bytes
 from observe.channel.protocol import (
     ENV_CONTROL,
@@ -314,8 +315,8 @@ class Control:
 
     def _sync(self, conn: _Conn, msg: dict[str, Any]) -> None:
         """Answer once the receipts file ``msg["receipts"]`` is recorded up to ``msg["offset"]``."""
-        path, offset = str(msg.get("receipts")), msg.get("offset")
-        if not isinstance(offset, int) or isinstance(offset, bool):
+        path, offset = str(msg.get("receipts")), json_int(msg.get("offset"))
+        if offset is None:
             raise ValueError("receipts.sync needs an integer offset")
         self.drain()
         self.poll_receipts(force=True)

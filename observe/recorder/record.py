@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from aos.text import printable, text_key, text_value
 from observe.channel.protocol import ENV_STDERR_ID, ENV_STDOUT_ID, ENV_STEP, ENV_STREAM, ENV_STREAM_ID
+from observe.env import ChannelVars, RecorderVars
 from observe.exits import Exit
 from observe.recorder import artifacts
 from observe.recorder.sinks import Echo, logger
@@ -62,7 +63,7 @@ __all__ = [
 ]
 
 #: The path of the recorder's own ``alpha`` (a shim), exported to the command.
-ENV_ALPHA = "AOS_ALPHA"
+ENV_ALPHA = ChannelVars.ALPHA
 
 #: Seconds between ``--timeout``'s SIGTERM and the SIGKILL that follows
 #: (``ALPHA_OBSERVE_KILL_GRACE`` overrides).
@@ -179,21 +180,21 @@ def _float_env(name: str, default: float, *, low: float = 0.0, high: float = 864
 
 def _zstd_level() -> int:
     """``ALPHA_OBSERVE_ZSTD_LEVEL``: an integer from -7 to 22 (zstd's fast and normal levels), else 1."""
-    level = _float_env("ALPHA_OBSERVE_ZSTD_LEVEL", 1, low=-7, high=22)
+    level = _float_env(RecorderVars.ZSTD_LEVEL, 1, low=-7, high=22)
     if level != int(level):
-        logger().warning("ignoring a bad tuning variable", variable="ALPHA_OBSERVE_ZSTD_LEVEL", using=1)
+        logger().warning("ignoring a bad tuning variable", variable=RecorderVars.ZSTD_LEVEL, using=1)
         return 1
     return int(level)
 
 
 def _encoders() -> int | None:
     """``ALPHA_OBSERVE_ENCODERS``: an integer from 1 to 64, else None (one per core: the writer's default)."""
-    if not os.environ.get("ALPHA_OBSERVE_ENCODERS", "").strip():
+    if not os.environ.get(RecorderVars.ENCODERS, "").strip():
         return None
-    count = _float_env("ALPHA_OBSERVE_ENCODERS", 0, low=1, high=64)
+    count = _float_env(RecorderVars.ENCODERS, 0, low=1, high=64)
     if count != int(count) or count < 1:
         if count:
-            logger().warning("ignoring a bad tuning variable", variable="ALPHA_OBSERVE_ENCODERS", using="default")
+            logger().warning("ignoring a bad tuning variable", variable=RecorderVars.ENCODERS, using="default")
         return None
     return int(count)
 
@@ -212,8 +213,8 @@ def _lean_memory() -> None:
     # Arrow picks its default pool once, from ARROW_DEFAULT_MEMORY_POOL, when it is first
     # used: set it only for that moment (the command's environment is the recorder's own).
     # Switching pools later (set_memory_pool) leaves the first pool's reservations: ~20 MB.
-    saved = os.environ.get("ARROW_DEFAULT_MEMORY_POOL")
-    os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
+    saved = os.environ.get(RecorderVars.ARROW_MEMORY_POOL)
+    os.environ[RecorderVars.ARROW_MEMORY_POOL] = "system"
     try:
         import pyarrow as pa
 
@@ -224,9 +225,9 @@ def _lean_memory() -> None:
             pass
     finally:
         if saved is None:
-            del os.environ["ARROW_DEFAULT_MEMORY_POOL"]
+            del os.environ[RecorderVars.ARROW_MEMORY_POOL]
         else:
-            os.environ["ARROW_DEFAULT_MEMORY_POOL"] = saved
+            os.environ[RecorderVars.ARROW_MEMORY_POOL] = saved
     from observe.util.allocator import keep_freed_memory
 
     keep_freed_memory()
@@ -603,8 +604,8 @@ def _run_command(
             control,
             secrets,
             timeout=options.timeout,
-            kill_grace=_float_env("ALPHA_OBSERVE_KILL_GRACE", KILL_GRACE),
-            drain_seconds=_float_env("ALPHA_OBSERVE_DRAIN", DRAIN_SECONDS),
+            kill_grace=_float_env(RecorderVars.KILL_GRACE, KILL_GRACE),
+            drain_seconds=_float_env(RecorderVars.DRAIN, DRAIN_SECONDS),
             started_ns=started_ns,
             not_ours=not_ours,
         )
@@ -625,7 +626,7 @@ def _run_command(
                 "process.stray",
                 {
                     "still_open": outcome.stray,
-                    "drained_ns": int(_float_env("ALPHA_OBSERVE_DRAIN", DRAIN_SECONDS) * 1e9),
+                    "drained_ns": int(_float_env(RecorderVars.DRAIN, DRAIN_SECONDS) * 1e9),
                     "ended": [
                         {"pid": p["pid"], "argv": _argv_text(p["argv"], secrets), "signal": p["signal"]}
                         for p in outcome.ended

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aos.attrs import json_int
 from observe.report.plots import Series
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from aos.refusals import Refusal
     from aos.signing import Verifier
 
-__all__ = ["CAPS", "Caps", "ReportModel", "Tail", "ansi_html", "as_int", "build_model", "cited_seqs", "text"]
+__all__ = ["CAPS", "Caps", "ReportModel", "Tail", "ansi_html", "build_model", "cited_seqs", "text"]
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -64,10 +65,6 @@ def text(value: Any, limit: int = 4 * KiB) -> str:
     if len(shown) > limit:
         shown = shown[:limit] + f"... (+{len(shown) - limit} characters)"
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in shown)
-
-
-def as_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class Tail:
@@ -301,7 +298,7 @@ class _Collector:
             m.artifacts_omitted += 1
             return
         step = self.spans.get(ev.step) if ev.step is not None else None
-        size = as_int(a.get("size"))
+        size = json_int(a.get("size"))
         art = Artifact(
             seq=ev.seq,
             path=text(a.get("path"), 1024),
@@ -378,10 +375,10 @@ class _Collector:
         m = self.m
         m.exit = {
             "seq": ev.seq,
-            "exit_code": as_int(a.get("exit_code")),
+            "exit_code": json_int(a.get("exit_code")),
             "signal": None if a.get("signal") is None else text(a.get("signal"), 64),
             "timed_out": a.get("timed_out") is True,
-            "duration_ns": as_int(a.get("duration_ns")),
+            "duration_ns": json_int(a.get("duration_ns")),
         }
         m.exit_mono = ev.mono_ns
 
@@ -413,9 +410,9 @@ class _Collector:
         if step is None or step.end_seq is not None:
             return
         step.end_seq, step.end_mono = ev.seq, ev.mono_ns
-        step.exit_code = as_int(a.get("exit_code"))
+        step.exit_code = json_int(a.get("exit_code"))
         step.signal = None if a.get("signal") is None else text(a.get("signal"), 64)
-        step.duration_ns = as_int(a.get("duration_ns"))
+        step.duration_ns = json_int(a.get("duration_ns"))
 
     def _on_receipt(self, ev: Event, a: dict[str, Any]) -> None:
         m = self.m
@@ -455,7 +452,7 @@ class _Collector:
         if m.observer is None:
             m.observer = text(a.get("observer"), 64)
             m.driver = None if a.get("driver") is None else text(a.get("driver"), 64)
-            m.cuda_driver = as_int(a.get("cuda_driver"))
+            m.cuda_driver = json_int(a.get("cuda_driver"))
             lib = a.get("library")
             if isinstance(lib, dict):
                 m.library = f"{text(lib.get('path'), 512)} (sha256 {text(lib.get('sha256'), 64)})"
@@ -472,17 +469,17 @@ class _Collector:
             if uuid not in m.gpus and len(m.gpus) < self.c.gpus:
                 m.gpus[uuid] = {
                     "uuid": uuid,
-                    "index": as_int(g.get("index")),
-                    "minor": as_int(g.get("minor")),
+                    "index": json_int(g.get("index")),
+                    "minor": json_int(g.get("minor")),
                     "name": text(g.get("name"), 128),
-                    "memory": as_int(g.get("memory")),
+                    "memory": json_int(g.get("memory")),
                     "pci_bus_id": text(g.get("pci_bus_id") or "", 64),
                 }
         procs = a.get("processes")
         for p in procs if isinstance(procs, list) else []:
             if not isinstance(p, dict):
                 continue
-            key = (as_int(p.get("pid")), text(p.get("gpu"), 128), p.get("in_tree") is True)
+            key = (json_int(p.get("pid")), text(p.get("gpu"), 128), p.get("in_tree") is True)
             if key in m.gpu_processes:
                 continue
             if len(m.gpu_processes) >= self.c.processes:
@@ -505,7 +502,7 @@ class _Collector:
         t = ev.mono_ns - (m.process_start_mono if m.process_start_mono is not None else m.start_mono or 0)
         tree = a.get("tree")
         if isinstance(tree, dict):
-            cpu, rss = as_int(tree.get("cpu_ns")), as_int(tree.get("rss"))
+            cpu, rss = json_int(tree.get("cpu_ns")), json_int(tree.get("rss"))
             if cpu is not None:
                 # cpu_ns counts live processes plus what they reaped: a child that exits leaves the
                 # sum until its parent reaps it, then comes back. Counting only what rises above the
@@ -523,7 +520,7 @@ class _Collector:
             if not isinstance(g, dict):
                 continue
             uuid = text(g.get("uuid"), 128)
-            util, mem = as_int(g.get("utilization")), as_int(g.get("memory_used"))
+            util, mem = json_int(g.get("utilization")), json_int(g.get("memory_used"))
             if uuid not in m.gpu_util and len(m.gpu_util) >= self.c.gpus:
                 continue
             if util is not None:
@@ -547,7 +544,7 @@ def cited_seqs(model: ReportModel) -> list[int]:
     for c in checks if isinstance(checks, list) else []:
         ev = c.get("evidence") if isinstance(c, dict) else None
         for s in ev if isinstance(ev, list) else []:
-            if as_int(s) is not None and s >= 0:
+            if json_int(s) is not None and s >= 0:
                 seqs.add(s)
     return sorted(seqs)[: model.caps.cited]
 

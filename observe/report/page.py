@@ -11,29 +11,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from observe.report.model import ReportModel, Tail, ansi_html, as_int, cited_seqs, text
+from aos.attrs import json_int
+from observe.report.model import ReportModel, Tail, ansi_html, cited_seqs, text
 from observe.report.plots import Plot, line_plot
+from observe.util import formatting
 
 __all__ = ["render"]
-
-
-def _ns(ns: int | None) -> str:
-    if ns is None:
-        return "?"
-    if abs(ns) >= 1 << 62:
-        return f"{ns} ns"
-    return f"{ns / 1e9:.2f} s"
-
-
-def _size(n: int | None) -> str:
-    if n is None:
-        return "?"
-    if n < 1024 or n >= 1 << 60:
-        return f"{n} B"
-    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= k:
-            return f"{n / k:.1f} {unit}"
-    return f"{n} B"  # pragma: no cover
 
 
 def _when(wall: int | None) -> str:
@@ -78,9 +61,9 @@ def _context(
                 "depth": 0,
                 "left": "0.00%",
                 "width": _pct(end - base, span),
-                "start": _ns(0),
-                "end": _ns(end - base) if code is not None else "unfinished",
-                "duration": _ns(code.get("duration_ns")) if code is not None else "unfinished",
+                "start": formatting.seconds(0),
+                "end": formatting.seconds(end - base) if code is not None else "unfinished",
+                "duration": formatting.seconds(code.get("duration_ns")) if code is not None else "unfinished",
                 "status": _exit_text(code["exit_code"], code["signal"]) if code is not None else "no exit recorded",
                 "class": "ok" if code is not None and code["exit_code"] == 0 else "bad",
                 "href": None,
@@ -99,9 +82,9 @@ def _context(
                 "depth": st.depth + 1,
                 "left": _pct(left, span),
                 "width": _pct(max(stop - st.start_mono, span // 500), span),
-                "start": _ns(left),
-                "end": _ns(stop - base) if finished else "unfinished",
-                "duration": _ns(st.duration_ns) if finished else "unfinished",
+                "start": formatting.seconds(left),
+                "end": formatting.seconds(stop - base) if finished else "unfinished",
+                "duration": formatting.seconds(st.duration_ns) if finished else "unfinished",
                 "status": status,
                 "class": klass,
                 "href": f"#step-{st.index}",
@@ -125,7 +108,7 @@ def _context(
         if not isinstance(c, dict):
             continue
         ev = c.get("evidence")
-        seqs = [s for s in ev if as_int(s) is not None and s >= 0][: caps.cited] if isinstance(ev, list) else []
+        seqs = [s for s in ev if json_int(s) is not None and s >= 0][: caps.cited] if isinstance(ev, list) else []
         checks.append(
             {
                 "name": text(c.get("name"), 256),
@@ -175,8 +158,8 @@ def _context(
         "plots": plots,
         "started": _when(model.started_wall),
         "exit_text": _exit_text(model.exit["exit_code"], model.exit["signal"]) if model.exit else None,
-        "exit_duration": _ns(model.exit.get("duration_ns")) if model.exit else None,
-        "size": _size,
+        "exit_duration": formatting.seconds(model.exit.get("duration_ns")) if model.exit else None,
+        "size": formatting.size,
         "receipt_tally": sorted(model.receipt_counts.items()),
         "gpu_processes": list(model.gpu_processes.values()),
         "refusal": None if model.refusal is None else text(model.refusal.diagnostics(), 2048),

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from observe.util.formatting import BINARY_UNITS
+
 __all__ = ["BUCKETS", "PALETTE", "Plot", "Series", "Trace", "line_plot"]
 
 #: Points a series keeps, at most twice this many buckets (each a min and a max).
@@ -149,7 +151,7 @@ def _label(value: int, fmt: str) -> str:
     if fmt == "percent":
         return f"{value}%"
     if fmt == "bytes":
-        for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        for unit, size in BINARY_UNITS:
             if value >= size:
                 return f"{value * 100 // size / 100:g} {unit}"
         return f"{value} B"

@@ -32,6 +32,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from aos.attrs import RECEIPT_STATUSES
 from aos.text import BYTES_KEY, KEY_PREFIX, key_bytes, text_key, text_value, value_bytes
 
 __all__ = [
@@ -487,7 +488,7 @@ VERBATIM_ATTRS: dict[str, re.Pattern[str]] = {
         "tool": r"alpha-observe",
         "version": r"[0-9A-Za-z.+_-]{1,64}",
         "gate": r"[0-9A-Za-z._-]{1,128}",
-        "status": r"pass|fail|skip|inconclusive|info",
+        "status": "|".join(RECEIPT_STATUSES),
         "kind": r"[a-z.-]{1,32}",
         "content": r"inline|omitted",
         "sha256": r"[0-9a-f]{64}",

@@ -1,0 +1,108 @@
+"""Every environment variable alpha-observe reads or sets, named once.
+
+Grouped by who uses them, each a class of plain string constants (read
+``os.environ.get(ChannelVars.RECEIPTS)``, never the literal). This module
+imports nothing, so the light receipt client (``observe.channel``) can name its
+variables here at no cost.
+
+Named elsewhere, where the layering puts them (``gates`` may not import
+``observe``): the lane configuration variables the device gates read,
+``ALPHA_<LANE>_DEVICE_CONFIG`` (``gates.testing.DEVICE_CONFIG_VARS`` holds the
+built-in lanes'; :class:`RecorderVars` the pattern the recorder captures), and
+``NO_COLOR``, ``FORCE_COLOR`` and ``TERM``, which ``gates.report.use_colour``
+reads from the environment its caller passes. The names a recording keeps in
+its ``stream.open`` environment are a policy, not variables the tool reads:
+``observe.secrets.envpolicy`` lists them.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BuildkiteVars", "ChannelVars", "GitHubVars", "GitLabVars", "RecorderVars", "StoreVars", "TrackerVars"]
+
+
+class ChannelVars:
+    """Set by the recorder for its command; read by ``alpha observe receipt`` and ``step`` inside it."""
+
+    #: The stream being written (absolute path) and its id.
+    STREAM = "AOS_STREAM"
+    STREAM_ID = "AOS_STREAM_ID"
+    #: The receipts file anyone may append a JSON line to.
+    RECEIPTS = "AOS_RECEIPTS"
+    #: The recorder's control socket (steps, artifacts, receipts.sync).
+    CONTROL = "AOS_CONTROL"
+    #: The span id of the step the process runs in.
+    STEP = "AOS_STEP"
+    #: ``dev:ino`` of the pipe (or terminal) whose bytes the recorder echoes, per fd.
+    STDOUT_ID = "AOS_STDOUT_ID"
+    STDERR_ID = "AOS_STDERR_ID"
+    #: The recorder's own ``alpha`` shim (also first on the command's ``PATH``).
+    ALPHA = "AOS_ALPHA"
+
+
+class RecorderVars:
+    """Read by the recorder from its own environment: tuning, test doubles, scopes, lane configurations."""
+
+    #: Seconds from ``--timeout``'s SIGTERM to SIGKILL.
+    KILL_GRACE = "ALPHA_OBSERVE_KILL_GRACE"
+    #: Seconds stray background writers are still recorded after the command exits.
+    DRAIN = "ALPHA_OBSERVE_DRAIN"
+    #: The stream's zstd level.
+    ZSTD_LEVEL = "ALPHA_OBSERVE_ZSTD_LEVEL"
+    #: Threads compressing batches.
+    ENCODERS = "ALPHA_OBSERVE_ENCODERS"
+    #: A JSON file of simulated GPUs (test doubles for NVML).
+    SIMULATED_GPUS = "ALPHA_OBSERVE_SIMULATED_GPUS"
+    #: Set while Arrow picks its default memory pool (to ``system``), then restored.
+    ARROW_MEMORY_POOL = "ARROW_DEFAULT_MEMORY_POOL"
+    #: ``attest``: the SLSA level of a scope is ``ALPHA_OBSERVE_SCOPE_<SCOPE>``.
+    SCOPE_PREFIX = "ALPHA_OBSERVE_SCOPE_"
+    #: A lane's device configuration file: ``ALPHA_<LANE>_DEVICE_CONFIG`` (the recorder captures each set).
+    LANE_CONFIG_PREFIX = "ALPHA_"
+    LANE_CONFIG_SUFFIX = "_DEVICE_CONFIG"
+
+
+class StoreVars:
+    """Read by ``push``, ``fetch`` and the S3 store."""
+
+    #: The default ``--store``.
+    STORE = "ALPHA_STORE"
+    #: The AWS SDK's variables (endpoint, credentials, region) all start so.
+    AWS_PREFIX = "AWS_"
+
+
+class TrackerVars:
+    """Read by ``alpha tracker``."""
+
+    #: The default ``--db``.
+    DB = "ALPHA_TRACKER_DB"
+    #: The default ``--signing-key``.
+    SIGNING_KEY = "ALPHA_TRACKER_SIGNING_KEY"
+
+
+class GitHubVars:
+    """Set by GitHub Actions; read to fold steps, write job outputs and summaries, and name a run's job."""
+
+    ACTIONS = "GITHUB_ACTIONS"
+    OUTPUT = "GITHUB_OUTPUT"
+    STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
+    SERVER_URL = "GITHUB_SERVER_URL"
+    REPOSITORY = "GITHUB_REPOSITORY"
+    RUN_ID = "GITHUB_RUN_ID"
+    RUN_ATTEMPT = "GITHUB_RUN_ATTEMPT"
+    SHA = "GITHUB_SHA"
+
+
+class GitLabVars:
+    """Set by GitLab CI."""
+
+    CI = "GITLAB_CI"
+    JOB_URL = "CI_JOB_URL"
+    COMMIT_SHA = "CI_COMMIT_SHA"
+
+
+class BuildkiteVars:
+    """Set by Buildkite."""
+
+    BUILDKITE = "BUILDKITE"
+    BUILD_URL = "BUILDKITE_BUILD_URL"
+    COMMIT = "BUILDKITE_COMMIT"
