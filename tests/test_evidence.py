@@ -13,7 +13,7 @@ from aos.reader import read_stream
 from aos.verify import require_verdict, verify_stream
 from gates.engine import evaluate
 from gates.registry import resolve_gate
-from observe.readback.summary import artifact_bytes
+from observe.readback.events import artifact_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 ONE_GPU = ROOT / "samples" / "evidence" / "one-gpu-h200"

@@ -26,7 +26,7 @@ from aos.reader import read_stream
 from aos.verify import require_verdict, verify_stream
 from gates.evaluation import evaluate_events
 from gates.registry import resolve_gate
-from observe.readback.summary import artifact_bytes
+from observe.readback.events import artifact_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 TWO_GPU = ROOT / "samples" / "evidence" / "two-gpu-h200"

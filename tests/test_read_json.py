@@ -18,7 +18,7 @@ from aos.canonical import canonical_json
 from aos.event import Event
 from aos.reader import read_stream
 from aos.writer import StreamWriter
-from observe.readback.summary import event_json
+from observe.readback.events import event_json
 
 ALPHA = shutil.which("alpha", path=str(Path(sys.executable).parent)) or "alpha"
 

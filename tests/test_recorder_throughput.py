@@ -145,10 +145,10 @@ def test_the_allocator_choice_stays_in_the_recorder(tmp_path: Path, outer: str |
 )
 def test_encoders_tuning_variable(monkeypatch: pytest.MonkeyPatch, value: str, expected: int | None) -> None:
     """ALPHA_OBSERVE_ENCODERS picks the compressing threads (1 to 64); anything else keeps the per-core default."""
-    from observe.recorder.record import _encoders
+    from observe.recorder.tuning import encoders
 
     monkeypatch.setenv("ALPHA_OBSERVE_ENCODERS", value)
-    assert expected == _encoders()
+    assert expected == encoders()
 
 
 def test_one_encoder_records_the_same_output(tmp_path: Path) -> None:

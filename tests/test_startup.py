@@ -87,7 +87,7 @@ def test_receipt_and_step_load_neither_click_nor_the_format(tmp_path: Path, args
 
 def test_the_shim_takes_the_fast_entry(tmp_path: Path) -> None:
     """The recorder's own ``alpha`` ($AOS_ALPHA) starts through observe.cli.entry, as the installed script does."""
-    from observe.recorder.record import alpha_shim
+    from observe.recorder.shim import alpha_shim
 
     shim = Path(alpha_shim(str(tmp_path)))
     assert b"from observe.cli.entry import main" in shim.read_bytes()

@@ -203,7 +203,7 @@ def _stream_facts(stream: Path, cited: set[int]) -> Facts | None:
     """Facts for reports, read from a stream already verified (None when it cannot be read again)."""
     from aos.refusals import Refusal
     from gates.report import facts_from_events
-    from observe.readback.summary import iter_stream
+    from observe.readback.events import iter_stream
 
     try:
         return facts_from_events(iter_stream(stream, []), cited)

@@ -121,7 +121,7 @@ def read_command(
 
     keep_freed_memory()  # big buffers one after another: reuse their pages
 
-    from observe.readback.summary import StepFilter, artifact_bytes, event_json, iter_stream, only_seqs
+    from observe.readback.events import StepFilter, artifact_bytes, event_json, iter_stream, only_seqs
 
     damage: list[Refusal] = []
     found: set[int] = set()

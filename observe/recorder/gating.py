@@ -6,7 +6,7 @@ can call it directly::
     outcome = run_gate(resolve_gate("exit-zero"), ["make", "test"], RecordOptions(out=Path("t.aos")))
     assert outcome.verdict is not None and outcome.verdict.verdict == "pass"
 
-The trust boundary (DESIGN.md): the gate evaluates the events the recorder's
+The trust boundary (docs/TRUST.md): the gate evaluates the events the recorder's
 own writer appended, read back from the writer's private copy, never the
 stream file at its path, which the recorded command can rename, replace or
 rewrite while it runs. The verdict is appended and sealed through the

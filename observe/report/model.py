@@ -565,7 +565,7 @@ def build_model(stream: Path | str, caps: Caps = CAPS, *, public_key: Verifier |
     collector.finish()
     wanted = frozenset(cited_seqs(model))
     if wanted:
-        from observe.readback.summary import only_seqs
+        from observe.readback.events import only_seqs
 
         sink = ReportModel(path=path, caps=caps)  # damage of the re-read is already known
         names = {span: st.name for span, st in collector.spans.items()}

@@ -1,0 +1,86 @@
+"""The values a recording is made of: its options, its parts while it runs (``Recording``), its result."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aos.writer import SealInfo, StreamWriter
+    from observe.recorder.sampler import ObserverOpening
+    from observe.recorder.sinks import Echo
+    from observe.secrets.masking import SecretSet
+    from observe.secrets.sources import MaskingSink
+
+__all__ = ["BeforeSeal", "RecordOptions", "RecordResult", "Recording", "command_environ"]
+
+
+@dataclass(frozen=True)
+class RecordOptions:
+    """The recording options shared by ``record`` and ``gate``."""
+
+    out: Path | None = None
+    artifacts: tuple[str, ...] = ()
+    timeout: float | None = None
+    pty: bool = False
+    sign_key: Path | None = None
+    #: The private key's PEM in this environment variable, which the command never sees (``--sign-key-env``).
+    sign_key_env: str | None = None
+    masks: tuple[str, ...] = ()
+    mask_env: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    quiet: bool = False
+    artifact_max_bytes: int | None = None
+    gate: str | None = None
+    observe_devices: str = "auto"  # auto | nvml | off
+    sample_interval: float = 1.0
+    echo_to_stderr: bool = False  # the command's stdout echoed on stderr (``--json`` keeps stdout one document)
+
+
+@dataclass(frozen=True)
+class RecordResult:
+    """What happened, and the exit code ``alpha observe record`` exits with."""
+
+    path: Path
+    stream_id: str
+    exit_code: int
+    command_exit: int | None
+    signal: str | None
+    timed_out: bool
+    recorder_failed: bool
+    seal: SealInfo | None
+
+
+#: Called with the writer after everything is recorded, before the seal: it may
+#: read back what the writer wrote (``writer.written_events()``) and append.
+BeforeSeal = Callable[["StreamWriter"], None]
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One recording under way: its stream and what writes to it, opened before the command runs and handed on
+    to each stage that follows, up to the seal."""
+
+    argv: list[str]
+    options: RecordOptions
+    path: Path
+    stream_id: str
+    cwd: str
+    writer: StreamWriter
+    sink: MaskingSink  # masks every event, then appends it to ``writer`` on a thread of its own
+    echo: Echo
+    secrets: SecretSet
+    channel_dir: str  # the private folder of the channel's socket, receipts file and alpha shim
+    observer_opening: ObserverOpening | None  # the device observer, opening since the recording began
+
+
+def command_environ(options: RecordOptions) -> dict[str, str]:
+    """The recorder's environment less what the command must never see (the ``--sign-key-env`` variable)."""
+    env = dict(os.environ)
+    if options.sign_key_env is not None:
+        env.pop(options.sign_key_env, None)
+    return env
