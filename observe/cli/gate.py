@@ -152,6 +152,7 @@ def _emit(
 ) -> bool:
     """Print the verdict and write every report; False when a report asked for could not be written."""
     from gates import report
+    from observe.ci import junit as ci_junit
     from observe.ci.systems import BUILDKITE, GITHUB, detect
 
     if as_json:
@@ -164,9 +165,9 @@ def _emit(
         click.echo(text, nl=False, err=table_err, color=True)
     ok = True
     if junit is not None:
-        ok = _write(junit, report.junit_xml(v, stream=stream, facts=facts), "the JUnit report") and ok
+        ok = _write(junit, ci_junit.junit_report(v, stream=stream, facts=facts), "the JUnit report") and ok
     ci = detect(os.environ)
-    markdown = report.markdown(v, stream=stream, stream_id=stream_id)
+    markdown = ci_junit.summary_markdown(v, stream=stream, stream_id=stream_id, facts=facts)
     if summary is None and ci == BUILDKITE:
         summary = Path(stream + ".md")
     if summary is not None:
@@ -175,7 +176,7 @@ def _emit(
             style = {"pass": "success", "fail": "error", "inconclusive": "warning"}[v.verdict]
             _say(f"summary in {summary} (buildkite-agent annotate --style {style} --context alpha-observe < {summary})")
     if ci == GITHUB:
-        for line in report.github_annotations(v):
+        for line in ci_junit.github_lines(v, facts):
             click.echo(line, err=as_json)  # --json keeps stdout one JSON document; the runner reads both
         _github(v, stream, stream_id, markdown)
     return ok
@@ -267,18 +268,6 @@ def gate(
     sys.exit(v.exit_code if ok else REPORT_FAILED)
 
 
-def _stream_facts(stream: Path, cited: set[int]) -> Facts | None:
-    """Facts for reports, read from a stream already verified (None when it cannot be read again)."""
-    from aos.refusals import Refusal
-    from gates.report import facts_from_events
-    from observe.readback.summary import iter_stream
-
-    try:
-        return facts_from_events(iter_stream(stream, []), cited)
-    except Refusal:
-        return None
-
-
 @click.command(
     epilog=example(
         "alpha observe verdict downloaded/ci.aos --key ci.pub --junit reports/junit.xml",
@@ -311,7 +300,10 @@ def verdict(stream: Path, as_json: bool, junit: Path | None, summary: Path | Non
         v = Verdict.from_attrs(require_verdict(checked))
     except Refusal as exc:
         refuse(exc, 1)
-    facts = _stream_facts(stream, {s for c in v.checks for s in c.evidence}) if junit is not None else None
+    from observe.ci.junit import stream_facts
+    from observe.ci.systems import GITHUB, detect
+
+    facts = stream_facts(stream, v) if junit is not None or detect(os.environ) == GITHUB else None
     ok = _emit(
         v,
         stream=str(stream),
