@@ -1,9 +1,10 @@
 """Reading JUnit XML safely: the dialects every runner writes, and nothing a hostile file could make it do.
 
-The file is parsed by ``defusedxml`` as a stream of start/end events: an entity
-declaration (the billion laughs, an external entity naming ``/etc/passwd``) and
-any external reference (a DTD on the network) are refused before they are
-expanded or fetched, nesting is bounded (``MAX_DEPTH``) as the elements open,
+The file is parsed by ``defusedxml`` as a stream of start/end events: any
+document type declaration is refused as it opens (``junit-dtd``; one naming a
+DTD elsewhere, on the network, ``junit-external``), so no entity (the billion
+laughs, an external entity naming ``/etc/passwd``) is ever declared, expanded
+or fetched (``junit-entity`` should one get past), nesting is bounded (``MAX_DEPTH``) as the elements open,
 and each test case is dropped once read, so memory follows the cases kept, not
 the tree. Each refusal is a ``TestFileError`` whose ``kind`` names it:
 ``junit-entity``, ``junit-external``, ``junit-dtd``, ``junit-depth``,
@@ -120,7 +121,7 @@ def parse_junit(data: bytes) -> TestFile:
     depth = 0
     root_seen = False
     try:
-        for event, el in iterparse(io.BytesIO(data), events=("start", "end"), forbid_dtd=False):
+        for event, el in iterparse(io.BytesIO(data), events=("start", "end"), forbid_dtd=True):
             tag = _tag(el)
             if event == "start":
                 depth += 1
@@ -152,8 +153,14 @@ def parse_junit(data: bytes) -> TestFile:
         raise TestFileError(
             "junit-external", f"an external reference ({exc.sysid!r}) is refused, never fetched"
         ) from None
-    except defusedxml.DTDForbidden:
-        raise TestFileError("junit-dtd", "a document type declaration is refused") from None
+    except defusedxml.DTDForbidden as exc:
+        if exc.sysid or exc.pubid:
+            raise TestFileError(
+                "junit-external", f"a DTD at {exc.sysid or exc.pubid!r} is refused, never fetched"
+            ) from None
+        raise TestFileError(
+            "junit-dtd", "a document type declaration (entities, the billion laughs) is refused"
+        ) from None
     except defusedxml.DefusedXmlException as exc:
         raise TestFileError("junit-dtd", f"refused: {exc}") from None
     except ParseError as exc:

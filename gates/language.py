@@ -266,6 +266,8 @@ class OrderRule:
 class TestsRule:
     """Captured test-results files (JUnit XML or TAP) and what their test cases must show."""
 
+    __test__ = False  # not a pytest class
+
     id: str
     glob: str
     format: str  # "junit" or "tap"

@@ -19,11 +19,11 @@ from typing import Any
 
 from gates.evidence import Artifact, Evidence
 from gates.language import TestsRule
-from gates.testcases import TestCase, TestFile, TestFileError, parse_test_file
+from gates.testcases import MAX_BYTES, TestCase, TestFile, TestFileError
 from gates.typing import Findings, Outcome
 from gates.verdict import Verdict
 
-__all__ = ["FIRST_IDS", "FileResult", "captured_files", "evaluate_tests", "file_bytes", "read_file"]
+__all__ = ["FIRST_IDS", "FileResult", "captured_files", "evaluate_tests", "file_bytes", "parse_test_file", "read_file"]
 
 #: How many failing test ids a reason names.
 FIRST_IDS = 5
@@ -40,6 +40,21 @@ class FileResult:
     @property
     def path(self) -> str:
         return self.artifact.path
+
+
+def parse_test_file(data: bytes, fmt: str) -> TestFile:
+    """The cases of ``data`` read as ``fmt`` (``junit`` or ``tap``); ``TestFileError`` when it is not that."""
+    if len(data) > MAX_BYTES:
+        raise TestFileError(f"{fmt}-size", f"{len(data)} bytes, more than the {MAX_BYTES} read")
+    if fmt == "junit":
+        from gates.junit import parse_junit
+
+        return parse_junit(data)
+    if fmt == "tap":
+        from gates.tap import parse_tap
+
+        return parse_tap(data)
+    raise ValueError(f"unknown test-results format {fmt!r}")
 
 
 def read_file(ev: Evidence, art: Artifact, fmt: str) -> FileResult:

@@ -23,7 +23,7 @@ __all__ = [
     "TestCase",
     "TestFile",
     "TestFileError",
-    "parse_test_file",
+    "clip",
 ]
 
 #: A test-results file larger than this is not read (the capture holds it whole in memory).
@@ -101,18 +101,3 @@ class TestFile:
 def clip(text: str, limit: int = MAX_DETAIL) -> str:
     """``text`` cut to ``limit`` characters, saying how much was cut."""
     return text if len(text) <= limit else text[:limit] + f"... (+{len(text) - limit} characters)"
-
-
-def parse_test_file(data: bytes, fmt: str) -> TestFile:
-    """The cases of ``data`` read as ``fmt`` (``junit`` or ``tap``); ``TestFileError`` when it is not that."""
-    if len(data) > MAX_BYTES:
-        raise TestFileError(f"{fmt}-size", f"{len(data)} bytes, more than the {MAX_BYTES} read")
-    if fmt == "junit":
-        from gates.junit import parse_junit
-
-        return parse_junit(data)
-    if fmt == "tap":
-        from gates.tap import parse_tap
-
-        return parse_tap(data)
-    raise ValueError(f"unknown test-results format {fmt!r}")

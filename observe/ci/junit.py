@@ -72,7 +72,8 @@ def named_test_files(v: Verdict) -> list[tuple[str, str, int]]:
 
 def captured_suites(v: Verdict, facts: Facts | None) -> list[CapturedSuite]:
     """The captured files the verdict names, read from ``facts.files`` (each once)."""
-    from gates.testcases import TestFileError, parse_test_file
+    from gates.results import parse_test_file
+    from gates.testcases import TestFileError
 
     out: list[CapturedSuite] = []
     seen: set[int] = set()
