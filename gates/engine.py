@@ -27,6 +27,7 @@ from gates.language import (
     ReceiptRule,
     Rule,
     StepRule,
+    TestsRule,
 )
 from gates.typing import Findings, Outcome
 from gates.verdict import Check, Status, Verdict
@@ -82,6 +83,7 @@ def evaluate_evidence(gate: Gate, ev: Evidence) -> Verdict:
     scope = gate.scope
     skipped: list[str] = []
     applied: list[str] = []
+    test_files: list[dict[str, Any]] = []
     if ev.open is None:
         checks.append(Check("stream-open", "inconclusive", "the stream has no stream.open event: no recording start"))
     for part in gate.parts:
@@ -98,6 +100,8 @@ def evaluate_evidence(gate: Gate, ev: Evidence) -> Verdict:
         for rule in part.rules:
             if holds(rule.when, ev):
                 checks.append(_run(rule, ev))
+                if isinstance(rule, TestsRule):
+                    test_files.append(_test_files(rule, ev))
     if gate.uses_receipts:
         checks.append(_late_receipts(ev))
         checks.append(_invalid_receipts(ev))
@@ -109,7 +113,9 @@ def evaluate_evidence(gate: Gate, ev: Evidence) -> Verdict:
     if counts["inconclusive"]:
         head += f", {counts['inconclusive']} inconclusive"
     summary = "; ".join([head, *skipped])
-    extra = {"not_run": skipped, "gate_source": gate.source, "gate_sha256": gate.digest}
+    extra: dict[str, Any] = {"not_run": skipped, "gate_source": gate.source, "gate_sha256": gate.digest}
+    if test_files:
+        extra["test_files"] = test_files
     return Verdict(verdict.gate, verdict.verdict, scope, verdict.checks, summary, extra)
 
 
@@ -119,6 +125,17 @@ def _run(rule: Rule, ev: Evidence) -> Check:
     except Exception as exc:  # noqa: BLE001 - a broken rule must never pass, nor lose the verdict
         out = Outcome("inconclusive", f"the check itself raised {type(exc).__name__}: {exc}")
     return Check(rule.id, out.status, out.reason, tuple(sorted(set(out.evidence))))
+
+
+def _test_files(rule: TestsRule, ev: Evidence) -> dict[str, Any]:
+    """Which captures a ``[[tests]]`` check read (sealed, so reports carry their test cases through)."""
+    from gates.results import captured_files
+
+    try:
+        arts = captured_files(rule, ev)[0]
+    except Exception:  # noqa: BLE001 - the check itself already says what broke
+        arts = []
+    return {"check": rule.id, "format": rule.format, "artifacts": [a.event.seq for a in arts]}
 
 
 # -- exit ------------------------------------------------------------------------------
@@ -501,6 +518,12 @@ def _order(rule: OrderRule, ev: Evidence) -> Outcome:
     return f.outcome(f"in order: {' < '.join(s[0] for s in spans)}")
 
 
+def _tests(rule: TestsRule, ev: Evidence) -> Outcome:
+    from gates.results import evaluate_tests
+
+    return evaluate_tests(rule, ev)
+
+
 def _check(rule: CheckRule, ev: Evidence) -> Outcome:
     from gates.checks import CHECKS
 
@@ -515,6 +538,7 @@ _EVALUATORS: dict[type, Any] = {
     EqualRule: _equal,
     EachRule: _each,
     OrderRule: _order,
+    TestsRule: _tests,
     CheckRule: _check,
 }
 

@@ -282,6 +282,8 @@ class Evidence:
         self.artifacts: list[Artifact] = []
         self.observations: list[Event] = []
         self.telemetry: list[Event] = []
+        #: What a rule derived from the evidence and another may ask again (a captured file, parsed).
+        self.memo: dict[Any, Any] = {}
         self._index(events)
         # Lookups by name and span, built once: a rule asks them once per receipt, and a long
         # lane has tens of thousands of receipts and steps (a linear scan each was quadratic).

@@ -11,6 +11,7 @@ docs/GATES.md documents every table and key. In short::
     [[equal]]   values = ["RECEIPT.FIELD", ...]
     [[each]]    receipt, needs, on, where, status, equal
     [[order]]   sequence = ["step:NAME" | "receipt:NAME", ...]
+    [[tests]]   junit | tap, min_tests, failures, errors, max_skipped, require, step
     [[check]]   name, uses, args        (a named Python check, gates/checks.py)
     [[part]]    name, when, scope, skipped, and any of the rule tables above
 
@@ -47,6 +48,7 @@ __all__ = [
     "ReceiptRule",
     "Rule",
     "StepRule",
+    "TestsRule",
     "load_gate",
     "parse_gate",
     "parse_gate_text",
@@ -255,6 +257,37 @@ class OrderRule:
 
 
 @dataclass(frozen=True)
+class TestsRule:
+    """Captured test-results files (JUnit XML or TAP) and what their test cases must show."""
+
+    __test__ = False  # not a pytest class
+
+    id: str
+    glob: str
+    format: str  # "junit" or "tap"
+    min_tests: int = 1
+    failures: int = 0
+    errors: int = 0
+    max_skipped: int | None = None
+    require: tuple[str, ...] = ()
+    step: str | None = None
+    when: Condition | None = None
+
+    def describe(self) -> str:
+        text = (
+            f"captured {self.format} files matching {self.glob!r}: at least {self.min_tests} test(s), "
+            f"at most {self.failures} failure(s) and {self.errors} error(s)"
+        )
+        if self.max_skipped is not None:
+            text += f", at most {self.max_skipped} skipped"
+        if self.require:
+            text += f", {list(self.require)} present and passing"
+        if self.step:
+            text += f", captured during step {self.step!r}"
+        return text
+
+
+@dataclass(frozen=True)
 class CheckRule:
     """A named Python check (registered in gates/checks.py)."""
 
@@ -270,7 +303,7 @@ class CheckRule:
         return f"python check {self.uses!r}" + (f": {doc[0]}" if doc else "")
 
 
-Rule = ExitRule | StepRule | ReceiptRule | ArtifactRule | EqualRule | EachRule | OrderRule | CheckRule
+Rule = ExitRule | StepRule | ReceiptRule | ArtifactRule | EqualRule | EachRule | OrderRule | TestsRule | CheckRule
 
 
 @dataclass(frozen=True)
@@ -539,6 +572,34 @@ def _order(t: _Table) -> OrderRule:
     return rule
 
 
+def _tests(t: _Table) -> TestsRule:
+    junit, tap = t.get("junit", str), t.get("tap", str)
+    if (junit is None) == (tap is None):
+        raise t.error("give exactly one of 'junit = \"GLOB\"' or 'tap = \"GLOB\"'")
+    glob, fmt = (junit, "junit") if junit is not None else (tap, "tap")
+    counts = {key: t.get(key, int, default) for key, default in (("min_tests", 1), ("failures", 0), ("errors", 0))}
+    max_skipped = t.get("max_skipped", int)
+    bad = [k for k, v in {**counts, "max_skipped": max_skipped}.items() if v is not None and v < 0]
+    if bad:
+        raise t.error(f"{bad[0]!r} must not be negative")
+    rule = TestsRule(
+        id=t.get("id", str, f"tests:{glob}"),
+        glob=glob,
+        format=fmt,
+        min_tests=counts["min_tests"],
+        failures=counts["failures"],
+        errors=counts["errors"],
+        max_skipped=max_skipped,
+        require=t.strings("require"),
+        step=t.get("step", str),
+        when=t.when(),
+    )
+    if any(not r for r in rule.require):
+        raise t.error("'require' entries must not be empty")
+    t.done()
+    return rule
+
+
 def _check(t: _Table) -> CheckRule:
     from gates.checks import CHECKS
 
@@ -568,6 +629,7 @@ _RULE_TABLES: dict[str, Callable[[_Table], Rule]] = {
     "equal": _equal,
     "each": _each,
     "order": _order,
+    "tests": _tests,
     "check": _check,
 }
 

@@ -28,11 +28,14 @@ __all__ = [
     "FactsGatherer",
     "SpanFacts",
     "facts_from_events",
+    "junit_element",
+    "junit_text",
     "junit_xml",
     "markdown",
     "table",
     "to_json",
     "use_colour",
+    "xml_text",
 ]
 
 _MARK = {"pass": "pass", "fail": "FAIL", "inconclusive": "INCONCLUSIVE"}
@@ -41,6 +44,8 @@ _SGR = {"pass": "32", "fail": "1;31", "inconclusive": "1;33"}  # green, bold red
 #: How much of a step's stderr a failing check's JUnit body quotes (its last bytes, then lines).
 TAIL_BYTES = 4096
 TAIL_LINES = 40
+#: The largest test-results capture a report reads back (as ``[[tests]]`` reads at most).
+MAX_FILE = 64 << 20
 
 
 def use_colour(isatty: bool, env: Mapping[str, str]) -> bool:
@@ -121,18 +126,23 @@ class SpanFacts:
     duration_ns: int | None = None
     exit_code: int | None = None
     stderr: bytearray = field(default_factory=bytearray)
+    stdout: bytearray = field(default_factory=bytearray)
 
 
 @dataclass
 class Facts:
-    """What reports quote from a stream besides its verdict: times, host, steps, stderr tails."""
+    """What reports quote from a stream besides its verdict: times, host, steps, output tails,
+    and the bytes of the test-results files its ``[[tests]]`` checks read (``files``, by the
+    seq of their ``artifact`` event: path and bytes, None when not captured whole)."""
 
     stream_id: str | None = None
     started_ns: int | None = None
     host: str | None = None
     command_ns: int | None = None
     stderr: bytearray = field(default_factory=bytearray)
+    stdout: bytearray = field(default_factory=bytearray)
     spans: dict[str, SpanFacts] = field(default_factory=dict)
+    files: dict[int, tuple[str, bytes | None]] = field(default_factory=dict)
     cited: dict[int, tuple[str, str | None]] = field(default_factory=dict)  # seq -> (kind, span)
 
     def spans_of(self, check: Check) -> list[SpanFacts]:
@@ -160,9 +170,10 @@ def _keep_tail(buf: bytearray, data: bytes) -> None:
         del buf[: len(buf) - TAIL_BYTES]
 
 
-def facts_from_events(events: Iterable[Event], cited: Iterable[int] = ()) -> Facts:
-    """Gather ``Facts`` in one pass (stderr tails bounded); ``cited``: the seqs whose kind and step to keep."""
-    gather = FactsGatherer(cited)
+def facts_from_events(events: Iterable[Event], cited: Iterable[int] = (), files: Iterable[int] = ()) -> Facts:
+    """Gather ``Facts`` in one pass (output tails bounded); ``cited``: the seqs whose kind and step to keep;
+    ``files``: the seqs of the ``artifact`` events whose captured bytes to keep (bounded, ``MAX_FILE``)."""
+    gather = FactsGatherer(cited, files)
     for ev in events:
         gather.add(ev)
     return gather.facts
@@ -172,8 +183,10 @@ class FactsGatherer:
     """``facts_from_events`` one event at a time (``add`` each, then read ``facts``): for a caller
     that reads the events once for something else too. Holds bounded tails, never the output."""
 
-    def __init__(self, cited: Iterable[int] = ()) -> None:
+    def __init__(self, cited: Iterable[int] = (), files: Iterable[int] = ()) -> None:
         self.want = set(cited)
+        self.want_files = set(files)
+        self._open: dict[str, tuple[int, int, bytearray]] = {}  # path -> (artifact seq, size, bytes so far)
         self.facts = Facts()
 
     def add(self, ev: Event) -> None:
@@ -182,15 +195,18 @@ class FactsGatherer:
         if ev.seq in want:
             f.cited[ev.seq] = (ev.kind, ev.step)
         kind = ev.kind
-        if kind == "stderr":
+        if kind == "stderr" or kind == "stdout":
             data = ev.data or b""
-            _keep_tail(f.stderr, data)
+            _keep_tail(f.stderr if kind == "stderr" else f.stdout, data)
             span = ev.step
             hops = 0
             while span is not None and span in f.spans and hops < 64:  # a step's tail holds its nested steps'
-                _keep_tail(f.spans[span].stderr, data)
+                _keep_tail(f.spans[span].stderr if kind == "stderr" else f.spans[span].stdout, data)
                 span = f.spans[span].parent
                 hops += 1
+            return
+        if (kind == "artifact" or kind == "artifact.chunk") and (self.want_files or self._open):
+            self._file(ev)
             return
         if kind not in ("stream.open", "step.start", "step.end", "process.exit"):
             return
@@ -211,6 +227,37 @@ class FactsGatherer:
         elif kind == "process.exit":
             f.command_ns = json_int(a.get("duration_ns"))
 
+    def _file(self, ev: Event) -> None:
+        """Keep the bytes of a wanted capture: its ``artifact`` event, then its chunks in order."""
+        try:
+            a = ev.attrs
+        except Exception:  # noqa: BLE001 - a report quotes what it can
+            return
+        path = display(a.get("path"))
+        if ev.kind == "artifact":
+            self._open.pop(path, None)  # a later capture of the path: an unfinished one stays None
+            if ev.seq in self.want_files:
+                self.facts.files[ev.seq] = (path, None)
+                size = json_int(a.get("size"))
+                if a.get("kind", "file") == "file" and a.get("content") == "inline" and size is not None:
+                    if size == 0:
+                        self.facts.files[ev.seq] = (path, b"")
+                    elif size <= MAX_FILE:
+                        self._open[path] = (ev.seq, size, bytearray())
+            return
+        held = self._open.get(path)
+        if held is None:
+            return
+        seq, size, buf = held
+        data = ev.data or b""
+        if json_int(a.get("offset")) != len(buf) or len(buf) + len(data) > size:
+            del self._open[path]  # not the capture's bytes in order: left as not captured whole
+            return
+        buf += data
+        if len(buf) == size:
+            self.facts.files[seq] = (path, bytes(buf))
+            del self._open[path]
+
 
 def _tail_text(data: bytes | bytearray) -> str:
     text = bytes(data[-TAIL_BYTES:]).decode("utf-8", "replace")
@@ -223,9 +270,12 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _XML_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
-def _xml(text: str) -> str:
+def xml_text(text: str) -> str:
     """Text that XML 1.0 can hold: terminal escapes dropped, other forbidden characters as ``\\xNN``."""
     return _XML_INVALID.sub(lambda m: f"\\x{ord(m.group()):02x}", _ANSI.sub("", text))
+
+
+_xml = xml_text
 
 
 def _secs(ns: int | None) -> str:
@@ -237,17 +287,27 @@ def _evidence(c: Check) -> str:
 
 
 def _failure_body(c: Check, facts: Facts | None) -> str:
+    """The reason, the evidence, and the tail of the cited steps' stderr: their stdout where stderr is
+    empty (pytest and many runners print their failures on stdout)."""
     parts = [c.reason, _evidence(c)]
     if facts is not None:
         spans = facts.spans_of(c)
         if spans:
             for s in spans:
-                tail = _tail_text(s.stderr)
-                label = f"stderr of step {s.name} (last lines)"
-                parts.append(f"--- {label} ---\n{tail}" if tail else f"--- {label}: empty ---")
-        elif facts.stderr:
-            parts.append(f"--- stderr of the command (last lines) ---\n{_tail_text(facts.stderr)}")
+                parts.append(_output_tail(f"step {s.name}", s.stderr, s.stdout))
+        elif facts.stderr or facts.stdout:
+            parts.append(_output_tail("the command", facts.stderr, facts.stdout))
     return "\n".join(parts)
+
+
+def _output_tail(who: str, stderr: bytes | bytearray, stdout: bytes | bytearray) -> str:
+    tail = _tail_text(stderr)
+    if tail:
+        return f"--- stderr of {who} (last lines) ---\n{tail}"
+    out = _tail_text(stdout)
+    if out:
+        return f"--- stdout of {who} (last lines; its stderr is empty) ---\n{out}"
+    return f"--- stderr of {who} (last lines): empty ---"
 
 
 def _timestamp(ns: int | None) -> str | None:
@@ -261,12 +321,26 @@ def _timestamp(ns: int | None) -> str | None:
 
 
 def junit_xml(v: Verdict, *, stream: str | None = None, facts: Facts | None = None) -> str:
-    """JUnit XML (Jenkins/Surefire schema): one testsuite for the gate, one testcase per check.
+    """JUnit XML (Jenkins/Surefire schema): one testsuite for the gate, one testcase per check
+    (``junit_element``, written by ``junit_text``)."""
+    return junit_text(junit_element(v, stream=stream, facts=facts))
+
+
+def junit_text(root: ET.Element) -> str:
+    """A JUnit document as ASCII text: every other character a character reference (``&#NNNN;``),
+    since some JUnit viewers (xunit-viewer) break on any other byte."""
+    ET.indent(root)
+    text = ET.tostring(root, encoding="unicode").encode("ascii", "xmlcharrefreplace").decode("ascii")
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + text + "\n"
+
+
+def junit_element(v: Verdict, *, stream: str | None = None, facts: Facts | None = None) -> ET.Element:
+    """The ``<testsuites>`` of ``junit_xml``: one testsuite for the gate, one testcase per check.
 
     ``fail`` is a ``<failure>``, ``inconclusive`` an ``<error>`` (not a skip: an
     inconclusive gate is not a pass and must not render as one); their body holds
     the reason, the evidence seqs and the tail of the cited step's stderr (the
-    command's, when the check cites no step). Testcases carry ``time`` (the cited
+    command's, when the check cites no step; stdout where stderr is empty). Testcases carry ``time`` (the cited
     step's duration), the suite ``timestamp`` (the recording's start, UTC) and
     ``hostname`` (where it was recorded).
     """
@@ -318,8 +392,7 @@ def junit_xml(v: Verdict, *, stream: str | None = None, facts: Facts | None = No
             ET.SubElement(case, "system-out").text = _xml(f"{c.reason}\n{_evidence(c)}")
     out = ET.SubElement(suite, "system-out")
     out.text = _xml("\n".join([v.summary, *(f"not run: {n}" for n in _not_run(v))]))
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return root
 
 
 # -- markdown (GitHub job summary, Buildkite annotation) -------------------------------------

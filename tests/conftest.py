@@ -58,7 +58,7 @@ def surgery() -> ModuleType:
 # -- isolation from an enclosing recording ---------------------------------------------------
 
 #: Variables a recording (or a lane config) gives its command. The suite itself runs under
-#: `alpha observe gate exit-zero` in .ci/run, so without this every test would be "inside
+#: `alpha observe gate tests-pass` in .ci/run, so without this every test would be "inside
 #: a recording" and its receipts would land in CI's own stream.
 _RECORDING_ENV = (
     "AOS_STREAM",

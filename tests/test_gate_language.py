@@ -98,8 +98,9 @@ class TestParsing:
 
 class TestRegistry:
     def test_builtin_gates(self) -> None:
-        """The four built-in gates are shipped as TOML and load."""
-        assert ["coordinate-device", "distributed-device", "exit-zero", "independent-device"] == sorted(builtin_gates())
+        """The five built-in gates are shipped as TOML and load."""
+        expected = ["coordinate-device", "distributed-device", "exit-zero", "independent-device", "tests-pass"]
+        assert expected == sorted(builtin_gates())
 
     def test_device_gates_condition_on_their_config(self) -> None:
         """Each device gate's physical part applies only when its own config variable was set."""

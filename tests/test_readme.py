@@ -29,7 +29,7 @@ class TestReadmeTour:
 
     def test_tour_blocks_run(self, tmp_path: Path) -> None:
         """The three blocks run in order with every command exiting 0, and leave the evidence they describe."""
-        record, inside, tracker = _blocks()
+        record, _tests, inside, tracker = _blocks()
         done = _bash(record, tmp_path)
         assert 0 == done.returncode, done.stdout + done.stderr
         assert "hello\n" in done.stdout
@@ -52,3 +52,15 @@ class TestReadmeTour:
         assert 0 == done.returncode, done.stdout + done.stderr
         assert "verdict pass, scope command (gate exit-zero)" in done.stdout
         assert "1 run: 1 completed; 0 physical passes recorded" in done.stdout
+
+    def test_tests_block_passes_or_fails_as_the_run_did(self, tmp_path: Path) -> None:
+        """The test-results block passes on a passing suite; its gate fails, naming the test, on a failing one."""
+        block = _blocks()[1]
+        done = _bash(block, tmp_path)
+        assert 0 == done.returncode, done.stdout + done.stderr
+        assert "reports/junit.xml: 1 test(s): 1 passed, 0 failed, 0 error(s), 0 skipped" in done.stderr
+        with (tmp_path / "test_app.py").open("a") as f:
+            f.write("def test_fails():\n    assert 1 + 1 == 3\n")
+        done = _bash(block.splitlines()[-1], tmp_path)
+        assert 1 == done.returncode, done.stdout + done.stderr
+        assert "failing: test_app.test_fails" in done.stderr

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from observe.ci.systems import BUILDKITE, GITHUB, append_github_outputs, append_text, detect, github_annotations
+from observe.ci.systems import BUILDKITE, GITHUB, append_github_outputs, append_text, detect
 from observe.env import GitHubVars
 
 if TYPE_CHECKING:
@@ -112,15 +112,16 @@ def publish_verdict(
     """Write the verdict of ``stream`` everywhere the CI of ``env`` reads it; False when a file asked for failed.
 
     ``json_stdout`` says stdout holds one JSON document (``--json``): annotations go to
-    stderr then. ``facts`` give the JUnit report its stderr tails.
+    stderr then. ``facts`` give the JUnit report its output tails and the captured test files
+    (observe.ci.junit), carried into the report, the summary and the annotations.
     """
-    from gates import report
+    from observe.ci import junit as ci_junit
 
     ok = True
     if junit is not None:
-        ok = _write(junit, report.junit_xml(v, stream=stream, facts=facts), "the JUnit report", echo) and ok
+        ok = _write(junit, ci_junit.junit_report(v, stream=stream, facts=facts), "the JUnit report", echo) and ok
     ci = detect(env)
-    markdown = report.markdown(v, stream=stream, stream_id=stream_id)
+    markdown = ci_junit.summary_markdown(v, stream=stream, stream_id=stream_id, facts=facts)
     if summary is None and ci == BUILDKITE:
         summary = Path(stream + ".md")
     if summary is not None:
@@ -132,7 +133,7 @@ def publish_verdict(
                 f"summary in {summary} (buildkite-agent annotate --style {style} --context alpha-observe < {summary})",
             )
     if ci == GITHUB:
-        for line in github_annotations(v):
+        for line in ci_junit.github_lines(v, facts):
             echo(line, json_stdout)
         _github_files(v, stream, stream_id, markdown, env, echo)
     return ok

@@ -199,18 +199,6 @@ def gate_command(
     sys.exit(v.exit_code if ok else Exit.RECORDER)
 
 
-def _stream_facts(stream: Path, cited: set[int]) -> Facts | None:
-    """Facts for reports, read from a stream already verified (None when it cannot be read again)."""
-    from aos.refusals import Refusal
-    from gates.report import facts_from_events
-    from observe.readback.events import iter_stream
-
-    try:
-        return facts_from_events(iter_stream(stream, []), cited)
-    except Refusal:
-        return None
-
-
 @example("alpha observe verdict downloaded/ci.aos --key ci.pub --junit reports/junit.xml")
 @click.command("verdict")
 @click.argument("stream", type=STREAM)
@@ -228,10 +216,12 @@ def verdict_command(stream: Path, as_json: bool, junit: Path | None, summary: Pa
     """
     from aos.verify import require_verdict, verify_stream
     from gates.verdict import Verdict
+    from observe.ci.junit import stream_facts
+    from observe.ci.systems import GITHUB, detect
 
     checked = verify_stream(stream, public_key(key))
     v = Verdict.from_attrs(require_verdict(checked))
-    facts = _stream_facts(stream, {s for c in v.checks for s in c.evidence}) if junit is not None else None
+    facts = stream_facts(stream, v) if junit is not None or detect(os.environ) == GITHUB else None
     ok = _emit(
         v,
         stream=str(stream),

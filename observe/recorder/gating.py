@@ -91,6 +91,10 @@ def run_gate(gate: Gate, argv: Sequence[str], options: RecordOptions) -> GateOut
         cited = {s for c in v.checks for s in c.evidence}
         if evidence is not None and cited:
             f.cited = {e.seq: (e.kind, e.step) for e in evidence.events if e.seq in cited}
+        if evidence is not None:
+            from gates.results import file_bytes
+
+            f.files = file_bytes(evidence, v)  # the captured test results, for --junit and the job summary
         facts.append(f)
 
     result = record(list(argv), replace(options, gate=gate.name), before_seal=before_seal)

@@ -182,6 +182,7 @@ class ReportModel:
     gpu_mem: dict[str, Series] = field(default_factory=dict)
     telemetry: int = 0
     cited: dict[int, dict[str, Any]] = field(default_factory=dict)  # seq -> the event, for the page
+    tests: list[dict[str, Any]] = field(default_factory=list)  # the captured test results (observe.report.tests)
 
     # -- derived -----------------------------------------------------------------
 
@@ -571,6 +572,9 @@ def build_model(stream: Path | str, caps: Caps = CAPS, *, public_key: Verifier |
         names = {span: st.name for span, st in collector.spans.items()}
         for ev in only_seqs(_events(path, sink), wanted, set()):
             model.cited[ev.seq] = _cited(ev, caps, names)
+    from observe.report.tests import read_tests
+
+    model.tests = read_tests(path, model.verdict)
     if model.unreadable is None:
         try:
             v = verify_stream(path, public_key)

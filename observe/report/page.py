@@ -155,6 +155,8 @@ def _context(
         "timeline": timeline,
         "steps": steps,
         "top_outputs": _outputs(model.top_out, tail, "", stream_name),
+        "command_failed": model.exit is not None and (model.exit["exit_code"] != 0 or bool(model.exit["signal"])),
+        "tests": model.tests,
         "plots": plots,
         "started": _when(model.started_wall),
         "exit_text": _exit_text(model.exit["exit_code"], model.exit["signal"]) if model.exit else None,

@@ -1,0 +1,226 @@
+"""What ``gate`` and ``verdict`` write for CI: the verdict's JUnit, with every captured test carried through.
+
+``--junit FILE`` holds one testsuite for the gate (a testcase per check,
+``gates.report.junit_element``) and, beside it, one testsuite per test-results
+file a ``[[tests]]`` check read (the verdict names them, ``test_files``), built
+from the bytes the recorder captured, so a CI test reporter shows every test,
+not one testcase standing for thousands. The document stays valid against the
+Jenkins schema and is written as ASCII (``gates.report.junit_text``).
+
+Under GitHub Actions each failing test also gets an ``::error`` naming it, with
+its file and line where the results name them (at most ``MAX_ANNOTATIONS``, then
+one line with the count of the rest), and the job summary lists the failing tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from xml.etree import ElementTree as ET
+
+if TYPE_CHECKING:
+    from gates.report import Facts
+    from gates.testcases import TestCase, TestFile
+    from gates.verdict import Verdict
+
+__all__ = [
+    "MAX_ANNOTATIONS",
+    "CapturedSuite",
+    "captured_suites",
+    "github_lines",
+    "junit_report",
+    "named_test_files",
+    "stream_facts",
+    "summary_markdown",
+]
+
+#: Failing tests annotated one by one under GitHub (then one line says how many more failed).
+MAX_ANNOTATIONS = 50
+#: Failing tests the job summary lists.
+MAX_LISTED = 50
+
+
+@dataclass(frozen=True)
+class CapturedSuite:
+    """One captured test-results file as a report shows it."""
+
+    check: str
+    seq: int
+    path: str
+    format: str
+    parsed: TestFile | None
+    problem: str | None = None
+
+    def failing(self) -> list[TestCase]:
+        return [c for c in self.parsed.cases if c.status in ("failed", "error")] if self.parsed else []
+
+
+def named_test_files(v: Verdict) -> list[tuple[str, str, int]]:
+    """``(check, format, artifact seq)`` for every file the verdict's ``[[tests]]`` checks read."""
+    out: list[tuple[str, str, int]] = []
+    entries = v.extra.get("test_files")
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        check, fmt, seqs = entry.get("check"), entry.get("format"), entry.get("artifacts")
+        if isinstance(check, str) and fmt in ("junit", "tap") and isinstance(seqs, list):
+            out.extend((check, str(fmt), s) for s in seqs if isinstance(s, int) and not isinstance(s, bool))
+    return out
+
+
+def captured_suites(v: Verdict, facts: Facts | None) -> list[CapturedSuite]:
+    """The captured files the verdict names, read from ``facts.files`` (each once)."""
+    from gates.results import parse_test_file
+    from gates.testcases import TestFileError
+
+    out: list[CapturedSuite] = []
+    seen: set[int] = set()
+    for check, fmt, seq in named_test_files(v):
+        if seq in seen:
+            continue
+        seen.add(seq)
+        path, data = facts.files.get(seq, ("", None)) if facts is not None else ("", None)
+        if data is None:
+            out.append(CapturedSuite(check, seq, path or f"seq {seq}", fmt, None, "not captured whole"))
+            continue
+        try:
+            out.append(CapturedSuite(check, seq, path, fmt, parse_test_file(data, fmt)))
+        except TestFileError as exc:
+            out.append(CapturedSuite(check, seq, path, fmt, None, str(exc)))
+    return out
+
+
+def stream_facts(stream: Path, v: Verdict) -> Facts | None:
+    """Facts for reports, read again from a stream already verified, with the test-results files the
+    verdict names (None when it cannot be read again)."""
+    from aos.refusals import Refusal
+    from gates.report import facts_from_events
+    from observe.readback.events import iter_stream
+
+    cited = {s for c in v.checks for s in c.evidence}
+    try:
+        return facts_from_events(iter_stream(stream, []), cited, [s for _, _, s in named_test_files(v)])
+    except Refusal:
+        return None
+
+
+def _secs(value: float | None) -> str:
+    return f"{max(value or 0.0, 0.0):.3f}"
+
+
+def _where(case: TestCase) -> str:
+    if case.file and case.line is not None:
+        return f"{case.file}:{case.line}"
+    return case.file or ""
+
+
+def _suite(s: CapturedSuite) -> ET.Element:
+    from gates.report import xml_text
+
+    cases = s.parsed.cases if s.parsed is not None else ()
+    counts = {k: sum(1 for c in cases if c.status == k) for k in ("failed", "error", "skipped")}
+    errors = counts["error"] + (1 if s.parsed is None else 0)
+    suite = ET.Element(
+        "testsuite",
+        name=xml_text(s.path),
+        tests=str(len(cases) + (1 if s.parsed is None else 0)),
+        failures=str(counts["failed"]),
+        errors=str(errors),
+        skipped=str(counts["skipped"]),
+        time=_secs(sum(c.time or 0.0 for c in cases)),
+        file=xml_text(s.path),
+    )
+    props = ET.SubElement(suite, "properties")
+    for key, value in (("check", s.check), ("format", s.format), ("artifact_seq", str(s.seq))):
+        ET.SubElement(props, "property", name=key, value=xml_text(value))
+    if s.parsed is None:
+        case = ET.SubElement(suite, "testcase", classname=xml_text(s.path), name="(test results)", time="0.000")
+        el = ET.SubElement(case, "error", message=xml_text(f"not read as {s.format}: {s.problem}"), type="inconclusive")
+        el.text = xml_text(f"{s.path} (artifact seq {s.seq}) is not read as {s.format}: {s.problem}")
+        return suite
+    for c in cases:
+        _case(suite, c, s.path)
+    return suite
+
+
+def _case(suite: ET.Element, c: TestCase, path: str) -> None:
+    from gates.report import xml_text
+
+    el = ET.SubElement(
+        suite, "testcase", classname=xml_text(c.classname or c.suite or path), name=xml_text(c.name), time=_secs(c.time)
+    )
+    where = _where(c)
+    if c.status in ("failed", "error"):
+        tag = "failure" if c.status == "failed" else "error"
+        problem = ET.SubElement(el, tag, message=xml_text(c.message), type=c.status)
+        problem.text = xml_text("\n".join(p for p in (c.detail or c.message, f"at {where}" if where else "") if p))
+    elif c.status == "skipped":
+        ET.SubElement(el, "skipped", message=xml_text(c.message))
+    if c.flaky:
+        ET.SubElement(el, "flakyFailure", type="flaky", message=f"passed after {c.flaky} failed run(s)")
+    if c.output:
+        ET.SubElement(el, "system-out").text = xml_text(c.output)
+
+
+def junit_report(v: Verdict, *, stream: str | None, facts: Facts | None) -> str:
+    """The ``--junit`` document: the gate's checks, then one testsuite per captured test-results file."""
+    from gates.report import junit_element, junit_text
+
+    root = junit_element(v, stream=stream, facts=facts)
+    for s in captured_suites(v, facts):
+        root.append(_suite(s))
+    for key in ("tests", "failures", "errors"):
+        root.set(key, str(sum(int(suite.get(key, "0")) for suite in root.iter("testsuite"))))
+    return junit_text(root)
+
+
+def _failing(suites: list[CapturedSuite]) -> Iterator[tuple[CapturedSuite, TestCase]]:
+    for s in suites:
+        for c in s.failing():
+            yield s, c
+
+
+def github_lines(v: Verdict, facts: Facts | None) -> list[str]:
+    """GitHub workflow commands: one per check that did not pass, then one ``::error`` per failing test
+    (``file=``/``line=`` where known), at most ``MAX_ANNOTATIONS``, then the count of the rest."""
+    from observe.ci.systems import escape_data, escape_property, github_annotations
+
+    out = github_annotations(v)
+    failing = list(_failing(captured_suites(v, facts)))
+    for s, c in failing[:MAX_ANNOTATIONS]:
+        props = []
+        if c.file:
+            props.append(f"file={escape_property(c.file)}")
+            if c.line is not None:
+                props.append(f"line={c.line}")
+        props.append(f"title={escape_property(f'test {c.id} {c.status}')}")
+        message = c.message or f"{c.id} {c.status}"
+        out.append(f"::error {','.join(props)}::{escape_data(f'{message} ({s.path})')}")
+    rest = len(failing) - MAX_ANNOTATIONS
+    if rest > 0:
+        out.append(f"::error title=more failing tests::{rest} more failing test(s), not annotated one by one")
+    return out
+
+
+def summary_markdown(v: Verdict, *, stream: str | None, stream_id: str | None, facts: Facts | None) -> str:
+    """The job summary (``gates.report.markdown``), then the failing tests of the captured files."""
+    from gates.report import markdown, md_text
+
+    text = markdown(v, stream=stream, stream_id=stream_id)
+    suites = captured_suites(v, facts)
+    if not suites:
+        return text
+    failing = list(_failing(suites))
+    total = sum(len(s.parsed.cases) for s in suites if s.parsed is not None)
+    lines = [f"**Tests:** {total} captured in {len(suites)} file(s), {len(failing)} failing.", ""]
+    for s, c in failing[:MAX_LISTED]:
+        where = f" ({md_text(_where(c))})" if _where(c) else ""
+        lines.append(f"- ❌ {md_text(c.id)}{where}: {md_text(c.message[:300])} \\[{md_text(s.path)}\\]")
+    if len(failing) > MAX_LISTED:
+        lines.append(f"- and {len(failing) - MAX_LISTED} more failing test(s)")
+    for s in suites:
+        if s.parsed is None:
+            lines.append(f"- ⚠️ {md_text(s.path)} not read as {s.format}: {md_text(s.problem or '')}")
+    return text + "\n".join(lines) + "\n\n"
