@@ -24,10 +24,12 @@ from gates.language import (
     ExitRule,
     Gate,
     OrderRule,
+    RebuildRule,
     ReceiptRule,
     Rule,
     StepRule,
 )
+from gates.rebuild import evaluate_rebuild, versioned_out
 from gates.typing import Findings, Outcome
 from gates.verdict import Check, Status, Verdict
 
@@ -58,7 +60,7 @@ def holds(cond: Condition | None, ev: Evidence) -> bool:
 #: The registered checks known not to read the output events' ``data`` (gates/checks.py): a gate
 #: whose checks are all among them is evaluated over an ``Evidence`` that keeps no output but the
 #: steps' stderr and a stdout tail. Any other check (``output-free-of``, one registered later) gets it all.
-_CHECKS_WITHOUT_OUTPUT = frozenset({"device-preflight", "preflight-binding", "qualification-files"})
+_CHECKS_WITHOUT_OUTPUT = frozenset({"device-preflight", "preflight-binding", "qualification-files", "source-identity"})
 
 
 def needs_output(gate: Gate) -> bool:
@@ -96,7 +98,7 @@ def evaluate_evidence(gate: Gate, ev: Evidence) -> Verdict:
         if part.scope is not None:
             scope = part.scope
         for rule in part.rules:
-            if holds(rule.when, ev):
+            if holds(rule.when, ev) and not versioned_out(rule, ev):
                 checks.append(_run(rule, ev))
     if gate.uses_receipts:
         checks.append(_late_receipts(ev))
@@ -516,6 +518,7 @@ _EVALUATORS: dict[type, Any] = {
     EachRule: _each,
     OrderRule: _order,
     CheckRule: _check,
+    RebuildRule: evaluate_rebuild,
 }
 
 
