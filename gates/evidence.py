@@ -371,11 +371,13 @@ class Evidence:
                 (self.late_receipts if self.exit is not None else self.receipts).append(r)
             elif kind == "receipt.invalid":
                 self.invalid_receipts.append(ev)
-            elif kind == "artifact" and ev.step is not None and ev.step in rebuild_spans and ev.attrs.get("origin") == "recorder":
+            elif kind == "artifact" and ev.step in rebuild_spans and ev.attrs.get("origin") == "recorder":
+                assert ev.step is not None
                 art = Artifact(ev, normalise_path(_name(ev.attrs.get("path"))))
                 self.rebuilt.append(art)
                 rebuild_spans[ev.step][art.path] = art
-            elif kind == "artifact.chunk" and ev.step is not None and ev.step in rebuild_spans:
+            elif kind == "artifact.chunk" and ev.step in rebuild_spans:
+                assert ev.step is not None
                 owned = rebuild_spans[ev.step].get(normalise_path(_name(ev.attrs.get("path"))))
                 if owned is not None:
                     owned.chunks.append(ev)

@@ -64,7 +64,7 @@ def describe_source(source: Mapping[str, Any] | None) -> str:
 
 def source_identity(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     """The source the recording describes (commit, branch, clean or dirty), as the recorder recorded it."""
-    cited = [ev.open.seq] if ev.open is not None else []
+    cited = (ev.open.seq,) if ev.open is not None else ()
     return Outcome("pass", "recorded source: " + describe_source(ev.source if ev.source_recorded else None), cited)
 
 

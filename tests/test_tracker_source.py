@@ -1,4 +1,4 @@
-"""Evidence of a run that names a commit (its CI job's) must have been recorded at that commit (tracker-evidence-source)."""
+"""Evidence of a run that names a commit (its CI job's) was recorded at that commit (tracker-evidence-source)."""
 
 from __future__ import annotations
 

@@ -145,7 +145,8 @@ def checkout(source: dict[str, Any], into: str, work: str, deadline: float) -> s
     )
     if not made.ok:
         return _git_failure("cannot make a private repository", made)
-    with open(os.path.join(repo, "objects", "info", "alternates"), "w", encoding="utf-8", errors="surrogateescape") as f:
+    alternates = os.path.join(repo, "objects", "info", "alternates")
+    with open(alternates, "w", encoding="utf-8", errors="surrogateescape") as f:
         f.write(objects + "\n")
 
     def git(*args: str, on_out: Callable[[bytes], bool] | None = None) -> GitResult:
@@ -213,7 +214,8 @@ def _write_tree(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdin is not None
+    assert proc.stdout is not None
     stdin = proc.stdin
 
     def ask() -> None:
@@ -245,7 +247,7 @@ def _read_blobs(out: Any, blobs: list[tuple[str, str, bytes]], base: bytes, fmt:
         if len(parts) != 3 or parts[1] != b"blob":
             return f"blob {oid} of {path.decode('utf-8', 'backslashreplace')} cannot be read: {header[:80]!r}"
         size = int(parts[2])
-        digest = hashlib.sha256() if fmt == "sha256" else hashlib.sha1()  # noqa: S324 - git's object ids
+        digest = hashlib.sha256() if fmt == "sha256" else hashlib.sha1()
         digest.update(b"blob %d\0" % size)
         full = os.path.join(base, path)
         os.makedirs(os.path.dirname(full), exist_ok=True)
@@ -356,7 +358,8 @@ class _Rebuild:
         except OSError as exc:
             self.append("stderr", {}, printable(f"cannot run {argv[0]}: {exc.strerror or exc}\n").encode())
             return 127, None, f"cannot run {argv[0]}: {exc.strerror or exc}"
-        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
         deadline = time.monotonic() + self.rule.timeout
         kept = {"stdout": 0, "stderr": 0}
         maskers = {name: Masker(self.secrets, commands=False) for name in kept}

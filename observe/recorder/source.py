@@ -163,7 +163,8 @@ def run_git(
     out = bytearray()
     err = bytearray()
     stopped = ""
-    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout is not None
+    assert proc.stderr is not None
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ, "out")
         sel.register(proc.stderr, selectors.EVENT_READ, "err")
