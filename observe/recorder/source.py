@@ -339,7 +339,7 @@ class _Reader:
             return True
 
         diffed = self.git(
-            "diff", "--binary", "--full-index", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
+            "diff", "--binary", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames",
             "--ignore-submodules=dirty", "--src-prefix=a/", "--dst-prefix=b/", "HEAD", "--",
             on_out=diff,
         )  # fmt: skip
