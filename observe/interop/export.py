@@ -427,6 +427,14 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
 
         for k, v in sorted(labels.items()):
             resource[f"aos.label.{key_bytes(k).decode('utf-8', 'backslashreplace')}"] = _display(v)
+    source = open_attrs.get("source")
+    if isinstance(source, dict) and "error" not in source:  # OpenTelemetry's vcs.* conventions
+        resource["vcs.ref.head.revision"] = _display(source.get("commit"))
+        resource["vcs.ref.head.name"] = _display(source.get("branch")) if source.get("branch") is not None else None
+        resource["vcs.ref.head.type"] = "branch" if source.get("branch") is not None else None
+        resource["vcs.repository.url.full"] = _display(source.get("remote")) if source.get("remote") else None
+        resource["aos.source.tree"] = _display(source.get("tree"))
+        resource["aos.source.dirty"] = bool(source.get("dirty"))
     version = open_attrs.get("version")
     return {
         "resourceSpans": [
