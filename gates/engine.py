@@ -29,7 +29,7 @@ from gates.language import (
     Rule,
     StepRule,
 )
-from gates.rebuild import evaluate_rebuild, versioned_out
+from gates.rebuild import SOURCE_CHECK, evaluate_rebuild
 from gates.typing import Findings, Outcome
 from gates.verdict import Check, Status, Verdict
 
@@ -66,6 +66,14 @@ _CHECKS_WITHOUT_OUTPUT = frozenset({"device-preflight", "preflight-binding", "qu
 def needs_output(gate: Gate) -> bool:
     """Whether evaluating ``gate`` reads the recorded stdout/stderr beyond what ``Evidence`` keeps per step."""
     return any(isinstance(r, CheckRule) and r.uses not in _CHECKS_WITHOUT_OUTPUT for r in gate.rules)
+
+
+def versioned_out(rule: Rule, ev: Evidence) -> bool:
+    """Whether ``rule`` is left out: a source rule (``[[rebuild]]``, the ``source-identity`` check) over a stream
+    recorded before the recorder recorded sources (no ``source`` in its ``stream.open``)."""
+    if isinstance(rule, RebuildRule) or (isinstance(rule, CheckRule) and rule.uses == SOURCE_CHECK):
+        return not ev.source_recorded
+    return False
 
 
 def evaluate(gate: Gate, events: Iterable[Event]) -> Verdict:

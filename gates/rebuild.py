@@ -14,31 +14,33 @@ command there as its step ``rebuild`` and captures the outputs
 
 A stream whose ``stream.open`` has no ``source`` key at all was recorded before
 the recorder recorded sources: the engine leaves these rules out for it
-(``versioned_out``), so old evidence is judged as it was sealed.
+(``gates.engine.versioned_out``), so old evidence is judged as it was sealed.
 """
 
 from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from aos.text import display, os_text
 from gates.evidence import Artifact, Evidence, Step
-from gates.language import CheckRule, RebuildRule, Rule
 from gates.typing import Findings, Outcome
 
-__all__ = ["SOURCE_CHECK", "describe_source", "evaluate_rebuild", "source_identity", "versioned_out"]
+__all__ = ["SOURCE_CHECK", "RebuildSpec", "describe_source", "evaluate_rebuild", "source_identity"]
 
 #: The registered check that reports the recorded source (gates/checks.py).
 SOURCE_CHECK = "source-identity"
 
 
-def versioned_out(rule: Rule, ev: Evidence) -> bool:
-    """Whether ``rule`` is left out: a source rule over a stream recorded before sources were."""
-    if isinstance(rule, RebuildRule) or (isinstance(rule, CheckRule) and rule.uses == SOURCE_CHECK):
-        return not ev.source_recorded
-    return False
+class RebuildSpec(Protocol):
+    """What the comparison reads of a ``gates.language.RebuildRule`` (kept apart: no import cycle)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def compare(self) -> str | None: ...
 
 
 def describe_source(source: Mapping[str, Any] | None) -> str:
@@ -68,7 +70,7 @@ def source_identity(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     return Outcome("pass", "recorded source: " + describe_source(ev.source if ev.source_recorded else None), cited)
 
 
-def _executables(rule: RebuildRule, ev: Evidence, f: Findings) -> list[Artifact]:
+def _executables(rule: RebuildSpec, ev: Evidence, f: Findings) -> list[Artifact]:
     """The run's captured executables to compare: the targets of ``compare`` receipts, or every executable file."""
     if rule.compare is None:
         found = [
@@ -95,7 +97,7 @@ def _executables(rule: RebuildRule, ev: Evidence, f: Findings) -> list[Artifact]
     return [out[p] for p in sorted(out)]
 
 
-def _rebuild_step(rule: RebuildRule, ev: Evidence) -> Step | None:
+def _rebuild_step(rule: RebuildSpec, ev: Evidence) -> Step | None:
     steps = [s for s in ev.rebuild_steps if s.start.attrs.get("rule") == rule.id and s.name == "rebuild"]
     return steps[-1] if steps else None
 
@@ -126,7 +128,7 @@ def _counterpart(run: Artifact, rebuilt: dict[str, Artifact]) -> tuple[str | Non
     return cands[0], ""
 
 
-def evaluate_rebuild(rule: RebuildRule, ev: Evidence) -> Outcome:
+def evaluate_rebuild(rule: RebuildSpec, ev: Evidence) -> Outcome:
     """Pass only when every executable to compare has a rebuilt file of its name with the same bytes."""
     f = Findings()
     if ev.open is not None:
