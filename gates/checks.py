@@ -265,3 +265,11 @@ def output_free_of(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     if ev.exit is None:
         f.inconclusive("the command never finished, so its whole output was not seen")
     return f.outcome(f"none of {len(patterns)} pattern(s) in {seen} output event(s)")
+
+
+@register("source-identity")
+def source_identity(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
+    """The source the recording describes (commit, branch, clean or dirty), as the recorder recorded it."""
+    from gates.rebuild import source_identity as check
+
+    return check(ev, args)

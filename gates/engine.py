@@ -24,11 +24,13 @@ from gates.language import (
     ExitRule,
     Gate,
     OrderRule,
+    RebuildRule,
     ReceiptRule,
     Rule,
     StepRule,
     TestsRule,
 )
+from gates.rebuild import SOURCE_CHECK, evaluate_rebuild
 from gates.typing import Findings, Outcome
 from gates.verdict import Check, Status, Verdict
 
@@ -59,12 +61,20 @@ def holds(cond: Condition | None, ev: Evidence) -> bool:
 #: The registered checks known not to read the output events' ``data`` (gates/checks.py): a gate
 #: whose checks are all among them is evaluated over an ``Evidence`` that keeps no output but the
 #: steps' stderr and a stdout tail. Any other check (``output-free-of``, one registered later) gets it all.
-_CHECKS_WITHOUT_OUTPUT = frozenset({"device-preflight", "preflight-binding", "qualification-files"})
+_CHECKS_WITHOUT_OUTPUT = frozenset({"device-preflight", "preflight-binding", "qualification-files", "source-identity"})
 
 
 def needs_output(gate: Gate) -> bool:
     """Whether evaluating ``gate`` reads the recorded stdout/stderr beyond what ``Evidence`` keeps per step."""
     return any(isinstance(r, CheckRule) and r.uses not in _CHECKS_WITHOUT_OUTPUT for r in gate.rules)
+
+
+def versioned_out(rule: Rule, ev: Evidence) -> bool:
+    """Whether ``rule`` is left out: a source rule (``[[rebuild]]``, the ``source-identity`` check) over a stream
+    recorded before the recorder recorded sources (no ``source`` in its ``stream.open``)."""
+    if isinstance(rule, RebuildRule) or (isinstance(rule, CheckRule) and rule.uses == SOURCE_CHECK):
+        return not ev.source_recorded
+    return False
 
 
 def evaluate(gate: Gate, events: Iterable[Event]) -> Verdict:
@@ -98,7 +108,7 @@ def evaluate_evidence(gate: Gate, ev: Evidence) -> Verdict:
         if part.scope is not None:
             scope = part.scope
         for rule in part.rules:
-            if holds(rule.when, ev):
+            if holds(rule.when, ev) and not versioned_out(rule, ev):
                 checks.append(_run(rule, ev))
                 if isinstance(rule, TestsRule):
                     test_files.append(_test_files(rule, ev))
@@ -540,6 +550,7 @@ _EVALUATORS: dict[type, Any] = {
     OrderRule: _order,
     TestsRule: _tests,
     CheckRule: _check,
+    RebuildRule: evaluate_rebuild,
 }
 
 

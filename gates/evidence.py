@@ -14,7 +14,12 @@ check can name its evidence:
   ``recorder`` for a file the recorder captured on its own, such as the lane
   config; absent for a file the command asked for);
 - what the recorder observed of the devices (``device.observed``) and its
-  ``telemetry``: events only the recorder writes, never a receipt or artifact.
+  ``telemetry``: events only the recorder writes, never a receipt or artifact;
+- the source the recording describes (``stream.open``'s ``source``) and the
+  recorder's own ``rebuild`` steps with the files they rebuilt: kept apart from
+  the command's steps and artifacts (``rebuild_steps``, ``rebuilt``), so no other
+  rule counts or cites them. The command cannot make one: only the recorder's
+  ``step.start`` carries ``origin``, and it appends them after the command ended.
 """
 
 from __future__ import annotations
@@ -284,6 +289,8 @@ class Evidence:
         self.telemetry: list[Event] = []
         #: What a rule derived from the evidence and another may ask again (a captured file, parsed).
         self.memo: dict[Any, Any] = {}
+        self.rebuild_steps: list[Step] = []
+        self.rebuilt: list[Artifact] = []
         self._index(events)
         # Lookups by name and span, built once: a rule asks them once per receipt, and a long
         # lane has tens of thousands of receipts and steps (a linear scan each was quadratic).
@@ -305,6 +312,7 @@ class Evidence:
         open_spans: dict[str, Step] = {}
         by_span: dict[str, Step] = {}
         pending_artifacts: dict[str, Artifact] = {}
+        rebuild_spans: dict[str, dict[str, Artifact]] = {}  # a recorder rebuild's span -> its captures, by path
         keep = self.keep_output
         kept = self.events
         for ev in events:
@@ -321,7 +329,11 @@ class Evidence:
                 name = _name(ev.attrs.get("name"))
                 span = ev.step or str(ev.attrs.get("span") or ev.attrs.get("id") or name)
                 step = Step(name, span, ev)
-                self.steps.append(step)
+                if ev.attrs.get("origin") == "recorder" and self.exit is not None and ev.step is not None:
+                    self.rebuild_steps.append(step)  # the recorder's own rebuild, after the command
+                    rebuild_spans[span] = {}
+                else:
+                    self.steps.append(step)
                 open_spans[span] = step
                 by_span[span] = step
             elif kind == "step.end":
@@ -361,6 +373,16 @@ class Evidence:
                 (self.late_receipts if self.exit is not None else self.receipts).append(r)
             elif kind == "receipt.invalid":
                 self.invalid_receipts.append(ev)
+            elif kind == "artifact" and ev.step in rebuild_spans and ev.attrs.get("origin") == "recorder":
+                assert ev.step is not None
+                art = Artifact(ev, normalise_path(_name(ev.attrs.get("path"))))
+                self.rebuilt.append(art)
+                rebuild_spans[ev.step][art.path] = art
+            elif kind == "artifact.chunk" and ev.step in rebuild_spans:
+                assert ev.step is not None
+                owned = rebuild_spans[ev.step].get(normalise_path(_name(ev.attrs.get("path"))))
+                if owned is not None:
+                    owned.chunks.append(ev)
             elif kind == "artifact":
                 art = Artifact(ev, normalise_path(_name(ev.attrs.get("path"))))
                 self.artifacts.append(art)
@@ -385,6 +407,17 @@ class Evidence:
     @property
     def labels(self) -> dict[str, Any]:
         return _decoded(self.open.attrs.get("labels") if self.open is not None else None)
+
+    @property
+    def source_recorded(self) -> bool:
+        """Whether the recorder recorded the source at all (``stream.open`` has ``source``, null included)."""
+        return self.open is not None and "source" in self.open.attrs
+
+    @property
+    def source(self) -> dict[str, Any] | None:
+        """The recorded source (docs/FORMAT.md): None when none was recorded or no repository held the cwd."""
+        value = self.open.attrs.get("source") if self.open is not None else None
+        return value if isinstance(value, dict) else None
 
     @property
     def cwd(self) -> str | None:

@@ -13,6 +13,7 @@ docs/GATES.md documents every table and key. In short::
     [[order]]   sequence = ["step:NAME" | "receipt:NAME", ...]
     [[tests]]   junit | tap, min_tests, failures, errors, max_skipped, require, step
     [[check]]   name, uses, args        (a named Python check, gates/checks.py)
+    [[rebuild]] command, outputs, compare, timeout   (the recorder rebuilds the recorded commit)
     [[part]]    name, when, scope, skipped, and any of the rule tables above
 
 Every rule may carry ``id`` (the check's name in the verdict) and ``when``
@@ -44,6 +45,7 @@ __all__ = [
     "GateFileError",
     "OrderRule",
     "Part",
+    "RebuildRule",
     "ReceiptArtifact",
     "ReceiptRule",
     "Rule",
@@ -303,7 +305,43 @@ class CheckRule:
         return f"python check {self.uses!r}" + (f": {doc[0]}" if doc else "")
 
 
-Rule = ExitRule | StepRule | ReceiptRule | ArtifactRule | EqualRule | EachRule | OrderRule | TestsRule | CheckRule
+@dataclass(frozen=True)
+class RebuildRule:
+    """The executables the run captured rebuild byte for byte from the recorded commit.
+
+    The recorder (never the gate) checks the commit out into a fresh tree of its own after
+    the command ends, runs ``command`` there (the word ``OUT`` replaced by a fresh output
+    folder) as its step ``rebuild``, and captures ``outputs`` (globs relative to ``OUT``);
+    the gate compares. ``compare`` limits the comparison to the targets of receipts of that name.
+    """
+
+    id: str
+    command: tuple[str, ...]
+    outputs: tuple[str, ...]
+    compare: str | None = None
+    timeout: float = 600.0
+    when: Condition | None = None
+
+    def describe(self) -> str:
+        which = f"the targets of {self.compare!r} receipts" if self.compare else "every executable the run captured"
+        return (
+            f"{which} rebuild byte for byte from the recorded commit with {list(self.command)} "
+            f"(outputs {list(self.outputs)})"
+        )
+
+
+Rule = (
+    ExitRule
+    | StepRule
+    | ReceiptRule
+    | ArtifactRule
+    | EqualRule
+    | EachRule
+    | OrderRule
+    | TestsRule
+    | CheckRule
+    | RebuildRule
+)
 
 
 @dataclass(frozen=True)
@@ -622,6 +660,28 @@ def _check(t: _Table) -> CheckRule:
     return rule
 
 
+def _rebuild(t: _Table) -> RebuildRule:
+    command = t.strings("command")
+    outputs = t.strings("outputs")
+    if not command or not all(command):
+        raise t.error("'command' must be a non-empty list of words")
+    if not outputs or any(o.startswith("/") or ".." in o.split("/") or not o for o in outputs):
+        raise t.error("'outputs' must list globs relative to OUT (no '/' start, no '..')")
+    timeout = t.get("timeout", (int, float), 600.0)
+    if isinstance(timeout, bool) or not 0 < timeout <= 86400:
+        raise t.error("'timeout' must be a number of seconds from 0 to 86400")
+    rule = RebuildRule(
+        id=t.get("id", str, "rebuild"),
+        command=command,
+        outputs=outputs,
+        compare=t.get("compare", str),
+        timeout=float(timeout),
+        when=t.when(),
+    )
+    t.done()
+    return rule
+
+
 _RULE_TABLES: dict[str, Callable[[_Table], Rule]] = {
     "step": _step,
     "receipt": _receipt,
@@ -631,6 +691,7 @@ _RULE_TABLES: dict[str, Callable[[_Table], Rule]] = {
     "order": _order,
     "tests": _tests,
     "check": _check,
+    "rebuild": _rebuild,
 }
 
 

@@ -50,6 +50,8 @@ class RecorderVars:
     ZSTD_LEVEL = "ALPHA_OBSERVE_ZSTD_LEVEL"
     #: Threads compressing batches.
     ENCODERS = "ALPHA_OBSERVE_ENCODERS"
+    #: Seconds each git command reading the recording's source may take.
+    SOURCE_TIMEOUT = "ALPHA_OBSERVE_SOURCE_TIMEOUT"
     #: A JSON file of simulated GPUs (test doubles for NVML).
     SIMULATED_GPUS = "ALPHA_OBSERVE_SIMULATED_GPUS"
     #: Set while Arrow picks its default memory pool (to ``system``), then restored.

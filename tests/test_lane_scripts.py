@@ -49,7 +49,7 @@ def _fake_gpu_env(tmp_path: Path, gate: str, minors: list[int]) -> dict[str, str
     (tmp_path / "config.json").write_text(json.dumps(config))
     return _env(
         PATH=f"{TESTING / 'bin'}{os.pathsep}{os.environ['PATH']}",
-        PYTHONPATH=str(TESTING),
+        PYTHONPATH=os.pathsep.join(p for p in (str(TESTING), os.environ.get("PYTHONPATH")) if p),
         **{LANES[gate]: str(tmp_path / "config.json")},
     )
 
@@ -126,6 +126,9 @@ def _open_checks(verdict: dict[str, Any]) -> dict[str, str]:
 # Checks that rest on the recorder's own capture of the lane config: open when the
 # recorder made none (a recorder that does not capture it), passing once it does.
 _NEEDS_RECORDER_CONFIG = {"lane-config": "inconclusive", "preflight-rules": "inconclusive"}
+# These lanes run in a temporary folder, which no git repository holds: nothing to rebuild from
+# (tests/test_source_rebuild.py runs the lane in a committed copy, where the rebuild passes).
+_NO_REPOSITORY = {"rebuild": "inconclusive"}
 
 
 def _simulated(tmp_path: Path) -> str:
@@ -152,7 +155,7 @@ class TestPhysicalOnTestDoubles:
         code, verdict, receipts = _gate("coordinate-device", tmp_path, env)
         observed, captured = _observed(tmp_path / "coordinate-device.aos")
         on_nvml = any(o.get("observer") == "nvml" and not o.get("simulated_from") for o in observed)
-        expected = {"devices-observed": "fail" if on_nvml else "inconclusive"}
+        expected = {"devices-observed": "fail" if on_nvml else "inconclusive", **_NO_REPOSITORY}
         if not captured:
             expected.update(_NEEDS_RECORDER_CONFIG)
         assert ("physical", expected) == (verdict["scope"], _open_checks(verdict)), verdict["summary"]
@@ -179,6 +182,7 @@ class TestPhysicalOnTestDoubles:
             "receipt:preflight": "inconclusive",
             "preflight-rules": "inconclusive",
             "devices-observed": "fail" if on_nvml else "inconclusive",
+            **_NO_REPOSITORY,
         }
         if not captured:
             expected.update(_NEEDS_RECORDER_CONFIG)

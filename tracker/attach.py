@@ -13,8 +13,9 @@ The database refuses the rest: a run that is not running, a stream already
 evidence for another run, a stream id attached before with a different seal or
 file digest (``tracker-stream-changed``), and evidence that does not belong to
 its run: a gate other than the run's lane, a recording older than the run, a
-run device the recorder did not observe (``tracker-evidence-lane``, ``-time``,
-``-devices``). A run started without a lane takes the gate of its first stream
+run device the recorder did not observe, a stream not recorded at the commit the
+run names (its CI job's; ``tracker-evidence-lane``, ``-time``, ``-devices``,
+``-source``). A run started without a lane takes the gate of its first stream
 as its lane. Attaching the same unchanged stream to the same run again changes
 nothing. Each attach is one journal entry.
 

@@ -217,6 +217,12 @@ def _check_rules(conn: Connection) -> list[str]:
                WHERE j.value = d.uuid)"""
     ):
         problems.append(f"stream {r[0]} was not observed on its run's device {r[1]}")
+    for r in conn.execute(
+        """SELECT e.stream_id, e.source_commit, r.ci_commit FROM evidence e JOIN runs r ON r.id = e.run_id
+           WHERE r.ci_commit IS NOT NULL AND e.source_commit IS NOT NULL
+             AND lower(e.source_commit) <> lower(r.ci_commit)"""
+    ):
+        problems.append(f"stream {r[0]} was recorded at commit {r[1]}, not its run's commit {r[2]}")
     return problems
 
 

@@ -161,6 +161,12 @@ class TrackerEvidenceDevices(TrackerRefusal):
     name = "tracker-evidence-devices"
 
 
+class TrackerEvidenceSource(TrackerRefusal):
+    """A stream not recorded at the commit its run names (its CI job's commit), or naming none."""
+
+    name = "tracker-evidence-source"
+
+
 class TrackerJournal(TrackerRefusal):
     """An edit of the journal, or an entry that does not follow the last one."""
 

@@ -413,7 +413,7 @@ def _check(view: StreamView, path: Path, keys: Mapping[str, Verifier]) -> None:
 
 _EVIDENCE = (
     "SELECT id, run_id, stream_id, path, url, seal_head, file_digest, size, events, verdict, scope, gate,"
-    " signed, key_id, recorded_at, devices, attached_at FROM evidence ORDER BY id"
+    " signed, key_id, recorded_at, devices, source_commit, attached_at FROM evidence ORDER BY id"
 )
 
 

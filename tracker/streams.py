@@ -11,8 +11,9 @@ stream and names any that differ, so both go through :func:`derive`:
    a stream without one, with two, or with a malformed one is ``stream-verdict``.
 3. One more pass over the same bytes (their BLAKE3 must equal the verified
    file's, else ``tracker-stream-changed``): the ``stream.open`` event's wall
-   time (when it was recorded) and the GPU UUIDs of every ``device.observed``
-   event (what the recorder observed, docs/FORMAT.md section 4.1).
+   time (when it was recorded) and the commit its ``source`` names, and the GPU
+   UUIDs of every ``device.observed`` event (what the recorder observed,
+   docs/FORMAT.md section 4.1).
 """
 
 from __future__ import annotations
@@ -48,11 +49,12 @@ DERIVED = (
     "key_id",
     "recorded_at",
     "devices",
+    "source_commit",
 )
 
 
 #: Columns a tracker older than migration 3 did not record: null there means "not recorded", not a lie.
-_LEGACY_NULL = frozenset({"recorded_at", "devices"})
+_LEGACY_NULL = frozenset({"recorded_at", "devices", "source_commit"})
 
 
 @dataclass(frozen=True)
@@ -73,10 +75,12 @@ class StreamFacts:
     recorded_at: str | None
     devices: tuple[str, ...]
     signature_checked: bool
+    source_commit: str | None = None
 
     def differing(self, row: Mapping[str, Any]) -> list[str]:
         """The :data:`DERIVED` columns where an evidence ``row`` says other than this stream. A row attached
-        before migration 3 has ``recorded_at`` and ``devices`` null: there that means "not recorded"."""
+        before migration 3 has ``recorded_at`` and ``devices`` null, one before migration 4 ``source_commit``:
+        there that means "not recorded"."""
         derived = self.columns()
         return [c for c in DERIVED if row[c] != derived[c] and not (c in _LEGACY_NULL and row[c] is None)]
 
@@ -95,6 +99,7 @@ class StreamFacts:
             "key_id": self.key_id,
             "recorded_at": self.recorded_at,
             "devices": json.dumps(list(self.devices), separators=(",", ":")),
+            "source_commit": self.source_commit,
         }
 
 
@@ -124,8 +129,9 @@ def _verify_as_signed(path: Path, keys: Mapping[str, Verifier]) -> Verification:
     return verify_stream(path, key) if key is not None else v
 
 
-def _observed(path: Path, file_blake3: str) -> tuple[int, str | None, tuple[str, ...]]:
-    """(size, stream.open wall time, observed GPU UUIDs), read from bytes whose BLAKE3 is ``file_blake3``.
+def _observed(path: Path, file_blake3: str) -> tuple[int, str | None, tuple[str, ...], str | None]:
+    """(size, stream.open wall time, observed GPU UUIDs, the commit stream.open's ``source`` names), read from
+    bytes whose BLAKE3 is ``file_blake3``.
 
     Those bytes are the ones the verifier just validated in full, so they are read
     here as the plain Arrow IPC stream they are, without validating them again.
@@ -143,6 +149,7 @@ def _observed(path: Path, file_blake3: str) -> tuple[int, str | None, tuple[str,
     options = ipc.IpcReadOptions(included_fields=fields)
     wanted = pa.array(["stream.open", "device.observed"])
     opened: int | None = None
+    commit: str | None = None
     uuids: set[str] = set()
     with StreamFile(path) as f:
         threads = blake3.AUTO if f.size > (4 << 20) else 1  # threads only pay off on a large file
@@ -156,15 +163,18 @@ def _observed(path: Path, file_blake3: str) -> tuple[int, str | None, tuple[str,
                     continue
                 batch = batch.filter(mask)
             for wall, kind, text in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
-                if kind == "stream.open":
-                    opened = wall if opened is None else opened
+                if kind == "stream.open" and opened is None:
+                    opened = wall
+                    source = json.loads(text).get("source")
+                    named = source.get("commit") if isinstance(source, dict) else None
+                    commit = named if isinstance(named, str) and named else None
                 elif kind == "device.observed":
                     gpus = json.loads(text).get("gpus")
                     for gpu in gpus if isinstance(gpus, list) else []:
                         if isinstance(gpu, dict) and isinstance(gpu.get("uuid"), str):
                             uuids.add(gpu["uuid"])
             del batch
-    return size, (iso_ms(opened) if opened is not None else None), tuple(sorted(uuids))
+    return size, (iso_ms(opened) if opened is not None else None), tuple(sorted(uuids)), commit
 
 
 def derive(path: str | os.PathLike[str], keys: Mapping[str, Verifier], *, require_trusted: bool) -> StreamFacts:
@@ -180,7 +190,7 @@ def derive(path: str | os.PathLike[str], keys: Mapping[str, Verifier], *, requir
     p = Path(path)
     v = verify_for_tracker(p, keys) if require_trusted else _verify_as_signed(p, keys)
     verdict = Verdict.from_attrs(require_verdict(v))
-    size, recorded_at, devices = _observed(p, v.file_blake3)
+    size, recorded_at, devices, commit = _observed(p, v.file_blake3)
     return StreamFacts(
         path=p,
         stream_id=v.stream_id,
@@ -196,6 +206,7 @@ def derive(path: str | os.PathLike[str], keys: Mapping[str, Verifier], *, requir
         recorded_at=recorded_at,
         devices=devices,
         signature_checked=v.signature_checked,
+        source_commit=commit,
     )
 
 

@@ -32,12 +32,14 @@ def sealed_stream(
     stdout: bytes = b"ok\n",
     devices: Sequence[str] = (),
     opened_ns: int | None = None,
+    source: dict[str, Any] | None = None,
 ) -> SealInfo:
     """Write and seal a small stream: open, a process that printed ``stdout`` and exited 0,
     and (unless ``verdict`` is None) a sealed verdict of ``gate`` with ``scope``.
 
     ``devices``: GPU UUIDs a (simulated) recorder observed, as one ``device.observed``
-    event. ``opened_ns``: the wall time of ``stream.open`` (default: now).
+    event. ``opened_ns``: the wall time of ``stream.open`` (default: now). ``source``: the
+    ``source`` attr of ``stream.open`` (docs/FORMAT.md; absent when None).
     """
     from aos.writer import StreamWriter
 
@@ -45,7 +47,13 @@ def sealed_stream(
     try:
         w.append(
             "stream.open",
-            {"stream_id": w.stream_id, "argv": ["true"], "gate": gate if verdict else None, "labels": {}},
+            {
+                "stream_id": w.stream_id,
+                "argv": ["true"],
+                "gate": gate if verdict else None,
+                "labels": {},
+                **({"source": source} if source is not None else {}),
+            },
             wall_ns=opened_ns,
         )
         if devices:

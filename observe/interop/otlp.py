@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from observe.interop.semconv import ci_attributes
+from observe.interop.semconv import ci_attributes, source_attributes
 from observe.interop.verified import argv_of, attrs_of, display, int_of, opening
 
 if TYPE_CHECKING:
@@ -158,6 +158,7 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
     )
     env = open_attrs.get("env")
     root.attrs.update(ci_attributes(env if isinstance(env, dict) else {}))
+    root.attrs.update(source_attributes(open_attrs.get("source")))  # the recorder's own reading of git wins
     spans: list[_Span] = [root]
     open_steps: dict[str, list[_Span]] = {}  # step id -> spans started with it and not yet ended
     last_ns = start.wall_ns

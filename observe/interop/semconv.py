@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["ci_attributes"]
+__all__ = ["ci_attributes", "source_attributes"]
 
 _Get = Callable[[str], "str | None"]
 
@@ -111,3 +111,28 @@ def ci_attributes(env: Mapping[str, Any]) -> dict[str, str]:
     if system is None:
         return {}
     return {k: v for k, v in readers[system](get).items() if v is not None and v != NOT_RECORDED}
+
+
+def source_attributes(source: Any) -> dict[str, str | bool]:
+    """The ``vcs.*`` attributes of the recorder's own ``source`` record (``stream.open``), and
+    ``aos.source.*`` for the tree state; empty when it recorded no repository or could not read one.
+
+    The recorder read these from git itself before the command started, so they take precedence
+    over the same names derived from the recorded CI variables (:func:`ci_attributes`).
+    """
+    from observe.interop.verified import display
+
+    if not isinstance(source, dict) or "error" in source:
+        return {}
+    found: dict[str, str | bool] = {}
+    if source.get("commit") is not None:
+        found["vcs.ref.head.revision"] = display(source["commit"])
+    if source.get("branch") is not None:
+        found["vcs.ref.head.name"] = display(source["branch"])
+        found["vcs.ref.head.type"] = "branch"
+    if source.get("remote"):
+        found["vcs.repository.url.full"] = display(source["remote"])
+    if source.get("tree") is not None:
+        found["aos.source.tree"] = display(source["tree"])
+    found["aos.source.dirty"] = bool(source.get("dirty"))
+    return found

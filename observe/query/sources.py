@@ -88,6 +88,18 @@ def _refusal_text(exc: Refusal) -> str:
 # -- verification (pass 1) --------------------------------------------------------------
 
 
+def _source(first: Any) -> str | None:
+    """``source`` of a ``stream.open`` event as JSON (the JSON null when no repository held the cwd; None when
+    the stream records none)."""
+    if first is None or first.kind != "stream.open":
+        return None
+    try:
+        attrs = first.attrs
+        return json.dumps(attrs["source"], ensure_ascii=False, sort_keys=True) if "source" in attrs else None
+    except (Refusal, RecursionError, ValueError):
+        return None
+
+
 def _opening(first: Any) -> tuple[str | None, str | None, str | None]:
     """host, labels (JSON) and argv (JSON) of a ``stream.open`` event, as stored."""
     if first is None or first.kind != "stream.open":
@@ -147,6 +159,7 @@ def _verified_source(path: Path, data: bytes, key: Verifier | None) -> Source:
         last_ns=last_ns,
         host=host,
         labels=labels,
+        source=_source(first),
         argv=argv,
     )
 
@@ -188,6 +201,7 @@ def _damaged_source(path: Path, data: bytes, refusal: Refusal) -> Source:
         last_ns=last_ns,
         host=host,
         labels=labels,
+        source=_source(first),
         argv=argv,
     )
 

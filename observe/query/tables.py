@@ -72,6 +72,7 @@ STREAM_COLUMNS: tuple[str, ...] = (
     "host",
     "labels",
     "argv",
+    "source",
 )
 
 #: The columns of ``checks``, in order.
@@ -114,6 +115,8 @@ class Source:
     argv: str | None
     #: the ``events`` batches, decoded during verification from the bytes verified (small streams only)
     batches: list[pa.RecordBatch] | None = None
+    #: ``source`` of ``stream.open`` as JSON (docs/FORMAT.md), None when the stream records none
+    source: str | None = None
 
     def cached_bytes(self) -> int:
         return sum(b.nbytes for b in self.batches) if self.batches is not None else 0
@@ -397,6 +400,7 @@ def streams_table(sources: Sequence[Source]) -> pa.Table:
         "host": pa.array([s.host for s in sources], pa.string()),
         "labels": pa.ExtensionArray.from_storage(js, pa.array([s.labels for s in sources], pa.string())),
         "argv": pa.ExtensionArray.from_storage(js, pa.array([s.argv for s in sources], pa.string())),
+        "source": pa.ExtensionArray.from_storage(js, pa.array([s.source for s in sources], pa.string())),
     }
     return pa.table(cols)
 

@@ -27,6 +27,8 @@ class Summary:
     host: str = ""
     gate: str | None = None
     labels: dict[str, Any] = field(default_factory=dict)
+    source: dict[str, Any] | None = None  # stream.open's ``source`` (None: no repository, or none recorded)
+    source_recorded: bool = False
     started_ns: int | None = None
     exit: dict[str, Any] | None = None
     out_bytes: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
@@ -86,6 +88,8 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
             gate = a.get("gate")
             s.gate = None if gate is None else _text(gate)
             s.labels = {_key(k): _text(v) for k, v in _obj(a.get("labels")).items()}
+            s.source_recorded = "source" in a
+            s.source = a.get("source") if isinstance(a.get("source"), dict) else None
             s.started_ns = ev.wall_ns
         elif ev.kind in ("stdout", "stderr"):
             s.out_bytes[ev.kind] += len(ev.data or b"")
@@ -165,6 +169,10 @@ def format_summary(s: Summary) -> str:
         except (OverflowError, OSError, ValueError):
             when = f"{s.started_ns} ns (not a date)"
         lines.append(f"started    {when}")
+    if s.source_recorded:
+        from gates.rebuild import describe_source
+
+        lines.append(f"source     {describe_source(s.source)}")
     if s.labels:
         lines.append("labels     " + ", ".join(f"{k}={v}" for k, v in sorted(s.labels.items())))
     if s.exit is None:
@@ -224,6 +232,7 @@ def summary_json(s: Summary, stream: str) -> str:
         "host": s.host,
         "gate": s.gate,
         "labels": s.labels,
+        "source": s.source if s.source_recorded else None,
         "started_ns": s.started_ns,
         "exit": s.exit,
         "output": {"bytes": s.out_bytes, "chunks": s.out_chunks},

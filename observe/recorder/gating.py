@@ -58,12 +58,14 @@ def run_gate(gate: Gate, argv: Sequence[str], options: RecordOptions) -> GateOut
     from aos.refusals import StreamWrite
     from gates.evaluation import evaluate_with_evidence, inconclusive
     from gates.report import FactsGatherer
+    from observe.recorder.rebuild import rebuild_for_gate
     from observe.recorder.record import record
 
     sealed: list[Verdict] = []
     facts: list[Facts] = []
 
     def before_seal(writer: StreamWriter) -> None:
+        rebuild_for_gate(gate, writer, replace(options, gate=gate.name))  # [[rebuild]]: the recorder builds again first
         # One pass over the private copy: the evidence keeps what the gate reads, the facts
         # bounded tails. The copy is checked (digest, chain, count) only when the pass ends, so
         # the iterator is always read to its end before anything is appended.

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aos.text import printable, text_key, text_value
 from observe.channel.protocol import ENV_STDERR_ID, ENV_STDOUT_ID, ENV_STEP, ENV_STREAM, ENV_STREAM_ID
-from observe.recorder import artifacts, tuning
+from observe.recorder import artifacts, source, tuning
 from observe.recorder.recording import Recording, command_environ
 from observe.recorder.shim import put_alpha_first
 from observe.recorder.sinks import logger
@@ -97,6 +97,7 @@ def _stream_open(rec: Recording) -> dict[str, Any]:
         # names always, values on the allow-list; the sink masks every event's attrs (byte text included)
         "env": {text_key(k): text_value(v) for k, v in recorded_env(command_environ(options), options.env).items()},
         "host": text_value(socket.gethostname()),
+        "source": source.record_source(rec.cwd),  # the git commit and tree state, before the command starts
         "gate": options.gate,
         "labels": {text_key(str(k)): text_value(mask_text(str(v), secrets)) for k, v in dict(options.labels).items()},
         "pid": os.getpid(),

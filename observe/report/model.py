@@ -147,6 +147,7 @@ class ReportModel:
     tool: str = ""
     gate_requested: str | None = None
     labels: list[tuple[str, str]] = field(default_factory=list)
+    source: str | None = None  # stream.open's ``source`` in words (None: not recorded)
     started_wall: int | None = None
     start_mono: int | None = None
     last_mono: int | None = None
@@ -367,6 +368,11 @@ class _Collector:
         labels = a.get("labels")
         if isinstance(labels, dict):
             m.labels = [(text(k, 256), text(v, 1024)) for k, v in list(labels.items())[:100]]
+        if "source" in a:
+            from gates.rebuild import describe_source
+
+            source = a.get("source")
+            m.source = text(describe_source(source if isinstance(source, dict) else None), 2048)
         m.started_wall = ev.wall_ns
 
     def _on_process_start(self, ev: Event, a: dict[str, Any]) -> None:
