@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from recorder_util import ALPHA, alpha, events, one
 
 from aos.event import Event
 from aos.text import KEY_PREFIX, display, key_bytes, os_text, text_key, text_value, to_bytes, value_bytes
 from aos.verify import verify_stream
 from gates.evidence import Evidence
+from tests.helpers.recorder import events, one
+from tests.helpers.run import ALPHA, alpha
 
 FF = os.fsdecode(b"\xff")  # how Python spells a byte that is not UTF-8 in argv and the environment
 

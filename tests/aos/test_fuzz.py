@@ -23,8 +23,8 @@ from aos.canonical import canonical_json
 from aos.reader import EOS, iter_events, read_stream
 from aos.refusals import Refusal
 from aos.verify import verify_stream
+from tests.helpers.paths import ASSETS
 
-ASSETS = Path(__file__).parent / "assets"
 BASES = {name: (ASSETS / name).read_bytes() for name in ("good.aos", "good-signed.aos", "truncated-at-batch.aos")}
 SCHEMA_END = 704  # every base stream's schema message is this long (checked below)
 _names = itertools.count()  # hypothesis reseeds `random` per example, so file names come from a counter

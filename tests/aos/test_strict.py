@@ -13,7 +13,6 @@ from types import ModuleType
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from recorder_util import ALPHA
 
 from aos.canonical import canonical_json, es_number, parse_canonical
 from aos.chain import genesis
@@ -21,8 +20,9 @@ from aos.reader import read_stream
 from aos.refusals import Refusal
 from aos.signing import load_public_key
 from aos.verify import verify_stream
+from tests.helpers.paths import ASSETS
+from tests.helpers.run import ALPHA
 
-ASSETS = Path(__file__).parent / "assets"
 MANIFEST = json.loads((ASSETS / "MANIFEST.json").read_text())
 NULLS = sorted(n for n in MANIFEST if n.startswith("null-"))
 #: Every read command, with the options that make it finish on its own.

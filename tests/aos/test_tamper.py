@@ -15,8 +15,9 @@ from aos.reader import EOS, StreamFile, read_stream
 from aos.refusals import Refusal, StreamSchema, StreamTruncated
 from aos.signing import load_public_key
 from aos.verify import refusal_of, verify_stream
+from tests.helpers.paths import ASSETS
 
-MANIFEST: dict[str, dict[str, Any]] = json.loads((Path(__file__).parent / "assets" / "MANIFEST.json").read_text())
+MANIFEST: dict[str, dict[str, Any]] = json.loads((ASSETS / "MANIFEST.json").read_text())
 BAD = sorted(name for name, entry in MANIFEST.items() if entry["refusal"] is not None)
 
 

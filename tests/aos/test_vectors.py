@@ -19,7 +19,9 @@ import pytest
 from blake3 import blake3
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-VECTORS = Path(__file__).resolve().parent.parent / "samples" / "vectors"
+from tests.helpers.paths import SAMPLES
+
+VECTORS = SAMPLES / "vectors"
 
 
 def _u64(n: int) -> bytes:

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from recorder_util import ALPHA, alpha, record, recorded_stdout_so_far, wait_for
 
 from gates.engine import schema_errors
 from gates.evaluation import evaluate_stream
 from gates.language import GateFileError, parse_gate_text
 from gates.registry import load_user_gate, resolve_gate
+from tests.helpers.recorder import record, recorded_stdout_so_far, wait_for
+from tests.helpers.run import ALPHA, alpha
 
 
 class _Hits(http.server.BaseHTTPRequestHandler):

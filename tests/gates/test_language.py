@@ -13,8 +13,8 @@ import pytest
 
 from gates.language import ArtifactRule, GateFileError, ReceiptRule, StepRule, load_gate, parse_gate_text
 from gates.registry import UnknownGate, builtin_gates, resolve_gate
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples" / "gates").glob("*.toml"))
 
 

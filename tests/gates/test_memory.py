@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recorder_util import events
 
 from aos.canonical import canonical_json
 from aos.event import Event
@@ -29,6 +28,7 @@ from gates.registry import builtin_gates, resolve_gate
 from gates.testing import SyntheticStream, device_lane
 from observe.recorder.gating import run_gate
 from observe.recorder.record import RecordOptions
+from tests.helpers.recorder import events
 
 
 def _writer_with_batches(path: Path, batches: int = 12) -> StreamWriter:

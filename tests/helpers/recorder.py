@@ -1,11 +1,9 @@
-"""Helpers for the recorder's tests: run the real CLI, read back what it recorded."""
+"""Helpers for the recorder's tests: record with the real CLI (tests.helpers.run), read back what it recorded."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,17 +11,7 @@ from typing import Any
 
 from aos.event import Event
 from aos.reader import StreamContents, read_stream
-
-ALPHA = shutil.which("alpha", path=str(Path(sys.executable).parent)) or shutil.which("alpha") or "alpha"
-
-
-def alpha(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60, **kw: Any
-) -> subprocess.CompletedProcess[bytes]:
-    """Run ``alpha ARGS...`` and capture its output."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    return subprocess.run([ALPHA, *args], capture_output=True, env=full_env, timeout=timeout, check=False, **kw)
+from tests.helpers.run import ALPHA, alpha, child_env
 
 
 def record(
@@ -90,7 +78,7 @@ def kill_recorder_midway(out: Path, script: str, *, lines: int, env: dict[str, s
         [ALPHA, "observe", "record", "--quiet", "--out", str(out), "--", "sh", "-c", script],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=env,
+        env=child_env(env),
     )
     try:
         wait_for(lambda: recorded_stdout_so_far(out).count(b"\n") >= lines, timeout=60)

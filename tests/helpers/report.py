@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from recorder_util import alpha, kill_recorder_midway
+from tests.helpers.recorder import kill_recorder_midway
+from tests.helpers.run import alpha
 
 GATE = """\
 [gate]
@@ -38,9 +39,8 @@ OSC_LINK = "\x1b]8;;javascript:document.title='pwned'\x1b\\click me\x1b]8;;\x1b\
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
+    """This interpreter's bin folder first on PATH, so the commands' ``alpha`` is the one under test."""
+    return {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def _gate(out: Path, gate_file: Path, script: str, *opts: str) -> Path:

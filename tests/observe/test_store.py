@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import S3Bucket, _free_port
-from recorder_util import ALPHA
 
 import aos.verify
 from aos.refusals import Refusal
 from aos.verify import verify_stream
 from observe.store import fetch, open_store, push
+from tests.helpers.paths import ROOT
+from tests.helpers.run import ALPHA
+from tests.helpers.s3 import S3Bucket, free_port
 from tracker.testing import sealed_stream
 
 HEX64 = "0123456789abcdef" * 4
@@ -335,7 +336,7 @@ class TestS3Store:
 
     def test_unreachable_endpoint(self, stream: Path, s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch) -> None:
         """An endpoint nothing listens on is store-unreachable, after the client's retries."""
-        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
         monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
         exc = refusal(lambda: push(stream, s3_bucket.url))
         assert "store-unreachable" == exc.name
@@ -441,7 +442,7 @@ class TestReadme:
         """push, fetch, attach by URL and audit all exit 0, and the copy is the stream's bytes."""
         import re
 
-        text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+        text = (ROOT / "README.md").read_text(encoding="utf-8")
         section = text[text.index("## Evidence beyond one machine") : text.index("## Documentation")]
         (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
         for argv in (["tracker", "init"], ["tracker", "run", "start", "--lane", "exit-zero"]):

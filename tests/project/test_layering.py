@@ -10,7 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.paths import ROOT
+
 PACKAGES = ("aos", "gates", "observe", "tracker")
 ALLOWED = {
     "aos": {"aos"},

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +13,8 @@ from aos.verify import require_verdict, verify_stream
 from gates.engine import evaluate
 from gates.registry import resolve_gate
 from observe.readback.summary import artifact_bytes
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 ONE_GPU = ROOT / "samples" / "evidence" / "one-gpu-h200"
 LANES = {"distributed-device": "partitioned", "coordinate-device": "coordinates", "independent-device": "independent"}
 

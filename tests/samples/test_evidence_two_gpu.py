@@ -27,8 +27,8 @@ from aos.verify import require_verdict, verify_stream
 from gates.evaluation import evaluate_events
 from gates.registry import resolve_gate
 from observe.readback.summary import artifact_bytes
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 TWO_GPU = ROOT / "samples" / "evidence" / "two-gpu-h200"
 
 sys.path.insert(0, str(ROOT / "samples" / "lane"))

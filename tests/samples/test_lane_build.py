@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-LANE_DIR = Path(__file__).resolve().parent.parent / "samples" / "lane"
+from tests.helpers.paths import SAMPLES
+
+LANE_DIR = SAMPLES / "lane"
 sys.path.insert(0, str(LANE_DIR))
 
 from lanekit.build import build_role, check_executable, read_manifest, sha256_file  # noqa: E402

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-LANE_DIR = Path(__file__).resolve().parent.parent / "samples" / "lane"
+from tests.helpers.paths import SAMPLES
+
+LANE_DIR = SAMPLES / "lane"
 sys.path.insert(0, str(LANE_DIR))
 
 import oracle  # noqa: E402

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from aos.reader import read_stream
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 TESTING = ROOT / "samples" / "lane" / "testing"
 LANES = {
     "distributed-device": "ALPHA_PARTITIONED_DEVICE_CONFIG",

@@ -9,7 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+
 EXAMPLE = ROOT / "samples" / "tracker" / "example.sh"
 TWO_GPU = ROOT / "samples" / "tracker" / "two_gpu.sh"
 EVIDENCE = ROOT / "samples" / "evidence" / "two-gpu-h200"

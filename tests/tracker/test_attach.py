@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backend_util import integrity_errors
 
 from aos.refusals import Refusal
 from aos.signing import generate_keypair, load_signer
 from aos.verify import verify_stream
 from aos.writer import StreamWriter
+from tests.helpers.backends import integrity_errors
 from tracker import records
 from tracker.attach import attach, trusted_keys
 from tracker.backends import Connection

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from backend_util import PlainClient
 from click.testing import CliRunner
 
 from aos.writer import StreamWriter
 from observe.cli.root import main
+from tests.helpers.backends import PlainClient
 from tracker.audit import audit, format_audit
 from tracker.testing import example_tracker, flip_byte
 

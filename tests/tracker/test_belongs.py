@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backend_util import integrity_errors
 from click.testing import CliRunner
 
 from aos.refusals import Refusal
 from aos.writer import StreamWriter
 from observe.cli.root import main
+from tests.helpers.backends import integrity_errors
 from tracker import records
 from tracker.attach import attach
 from tracker.backends import Connection

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from aos.refusals import Refusal
+from tests.helpers.paths import DOCS
 from tracker.db import APPLICATION_ID, BUSY_TIMEOUT_MS, connect, init, migrations, schema_version
 from tracker.refusals import from_sqlite_error, tracker_refusal_by_name
 
@@ -104,7 +105,7 @@ def test_docs_name_every_refusal() -> None:
 
     from tracker import refusals
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "TRACKER.md").read_text()
+    doc = (DOCS / "TRACKER.md").read_text()
     named = set(re.findall(r"`(tracker-[a-z-]+)`", doc))
     known = {
         cls.name for cls in vars(refusals).values() if isinstance(cls, type) and cls.__module__ == refusals.__name__

@@ -7,11 +7,11 @@ import re
 import uuid
 
 import pytest
-from backend_util import PlainClient, integrity_errors
 from click.testing import CliRunner
 
 from aos.refusals import Refusal
 from observe.cli.root import main
+from tests.helpers.backends import PlainClient, integrity_errors
 from tracker import records
 from tracker.audit import audit
 from tracker.ci import CiJob, ci_job

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backend_util import PlainClient, without_triggers
 from click.testing import CliRunner
 
 from aos.refusals import Refusal
 from aos.signing import generate_keypair, load_signer
 from observe.cli.root import main
+from tests.helpers.backends import PlainClient, without_triggers
+from tests.helpers.paths import ROOT
 from tracker import importing, records
 from tracker.attach import attach
 from tracker.audit import audit
@@ -36,7 +37,6 @@ from tracker.site import build_site
 from tracker.status import next_items, show, status
 from tracker.testing import example_tracker, flip_byte, sealed_stream
 
-ROOT = Path(__file__).resolve().parent.parent
 TWO_GPU = ROOT / "samples" / "evidence" / "two-gpu-h200"
 GPU0 = "GPU-bb5a03ab-c28f-2074-5197-3838b9dd4798"
 GPU1 = "GPU-275f8d7e-27b9-87cf-bff1-529752b689a5"

@@ -16,11 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backend_util import PlainClient, integrity_errors, without_triggers
 from click.testing import CliRunner
 
 from aos.signing import generate_keypair, load_signer
 from observe.cli.root import main
+from tests.helpers.backends import PlainClient, integrity_errors, without_triggers
 from tracker import records
 from tracker.attach import attach
 from tracker.audit import AuditReport, audit

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.paths import ROOT
 from tracker import records
 from tracker.audit import audit
 from tracker.db import connect, init, migrations
 from tracker.journal import entries
 from tracker.testing import sealed_stream
 
-ROOT = Path(__file__).resolve().parents[1]
 WORKERS = 16
 
 # Each worker loads everything first, waits at a start line until every worker is ready, then

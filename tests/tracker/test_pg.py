@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backend_util import PlainClient, integrity_errors
 from click.testing import CliRunner
 
 from aos.refusals import Refusal
 from observe.cli.root import main
+from tests.helpers.backends import PlainClient, integrity_errors
 from tracker import db as trackerdb
 from tracker import pg, records
 from tracker.audit import audit, format_audit

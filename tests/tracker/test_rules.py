@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backend_util import PlainClient, integrity_errors
 
+from tests.helpers.backends import PlainClient, integrity_errors
 from tracker.ids import new_run_id
 from tracker.testing import ExampleTracker, example_tracker
 

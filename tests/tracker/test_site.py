@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backend_util import PlainClient
 from click.testing import CliRunner
 
 from aos.writer import StreamWriter
 from observe.cli.root import main
+from tests.helpers.backends import PlainClient
+from tests.helpers.paths import ROOT
 from tracker import records
 from tracker.attach import attach
 from tracker.backends import Connection
@@ -361,7 +362,6 @@ def test_connect_reads_only(built: Built, tmp_path: Path) -> None:
 
 # -- the committed sample: samples/tracker/site, the site of samples/tracker/example.sh's tracker ----------
 
-ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "samples" / "tracker" / "site"
 REGENERATE = (
     "regenerate it: bash samples/tracker/example.sh && "

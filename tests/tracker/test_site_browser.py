@@ -10,9 +10,9 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from browser_util import Rendered, rendered
-from test_tracker_site import Built, build
 
+from tests.helpers.browser import Rendered, rendered
+from tests.tracker.test_site import Built, build
 from tracker.site import write_site
 
 

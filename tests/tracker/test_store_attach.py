@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import S3Bucket
-from recorder_util import ALPHA
 
 from aos.refusals import Refusal
 from aos.verify import verify_stream
 from observe.cli.root import main
 from observe.store import push
+from tests.helpers.run import ALPHA
+from tests.helpers.s3 import S3Bucket
 from tracker import records
 from tracker.attach import attach
 from tracker.audit import audit
@@ -160,11 +160,11 @@ class TestAuditFromTheStore:
         self, conn: sqlite3.Connection, tmp_path: Path, s3_bucket: S3Bucket, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """A store that cannot be reached fails the audit (`missing`, naming store-unreachable), never passes it."""
-        from conftest import _free_port
+        from tests.helpers.s3 import free_port
 
         url, _ = pushed(tmp_path, s3_bucket.url)
         attach(conn, url, the_run(conn))
-        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
         monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
         report = audit(conn)
         assert not report.ok

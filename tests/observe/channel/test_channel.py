@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from recorder_util import ALPHA, alpha, events, index, kinds, one, output, record
 
 from observe.channel.protocol import FrameReader, ReceiptTail, encode_frame, parse_receipt_line, receipt_line
+from tests.helpers.recorder import events, index, kinds, one, output, record
+from tests.helpers.run import ALPHA, alpha
 
 
 class TestParseReceiptLine:

@@ -20,11 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from recorder_util import ALPHA, events, record
 
 from observe.channel.protocol import FrameReader, encode_json
 from observe.recorder.record import RecordOptions
 from observe.recorder.record import record as run_record
+from tests.helpers.recorder import events, record
+from tests.helpers.run import ALPHA
 
 
 def _env_of(path: Path) -> dict[str, str]:

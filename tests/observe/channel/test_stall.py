@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recorder_util import events, record
+from tests.helpers.recorder import events, record
 
 #: Longer than the 10 s the step client used to wait for ``step.start``, with margin for a slow start.
 STALL = 15

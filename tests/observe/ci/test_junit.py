@@ -10,14 +10,16 @@ from xml.etree import ElementTree as ET
 
 import pytest
 import xmlschema
-from recorder_util import alpha, events
 
 from aos.verify import verify_stream
 from gates.report import TAIL_BYTES, facts_from_events, junit_xml
 from gates.testing import SyntheticStream
 from gates.verdict import Check, Verdict
+from tests.helpers.paths import ASSETS
+from tests.helpers.recorder import events
+from tests.helpers.run import alpha
 
-XSD = Path(__file__).resolve().parent / "assets" / "junit-jenkins.xsd"
+XSD = ASSETS / "junit-jenkins.xsd"
 
 GATE = """\
 [gate]

@@ -12,13 +12,13 @@ import re
 from pathlib import Path
 
 import pytest
-from recorder_util import alpha
 
 from aos.verify import verify_stream
 from gates.report import github_annotations, markdown
 from gates.testing import SyntheticStream
 from gates.verdict import Check, Verdict
 from observe.ci.systems import Markers, detect, github_output_lines, parse_github_file
+from tests.helpers.run import alpha
 
 #: A lane with a step, a nested step, a step whose output ends mid-line, and output outside steps.
 LANE = (

@@ -18,8 +18,9 @@ from gates.registry import resolve_gate
 from gates.testing import SyntheticStream
 from observe.recorder.gating import run_gate
 from observe.recorder.record import RecordOptions
+from tests.helpers.paths import MUTANTS
 
-LANE = Path(__file__).resolve().parent / "mutants" / "device_lane.sh"
+LANE = MUTANTS / "device_lane.sh"
 
 
 def alpha(

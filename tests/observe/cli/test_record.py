@@ -7,10 +7,11 @@ from typing import Any
 
 import click
 from click.testing import CliRunner
-from recorder_util import alpha, events
 
 from observe.cli.record import COMMANDS, options_from_click, recording_options
 from observe.recorder.record import RecordOptions
+from tests.helpers.recorder import events
+from tests.helpers.run import alpha
 
 
 class TestRecordingOptions:

@@ -14,12 +14,13 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
-from recorder_util import ALPHA, alpha, events
 
 from aos.verify import verify_stream
 from gates.testing import SyntheticStream
 from gates.verdict import Check, Verdict
 from observe.cli.root import main
+from tests.helpers.recorder import events
+from tests.helpers.run import ALPHA, alpha
 
 
 def gate_stream(tmp_path: Path, script: str, *opts: str) -> tuple[subprocess.CompletedProcess[bytes], Path]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from recorder_util import alpha, events, record
 
 from aos.writer import StreamWriter
+from tests.helpers.recorder import events, record
+from tests.helpers.run import alpha
 
 
 class TestWhereTheStreamGoes:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recorder_util import events, index, kinds, one, output, record
 
 from aos.event import Event
 from observe.devices.observers import (
@@ -26,6 +25,7 @@ from observe.devices.observers import (
     observation,
 )
 from observe.devices.simulated import SimulatedObserver
+from tests.helpers.recorder import events, index, kinds, one, output, record
 
 FAST = ("--sample-interval", "0.05")
 GIB = 1 << 30
@@ -67,7 +67,7 @@ def _observed(evs: list[Event]) -> list[dict[str, Any]]:
 
 
 def _train(tmp_path: Path, doc: dict[str, Any], *opts: str) -> list[Event]:
-    from recorder_util import ALPHA
+    from tests.helpers.run import ALPHA
 
     proc, path = record(tmp_path, [*TRAIN, ALPHA], "--quiet", *FAST, *opts, env=_simulated(tmp_path, doc))
     assert 0 == proc.returncode, proc.stderr
@@ -601,7 +601,7 @@ class TestProcessTree:
 class TestShow:
     def test_show_names_the_observation(self, tmp_path: Path) -> None:
         """alpha observe show says which observer saw which GPUs and how many tree processes ran on them."""
-        from recorder_util import alpha
+        from tests.helpers.run import alpha
 
         doc = dict(GPUS, processes=[{"gpu": "GPU-1111", "pid": "tree", "argv_contains": "gpu-worker-marker"}])
         _train(tmp_path, doc)

@@ -26,9 +26,9 @@ from aos.signing import Signer, load_signer
 from gates.testing import SyntheticStream
 from observe.cli.root import main
 from observe.interop.attest import PAYLOAD_TYPE, attest, level, pae
+from tests.helpers.paths import ASSETS, DOCS, ROOT
 
-ASSETS = Path(__file__).resolve().parent / "assets"
-EXIT_ZERO_TOML = Path(__file__).resolve().parent.parent / "gates" / "builtin" / "exit-zero.toml"
+EXIT_ZERO_TOML = ROOT / "gates" / "builtin" / "exit-zero.toml"
 
 USER_GATE = """\
 [gate]
@@ -566,7 +566,7 @@ class TestDocs:
         import re
         import subprocess
 
-        text = (Path(__file__).resolve().parent.parent / "docs" / "CI.md").read_text(encoding="utf-8")
+        text = (DOCS / "CI.md").read_text(encoding="utf-8")
         section = text[text.index("## Attesting") :]
         block = re.findall(r"```sh\n(.*?)```", section, flags=re.S)[0]
         env = {k: v for k, v in os.environ.items() if not k.startswith("AOS_")}

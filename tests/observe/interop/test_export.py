@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from recorder_util import alpha
 
 from aos.event import Event
 from aos.reader import read_stream
 from gates.testing import SyntheticStream
 from observe.cli.root import main
+from tests.helpers.run import alpha
 
 # A lane with nested steps, output on both channels, receipts outside and inside a step,
 # a captured file, and a failing step; the command itself exits 0.
@@ -370,7 +370,7 @@ class TestRefusals:
 
 def _peak_rss_mib(argv: list[str], cwd: Path) -> float:
     """The peak resident set of ``alpha`` running ``argv`` in a process of its own."""
-    from recorder_util import ALPHA
+    from tests.helpers.run import ALPHA
 
     proc = subprocess.Popen([ALPHA, *argv], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)

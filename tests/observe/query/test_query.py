@@ -27,10 +27,11 @@ from observe.query.run import (
     query_sources,
     run_query,
 )
+from tests.helpers.paths import DOCS
 
 pytest.importorskip("duckdb")
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "QUERY.md"
+QUERY_DOC = DOCS / "QUERY.md"
 DAY_NS = 86_400 * 10**9
 
 
@@ -96,7 +97,7 @@ class TestTables:
         """events, streams and checks have exactly the columns observe.query.run (and docs/QUERY.md) name."""
         for table, cols in (("events", EVENT_COLUMNS), ("streams", STREAM_COLUMNS), ("checks", CHECK_COLUMNS)):
             assert list(cols) == run_query(f"SELECT * FROM {table} LIMIT 0", [str(fleet)]).columns
-        doc = DOCS.read_text(encoding="utf-8")
+        doc = QUERY_DOC.read_text(encoding="utf-8")
         for col in {*EVENT_COLUMNS, *STREAM_COLUMNS, *CHECK_COLUMNS}:
             assert f"| `{col}` |" in doc, col
 
@@ -166,7 +167,7 @@ class TestTables:
 
 class TestDocumentedExamples:
     def examples(self) -> list[str]:
-        return re.findall(r"```sql\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.S)
+        return re.findall(r"```sql\n(.*?)```", QUERY_DOC.read_text(encoding="utf-8"), re.S)
 
     def test_every_sql_example_in_the_docs_runs(self, fleet: Path) -> None:
         """Each ```sql block of docs/QUERY.md runs over a fleet of streams."""

@@ -7,7 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
-from recorder_util import ALPHA, alpha, events, output, record
+
+from tests.helpers.recorder import events, output, record
+from tests.helpers.run import ALPHA, alpha
 
 
 class TestTail:
@@ -67,7 +69,7 @@ def _dead_recorders_stream(tmp_path: Path) -> Path:
     import os
     import signal
 
-    from recorder_util import recorded_stdout_so_far, wait_for
+    from tests.helpers.recorder import recorded_stdout_so_far, wait_for
 
     out = tmp_path / "dead.aos"
     rec = subprocess.Popen(

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 from blake3 import blake3
-from recorder_util import ALPHA, events, index, record
 
 from aos.verify import verify_stream
 from observe.recorder import artifacts
 from observe.secrets.masking import Scanner
+from tests.helpers.recorder import events, index, record
+from tests.helpers.run import ALPHA
 
 
 def _files(evs: list[Any]) -> dict[str, dict[str, Any]]:

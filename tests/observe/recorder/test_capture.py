@@ -6,9 +6,8 @@ import os
 import sys
 from pathlib import Path
 
-from recorder_util import events, index, kinds, one, output, record
-
 from aos.verify import verify_stream
+from tests.helpers.recorder import events, index, kinds, one, output, record
 
 PY = sys.executable
 
@@ -46,7 +45,7 @@ class TestRoundTrip:
 
     def test_read_stdout_through_the_cli_matches(self, tmp_path: Path) -> None:
         """``alpha observe read --stdout`` gives back exactly what the command wrote (when read exists)."""
-        from recorder_util import alpha
+        from tests.helpers.run import alpha
 
         data = b"a\x00b\xc3\x28\nlast"
         (tmp_path / "d.bin").write_bytes(data)
@@ -159,7 +158,7 @@ def test_pty_gets_the_terminal_size(tmp_path: Path) -> None:
     import struct
     import termios
 
-    from recorder_util import ALPHA
+    from tests.helpers.run import ALPHA
 
     out = tmp_path / "size.aos"
     pid, master = pty.fork()
@@ -185,7 +184,7 @@ def test_echo_is_live_without_a_newline(tmp_path: Path) -> None:
     import subprocess
     import time
 
-    from recorder_util import ALPHA
+    from tests.helpers.run import ALPHA
 
     proc = subprocess.Popen(
         [ALPHA, "observe", "record", "--out", str(tmp_path / "live.aos"), "--", "sh", "-c", "printf first; sleep 60"],

@@ -9,13 +9,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from recorder_util import ALPHA, events, kill_recorder_midway, kinds, one, output
-from recorder_util import record as record_cli
 
 from aos.refusals import StreamUnsealed, StreamWrite
 from aos.signing import generate_keypair, load_public_key
 from aos.verify import verify_stream
 from observe.recorder.record import RecordOptions, record
+from tests.helpers.recorder import events, kill_recorder_midway, kinds, one, output
+from tests.helpers.recorder import record as record_cli
+from tests.helpers.run import ALPHA
 
 
 class TestKilledRecorder:

@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from recorder_util import ALPHA, events, index, one, output, record, recorded_stdout_so_far, wait_for
 
 from aos.verify import verify_stream
+from tests.helpers.recorder import events, index, one, output, record, recorded_stdout_so_far, wait_for
+from tests.helpers.run import ALPHA
 
 
 class TestExitCodes:

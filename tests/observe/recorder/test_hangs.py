@@ -10,9 +10,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from recorder_util import ALPHA, events, one, output, record, wait_for
-
 from aos.verify import verify_stream
+from tests.helpers.recorder import events, one, output, record, wait_for
+from tests.helpers.run import ALPHA
 
 
 def _alive(pid: int) -> bool:

@@ -12,11 +12,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from recorder_util import ALPHA, events, output, record
 
 from observe.recorder import capture
 from observe.recorder.capture import Capture, _Source
 from observe.secrets.masking import Masker, SecretSet
+from tests.helpers.recorder import events, output, record
+from tests.helpers.run import ALPHA
 
 PY = sys.executable
 

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recorder_util import ALPHA, alpha, events, one, output, record
 
 from aos.reader import read_stream
 from aos.refusals import Refusal
@@ -30,8 +29,11 @@ from aos.verify import verify_stream
 from gates.evaluation import evaluate_events
 from gates.registry import resolve_gate
 from gates.testing import DEVICE_CONFIG_VARS
+from tests.helpers.paths import ATTACKS
+from tests.helpers.recorder import events, one, output, record
+from tests.helpers.run import ALPHA, alpha
 
-ATTACK = Path(__file__).resolve().parent / "attacks" / "swap_stream.py"
+ATTACK = ATTACKS / "swap_stream.py"
 
 
 def attack(

@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_util import rendered
-from report_util import recorded_streams
 
 from aos.reader import read_stream
 from observe.report.write import write_report
+from tests.helpers.browser import rendered
+from tests.helpers.paths import ROOT
+from tests.helpers.report import recorded_streams
 
-ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(ROOT.glob("samples/evidence/*/**/*.report.html"))
 
 #: Every in-page link that does not resolve to an element (JavaScript run in the page).

@@ -10,16 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recorder_util import alpha
-from report_util import IMG, SCRIPT, recorded_streams, synthetic_stream
 
 from aos.signing import load_public_key
 from aos.verify import verify_stream
 from observe.report.page import render
 from observe.report.plots import BUCKETS, Series, line_plot
 from observe.report.write import CAPS, Caps, ReportFacts, build_model, write_report
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers.paths import ROOT
+from tests.helpers.report import IMG, SCRIPT, recorded_streams, synthetic_stream
+from tests.helpers.run import alpha
 
 #: The committed GPU evidence streams and the report beside each (README.md links them).
 SAMPLES = sorted(ROOT.glob("samples/evidence/*/**/*.aos"))

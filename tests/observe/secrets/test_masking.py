@@ -8,7 +8,6 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from recorder_util import events, output, record
 
 from observe.secrets.masking import (
     MASK,
@@ -26,6 +25,7 @@ from observe.secrets.masking import (
     mask_value,
     url_credentials,
 )
+from tests.helpers.recorder import events, output, record
 
 
 def _stream(masker: Masker, chunks: list[bytes]) -> bytes:

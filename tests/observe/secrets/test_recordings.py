@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recorder_util import alpha, events, one, output, record
 
 from aos.event import Event
 from observe.recorder import artifacts
 from observe.secrets.envpolicy import ALLOWED_NAMES, ALLOWED_PREFIXES, NOT_RECORDED, is_allowed, recorded_env
 from observe.secrets.masking import MASK, SECRET_NAME_PARTS, SECRET_NAME_WORDS, Scanner, SecretSet
 from observe.secrets.sources import read_mask_file, secrets_for_recording
+from tests.helpers.paths import DOCS
+from tests.helpers.recorder import events, one, output, record
+from tests.helpers.run import alpha
 
 
 def _blob(evs: list[Event]) -> bytes:
@@ -106,7 +108,7 @@ class TestEnvPolicy:
 
 
 class TestDocs:
-    DOC = Path(__file__).resolve().parent.parent / "docs" / "SECRETS.md"
+    DOC = DOCS / "SECRETS.md"
 
     def test_allow_list_is_documented_exactly(self) -> None:
         """docs/SECRETS.md's allow-list table names exactly the names and prefixes the recorder allows."""
@@ -412,9 +414,8 @@ class TestByteText:
         import base64
         import subprocess
 
-        from recorder_util import ALPHA
-
         from aos.text import key_bytes, value_bytes
+        from tests.helpers.run import ALPHA
 
         out = tmp_path / "b.aos"
         secret = self.SECRET.encode()

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from recorder_util import ALPHA, alpha
 
 from observe.recorder.artifacts import CHUNK
+from tests.helpers.run import ALPHA, alpha
 
 
 def _token(prefix: str) -> str:
