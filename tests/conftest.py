@@ -12,9 +12,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from click.testing import Result
 
-from tests.helpers.cli import invoke
+from tests.helpers.cli import Cli, invoke
 from tests.helpers.paths import ASSETS
 from tests.helpers.run import foreign
 from tests.helpers.s3 import S3Bucket, free_port
@@ -79,7 +78,7 @@ def _outside_any_recording(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def cli() -> Callable[..., Result]:
+def cli() -> Cli:
     """``cli(*args, input=, env=, catch_exceptions=, prog_name=)``: ``alpha ARGS`` run in this process
     (tests.helpers.cli.invoke: click's runner on observe.cli.root:main)."""
     return invoke

@@ -15,7 +15,6 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +22,7 @@ from aos.canonical import canonical_json
 from aos.reader import EOS, iter_events, read_stream
 from aos.refusals import Refusal
 from aos.verify import verify_stream
+from tests.helpers.cli import invoke
 from tests.helpers.paths import ASSETS
 
 BASES = {name: (ASSETS / name).read_bytes() for name in ("good.aos", "good-signed.aos", "truncated-at-batch.aos")}
@@ -190,9 +190,8 @@ class TestFuzzCli:
     _exception: BaseException | None = None
 
     def _cli_verify(self, path: Path) -> tuple[int, str, str]:
-        from observe.cli.root import main
 
-        result = CliRunner().invoke(main, ["observe", "verify", str(path)])
+        result = invoke("observe", "verify", str(path), catch_exceptions=True)
         self._exception = result.exception if not isinstance(result.exception, SystemExit) else None
         return result.exit_code, result.stdout, result.stderr
 
@@ -277,9 +276,8 @@ REFUSALS = (
 
 def run_read_command(args: tuple[str, ...], path: Path) -> tuple[int, str]:
     """One read command in process: its exit code and stderr; any exception but SystemExit fails the test."""
-    from observe.cli.root import main
 
-    result = CliRunner().invoke(main, ["observe", args[0], str(path), *args[1:]])
+    result = invoke("observe", args[0], str(path), *args[1:], catch_exceptions=True)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise AssertionError(f"{args} raised {result.exception!r}") from result.exception
     assert result.exit_code in EXITS[args[0]], (args, result.exit_code, result.stderr)
@@ -383,7 +381,6 @@ class TestFuzzEveryReadCommand:
 
 def run_gate_file(path: Path, tmp_path: Path) -> None:
     """`gates --gate-file` and `gate --gate-file` in process: exit 0, 1, 2 or 3, never an exception."""
-    from observe.cli.root import main
 
     for argv in (
         ["observe", "gates", "--gate-file", str(path)],
@@ -400,7 +397,7 @@ def run_gate_file(path: Path, tmp_path: Path) -> None:
             "true",
         ],
     ):
-        result = CliRunner().invoke(main, argv)
+        result = invoke(*argv, catch_exceptions=True)
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             raise AssertionError(f"{argv[1]} raised {result.exception!r}") from result.exception
         assert result.exit_code in (0, 1, 2, 3), (argv[1], result.exit_code, result.output)

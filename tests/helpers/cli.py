@@ -7,7 +7,7 @@ test where it was raised (``catch_exceptions=False``), unless a test asks to ins
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from click.testing import CliRunner, Result
 
@@ -25,3 +25,7 @@ def invoke(
     return CliRunner().invoke(
         main, list(args), input=input, env=env, catch_exceptions=catch_exceptions, prog_name=prog_name
     )
+
+
+#: The type of the ``cli`` fixture.
+Cli = Callable[..., Result]

@@ -12,16 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from aos.reader import read_stream
 from aos.refusals import StreamWrite
 from observe.channel import client
 from observe.cli import entry
-from observe.cli.root import main
 from observe.devices.observers import NoObserver
 from observe.recorder import record as recorder
 from observe.recorder import sampler
+from tests.helpers.cli import invoke
 
 #: Modules the plain ``record -- true`` path has no use for (each costs milliseconds to tens of them).
 HEAVY = ("cryptography", "jsonschema", "referencing", "psutil", "pynvml", "structlog", "re2", "jinja2", "ansi2html")
@@ -132,7 +131,7 @@ def clicks(monkeypatch: pytest.MonkeyPatch, args: list[str]) -> tuple[Any, ...] 
     seen: list[tuple[Any, ...]] = []
     monkeypatch.setattr(client, "receipt", lambda name, status, fields: seen.append((name, status, fields)) or 0)
     monkeypatch.setattr(client, "step", lambda name, argv, standalone: seen.append((name, standalone, argv)) or 0)
-    result = CliRunner().invoke(main, ["observe", *args])
+    result = invoke("observe", *args)
     return seen[0] if seen else result.exit_code
 
 

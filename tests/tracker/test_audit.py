@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
-
 from aos.writer import StreamWriter
-from observe.cli.root import main
 from tests.helpers.backends import PlainClient
+from tests.helpers.cli import Cli, invoke
 from tracker.audit import audit, format_audit
 from tracker.testing import example_tracker, flip_byte
 
 
 def run_audit(db: Path | str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, ["tracker", "--db", str(db), "audit"])
+    result = invoke("tracker", "--db", str(db), "audit")
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -54,11 +52,11 @@ class TestAudit:
         assert out.endswith("audit: 3 streams: 0 intact, 2 changed, 1 missing; rules intact; journal intact\n")
         assert format_audit(report) + "\n" == out
 
-    def test_json(self, tracker_db: str, tmp_path: Path) -> None:
+    def test_json(self, tracker_db: str, tmp_path: Path, cli: Cli) -> None:
         """`audit --json` gives each stream's state and the counts."""
         t = example_tracker(tracker_db, tmp_path)
         t.streams["open"].unlink()
-        result = CliRunner().invoke(main, ["tracker", "--db", str(t.db), "audit", "--json"])
+        result = cli("tracker", "--db", str(t.db), "audit", "--json")
         assert 1 == result.exit_code
         data = json.loads(result.stdout)
         assert {"ok": 2, "changed": 0, "missing": 1} == data["counts"]

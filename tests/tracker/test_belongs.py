@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from aos.refusals import Refusal
 from aos.writer import StreamWriter
-from observe.cli.root import main
 from tests.helpers.backends import integrity_errors
+from tests.helpers.cli import Cli
 from tracker import records
 from tracker.attach import attach
 from tracker.backends import Connection
@@ -111,15 +110,14 @@ class TestTime:
         with pytest.raises(ValueError, match="future"):
             records.start_run(conn, lane="distributed-device", started_at_ns=time.time_ns() + 3_600_000_000_000)
 
-    def test_declared_start_on_the_command_line(self, tmp_path: Path) -> None:
+    def test_declared_start_on_the_command_line(self, tmp_path: Path, cli: Cli) -> None:
         """`run start --started-at` takes ISO 8601 with a zone; anything else is a usage error."""
         db = str(tmp_path / "t.sqlite3")
-        runner = CliRunner()
-        assert 0 == runner.invoke(main, ["tracker", "--db", db, "init"]).exit_code
-        ok = runner.invoke(main, ["tracker", "--db", db, "run", "start", "--started-at", "2026-01-02T03:04:05Z"])
+        assert 0 == cli("tracker", "--db", db, "init").exit_code
+        ok = cli("tracker", "--db", db, "run", "start", "--started-at", "2026-01-02T03:04:05Z")
         assert 0 == ok.exit_code, ok.output
         for bad in ("yesterday", "2026-01-02T03:04:05", "2999-01-01T00:00:00Z"):
-            r = runner.invoke(main, ["tracker", "--db", db, "run", "start", "--started-at", bad])
+            r = cli("tracker", "--db", db, "run", "start", "--started-at", bad)
             assert 2 == r.exit_code, (bad, r.output)
 
     def test_start_time_cannot_be_moved_back(self, conn: Connection) -> None:
@@ -260,12 +258,12 @@ class TestStreamVerdict:
         ],
     )
     def test_attach_refuses_what_verdict_refuses(
-        self, conn: Connection, tmp_path: Path, name: str, verdicts: list[dict[str, Any]]
+        self, conn: Connection, tmp_path: Path, name: str, verdicts: list[dict[str, Any]], cli: Cli
     ) -> None:
         """A stream `alpha observe verdict` refuses (no verdict, two, a malformed one) is refused by attach too."""
         run = records.start_run(conn, lane="distributed-device")
         path = stream_with_verdicts(tmp_path / f"{name}.aos", *verdicts)
-        shown = CliRunner().invoke(main, ["observe", "verdict", str(path)])
+        shown = cli("observe", "verdict", str(path))
         assert 1 == shown.exit_code
         assert shown.stderr.startswith("refused: stream-verdict: ")
         assert "stream-verdict" == refusal(conn, path, run)

@@ -9,19 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from observe.cli.root import main
+from tests.helpers.cli import invoke
 from tracker.ids import is_run_id
 from tracker.testing import example_tracker, flip_byte, sealed_stream
 
 
-def alpha(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
-
-
 def tracker(db: Path | str, *args: str) -> Result:
-    return alpha("tracker", "--db", str(db), *args)
+    return invoke("tracker", "--db", str(db), *args)
 
 
 @pytest.fixture
@@ -66,7 +62,7 @@ class TestReads:
         """`show` prints an item or a run with its evidence, as text or JSON."""
         run = tracker(db, "run", "start", "--lane", "distributed-device").stdout.strip()
         sealed_stream(tmp_path / "s.aos")
-        assert 0 == alpha("observe", "attach", str(tmp_path / "s.aos"), "--tracker", str(db), "--run", run).exit_code
+        assert 0 == invoke("observe", "attach", str(tmp_path / "s.aos"), "--tracker", str(db), "--run", run).exit_code
         shown = json.loads(tracker(db, "show", run, "--json").stdout)
         assert ("run", "running", 1) == (shown["type"], shown["state"], len(shown["evidence"]))
         assert "pass" == shown["evidence"][0]["verdict"]
@@ -92,7 +88,7 @@ class TestRefusals:
         """Recording a physical pass with only a static stream prints the named refusal and exits 1."""
         run = tracker(db, "run", "start").stdout.strip()
         sealed_stream(tmp_path / "s.aos", scope="static")
-        alpha("observe", "attach", str(tmp_path / "s.aos"), "--tracker", str(db), "--run", run)
+        invoke("observe", "attach", str(tmp_path / "s.aos"), "--tracker", str(db), "--run", run)
         result = tracker(db, "run", "finish", run, "--state", "completed", "--physical-pass")
         assert 1 == result.exit_code
         assert result.stderr.startswith(f"refused: tracker-physical-pass: run {run}: ")
@@ -102,7 +98,7 @@ class TestRefusals:
         """Marking a hardware item verified with a static pass is refused, and links nothing."""
         run = tracker(db, "run", "start").stdout.strip()
         sealed_stream(tmp_path / "s.aos", scope="static")
-        alpha("observe", "attach", str(tmp_path / "s.aos"), "--tracker", str(db), "--run", run)
+        invoke("observe", "attach", str(tmp_path / "s.aos"), "--tracker", str(db), "--run", run)
         tracker(db, "run", "finish", run, "--state", "completed")
         result = tracker(db, "item", "set", "H1", "--status", "verified", "--run", run)
         assert 1 == result.exit_code
@@ -122,7 +118,7 @@ class TestRefusals:
         run = tracker(db, "run", "start").stdout.strip()
         sealed_stream(tmp_path / "s.aos")
         flip_byte(tmp_path / "s.aos")
-        result = alpha("observe", "attach", str(tmp_path / "s.aos"), "--tracker", str(db), "--run", run)
+        result = invoke("observe", "attach", str(tmp_path / "s.aos"), "--tracker", str(db), "--run", run)
         assert 1 == result.exit_code
         assert result.stderr.startswith("refused: stream-")
 

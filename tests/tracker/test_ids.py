@@ -7,11 +7,10 @@ import re
 import uuid
 
 import pytest
-from click.testing import CliRunner
 
 from aos.refusals import Refusal
-from observe.cli.root import main
 from tests.helpers.backends import PlainClient, integrity_errors
+from tests.helpers.cli import Cli
 from tracker import records
 from tracker.audit import audit
 from tracker.ci import CiJob, ci_job
@@ -34,17 +33,16 @@ class TestRunIds:
         assert len(ids) == len(set(ids))
         assert new_run_id(2_000_000_000_000_000_000) > new_run_id(1_999_999_999_999_000_000)
 
-    def test_run_start_prints_a_text_id_alone(self, tracker_db: str) -> None:
+    def test_run_start_prints_a_text_id_alone(self, tracker_db: str, cli: Cli) -> None:
         """`run start` prints the new id alone; it names the run everywhere, as does a unique prefix."""
         db = tracker_db
-        runner = CliRunner()
-        assert 0 == runner.invoke(main, ["tracker", "--db", db, "init"]).exit_code
-        out = runner.invoke(main, ["tracker", "--db", db, "run", "start", "--lane", "exit-zero"], env={}).stdout
+        assert 0 == cli("tracker", "--db", db, "init").exit_code
+        out = cli("tracker", "--db", db, "run", "start", "--lane", "exit-zero", env={}).stdout
         run = out.strip()
         assert (True, f"{run}\n") == (is_run_id(run), out)
-        shown = json.loads(runner.invoke(main, ["tracker", "--db", db, "show", run[:13], "--json"]).stdout)
+        shown = json.loads(cli("tracker", "--db", db, "show", run[:13], "--json").stdout)
         assert run == shown["id"]
-        result = runner.invoke(main, ["tracker", "--db", db, "run", "finish", run[:13], "--state", "failed"])
+        result = cli("tracker", "--db", db, "run", "finish", run[:13], "--state", "failed")
         assert (0, f"run {run}: failed\n") == (result.exit_code, result.stdout)
 
 
@@ -213,11 +211,10 @@ class TestCiJob:
         """GitHub Actions, GitLab and Buildkite name their job; anything else names none."""
         assert job == ci_job(env)
 
-    def test_run_start_records_the_job(self, tracker_db: str) -> None:
+    def test_run_start_records_the_job(self, tracker_db: str, cli: Cli) -> None:
         """`run start` under GitHub Actions records provider, job URL and commit; `show` prints them."""
         db = tracker_db
-        runner = CliRunner()
-        runner.invoke(main, ["tracker", "--db", db, "init"])
+        cli("tracker", "--db", db, "init")
         env = {
             "GITHUB_ACTIONS": "true",
             "GITHUB_SERVER_URL": "https://github.com",
@@ -225,16 +222,16 @@ class TestCiJob:
             "GITHUB_RUN_ID": "42",
             "GITHUB_SHA": "c0ffee",
         }
-        out = runner.invoke(main, ["tracker", "--db", db, "run", "start"], env=env).stdout
+        out = cli("tracker", "--db", db, "run", "start", env=env).stdout
         run = out.strip()
         assert f"{run}\n" == out
-        shown = json.loads(runner.invoke(main, ["tracker", "--db", db, "show", run, "--json"]).stdout)
+        shown = json.loads(cli("tracker", "--db", db, "show", run, "--json").stdout)
         assert {
             "provider": "github",
             "job_url": "https://github.com/acme/lane/actions/runs/42",
             "commit": "c0ffee",
         } == (shown["ci"])
-        text = runner.invoke(main, ["tracker", "--db", db, "show", run]).stdout
+        text = cli("tracker", "--db", db, "show", run).stdout
         assert "  CI: github https://github.com/acme/lane/actions/runs/42 at c0ffee\n" in text
 
     def test_outside_ci_none(self, tracker_db: str) -> None:

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from aos.refusals import Refusal
 from aos.signing import generate_keypair, load_signer
-from observe.cli.root import main
 from tests.helpers.backends import PlainClient, without_triggers
+from tests.helpers.cli import Cli
 from tests.helpers.paths import ROOT
 from tracker import importing, records
 from tracker.attach import attach
@@ -453,33 +452,32 @@ class TestLegacyIds:
 
 
 class TestCli:
-    def test_import_and_refusal(self, tmp_path: Path, target: Any) -> None:
+    def test_import_and_refusal(self, tmp_path: Path, target: Any, cli: Cli) -> None:
         """`alpha tracker --db TARGET import SOURCE` prints what it did; a forged source prints
         `refused: tracker-import: ...` and exits 1."""
         db, conn = target
         conn.close()
         src = str(tmp_path / "a.sqlite3")
         small_source(src, tmp_path / "a")
-        runner = CliRunner()
-        r = runner.invoke(main, ["tracker", "--db", db, "import", src])
+        r = cli("tracker", "--db", db, "import", src)
         assert 0 == r.exit_code, r.output
         assert r.output.startswith(f"imported {Path(src).resolve()} (tracker ")
         assert "added: 1 milestones, 1 items, 1 runs, 1 evidence, 1 item_evidence" in r.output
         shutil.copy(src, tmp_path / "b.sqlite3")
         without_triggers(str(tmp_path / "b.sqlite3"), "UPDATE items SET status = 'planned'")
-        r = runner.invoke(main, ["tracker", "--db", str(tmp_path / "c.sqlite3"), "init"])
-        r = runner.invoke(main, ["tracker", "--db", str(tmp_path / "c.sqlite3"), "import", str(tmp_path / "b.sqlite3")])
+        r = cli("tracker", "--db", str(tmp_path / "c.sqlite3"), "init")
+        r = cli("tracker", "--db", str(tmp_path / "c.sqlite3"), "import", str(tmp_path / "b.sqlite3"))
         assert 1 == r.exit_code
         assert r.output.startswith("refused: tracker-import: the source ")
-        r = runner.invoke(main, ["tracker", "--db", db, "import", str(tmp_path / "absent.sqlite3"), "--json"])
+        r = cli("tracker", "--db", db, "import", str(tmp_path / "absent.sqlite3"), "--json")
         assert (1, True) == (r.exit_code, r.output.startswith("refused: tracker-missing: "))
 
-    def test_json(self, tmp_path: Path, target: Any) -> None:
+    def test_json(self, tmp_path: Path, target: Any, cli: Cli) -> None:
         """--json gives the counts and the journal entry."""
         db, conn = target
         conn.close()
         src = str(tmp_path / "a.sqlite3")
         small_source(src, tmp_path / "a")
-        r = CliRunner().invoke(main, ["tracker", "--db", db, "import", src, "--json"])
+        r = cli("tracker", "--db", db, "import", src, "--json")
         data = json.loads(r.output)
         assert (1, 1, 1) == (data["added"]["runs"], data["added"]["evidence"], data["journal_seq"])

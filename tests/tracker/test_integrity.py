@@ -16,11 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from aos.signing import generate_keypair, load_signer
-from observe.cli.root import main
 from tests.helpers.backends import PlainClient, integrity_errors, without_triggers
+from tests.helpers.cli import Cli
 from tracker import records
 from tracker.attach import attach
 from tracker.audit import AuditReport, audit
@@ -365,14 +364,14 @@ class TestJournal:
         assert any("does not follow from the entry before it" in p for p in report.journal)
         assert not report.ok
 
-    def test_signed_journal(self, tracker_db: str, tmp_path: Path) -> None:
+    def test_signed_journal(self, tracker_db: str, tmp_path: Path, cli: Cli) -> None:
         """With a signing key every entry is signed; re-chaining the journal without the key is named."""
         key, pub = generate_keypair(tmp_path / "tracker")
         db = tracker_db
         for args in (["init"], ["milestone", "add", "M1", "first"]):
-            result = CliRunner().invoke(main, ["tracker", "--db", str(db), "--signing-key", str(key), *args])
+            result = cli("tracker", "--db", str(db), "--signing-key", str(key), *args)
             assert 0 == result.exit_code, result.output
-        result = CliRunner().invoke(main, ["tracker", "--db", str(db), "audit", "--journal-key", str(pub)])
+        result = cli("tracker", "--db", str(db), "audit", "--journal-key", str(pub))
         assert 0 == result.exit_code, result.output
         assert "journal intact: 2 entries, every one signed by" in result.stdout
         # An attacker without the key re-chains the journal after an edit: every hash good, no signature.
@@ -389,14 +388,14 @@ class TestJournal:
             )
             prev = h
         raw.close()
-        result = CliRunner().invoke(main, ["tracker", "--db", str(db), "audit", "--journal-key", str(pub)])
+        result = cli("tracker", "--db", str(db), "audit", "--journal-key", str(pub))
         assert 1 == result.exit_code
         assert "journal entry 0 is not signed by the journal key" in result.stdout
         assert load_signer(key).key_id in result.stdout
 
 
 class TestAuditOutput:
-    def test_vacuum_through_the_tool_keeps_audit_clean(self, t: ExampleTracker) -> None:
+    def test_vacuum_through_the_tool_keeps_audit_clean(self, t: ExampleTracker, cli: Cli) -> None:
         """VACUUM moves SQLite's schema cookie: outside the tool it is named, through `alpha tracker vacuum` not.
         (PostgreSQL's VACUUM changes no schema: clean either way.)"""
         t.conn.close()
@@ -407,17 +406,17 @@ class TestAuditOutput:
             assert report_of(t.db).ok
         else:
             assert any("the schema was changed outside the tool" in p for p in report_of(t.db).rules)
-        result = CliRunner().invoke(main, ["tracker", "--db", str(t.db), "vacuum"])
+        result = cli("tracker", "--db", str(t.db), "vacuum")
         assert 0 == result.exit_code, result.output
         assert report_of(t.db).ok
 
-    def test_json(self, t: ExampleTracker) -> None:
+    def test_json(self, t: ExampleTracker, cli: Cli) -> None:
         """`audit --json` gives the journal's entries, head and problems beside streams and rules."""
         t.conn.close()
         raw = attacker(t.db)
         raw.execute("UPDATE runs SET note = 'x' WHERE id = ?", (t.open_run,))
         raw.close()
-        result = CliRunner().invoke(main, ["tracker", "--db", str(t.db), "audit", "--json"])
+        result = cli("tracker", "--db", str(t.db), "audit", "--json")
         assert 1 == result.exit_code
         data = json.loads(result.stdout)
         assert (False, []) == (data["ok"], data["rules"])
@@ -428,13 +427,13 @@ class TestAuditOutput:
         assert data["journal"]["entries"] > 10
         assert 32 == len(data["journal"]["tracker_id"])
 
-    def test_journal_key_mismatch(self, tmp_path: Path) -> None:
+    def test_journal_key_mismatch(self, tmp_path: Path, cli: Cli) -> None:
         """Entries signed by one key are named when audited against another."""
         key, _ = generate_keypair(tmp_path / "tracker")
         _, other = generate_keypair(tmp_path / "other")
         db = tmp_path / "t.sqlite3"
-        CliRunner().invoke(main, ["tracker", "--db", str(db), "--signing-key", str(key), "init"])
-        result = CliRunner().invoke(main, ["tracker", "--db", str(db), "audit", "--journal-key", str(other)])
+        cli("tracker", "--db", str(db), "--signing-key", str(key), "init")
+        result = cli("tracker", "--db", str(db), "audit", "--journal-key", str(other))
         assert 1 == result.exit_code
         assert f"journal entry 0 is signed by key {load_signer(key).key_id}, not by the journal key" in result.stdout
 
@@ -454,14 +453,14 @@ class TestAuditOutput:
         report = report_of(tmp_path / "t.sqlite3")
         assert f"journal entry 1 has a bad signature by key {load_signer(key).key_id}" in report.journal
 
-    def test_dropped_tables_are_findings(self, t: ExampleTracker) -> None:
+    def test_dropped_tables_are_findings(self, t: ExampleTracker, cli: Cli) -> None:
         """A client that drops the journal (or evidence) outright gets findings from audit, not a traceback."""
         t.conn.close()
         raw = attacker(t.db)
         raw.execute("DROP TABLE journal")
         raw.execute("DROP TABLE item_evidence")
         raw.close()
-        result = CliRunner().invoke(main, ["tracker", "--db", str(t.db), "audit"])
+        result = cli("tracker", "--db", str(t.db), "audit")
         assert 1 == result.exit_code
         missing = (
             'relation "journal" does not exist' if str(t.db).startswith("postgresql://") else "no such table: journal"

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from aos.refusals import Refusal
-from observe.cli.root import main
 from tests.helpers.backends import PlainClient, integrity_errors
+from tests.helpers.cli import Cli
 from tracker import db as trackerdb
 from tracker import pg, records
 from tracker.audit import audit, format_audit
@@ -193,14 +192,14 @@ class TestOpening:
             name = url.split("?")[0].rsplit("/", 1)[1]
             assert admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None
 
-    def test_empty_database(self, url: str, pg_server: Any) -> None:
+    def test_empty_database(self, url: str, pg_server: Any, cli: Cli) -> None:
         """An existing database without a tracker is tracker-missing to every command but init."""
         pg_server.create_database(url.split("?")[0].rsplit("/", 1)[1])
-        result = CliRunner().invoke(main, ["tracker", "--db", url, "status"])
+        result = cli("tracker", "--db", url, "status")
         assert 1 == result.exit_code
         assert result.stderr.startswith("refused: tracker-missing: no tracker at ")
-        assert 0 == CliRunner().invoke(main, ["tracker", "--db", url, "init"]).exit_code
-        assert 0 == CliRunner().invoke(main, ["tracker", "--db", url, "status"]).exit_code
+        assert 0 == cli("tracker", "--db", url, "init").exit_code
+        assert 0 == cli("tracker", "--db", url, "status").exit_code
 
     def test_other_database_refused(self, url: str, pg_server: Any) -> None:
         """Another application's database is refused as tracker-schema, by init and by open, and left alone."""
@@ -226,10 +225,10 @@ class TestOpening:
             trackerdb.connect(url)
         assert "tracker-schema" == info.value.name
 
-    def test_unreachable_server_and_password_kept_out(self, tmp_path: Path) -> None:
+    def test_unreachable_server_and_password_kept_out(self, tmp_path: Path, cli: Cli) -> None:
         """A server that is not there is tracker-database; the password in the URL is never printed."""
         url = f"postgresql://alice:s3cret@/db?host={tmp_path}&port=1"
-        result = CliRunner().invoke(main, ["tracker", "--db", url, "status"])
+        result = cli("tracker", "--db", url, "status")
         assert 1 == result.exit_code
         assert result.stderr.startswith("refused: tracker-database: postgresql://alice:***@/db")
         assert "s3cret" not in result.output + result.stderr
@@ -431,12 +430,12 @@ def test_local_server_runs_a_copy_of_its_binaries(tmp_path: Path) -> None:
             conn.close()
 
 
-def test_status_json_on_postgres(url: str, tmp_path: Path) -> None:
+def test_status_json_on_postgres(url: str, tmp_path: Path, cli: Cli) -> None:
     """`status --json` and `show --json` on a PostgreSQL tracker serialise (plain ints and strings, no Decimals)."""
     t = example_tracker(url, tmp_path)
     t.conn.close()
     runs = (["show", t.static_run, "--json"], ["run", "list", "--json"])
     for args in (["status", "--json"], ["next", "--json"], ["audit", "--json"], *runs):
-        result = CliRunner().invoke(main, ["tracker", "--db", url, *args])
+        result = cli("tracker", "--db", url, *args)
         assert 0 == result.exit_code, result.output
         json.loads(result.stdout)

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from aos.writer import StreamWriter
-from observe.cli.root import main
 from tests.helpers.backends import PlainClient
+from tests.helpers.cli import Cli
 from tests.helpers.paths import ROOT
 from tracker import records
 from tracker.attach import attach
@@ -321,29 +320,28 @@ def test_forged_ids_and_urls_stay_harmless(tracker_db: str, tmp_path: Path) -> N
     assert 'href="javascript' not in page
 
 
-def test_cli(built: Built, tmp_path: Path) -> None:
+def test_cli(built: Built, tmp_path: Path, cli: Cli) -> None:
     """`alpha tracker --db DB site DIR` says what it wrote; --json; a foreign folder is refused by name, exit 1."""
     out = tmp_path / "site"
-    runner = CliRunner()
-    r = runner.invoke(main, ["tracker", "--db", built.db, "site", str(out)])
+    r = cli("tracker", "--db", built.db, "site", str(out))
     assert 0 == r.exit_code, r.output
     assert re.match(rf"site {re.escape(str(out))}: index.html, 5 run page\(s\), \d+ stream report\(s\) ", r.output)
     assert "streams: 2 proven, 1 damaged, 1 missing" in r.output
-    r = runner.invoke(main, ["tracker", "--db", built.db, "site", str(out), "--json"])
+    r = cli("tracker", "--db", built.db, "site", str(out), "--json")
     data: dict[str, Any] = json.loads(r.output)
     assert [] == data["written"]
     assert {"proven": 2, "disagrees": 0, "damaged": 1, "missing": 1} == data["streams"]
     shutil.rmtree(out)
     out.mkdir()
     (out / "README").write_text("x")
-    r = runner.invoke(main, ["tracker", "--db", built.db, "site", str(out)])
+    r = cli("tracker", "--db", built.db, "site", str(out))
     assert 1 == r.exit_code
     assert r.output.startswith("refused: tracker-site-dir: ")
 
 
-def test_a_tracker_that_is_not_there(tmp_path: Path) -> None:
+def test_a_tracker_that_is_not_there(tmp_path: Path, cli: Cli) -> None:
     """No tracker at --db: tracker-missing, as every read command."""
-    r = CliRunner().invoke(main, ["tracker", "--db", str(tmp_path / "none.sqlite3"), "site", str(tmp_path / "s")])
+    r = cli("tracker", "--db", str(tmp_path / "none.sqlite3"), "site", str(tmp_path / "s"))
     assert 1 == r.exit_code
     assert r.output.startswith("refused: tracker-missing: ")
     assert not (tmp_path / "s").exists()

@@ -8,12 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from aos.refusals import Refusal
 from aos.verify import verify_stream
-from observe.cli.root import main
 from observe.store import push
+from tests.helpers.cli import Cli
 from tests.helpers.run import ALPHA
 from tests.helpers.s3 import S3Bucket
 from tracker import records
@@ -124,7 +123,7 @@ class TestAttachByUrl:
 
 class TestAuditFromTheStore:
     def test_another_machine_audits_with_no_local_copy(
-        self, conn: sqlite3.Connection, tmp_path: Path, s3_bucket: S3Bucket
+        self, conn: sqlite3.Connection, tmp_path: Path, s3_bucket: S3Bucket, cli: Cli
     ) -> None:
         """With every local copy gone, audit re-fetches each stream by URL and finds it intact."""
         url, _ = pushed(tmp_path, s3_bucket.url)
@@ -132,7 +131,7 @@ class TestAuditFromTheStore:
         report = audit(conn)
         assert report.ok, report.as_dict()
         assert [("ok", url)] == [(f.state, f.path) for f in report.streams]
-        result = CliRunner().invoke(main, ["tracker", "--db", str(tmp_path / "progress.sqlite3"), "audit"])
+        result = cli("tracker", "--db", str(tmp_path / "progress.sqlite3"), "audit")
         assert 0 == result.exit_code, result.output
         assert "1 intact, 0 changed, 0 missing" in result.stdout
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 
 from aos.verify import verify_stream
 from gates.testing import SyntheticStream
 from gates.verdict import Check, Verdict
 from observe.cli.root import main
+from tests.helpers.cli import Cli
 from tests.helpers.recorder import events
 from tests.helpers.run import ALPHA, alpha
 
@@ -249,9 +249,9 @@ def _commands(cmd: click.Command, path: list[str]) -> Iterator[tuple[list[str], 
 
 class TestHelp:
     @pytest.mark.parametrize("path", [p for p, _ in _commands(main, [])], ids=lambda p: " ".join(p) or "alpha")
-    def test_help_ends_with_an_example(self, path: list[str]) -> None:
+    def test_help_ends_with_an_example(self, path: list[str], cli: Cli) -> None:
         """Every command's --help ends with an example command line."""
-        r = CliRunner().invoke(main, [*path, "--help"], prog_name="alpha")
+        r = cli(*path, "--help", prog_name="alpha")
         lines = [line for line in r.output.splitlines() if line.strip()]
         assert 0 == r.exit_code
         assert "Example:" in r.output

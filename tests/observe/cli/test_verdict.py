@@ -7,14 +7,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from click.testing import CliRunner
 
 from aos.canonical import canonical_json
 from aos.chain import link
 from aos.verify import verify_stream
 from gates.testing import SyntheticStream, device_lane
 from gates.verdict import Check, Verdict
-from observe.cli.root import main
+from tests.helpers.cli import invoke as alpha_invoke
 
 
 def write_with_verdict(path: Path, verdict: Verdict | None, lane: SyntheticStream | None = None, **kw: object) -> Path:
@@ -29,7 +28,7 @@ def write_with_verdict(path: Path, verdict: Verdict | None, lane: SyntheticStrea
 
 
 def invoke(*args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(main, ["observe", "verdict", *args])
+    r = alpha_invoke("observe", "verdict", *args)
     return r.exit_code, r.stdout, r.stderr
 
 

@@ -18,14 +18,13 @@ from typing import Any
 
 import pytest
 from blake3 import blake3
-from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from aos.signing import Signer, load_signer
 from gates.testing import SyntheticStream
-from observe.cli.root import main
 from observe.interop.attest import PAYLOAD_TYPE, attest, level, pae
+from tests.helpers.cli import invoke
 from tests.helpers.paths import ASSETS, DOCS, ROOT
 
 EXIT_ZERO_TOML = ROOT / "gates" / "builtin" / "exit-zero.toml"
@@ -79,7 +78,7 @@ def keypair(tmp_path: Path, name: str) -> tuple[Path, Path, Signer]:
 
 
 def run(*args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(main, ["observe", "attest", *args])
+    r = invoke("observe", "attest", *args)
     return r.exit_code, r.stdout, r.stderr
 
 

@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from aos.event import Event
 from aos.reader import read_stream
 from gates.testing import SyntheticStream
-from observe.cli.root import main
+from tests.helpers.cli import invoke
 from tests.helpers.run import alpha
 
 # A lane with nested steps, output on both channels, receipts outside and inside a step,
@@ -50,7 +49,7 @@ def lane(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def export(stream: Path, fmt: str, out: Path) -> tuple[int, str]:
-    r = CliRunner().invoke(main, ["observe", "export", str(stream), "--format", fmt, "-o", str(out)])
+    r = invoke("observe", "export", str(stream), "--format", fmt, "-o", str(out))
     return r.exit_code, r.stderr
 
 

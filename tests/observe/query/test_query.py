@@ -12,12 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from aos.refusals import QuerySQL, StreamSeal, refusal_by_name
 from aos.writer import StreamWriter
 from gates.testing import SyntheticStream
-from observe.cli.root import main
 from observe.query.run import (
     CHECK_COLUMNS,
     EVENT_COLUMNS,
@@ -27,6 +25,7 @@ from observe.query.run import (
     query_sources,
     run_query,
 )
+from tests.helpers.cli import invoke as alpha_invoke
 from tests.helpers.paths import DOCS
 
 pytest.importorskip("duckdb")
@@ -36,7 +35,7 @@ DAY_NS = 86_400 * 10**9
 
 
 def invoke(*args: str) -> tuple[int, str, str]:
-    r = CliRunner().invoke(main, ["observe", "query", *args])
+    r = alpha_invoke("observe", "query", *args)
     return r.exit_code, r.stdout, r.stderr
 
 
