@@ -21,7 +21,7 @@ from aos.refusals import Refusal
 from aos.signing import load_public_key
 from aos.verify import verify_stream
 from tests.helpers.paths import ASSETS
-from tests.helpers.run import ALPHA
+from tests.helpers.run import alpha
 
 MANIFEST = json.loads((ASSETS / "MANIFEST.json").read_text())
 NULLS = sorted(n for n in MANIFEST if n.startswith("null-"))
@@ -43,7 +43,7 @@ READ_COMMANDS = (
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
     """``alpha observe ARGS`` as a real process (so a hang shows as a timeout)."""
-    return subprocess.run([ALPHA, "observe", *args], capture_output=True, timeout=timeout, check=False)
+    return alpha("observe", *args, timeout=timeout)
 
 
 def refused(path: Path, key: Path | None = None) -> Refusal:

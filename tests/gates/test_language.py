@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ import pytest
 from gates.language import ArtifactRule, GateFileError, ReceiptRule, StepRule, load_gate, parse_gate_text
 from gates.registry import UnknownGate, builtin_gates, resolve_gate
 from tests.helpers.paths import ROOT
+from tests.helpers.run import child_env
 
 SAMPLES = sorted((ROOT / "samples" / "gates").glob("*.toml"))
 
@@ -176,7 +176,7 @@ class TestDocumentedExamples:
         shutil.copytree(ROOT / "samples" / "gates", tmp_path / "samples" / "gates")
         got, want = [], []
         for i, (env_text, verdict, scope) in enumerate(expects):
-            env = {k: v for k, v in os.environ.items() if not k.startswith("NIGHTLY_")}
+            env = {k: v for k, v in child_env().items() if not k.startswith("NIGHTLY_")}
             env.update(dict(kv.split("=", 1) for kv in env_text.split()))
             out = tmp_path / f"run{i}.aos"
             argv = [

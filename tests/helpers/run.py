@@ -7,6 +7,10 @@ sees the same tool whether the suite runs by hand, inside ``alpha observe gate``
 ``AOS_``, ``GITHUB_``, ``GITLAB_``, ``CI_`` or ``BUILDKITE``, and ``CI``, ``GITLAB_CI``,
 ``NO_COLOR`` and ``FORCE_COLOR``. What a test passes in ``env`` is added on top of that
 (a value of ``None`` removes the variable), so a test that needs one of them says so.
+
+The same predicate (:func:`foreign`) clears this process's environment before every test
+(tests/conftest.py), so a process a test starts another way (``Popen``, a pty, ``os.execv``)
+inherits the same environment as one started through :func:`alpha`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any
 
 #: The ``alpha`` console script of this interpreter's installation (its bin folder first).
 ALPHA = shutil.which("alpha", path=str(Path(sys.executable).parent)) or shutil.which("alpha") or "alpha"
@@ -44,28 +48,6 @@ def child_env(env: Mapping[str, str | None] | None = None) -> dict[str, str]:
     return full
 
 
-@overload
-def alpha(
-    *args: str,
-    cwd: Path | str | None = ...,
-    env: Mapping[str, str | None] | None = ...,
-    input: bytes | None = ...,
-    check: bool = ...,
-    timeout: float = ...,
-    text: Literal[False] = ...,
-    **kw: Any,
-) -> subprocess.CompletedProcess[bytes]: ...
-@overload
-def alpha(
-    *args: str,
-    cwd: Path | str | None = ...,
-    env: Mapping[str, str | None] | None = ...,
-    input: str | None = ...,
-    check: bool = ...,
-    timeout: float = ...,
-    text: Literal[True],
-    **kw: Any,
-) -> subprocess.CompletedProcess[str]: ...
 def alpha(
     *args: str,
     cwd: Path | str | None = None,

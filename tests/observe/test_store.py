@@ -22,7 +22,7 @@ from aos.refusals import Refusal
 from aos.verify import verify_stream
 from observe.store import fetch, open_store, push
 from tests.helpers.paths import ROOT
-from tests.helpers.run import ALPHA
+from tests.helpers.run import alpha, child_env
 from tests.helpers.s3 import S3Bucket, free_port
 from tracker.testing import sealed_stream
 
@@ -57,17 +57,6 @@ def big_stream(path: Path, mib: int) -> Path:
     finally:
         w.close()
     return path
-
-
-def alpha(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [ALPHA, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
 
 
 @pytest.fixture
@@ -407,30 +396,32 @@ class TestCli:
 
     def test_push_and_fetch(self, stream: Path, tmp_path: Path) -> None:
         """push prints the URL alone; the default store is ./aos-store; fetch prints where the stream went."""
-        done = alpha("observe", "push", str(stream), cwd=tmp_path)
+        done = alpha("observe", "push", str(stream), cwd=tmp_path, text=True, timeout=300)
         assert 0 == done.returncode, done.stderr
         url = done.stdout.strip()
         assert url == (tmp_path / "aos-store" / f"{verify_stream(stream).file_blake3}.aos").as_uri()
-        done = alpha("observe", "fetch", url, "-o", str(tmp_path / "x.aos"))
+        done = alpha("observe", "fetch", url, "-o", str(tmp_path / "x.aos"), text=True, timeout=300)
         assert (0, f"{tmp_path / 'x.aos'}\n") == (done.returncode, done.stdout)
         assert stream.read_bytes() == (tmp_path / "x.aos").read_bytes()
 
     def test_s3(self, stream: Path, tmp_path: Path, s3_bucket: S3Bucket) -> None:
         """The commands reach S3 through the AWS variables; a folder as -o keeps the stored name."""
-        done = alpha("observe", "push", str(stream), "--store", f"{s3_bucket.url}/runs")
+        done = alpha("observe", "push", str(stream), "--store", f"{s3_bucket.url}/runs", text=True, timeout=300)
         assert 0 == done.returncode, done.stderr
         url = done.stdout.strip()
         assert url.startswith(f"{s3_bucket.url}/runs/")
-        done = alpha("observe", "fetch", url, "-o", str(tmp_path))
+        done = alpha("observe", "fetch", url, "-o", str(tmp_path), text=True, timeout=300)
         assert 0 == done.returncode, done.stderr
         assert stream.read_bytes() == (tmp_path / url.rsplit("/", 1)[1]).read_bytes()
 
     def test_refusals_print_their_names(self, asset: Callable[[str], Path], tmp_path: Path) -> None:
         """A refused push or fetch prints `refused: NAME: detail` and exits 1."""
-        done = alpha("observe", "push", str(asset("unsealed.aos")), "--store", str(tmp_path / "st"))
+        done = alpha(
+            "observe", "push", str(asset("unsealed.aos")), "--store", str(tmp_path / "st"), text=True, timeout=300
+        )
         assert (1, "") == (done.returncode, done.stdout)
         assert done.stderr.startswith("refused: stream-unsealed: ")
-        done = alpha("observe", "fetch", "ftp://x/y.aos", "-o", str(tmp_path / "o.aos"))
+        done = alpha("observe", "fetch", "ftp://x/y.aos", "-o", str(tmp_path / "o.aos"), text=True, timeout=300)
         assert 1 == done.returncode
         assert done.stderr.startswith("refused: store-url: ")
 
@@ -446,14 +437,14 @@ class TestReadme:
         section = text[text.index("## Evidence beyond one machine") : text.index("## Documentation")]
         (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
         for argv in (["tracker", "init"], ["tracker", "run", "start", "--lane", "exit-zero"]):
-            done = alpha(*argv, cwd=tmp_path)
+            done = alpha(*argv, cwd=tmp_path, text=True, timeout=300)
             assert 0 == done.returncode, done.stderr
         sealed_stream(tmp_path / "ci.aos", gate="exit-zero", scope="command")  # recorded after the run started
         script = block.replace("s3://evidence", s3_bucket.url)
         done = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", script],
             cwd=tmp_path,
-            env={**os.environ, "RUN": done.stdout.strip()},
+            env=child_env({"RUN": done.stdout.strip()}),
             capture_output=True,
             text=True,
             timeout=300,

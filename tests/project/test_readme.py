@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
 
 from tests.helpers.paths import ROOT
+from tests.helpers.run import child_env
 
 
 def _blocks() -> list[str]:
@@ -20,7 +20,7 @@ def _bash(script: str, cwd: Path, *, inside_recording: bool = False) -> subproce
     argv = ["bash", "-euo", "pipefail", "-c", script]
     if inside_recording:
         argv = ["alpha", "observe", "record", "--quiet", "--out", "inside.aos", "--", *argv]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AOS_")}
+    env = child_env()
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
 
 

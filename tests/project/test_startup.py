@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ from observe.devices.observers import NoObserver
 from observe.recorder import record as recorder
 from observe.recorder import sampler
 from tests.helpers.cli import invoke
+from tests.helpers.run import child_env
 
 #: Modules the plain ``record -- true`` path has no use for (each costs milliseconds to tens of them).
 HEAVY = ("cryptography", "jsonschema", "referencing", "psutil", "pynvml", "structlog", "re2", "jinja2", "ansi2html")
@@ -78,7 +78,7 @@ def test_receipt_and_step_load_neither_click_nor_the_format(tmp_path: Path, args
     library, observe.channel.client and aos.text only."""
     receipts = tmp_path / "receipts"
     receipts.write_bytes(b"")
-    env = dict(os.environ, AOS_RECEIPTS=str(receipts), AOS_CONTROL=str(tmp_path / "none"))
+    env = child_env({"AOS_RECEIPTS": str(receipts), "AOS_CONTROL": str(tmp_path / "none")})
     mods = loaded(args, tmp_path, env)
     assert "observe" in mods
     assert [] == sorted(m for m in ("click", "pyarrow", "dataclasses", "uuid", "platform", *HEAVY) if m in mods)
@@ -173,7 +173,7 @@ def test_bad_json_still_a_usage_error(tmp_path: Path) -> None:
     """A --json the fast path cannot take goes to click: the usual usage error (2), nothing written."""
     receipts = tmp_path / "receipts"
     receipts.write_bytes(b"")
-    env = dict(os.environ, AOS_RECEIPTS=str(receipts), AOS_CONTROL=str(tmp_path / "none"))
+    env = child_env({"AOS_RECEIPTS": str(receipts), "AOS_CONTROL": str(tmp_path / "none")})
     code = "import sys; sys.argv = ['alpha', 'observe', 'receipt', 'x', '--json', '[1]']; "
     code += "from observe.cli.entry import main; main()"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, check=False, timeout=60)

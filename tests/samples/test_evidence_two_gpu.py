@@ -28,6 +28,7 @@ from gates.evaluation import evaluate_events
 from gates.registry import resolve_gate
 from observe.readback.summary import artifact_bytes
 from tests.helpers.paths import ROOT
+from tests.helpers.run import child_env
 
 TWO_GPU = ROOT / "samples" / "evidence" / "two-gpu-h200"
 
@@ -406,7 +407,7 @@ class TestReadme:
 
     def test_observed_tables_are_the_streams(self) -> None:
         """The README's tables of what the recorder observed are observed.py's output over the streams."""
-        env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+        env = child_env({"PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])})
         out = subprocess.run(
             [sys.executable, str(TWO_GPU / "observed.py")],
             capture_output=True,

@@ -18,6 +18,7 @@ import pytest
 
 from aos.reader import read_stream
 from tests.helpers.paths import ROOT
+from tests.helpers.run import child_env
 
 TESTING = ROOT / "samples" / "lane" / "testing"
 LANES = {
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LANES.values() and not k.startswith("AOS_")}
+    env = child_env()
     env.update(extra)
     return env
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers.paths import ROOT
+from tests.helpers.run import child_env
 
 EXAMPLE = ROOT / "samples" / "tracker" / "example.sh"
 TWO_GPU = ROOT / "samples" / "tracker" / "two_gpu.sh"
@@ -17,7 +18,7 @@ EVIDENCE = ROOT / "samples" / "evidence" / "two-gpu-h200"
 
 
 def run_example(work: Path, script: Path = EXAMPLE) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ALPHA_")}
+    env = child_env()
     proc = subprocess.run(
         ["bash", str(script), str(work)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False
     )
@@ -123,7 +124,7 @@ TWO_RUNNERS = ROOT / "samples" / "tracker" / "two_runners.sh"
 
 
 def _two_runners(work: Path, extra_env: dict[str, str]) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ALPHA_", "AOS_"))}
+    env = child_env()
     env.update(extra_env)
     proc = subprocess.run(
         ["bash", str(TWO_RUNNERS), str(work)],

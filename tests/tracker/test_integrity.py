@@ -25,47 +25,19 @@ from tracker.attach import attach
 from tracker.audit import AuditReport, audit
 from tracker.db import connect, init
 from tracker.journal import entries
-from tracker.testing import ExampleTracker, example_tracker, sealed_stream
-
-
-@pytest.fixture(scope="module")
-def built(
-    tracker_backend: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> tuple[str, ExampleTracker]:
-    """The example tracker, built once per backend; each test gets a copy."""
-    work = tmp_path_factory.mktemp("tracker")
-    if tracker_backend == "postgresql":
-        db = request.getfixturevalue("pg_server").url(f"built_{work.name.replace('-', '_')}")
-    else:
-        db = str(work / "progress.sqlite3")
-    t = example_tracker(db, work)
-    if tracker_backend == "sqlite":
-        t.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    t.conn.close()
-    return db, t
+from tracker.testing import ExampleTracker, sealed_stream
 
 
 @pytest.fixture
-def t(
-    built: tuple[str, ExampleTracker], tracker_backend: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[ExampleTracker]:
+def t(example_built: tuple[str, ExampleTracker], example_copy: str) -> Iterator[ExampleTracker]:
     """A fresh copy of the example tracker (streams keep their absolute paths in the built folder)."""
-    source, proto = built
-    server = None
-    if tracker_backend == "postgresql":
-        server = request.getfixturevalue("pg_server")
-        name = f"t_{tmp_path.name.replace('-', '_')}"[:60]
-        db = server.create_database(name, template=source.split("?")[0].rsplit("/", 1)[1])
-    else:
-        db = str(tmp_path / "progress.sqlite3")
-        shutil.copy(source, db)
+    _source, proto = example_built
+    db = example_copy
     conn = connect(db)
     yield ExampleTracker(
         db, conn, proto.static_run, proto.physical_run, proto.open_run, proto.streams, proto.stream_ids
     )
     conn.close()
-    if server is not None:
-        server.drop_database(name)
 
 
 def attacker(db: Path | str) -> PlainClient:

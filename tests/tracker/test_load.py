@@ -7,7 +7,6 @@ Both backends (the ``tracker_backend`` fixture): an SQLite file, and a PostgreSQ
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.paths import ROOT
+from tests.helpers.run import child_env
 from tracker import records
 from tracker.audit import audit
 from tracker.db import connect, init, migrations
@@ -66,7 +66,7 @@ _INIT = textwrap.dedent(
 def start_together(tmp_path: Path, argvs: list[list[str]], timeout: float = 300) -> list[tuple[int, str, str]]:
     """Spawn every command, release them at once when all are ready, and return (exit, stdout, stderr) of each."""
     gate = tmp_path / "go"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = child_env({"PYTHONPATH": str(ROOT)})
     procs = [
         subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for argv in argvs
     ]

@@ -9,13 +9,12 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.helpers.backends import PlainClient, integrity_errors
 from tracker.ids import new_run_id
-from tracker.testing import ExampleTracker, example_tracker
+from tracker.testing import ExampleTracker
 
 _EVIDENCE = (
     "INSERT INTO evidence (run_id, stream_id, path, seal_head, file_digest, size, events, verdict, scope, gate,"
@@ -25,43 +24,15 @@ _EVIDENCE = (
 )
 
 
-@pytest.fixture(scope="module")
-def built(
-    tracker_backend: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> tuple[str, ExampleTracker]:
-    """A tracker in the example state, built once per backend; each test gets a copy."""
-    work = tmp_path_factory.mktemp("tracker")
-    if tracker_backend == "postgresql":
-        db = request.getfixturevalue("pg_server").url(f"built_{work.name.replace('-', '_')}")
-    else:
-        db = str(work / "progress.sqlite3")
-    t = example_tracker(db, work)
-    if tracker_backend == "sqlite":
-        t.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    t.conn.close()
-    return db, t
-
-
 @pytest.fixture
-def t(
-    built: tuple[str, ExampleTracker], tracker_backend: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[ExampleTracker]:
+def t(example_built: tuple[str, ExampleTracker], example_copy: str) -> Iterator[ExampleTracker]:
     """A fresh copy of the example tracker (runs: static completed, physical pass, open running),
     opened with a plain client of its backend (sqlite3: no foreign keys, no busy timeout)."""
-    source, proto = built
-    server = None
-    if tracker_backend == "postgresql":
-        server = request.getfixturevalue("pg_server")
-        name = f"t_{tmp_path.name.replace('-', '_')}"[:60]
-        db = server.create_database(name, template=source.split("?")[0].rsplit("/", 1)[1])
-    else:
-        db = str(tmp_path / "progress.sqlite3")
-        shutil.copy(source, db)
+    _source, proto = example_built
+    db = example_copy
     conn = PlainClient(db)
     yield ExampleTracker(db, conn, proto.static_run, proto.physical_run, proto.open_run, {}, proto.stream_ids)  # type: ignore[arg-type]
     conn.close()
-    if server is not None:
-        server.drop_database(name)
 
 
 def new_run(conn: PlainClient) -> str:

@@ -17,6 +17,7 @@ from aos.writer import StreamWriter
 from tests.helpers.backends import PlainClient
 from tests.helpers.cli import Cli
 from tests.helpers.paths import ROOT
+from tests.helpers.run import child_env
 from tracker import records
 from tracker.attach import attach
 from tracker.backends import Connection
@@ -377,10 +378,9 @@ def normalised(text: str, work: str) -> str:
 
 def run_sample(work: Path, script: str) -> Path:
     """Run ``samples/tracker/SCRIPT WORK`` as a user would (no ALPHA_ variables of the suite's); return WORK."""
-    import os
     import subprocess
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ALPHA_")}
+    env = child_env()
     proc = subprocess.run(
         ["bash", str(ROOT / "samples" / "tracker" / script), str(work)],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from aos.refusals import Refusal
 from aos.verify import verify_stream
 from observe.store import push
 from tests.helpers.cli import Cli
-from tests.helpers.run import ALPHA
+from tests.helpers.run import alpha
 from tests.helpers.s3 import S3Bucket
 from tracker import records
 from tracker.attach import attach
@@ -110,13 +109,7 @@ class TestAttachByUrl:
         run = records.start_run(c, lane="distributed-device")
         c.close()
         url, _ = pushed(tmp_path, f"{s3_bucket.url}/p")
-        done = subprocess.run(
-            [ALPHA, "observe", "attach", url, "--tracker", str(db), "--run", run, "--json"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        done = alpha("observe", "attach", url, "--tracker", str(db), "--run", run, "--json", text=True, timeout=300)
         assert 0 == done.returncode, done.stderr
         assert f'"path": "{url}"' in done.stdout
 

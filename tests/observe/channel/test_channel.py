@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 
 from observe.channel.protocol import FrameReader, ReceiptTail, encode_frame, parse_receipt_line, receipt_line
 from tests.helpers.recorder import events, index, kinds, one, output, record
-from tests.helpers.run import ALPHA, alpha
+from tests.helpers.run import alpha, child_env
 
 
 class TestParseReceiptLine:
@@ -187,20 +186,13 @@ class TestOutsideARecording:
     )
     def test_says_so_and_fails(self, args: list[str]) -> None:
         """receipt, step and artifact outside a recording exit 2 with a clear message."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AOS_")}
-        proc = subprocess.run([ALPHA, "observe", *args], capture_output=True, env=env, check=False)
+        proc = alpha("observe", *args)
         assert 2 == proc.returncode
         assert b"not inside a recording" in proc.stderr
 
     def test_step_standalone_runs_anyway(self) -> None:
         """step --standalone runs its command outside a recording and keeps its exit code."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AOS_")}
-        proc = subprocess.run(
-            [ALPHA, "observe", "step", "s", "--standalone", "--", "sh", "-c", "echo ran; exit 6"],
-            capture_output=True,
-            env=env,
-            check=False,
-        )
+        proc = alpha("observe", "step", "s", "--standalone", "--", "sh", "-c", "echo ran; exit 6")
         assert (6, b"ran\n") == (proc.returncode, proc.stdout)
 
 
@@ -211,7 +203,7 @@ class TestLightPath:
         receipts = tmp_path / "receipts"
         receipts.write_bytes(b"")
         code = f"import sys; sys.argv = ['alpha', 'observe', *{args!r}]; from observe.cli.root import main; main()"
-        env = dict(os.environ, AOS_RECEIPTS=str(receipts), AOS_CONTROL=str(tmp_path / "none"))
+        env = child_env({"AOS_RECEIPTS": str(receipts), "AOS_CONTROL": str(tmp_path / "none")})
         proc = subprocess.run(
             [sys.executable, "-X", "importtime", "-c", code], capture_output=True, env=env, check=False
         )

@@ -25,7 +25,7 @@ from observe.channel.protocol import FrameReader, encode_json
 from observe.recorder.record import RecordOptions
 from observe.recorder.record import record as run_record
 from tests.helpers.recorder import events, record
-from tests.helpers.run import ALPHA
+from tests.helpers.run import alpha, child_env
 
 
 def _env_of(path: Path) -> dict[str, str]:
@@ -40,9 +40,8 @@ class TestLateClients:
         late: list[subprocess.CompletedProcess[bytes]] = []
 
         def hook(_writer: object) -> None:  # the recording is over; only the seal is left
-            env = {k: v for k, v in os.environ.items() if not k.startswith("AOS_")}
-            env.update({k: v for k, v in _env_of(envfile).items() if k in ("AOS_RECEIPTS", "AOS_CONTROL")})
-            late.append(subprocess.run([ALPHA, "observe", "receipt", "late"], env=env, capture_output=True, timeout=60))
+            env = {k: v for k, v in _env_of(envfile).items() if k in ("AOS_RECEIPTS", "AOS_CONTROL")}
+            late.append(alpha("observe", "receipt", "late", env=env))
 
         out = tmp_path / "late.aos"
         result = run_record(["sh", "-c", f"env > {envfile}"], RecordOptions(out=out, quiet=True), before_seal=hook)
@@ -118,7 +117,7 @@ def fake(request: pytest.FixtureRequest) -> Iterator[tuple[_FakeRecorder, dict[s
     receipts = short / "receipts"
     receipts.write_bytes(b"")
     server = _FakeRecorder(short, ack_end=ack_end, ack_sync=ack_sync)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AOS_")}
+    env = child_env()
     env.update(AOS_RECEIPTS=str(receipts), AOS_CONTROL=server.path, FAKE_RECEIPTS=str(receipts))
     try:
         yield server, env
@@ -134,7 +133,7 @@ class TestClientsWithoutAcknowledgement:
     def test_step_whose_end_is_not_acknowledged_exits_125(self, fake: tuple[_FakeRecorder, dict[str, str]]) -> None:
         """A step whose step.end the recorder never acknowledged exits 125, not its command's 0."""
         server, env = fake
-        proc = subprocess.run([ALPHA, "observe", "step", "s", "--", "true"], env=env, capture_output=True, timeout=60)
+        proc = alpha("observe", "step", "s", "--", "true", env=env)
         assert ["step.start", "step.end"] == server.ops
         assert 125 == proc.returncode, proc.stderr
         assert b"not recorded" in proc.stderr
@@ -143,16 +142,14 @@ class TestClientsWithoutAcknowledgement:
     def test_step_acknowledged_keeps_its_exit_code(self, fake: tuple[_FakeRecorder, dict[str, str]]) -> None:
         """With both ends acknowledged, step exits with its command's own code."""
         _server, env = fake
-        proc = subprocess.run(
-            [ALPHA, "observe", "step", "s", "--", "sh", "-c", "exit 3"], env=env, capture_output=True, timeout=60
-        )
+        proc = alpha("observe", "step", "s", "--", "sh", "-c", "exit 3", env=env)
         assert 3 == proc.returncode, proc.stderr
 
     @pytest.mark.parametrize("fake", [(True, False)], indirect=True)
     def test_receipt_not_confirmed_exits_1(self, fake: tuple[_FakeRecorder, dict[str, str]]) -> None:
         """A receipt the recorder does not confirm exits 1 and says so."""
         server, env = fake
-        proc = subprocess.run([ALPHA, "observe", "receipt", "r"], env=env, capture_output=True, timeout=60)
+        proc = alpha("observe", "receipt", "r", env=env)
         assert ["receipts.sync"] == server.ops
         assert 1 == proc.returncode
         assert b"did not confirm" in proc.stderr
@@ -161,7 +158,7 @@ class TestClientsWithoutAcknowledgement:
     def test_receipt_confirmed_exits_0(self, fake: tuple[_FakeRecorder, dict[str, str]]) -> None:
         """A confirmed receipt exits 0, after asking for the confirmation with its line's end offset."""
         server, env = fake
-        proc = subprocess.run([ALPHA, "observe", "receipt", "r"], env=env, capture_output=True, timeout=60)
+        proc = alpha("observe", "receipt", "r", env=env)
         assert (0, ["receipts.sync"]) == (proc.returncode, server.ops), proc.stderr
 
     def test_step_that_cannot_reach_the_recorder_runs_and_exits_125(self, tmp_path: Path) -> None:
@@ -169,11 +166,8 @@ class TestClientsWithoutAcknowledgement:
         receipts = tmp_path / "receipts"
         receipts.write_bytes(b"")
         marker = tmp_path / "ran"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AOS_")}
-        env.update(AOS_RECEIPTS=str(receipts), AOS_CONTROL=str(tmp_path / "nobody"))
-        proc = subprocess.run(
-            [ALPHA, "observe", "step", "s", "--", "touch", str(marker)], env=env, capture_output=True, timeout=60
-        )
+        env = {"AOS_RECEIPTS": str(receipts), "AOS_CONTROL": str(tmp_path / "nobody")}
+        proc = alpha("observe", "step", "s", "--", "touch", str(marker), env=env)
         assert marker.exists()
         assert 125 == proc.returncode
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +17,9 @@ from gates.testing import SyntheticStream
 from observe.recorder.gating import run_gate
 from observe.recorder.record import RecordOptions
 from tests.helpers.paths import MUTANTS
+from tests.helpers.run import alpha
 
 LANE = MUTANTS / "device_lane.sh"
-
-
-def alpha(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[bytes]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("ALPHA_", "AOS_", "GITHUB_ACTIONS", "MUTANT"))}
-    full.update(env or {})
-    return subprocess.run(["alpha", *args], cwd=cwd, env=full, capture_output=True, timeout=timeout)
 
 
 def sealed_verdict(path: Path) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from gates.verdict import Check, Verdict
 from observe.cli.root import main
 from tests.helpers.cli import Cli
 from tests.helpers.recorder import events
-from tests.helpers.run import ALPHA, alpha
+from tests.helpers.run import ALPHA, alpha, child_env
 
 
 def gate_stream(tmp_path: Path, script: str, *opts: str) -> tuple[subprocess.CompletedProcess[bytes], Path]:
@@ -201,16 +201,9 @@ class TestNestedAlpha:
             '"$AOS_ALPHA" observe receipt via-env --status pass\n'
         )
         (tmp_path / "lane.sh").write_text(script)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AOS_", "VIRTUAL_ENV"))}
-        env["PATH"] = bare_path
-        p = subprocess.run(
-            [ALPHA, "observe", "gate", "exit-zero", "--quiet", "--out", "s.aos", "--", "sh", "lane.sh"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
+        env = {"VIRTUAL_ENV": None, "PATH": bare_path}
+        argv = ["observe", "gate", "exit-zero", "--quiet", "--out", "s.aos", "--", "sh", "lane.sh"]
+        p = alpha(*argv, cwd=tmp_path, env=env, timeout=120)
         assert 0 == p.returncode, p.stderr
         names = [e.attrs["name"] for e in events(tmp_path / "s.aos") if e.kind == "receipt"]
         assert ["built", "via-env"] == names
@@ -221,16 +214,9 @@ class TestNestedAlpha:
         fake.mkdir()
         (fake / "alpha").write_text("#!/bin/sh\necho wrong-alpha >&2\nexit 9\n")
         (fake / "alpha").chmod(0o755)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AOS_")}
-        env["PATH"] = f"{fake}:{bare_path}"
-        p = subprocess.run(
-            [ALPHA, "observe", "record", "--quiet", "--out", "s.aos", "--", "sh", "-c", "alpha observe receipt mine"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
+        env = {"PATH": f"{fake}:{bare_path}"}
+        argv = ["observe", "record", "--quiet", "--out", "s.aos", "--", "sh", "-c", "alpha observe receipt mine"]
+        p = alpha(*argv, cwd=tmp_path, env=env, timeout=120)
         assert (0, b"") == (p.returncode, p.stderr)
         assert ["mine"] == [e.attrs["name"] for e in events(tmp_path / "s.aos") if e.kind == "receipt"]
 
@@ -260,19 +246,16 @@ class TestHelp:
     def test_gate_names_complete(self) -> None:
         """bash completion offers the gate names for gate NAME."""
         env = {
-            **os.environ,
             "_ALPHA_COMPLETE": "bash_complete",
             "COMP_WORDS": "alpha observe gate di",
             "COMP_CWORD": "3",
         }
-        p = subprocess.run([ALPHA], env=env, capture_output=True, timeout=60, check=False)
+        p = alpha(env=env)
         assert b"plain,distributed-device\n" == p.stdout
 
     def test_completion_script(self) -> None:
         """The documented _ALPHA_COMPLETE=bash_source prints a completion script."""
-        p = subprocess.run(
-            [ALPHA], env={**os.environ, "_ALPHA_COMPLETE": "bash_source"}, capture_output=True, timeout=60, check=False
-        )
+        p = alpha(env={"_ALPHA_COMPLETE": "bash_source"})
         assert b"_alpha_completion" in p.stdout
 
 
@@ -317,7 +300,7 @@ class TestColourAndWidth:
     def test_colour_on_a_terminal_and_no_color(self, tmp_path: Path) -> None:
         """On a terminal verdicts are coloured; NO_COLOR turns it off; FORCE_COLOR turns it on in a pipe."""
         path = str(_stream(tmp_path))
-        env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+        env = child_env()
         env["TERM"] = "xterm"
         tty = _on_a_terminal([ALPHA, "observe", "verdict", path], env)
         plain = _on_a_terminal([ALPHA, "observe", "verdict", path], {**env, "NO_COLOR": "1"})

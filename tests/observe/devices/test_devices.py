@@ -26,6 +26,7 @@ from observe.devices.observers import (
 )
 from observe.devices.simulated import SimulatedObserver
 from tests.helpers.recorder import events, index, kinds, one, output, record
+from tests.helpers.run import child_env
 
 FAST = ("--sample-interval", "0.05")
 GIB = 1 << 30
@@ -259,7 +260,7 @@ class TestModes:
             "sys.argv = ['alpha', 'observe', 'record', *sys.argv[1:]]\n"
             "main()\n"
         )
-        env = {k: v for k, v in os.environ.items() if k != "ALPHA_OBSERVE_SIMULATED_GPUS"}
+        env = child_env()
         proc = subprocess.run(
             [sys.executable, str(driver), "--quiet", "--out", str(out), *args],
             env=env,

@@ -26,6 +26,7 @@ from gates.testing import SyntheticStream
 from observe.interop.attest import PAYLOAD_TYPE, attest, level, pae
 from tests.helpers.cli import invoke
 from tests.helpers.paths import ASSETS, DOCS, ROOT
+from tests.helpers.run import child_env
 
 EXIT_ZERO_TOML = ROOT / "gates" / "builtin" / "exit-zero.toml"
 
@@ -561,14 +562,13 @@ class TestReadOnce:
 class TestDocs:
     def test_ci_md_attesting_block_runs(self, tmp_path: Path) -> None:
         """docs/CI.md's "Attesting" example runs as written and leaves a signed, verifiable envelope and exports."""
-        import os
         import re
         import subprocess
 
         text = (DOCS / "CI.md").read_text(encoding="utf-8")
         section = text[text.index("## Attesting") :]
         block = re.findall(r"```sh\n(.*?)```", section, flags=re.S)[0]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AOS_")}
+        env = child_env()
         done = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", block],
             cwd=tmp_path,

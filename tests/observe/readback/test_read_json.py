@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from aos.event import Event
 from aos.reader import read_stream
 from aos.writer import StreamWriter
 from observe.readback.summary import event_json
+from tests.helpers.run import alpha
 
 ALPHA = shutil.which("alpha", path=str(Path(sys.executable).parent)) or "alpha"
 
@@ -35,10 +35,7 @@ def stream(path: Path) -> None:
 
 
 def read(path: Path) -> subprocess.CompletedProcess[bytes]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run(
-        [ALPHA, "observe", "read", "--json", str(path)], capture_output=True, env=env, timeout=120, check=False
-    )
+    return alpha("observe", "read", "--json", str(path), env={"PYTHONUNBUFFERED": "1"}, timeout=120)
 
 
 def test_lines_are_each_events_json(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from observe.recorder import capture
 from observe.recorder.capture import Capture, _Source
 from observe.secrets.masking import Masker, SecretSet
 from tests.helpers.recorder import events, output, record
-from tests.helpers.run import ALPHA
+from tests.helpers.run import ALPHA, child_env
 
 PY = sys.executable
 
@@ -123,7 +123,7 @@ def test_a_flood_then_a_pause_is_echoed_whole(tmp_path: Path) -> None:
 def test_the_allocator_choice_stays_in_the_recorder(tmp_path: Path, outer: str | None) -> None:
     """The recorder picks Arrow's system allocator for itself: the command's environment (and the recorded
     one) is the recorder's own, with ARROW_DEFAULT_MEMORY_POOL as it was (absent or the user's value)."""
-    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    env = child_env({"ARROW_DEFAULT_MEMORY_POOL": None})
     if outer is not None:
         env["ARROW_DEFAULT_MEMORY_POOL"] = outer
     script = "import os; print(repr(os.environ.get('ARROW_DEFAULT_MEMORY_POOL')))"

@@ -31,7 +31,7 @@ from gates.registry import resolve_gate
 from gates.testing import DEVICE_CONFIG_VARS
 from tests.helpers.paths import ATTACKS
 from tests.helpers.recorder import events, one, output, record
-from tests.helpers.run import ALPHA, alpha
+from tests.helpers.run import ALPHA, alpha, child_env
 
 ATTACK = ATTACKS / "swap_stream.py"
 
@@ -245,7 +245,7 @@ def test_command_of_another_user_cannot_open_the_recorders_descriptors(tmp_path:
             timeout=60,
             check=False,
             cwd=shared,
-            env={**os.environ, "SEAL_KEY": key.read_text()},
+            env=child_env({"SEAL_KEY": key.read_text()}),
         )
     finally:
         shutil.rmtree(shared, ignore_errors=True)

@@ -20,7 +20,7 @@ from observe.secrets.masking import MASK, SECRET_NAME_PARTS, SECRET_NAME_WORDS, 
 from observe.secrets.sources import read_mask_file, secrets_for_recording
 from tests.helpers.paths import DOCS
 from tests.helpers.recorder import events, one, output, record
-from tests.helpers.run import alpha
+from tests.helpers.run import alpha, child_env
 
 
 def _blob(evs: list[Event]) -> bytes:
@@ -201,7 +201,7 @@ class TestMaskSources:
 
     def test_unset_mask_env_warns_and_records(self, tmp_path: Path) -> None:
         """--mask-env naming an unset variable warns on stderr; the recording goes on."""
-        env = {k: v for k, v in os.environ.items() if k != "NOT_SET_ANYWHERE"}
+        env = child_env({"NOT_SET_ANYWHERE": None})
         proc, path = record(tmp_path, ["true"], "--mask-env", "NOT_SET_ANYWHERE", env=env)
         assert 0 == proc.returncode
         assert b"NOT_SET_ANYWHERE" in proc.stderr
