@@ -1,6 +1,6 @@
 """The report of a big stream: wall time, page size and peak memory, at two stream sizes.
 
-Builds a sealed stream with the writer (``tests/report_util.synthetic_stream``: steps printing
+Builds a sealed stream with the writer (``tests/helpers/report.synthetic_stream``: steps printing
 incompressible log lines, telemetry for two GPUs) of SIZE and of SIZE/8, writes the report of each
 in a child process (``alpha observe report``'s library call), and prints the child's wall time,
 peak RSS (``ru_maxrss``) and the page's size, and ``verify``'s wall time on the same file as the
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
 CHILD = """
 import sys, time, resource
@@ -85,9 +85,8 @@ def measure(stream: Path, work: Path) -> tuple[float, int, int, int, float]:
 
 
 def main() -> None:
-    from report_util import synthetic_stream
-
     from observe.report.write import CAPS
+    from tests.helpers.report import synthetic_stream
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("size", nargs="?", default=os.environ.get("AOS_BENCH_REPORT_SIZE", "1G"), type=size_arg)

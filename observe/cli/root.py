@@ -38,7 +38,7 @@ def _register() -> None:
     from observe.cli import record as cli_record
     from observe.cli import report as cli_report
     from observe.cli import store as cli_store
-    from tracker import cli as tracker_cli
+    from observe.cli import tracker as tracker_cli
 
     for command in (
         *cli_read.COMMANDS,

@@ -5,7 +5,7 @@
 Writes sealed.aos (unsigned), signed.aos with test-key.pub (its private key
 test-key.key is published here on purpose: it signs test vectors and nothing
 else), and vectors.json: for every event its canonical encoding and hash, the
-genesis, and what each seal commits to. tests/test_vectors.py regenerates these
+genesis, and what each seal commits to. tests/aos/test_vectors.py regenerates these
 files and checks they are identical, and verifies them with an independent
 implementation written from docs/FORMAT.md alone.
 """

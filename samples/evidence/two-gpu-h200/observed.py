@@ -14,7 +14,7 @@ A process is placed in the step its ``steps`` attr names (the recorder's own
 attribution of a tree process), else in the run step whose ``step.start`` and
 ``step.end`` enclose the observation; a process seen in the ``start``
 observation (before the command ran) gets its own ``before the command`` row.
-tests/test_evidence_two_gpu.py checks that the README holds this output.
+tests/samples/test_evidence_two_gpu.py checks that the README holds this output.
 """
 
 from __future__ import annotations

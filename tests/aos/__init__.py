@@ -1,0 +1,1 @@
+"""Tests of aos: the stream format, its writer, reader, verifier and signatures."""

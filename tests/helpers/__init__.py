@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: paths, the subprocess runner and its environment, recordings, backends, browsers."""

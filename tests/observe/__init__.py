@@ -1,0 +1,1 @@
+"""Tests of observe: the recorder and the commands around it, one folder per subpackage."""

@@ -1,0 +1,1 @@
+"""Tests of observe.channel: receipts and steps sent from inside a recording."""

@@ -1,0 +1,1 @@
+"""Tests of observe.cli: the command line's surface, options, exit codes and refusals."""

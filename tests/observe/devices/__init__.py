@@ -1,0 +1,1 @@
+"""Tests of observe.devices: GPUs observed by the recorder, real and simulated."""

@@ -1,0 +1,1 @@
+"""Tests of observe.interop: attestations and exports to other formats."""

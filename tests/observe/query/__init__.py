@@ -1,0 +1,1 @@
+"""Tests of observe.query: SQL over verified events."""

@@ -1,0 +1,1 @@
+"""Tests of observe.readback: reading and following a stream."""

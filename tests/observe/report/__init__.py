@@ -1,0 +1,1 @@
+"""Tests of observe.report: the HTML report."""

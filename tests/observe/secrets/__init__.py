@@ -1,0 +1,1 @@
+"""Tests of observe.secrets: masking, the environment allow-list and the mask sources."""

@@ -1,0 +1,233 @@
+"""Start-up: what ``record -- true``, ``receipt`` and ``step`` import, and the click-free path that
+``receipt`` and ``step`` take (issue 16). Imports are checked, never times."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aos.reader import read_stream
+from aos.refusals import StreamWrite
+from observe.channel import client
+from observe.cli import entry
+from observe.devices.observers import NoObserver
+from observe.recorder import record as recorder
+from observe.recorder import sampler
+from tests.helpers.cli import invoke
+from tests.helpers.run import child_env
+
+#: Modules the plain ``record -- true`` path has no use for (each costs milliseconds to tens of them).
+HEAVY = ("cryptography", "jsonschema", "referencing", "psutil", "pynvml", "structlog", "re2", "jinja2", "ansi2html")
+HEAVY += ("duckdb", "boto3", "psycopg", "gates", "numpy")
+
+PROBE = """
+import json, sys
+sys.argv = ['alpha', *json.loads(sys.argv[1])]
+from observe.cli.entry import main
+try:
+    main()
+except SystemExit:
+    pass
+print(json.dumps(sorted({m.split('.')[0] for m, mod in sys.modules.items() if mod is not None})))
+"""
+
+
+def loaded(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> set[str]:
+    """The top-level modules loaded by the time ``alpha ARGS`` is done (run in a fresh interpreter)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args)],
+        capture_output=True,
+        cwd=cwd,
+        env=env,
+        check=False,
+        timeout=120,
+    )
+    lines = proc.stdout.decode().strip().splitlines()
+    assert lines, proc.stderr
+    return set(json.loads(lines[-1]))
+
+
+def test_record_true_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """`record -- true` with no --sign-key, no gate: no cryptography (it used to load it), no jsonschema,
+    psutil, pynvml, structlog, gates...; with --sign-key, cryptography is loaded (the probe sees imports)."""
+    mods = loaded(["observe", "record", "--quiet", "--out", str(tmp_path / "a.aos"), "--", "true"], tmp_path)
+    assert (tmp_path / "a.aos").exists()
+    assert [] == sorted(m for m in HEAVY if m in mods)
+    assert "pyarrow" in mods  # the writer's: the probe does see what was imported
+    subprocess.run(
+        [sys.executable, "-c", "import sys; from observe.cli.root import main; main()", "observe", "keygen", "k"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    )
+    signed = ["observe", "record", "--quiet", "--sign-key", "k.key", "--out", str(tmp_path / "b.aos"), "--", "true"]
+    assert "cryptography" in loaded(signed, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "args", [["observe", "receipt", "x", "--field", "a=1"], ["observe", "step", "s", "--", "true"]]
+)
+def test_receipt_and_step_load_neither_click_nor_the_format(tmp_path: Path, args: list[str]) -> None:
+    """A plain receipt or step imports no click, no pyarrow, no dataclasses (aos.event), no uuid: the standard
+    library, observe.channel.client and aos.text only."""
+    receipts = tmp_path / "receipts"
+    receipts.write_bytes(b"")
+    env = child_env({"AOS_RECEIPTS": str(receipts), "AOS_CONTROL": str(tmp_path / "none")})
+    mods = loaded(args, tmp_path, env)
+    assert "observe" in mods
+    assert [] == sorted(m for m in ("click", "pyarrow", "dataclasses", "uuid", "platform", *HEAVY) if m in mods)
+
+
+def test_the_shim_takes_the_fast_entry(tmp_path: Path) -> None:
+    """The recorder's own ``alpha`` ($AOS_ALPHA) starts through observe.cli.entry, as the installed script does."""
+    from observe.recorder.shim import alpha_shim
+
+    shim = Path(alpha_shim(str(tmp_path)))
+    assert b"from observe.cli.entry import main" in shim.read_bytes()
+
+
+RECEIPTS = [
+    ["x"],
+    ["x", "--status", "pass"],
+    ["x", "--field", "a=1", "--field", "b=x=y", "--status", "fail", "--status", "skip"],
+    ["x", "--json", '{"a": 1, "b": 2}', "--field", "a=3"],
+    ["", "--field", "k="],
+    ["x", "--field", "a"],
+    ["x", "--field", "=1"],
+    ["x", "--status", "PASS"],
+    ["x", "--status=pass"],
+    ["x", "--field", "-a=1"],
+    ["x", "--json", "[1]"],
+    ["x", "y"],
+    ["x", "--", "y"],
+    ["--status", "pass", "x"],
+    ["x", "--help"],
+    ["x", "--field"],
+]
+STEPS = [
+    ["s", "true"],
+    ["s", "--", "true"],
+    ["s", "--", "sh", "-c", "exit 3", "--", "x"],
+    ["s", "--standalone", "--", "true", "--standalone"],
+    ["s", "--standalone", "--standalone", "make", "-k"],
+    ["s", "make", "--", "-k"],
+    ["s", "--", "--standalone", "true"],
+    ["s", "--", "-x"],
+    ["s", "--"],
+    ["s"],
+    ["--standalone", "s", "true"],
+    ["s", "--help"],
+]
+
+
+def clicks(monkeypatch: pytest.MonkeyPatch, args: list[str]) -> tuple[Any, ...] | int:
+    """What click passes on to observe.channel.client for ``alpha observe ARGS`` (or its exit code, when none)."""
+    seen: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(client, "receipt", lambda name, status, fields: seen.append((name, status, fields)) or 0)
+    monkeypatch.setattr(client, "step", lambda name, argv, standalone: seen.append((name, standalone, argv)) or 0)
+    result = invoke("observe", *args)
+    return seen[0] if seen else result.exit_code
+
+
+@pytest.mark.parametrize("args", RECEIPTS, ids=repr)
+def test_fast_receipt_parses_as_click_does(monkeypatch: pytest.MonkeyPatch, args: list[str]) -> None:
+    """Every receipt the fast path takes, it takes exactly as click does; the rest goes to click."""
+    fast = entry.parse_receipt(args)
+    if fast is None:
+        return
+    name, status, fields, json_obj = fast
+    try:
+        merged = client.build_fields(fields, json_obj)
+    except ValueError:  # the fast path hands this one to click, whose usage error it is
+        assert 2 == clicks(monkeypatch, ["receipt", *args])
+        return
+    assert clicks(monkeypatch, ["receipt", *args]) == (name, status, merged)
+
+
+@pytest.mark.parametrize("args", STEPS, ids=repr)
+def test_fast_step_parses_as_click_does(monkeypatch: pytest.MonkeyPatch, args: list[str]) -> None:
+    """Every step the fast path takes, it takes exactly as click does (name, --standalone, the command)."""
+    fast = entry.parse_step(args)
+    if fast is None:
+        return
+    assert clicks(monkeypatch, ["step", *args]) == fast
+
+
+def test_fast_path_takes_the_plain_forms() -> None:
+    """The forms a lane uses take the fast path; anything unusual goes to click."""
+    assert entry.parse_receipt(["x", "--status", "pass", "--field", "n=3"]) == ("x", "pass", [("n", "3")], None)
+    assert entry.parse_step(["s", "--", "make", "-k"]) == ("s", False, ["make", "-k"])
+    for args in (["x", "--help"], ["x", "--status=pass"], ["x", "--field", "-a=1"], ["--status", "pass", "x"]):
+        assert entry.parse_receipt(args) is None
+    for args in (["s", "--help"], ["s", "--", "--standalone", "x"], ["s"], ["-s", "x"]):
+        assert entry.parse_step(args) is None
+
+
+def test_bad_json_still_a_usage_error(tmp_path: Path) -> None:
+    """A --json the fast path cannot take goes to click: the usual usage error (2), nothing written."""
+    receipts = tmp_path / "receipts"
+    receipts.write_bytes(b"")
+    env = child_env({"AOS_RECEIPTS": str(receipts), "AOS_CONTROL": str(tmp_path / "none")})
+    code = "import sys; sys.argv = ['alpha', 'observe', 'receipt', 'x', '--json', '[1]']; "
+    code += "from observe.cli.entry import main; main()"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, check=False, timeout=60)
+    assert 2 == proc.returncode, proc.stderr
+    assert b"must be a JSON object" in proc.stderr
+    assert b"" == receipts.read_bytes()
+
+
+class TrackedObserver(NoObserver):
+    """An observer that says on which thread it was opened and whether it was closed."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__("tracked")
+        self.log = log
+
+    def close(self) -> None:
+        self.log.append("closed")
+
+
+def tracked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    log: list[str] = []
+
+    def opening(mode: str, env: Any) -> TrackedObserver:
+        log.append(f"opened on {threading.current_thread().name}")
+        return TrackedObserver(log)
+
+    monkeypatch.setattr(sampler, "open_observer", opening)
+    return log
+
+
+def test_devices_open_while_the_recorder_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device observer opens on a thread of its own from the recording's first moment (NVML's ~0.1 s
+    overlaps pyarrow, the writer, the channel), and the start observation still precedes process.start."""
+    log = tracked(monkeypatch)
+    out = tmp_path / "a.aos"
+    result = recorder.record(["true"], recorder.RecordOptions(out=out, quiet=True))
+    assert 0 == result.exit_code
+    assert ["opened on aos-nvml-open", "closed"] == log
+    kinds = [ev.kind for ev in read_stream(out).events]
+    assert kinds.index("device.observed") < kinds.index("process.start")
+
+
+def test_devices_closed_when_the_recording_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An --out that exists is refused before anything runs; the observer already opening is closed."""
+    log = tracked(monkeypatch)
+    out = tmp_path / "a.aos"
+    out.write_bytes(b"")
+    with pytest.raises(StreamWrite):
+        recorder.record(["true"], recorder.RecordOptions(out=out, quiet=True))
+    assert ["opened on aos-nvml-open", "closed"] == log
+
+
+def test_no_observer_opened_with_devices_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--observe-devices off opens nothing."""
+    log = tracked(monkeypatch)
+    recorder.record(["true"], recorder.RecordOptions(out=tmp_path / "a.aos", quiet=True, observe_devices="off"))
+    assert [] == log

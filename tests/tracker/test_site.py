@@ -1,0 +1,475 @@
+"""`alpha tracker site DIR`: the site says what the attached streams prove, on both backends, idempotently."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aos.writer import StreamWriter
+from tests.helpers.backends import PlainClient
+from tests.helpers.cli import Cli
+from tests.helpers.paths import ROOT
+from tests.helpers.run import child_env
+from tracker import records
+from tracker.attach import attach
+from tracker.backends import Connection
+from tracker.db import connect, init
+from tracker.site import MANIFEST, TrackerSiteDir, build_site, write_site
+from tracker.testing import flip_byte, sealed_stream
+
+#: Untrusted text, as a runner or a recorded command could write it.
+FORGERY = '<script>window.__forged = 1</script><img src="https://example.invalid/x.png">'
+
+
+def forged_stream(path: Path, *, gate: str, verdict: str = "pass", scope: str = "physical") -> str:
+    """A sealed stream whose recorder-side attrs carry markup: a GPU name and an artifact path."""
+    w = StreamWriter(path, background_flush=False, fsync="never")
+    try:
+        w.append("stream.open", {"stream_id": w.stream_id, "argv": ["true"], "gate": gate, "labels": {"x": FORGERY}})
+        gpu = {"index": 0, "minor": 0, "uuid": "GPU-1111", "name": FORGERY, "memory": 1 << 30}
+        w.append("device.observed", {"phase": "start", "observer": "simulated", "driver": "580.1", "gpus": [gpu]})
+        w.append("process.start", {"pid": 1, "argv": ["true"]})
+        w.append(
+            "artifact",
+            {"path": FORGERY, "size": 3, "mode": 0o644, "sha256": "ab" * 32, "blake3": "cd" * 32, "content": "inline"},
+        )
+        exit_seq = w.append(
+            "process.exit", {"exit_code": 0, "signal": None, "timed_out": False, "duration_ns": 1, "rusage": {}}
+        )
+        checks = [{"name": "exit-zero", "status": "pass", "reason": FORGERY, "evidence": [exit_seq]}]
+        w.append("verdict", {"gate": gate, "verdict": verdict, "scope": scope, "checks": checks})
+        return w.seal().stream_id
+    finally:
+        w.close()
+
+
+@dataclass
+class Built:
+    db: str
+    conn: Connection
+    work: Path
+    runs: dict[str, str]
+    streams: dict[str, str]
+
+
+def build(db: str, work: Path) -> Built:
+    """Two milestones; a verified item (static pass), a verified hardware item (physical pass), a hardware item
+    with only a static run, an item never run; runs whose stream is missing, damaged, or holds markup."""
+    work.mkdir(parents=True, exist_ok=True)
+    conn = init(db)
+    records.add_milestone(conn, "M1", "Static lanes")
+    records.add_milestone(conn, "M2", "Physical " + FORGERY)
+    records.add_item(conn, "N1", "Build every role", "M1", status="implemented")
+    records.add_item(conn, "N2", "Check every executable", "M1", status="in-progress", depends_on=["N1"])
+    records.add_item(conn, "N9", "Never run: " + FORGERY, "M1")
+    records.add_item(conn, "H1", "Two GPUs, distributed lane", "M2", hardware=True)
+    records.add_item(conn, "H2", "Two GPUs, coordinate lane", "M2", hardware=True)
+    records.add_experiment(conn, "distributed", item="H1")
+    runs: dict[str, str] = {}
+    streams: dict[str, str] = {}
+
+    def run(name: str, scope: str = "static", verdict: str = "pass", lane: str = "distributed-device") -> Path:
+        runs[name] = records.start_run(conn, experiment="distributed", lane=lane, note=f"{name}: {FORGERY}")
+        path = work / f"{name}.aos"
+        streams[name] = sealed_stream(path, verdict=verdict, scope=scope, gate=lane).stream_id
+        attach(conn, path, runs[name])
+        return path
+
+    run("static")
+    records.finish_run(conn, runs["static"], "completed")
+    records.set_item(conn, "N2", status="verified", runs=[runs["static"]])
+    runs["physical"] = records.start_run(conn, lane="coordinate-device", note=FORGERY)
+    streams["physical"] = forged_stream(work / "physical.aos", gate="coordinate-device")
+    attach(conn, work / "physical.aos", runs["physical"])
+    records.add_measurement(conn, runs["physical"], "step-time", 0.25, "s")
+    records.finish_run(conn, runs["physical"], "completed", physical_pass=True)
+    records.set_item(conn, "H2", status="verified", runs=[runs["physical"]])
+    (run("missing")).unlink()
+    flip_byte(run("damaged"))
+    records.finish_run(conn, runs["damaged"], "failed")
+    runs["empty"] = records.start_run(conn, lane="exit-zero")
+    return Built(db, conn, work, runs, streams)
+
+
+@pytest.fixture
+def built(tracker_db: str, tmp_path: Path) -> Iterator[Built]:
+    b = build(tracker_db, tmp_path / "streams")
+    yield b
+    b.conn.close()
+
+
+def html(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+class TestModel:
+    def test_streams_prove_or_say_why_not(self, built: Built, tmp_path: Path) -> None:
+        """Each stream is proven, missing or damaged, as its file says; a run's verdict is its streams'."""
+        site = build_site(built.conn, tmp_path)
+        state = {s.stream_id: s.state for s in site.streams}
+        ids = built.streams
+        assert {ids["static"]: "proven", ids["physical"]: "proven", ids["missing"]: "missing"} == {
+            k: v for k, v in state.items() if k != ids["damaged"]
+        }
+        assert "damaged" == state[ids["damaged"]]
+        runs = site.runs_by_id
+        assert "pass" == runs[built.runs["static"]].verdict
+        assert "unproven" == runs[built.runs["missing"]].verdict
+        assert "no evidence" == runs[built.runs["empty"]].verdict
+        assert runs[built.runs["physical"]].physical_pass_proven
+        assert not runs[built.runs["static"]].physical_pass_proven
+
+    def test_honest_status(self, built: Built, tmp_path: Path) -> None:
+        """Implemented is not verified; a verified item is shown verified when its streams prove it; hardware
+        items without a physical run are listed as such; an item with no run is listed as not run."""
+        site = build_site(built.conn, tmp_path)
+        shown = {i: it.shown for i, it in site.items.items()}
+        assert {"N1": "implemented", "N2": "verified", "N9": "planned", "H1": "planned", "H2": "verified"} == shown
+        assert ["N1", "N9", "H2"] != [i.id for i in site.not_run]
+        assert {"N1", "N9"} == {i.id for i in site.not_run}
+        assert [("H1", ["static"])] == [(i.id, scopes) for i, scopes in site.no_physical_run]
+
+    def test_observed_devices_and_artifacts_come_from_the_stream(self, built: Built, tmp_path: Path) -> None:
+        """The GPUs (with driver and observer) and artifacts are read from the stream's events."""
+        site = build_site(built.conn, tmp_path)
+        run = site.runs_by_id[built.runs["physical"]]
+        assert [("GPU-1111", "simulated", "580.1")] == [(g.uuid, g.observer, g.driver) for g in run.gpus]
+        assert [("ab" * 32, 3)] == [(a.sha256, a.size) for s in run.streams for a in s.artifacts]
+
+    def test_a_row_that_disagrees_with_its_stream(self, tracker_db: str, tmp_path: Path) -> None:
+        """A failing stream whose row was edited to say pass (a trigger dropped) cannot make its item verified
+        on the site: the stream's verdict is shown, the row named as disagreeing, the item as claimed."""
+        conn = init(tracker_db)
+        try:
+            records.add_milestone(conn, "M1", "m")
+            records.add_item(conn, "N1", "n", "M1")
+            run = records.start_run(conn, lane="exit-zero")
+            sid = sealed_stream(tmp_path / "f.aos", verdict="fail", gate="exit-zero").stream_id
+            attach(conn, tmp_path / "f.aos", run)
+            records.finish_run(conn, run, "completed")
+            plain = PlainClient(tracker_db)
+            try:
+                plain.drop_trigger("evidence_update", "evidence")
+                plain.execute("UPDATE evidence SET verdict = 'pass'")
+                plain.commit()
+            finally:
+                plain.close()
+            records.set_item(conn, "N1", status="verified", runs=[run])  # the rule reads the edited row
+            site = build_site(conn, tmp_path / "fetch")
+        finally:
+            conn.close()
+        (stream,) = site.streams
+        assert (sid, "disagrees", "fail") == (stream.stream_id, stream.state, stream.verdict)
+        assert ["verdict: 'pass' in the tracker, 'fail' in the stream"] == stream.differ
+        item = site.items["N1"]
+        assert "claimed-verified" == item.shown
+        assert f"its stream {sid}'s sealed verdict is fail" in item.proof
+        assert "fail" == site.runs_by_id[run].verdict
+
+    def test_a_stream_attached_from_a_store(self, tracker_db: str, tmp_path: Path) -> None:
+        """A stream attached by URL is fetched from the store: proven while there, missing once gone."""
+        from observe.store import push
+
+        conn = init(tracker_db)
+        try:
+            run = records.start_run(conn, lane="distributed-device")
+            sealed_stream(tmp_path / "s.aos")
+            url = push(tmp_path / "s.aos", f"file://{tmp_path / 'store'}")
+            (tmp_path / "s.aos").unlink()
+            attach(conn, url, run)
+            out = tmp_path / "site"
+            first = write_site(conn, out)
+            assert ["proven"] == [s.state for s in first.site.streams]
+            assert url in html(out / first.site.runs[0].page)
+            for f in (tmp_path / "store").iterdir():
+                f.unlink()
+            second = write_site(conn, out)
+        finally:
+            conn.close()
+        (stream,) = second.site.streams
+        assert "missing" == stream.state
+        assert stream.detail.startswith("not in the store")
+        assert "stream not available here" in html(out / second.site.runs[0].page)
+
+
+class TestFiles:
+    def test_pages_and_idempotence(self, built: Built, tmp_path: Path) -> None:
+        """Index, a page per run; regenerating writes nothing and gives the same bytes."""
+        out = tmp_path / "site"
+        first = write_site(built.conn, out)
+        pages = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        assert {"index.html", MANIFEST} | {f"runs/{r}.html" for r in built.runs.values()} <= set(pages)
+        manifest = json.loads(pages[MANIFEST])
+        assert set(first.files) == set(manifest["files"]) == set(pages) - {MANIFEST}
+        second = write_site(built.conn, out)
+        assert ([], sorted(first.files)) == (second.written, second.unchanged)
+        again = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        assert pages == again
+        index = html(out / "index.html")
+        for item in ("N1", "N2", "N9", "H1", "H2"):
+            assert f'id="item-{item}"' in index
+        assert "stream not available here" in html(out / f"runs/{built.runs['missing']}.html")
+        damaged = html(out / f"runs/{built.runs['damaged']}.html")
+        assert "the file no longer matches the digest recorded at attach" in damaged
+
+    def test_regenerating_from_another_tracker_removes_old_pages_only(self, built: Built, tmp_path: Path) -> None:
+        """Pages that no longer belong go; a file the site did not write, or a page edited by hand, stays."""
+        out = tmp_path / "site"
+        write_site(built.conn, out)
+        (out / "notes.txt").write_text("mine")
+        edited = out / f"runs/{built.runs['static']}.html"
+        edited.write_text("edited by hand")
+        other = init(str(tmp_path / "other.sqlite3"))
+        try:
+            new_run = records.start_run(other, lane="exit-zero")
+            result = write_site(other, out)
+        finally:
+            other.close()
+        old_runs = [f"runs/{r}.html" for r in built.runs.values() if r != built.runs["static"]]
+        reports = [f"streams/{built.streams[k]}.html" for k in ("static", "physical")]
+        assert sorted(old_runs + reports) == result.removed
+        assert not (out / "streams").exists()  # the folder the site made, now empty
+        assert [f"runs/{built.runs['static']}.html"] == result.kept
+        assert "mine" == (out / "notes.txt").read_text()
+        assert "edited by hand" == edited.read_text()
+        assert {"index.html", f"runs/{new_run}.html"} == set(json.loads((out / MANIFEST).read_text())["files"])
+
+    def test_refuses_a_folder_that_is_not_a_site(self, built: Built, tmp_path: Path) -> None:
+        """A non-empty folder without our manifest, one with someone else's manifest, or a file of someone else's
+        where a page goes: tracker-site-dir, and nothing is written or removed."""
+        foreign = tmp_path / "docs"
+        foreign.mkdir()
+        (foreign / "index.html").write_text("someone's page")
+        with pytest.raises(TrackerSiteDir) as info:
+            write_site(built.conn, foreign)
+        assert "tracker-site-dir" == info.value.name
+        assert ["index.html"] == [p.name for p in foreign.iterdir()]
+        (foreign / MANIFEST).write_text(json.dumps({"generator": "another tool", "files": {}}))
+        with pytest.raises(TrackerSiteDir):
+            write_site(built.conn, foreign)
+        ours = tmp_path / "site"
+        write_site(built.conn, ours)
+        (ours / "index.html").unlink()
+        manifest = json.loads((ours / MANIFEST).read_text())
+        del manifest["files"]["index.html"]
+        (ours / MANIFEST).write_text(json.dumps(manifest | {"generator": "alpha tracker site"}))
+        (ours / "index.html").write_text("someone's page")
+        with pytest.raises(TrackerSiteDir, match="was not written by"):
+            write_site(built.conn, ours)
+        assert "someone's page" == (ours / "index.html").read_text()
+        afile = tmp_path / "a-file"
+        afile.write_text("x")
+        with pytest.raises(TrackerSiteDir):
+            write_site(built.conn, afile)
+
+    def test_untrusted_text_is_escaped(self, built: Built, tmp_path: Path) -> None:
+        """Titles, notes, GPU names and artifact paths holding markup come out as text, never as markup."""
+        out = tmp_path / "site"
+        write_site(built.conn, out)
+        pages = [out / "index.html", *sorted((out / "runs").iterdir())]
+        for page in pages:
+            text = html(page)
+            assert "<script" not in text, page
+            assert "<img" not in text, page
+            assert "script-src" not in text  # the policy allows no script at all
+        assert "&lt;script&gt;window.__forged = 1&lt;/script&gt;" in html(out / f"runs/{built.runs['physical']}.html")
+        assert "Never run: &lt;script&gt;" in html(out / "index.html")
+
+
+def test_forged_ids_and_urls_stay_harmless(tracker_db: str, tmp_path: Path) -> None:
+    """A stream id edited to a path (a trigger dropped) names no file outside the site; a CI job URL that is
+    not http(s) is shown, never linked."""
+    conn = init(tracker_db)
+    try:
+        ci = {
+            "GITHUB_ACTIONS": "true",
+            "GITHUB_SERVER_URL": "javascript:alert(1)//",
+            "GITHUB_REPOSITORY": "o/r",
+            "GITHUB_RUN_ID": "1",
+        }
+        run = records.start_run(conn, lane="distributed-device", environ=ci)
+        real = sealed_stream(tmp_path / "s.aos").stream_id
+        attach(conn, tmp_path / "s.aos", run)
+        plain = PlainClient(tracker_db)
+        try:
+            plain.drop_trigger("evidence_update", "evidence")
+            plain.execute("UPDATE evidence SET stream_id = '../../evil'")
+            plain.commit()
+        finally:
+            plain.close()
+        out = tmp_path / "deep" / "site"
+        result = write_site(conn, out)
+    finally:
+        conn.close()
+    assert not (tmp_path / "evil.html").exists()
+    assert not (tmp_path / "deep" / "evil.html").exists()
+    assert [f"streams/{real}.html"] == [f for f in result.files if f.startswith("streams/")]
+    (stream,) = result.site.streams
+    assert re.fullmatch(r"stream-x[0-9a-f]{32}", stream.anchor)
+    assert "disagrees" == stream.state
+    assert stream.differ[0].startswith("stream_id: '../../evil' in the tracker")
+    page = html(out / result.site.runs[0].page)
+    assert "github javascript:alert(1)/o/r/actions/runs/1<" in page
+    assert 'href="javascript' not in page
+
+
+def test_cli(built: Built, tmp_path: Path, cli: Cli) -> None:
+    """`alpha tracker --db DB site DIR` says what it wrote; --json; a foreign folder is refused by name, exit 1."""
+    out = tmp_path / "site"
+    r = cli("tracker", "--db", built.db, "site", str(out))
+    assert 0 == r.exit_code, r.output
+    assert re.match(rf"site {re.escape(str(out))}: index.html, 5 run page\(s\), \d+ stream report\(s\) ", r.output)
+    assert "streams: 2 proven, 1 damaged, 1 missing" in r.output
+    r = cli("tracker", "--db", built.db, "site", str(out), "--json")
+    data: dict[str, Any] = json.loads(r.output)
+    assert [] == data["written"]
+    assert {"proven": 2, "disagrees": 0, "damaged": 1, "missing": 1} == data["streams"]
+    shutil.rmtree(out)
+    out.mkdir()
+    (out / "README").write_text("x")
+    r = cli("tracker", "--db", built.db, "site", str(out))
+    assert 1 == r.exit_code
+    assert r.output.startswith("refused: tracker-site-dir: ")
+
+
+def test_a_tracker_that_is_not_there(tmp_path: Path, cli: Cli) -> None:
+    """No tracker at --db: tracker-missing, as every read command."""
+    r = cli("tracker", "--db", str(tmp_path / "none.sqlite3"), "site", str(tmp_path / "s"))
+    assert 1 == r.exit_code
+    assert r.output.startswith("refused: tracker-missing: ")
+    assert not (tmp_path / "s").exists()
+
+
+def test_connect_reads_only(built: Built, tmp_path: Path) -> None:
+    """Writing the site changes nothing in the tracker (its journal has as many entries after)."""
+    before = built.conn.execute("SELECT count(*) FROM journal").fetchone()[0]
+    write_site(built.conn, tmp_path / "site")
+    conn = connect(built.db)
+    try:
+        assert before == conn.execute("SELECT count(*) FROM journal").fetchone()[0]
+    finally:
+        conn.close()
+
+
+# -- the committed sample: samples/tracker/site, the site of samples/tracker/example.sh's tracker ----------
+
+SAMPLE = ROOT / "samples" / "tracker" / "site"
+REGENERATE = (
+    "regenerate it: bash samples/tracker/example.sh && "
+    "alpha tracker --db ${TMPDIR:-/tmp}/alpha-tracker-example/progress.sqlite3 site samples/tracker/site"
+)
+
+
+def normalised(text: str, work: str) -> str:
+    """A page with what differs between two runs of the example (ids, times, digests, its folder) replaced."""
+    text = text.replace(work, "WORK")
+    text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "RUN", text)
+    text = re.sub(r"\b[0-9a-f]{32,64}\b", "HEX", text)
+    return re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", "TIME", text)
+
+
+def run_sample(work: Path, script: str) -> Path:
+    """Run ``samples/tracker/SCRIPT WORK`` as a user would (no ALPHA_ variables of the suite's); return WORK."""
+    import subprocess
+
+    env = child_env()
+    proc = subprocess.run(
+        ["bash", str(ROOT / "samples" / "tracker" / script), str(work)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False,
+    )  # fmt: skip
+    assert 0 == proc.returncode, proc.stdout + proc.stderr
+    return work
+
+
+def test_sample_site(tmp_path: Path) -> None:
+    """The example's tracker gives the same bytes when its site is written again; the committed sample is a
+    complete site of ours, its index what the tool writes today, and regenerating over it is accepted."""
+    work = run_sample(tmp_path / "example", "example.sh")
+    conn = connect(str(work / "progress.sqlite3"))
+    try:
+        out = tmp_path / "site"
+        first = write_site(conn, out)
+        before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        second = write_site(conn, out)
+        assert [] == second.written
+        assert before == {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        assert 3 == len(first.files)  # index, the run, the stream's report
+
+        manifest = unedited(SAMPLE, REGENERATE)
+        sample_work = re.search(r"<code>(/[^<]*)/distributed-static\.aos</code>", html(SAMPLE / first_run(SAMPLE)))
+        assert sample_work is not None
+        assert normalised(html(SAMPLE / "index.html"), sample_work.group(1)) == normalised(
+            html(out / "index.html"), str(work)
+        ), f"samples/tracker/site is not what `alpha tracker site` writes today; {REGENERATE}"
+
+        copy = tmp_path / "sample-copy"
+        shutil.copytree(SAMPLE, copy)
+        again = write_site(conn, copy)
+        assert sorted(set(manifest["files"]) - {"index.html"}) == again.removed
+        assert sorted(again.files) == sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*.html"))
+    finally:
+        conn.close()
+
+
+def unedited(site: Path, regenerate: str) -> dict[str, Any]:
+    """The manifest of a committed site, after checking it lists every file and each file's SHA-256."""
+    manifest: dict[str, Any] = json.loads((site / MANIFEST).read_text())
+    present = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()} - {MANIFEST}
+    assert set(manifest["files"]) == present, regenerate
+    for rel, digest in manifest["files"].items():
+        assert hashlib.sha256((site / rel).read_bytes()).hexdigest() == digest, f"{rel} was edited; {regenerate}"
+    return manifest
+
+
+TWO_GPU_SITE = ROOT / "samples" / "tracker" / "two-gpu-site"
+TWO_GPU_REGENERATE = (
+    "regenerate it: bash samples/tracker/two_gpu.sh && rm -rf samples/tracker/two-gpu-site && "
+    "cp -r ${TMPDIR:-/tmp}/alpha-tracker-two-gpu/site samples/tracker/two-gpu-site"
+)
+
+
+def test_two_gpu_sample_site(tmp_path: Path) -> None:
+    """samples/tracker/two-gpu-site is the site two_gpu.sh writes today (issue 15): every page the same once
+    run ids, times and the checkout's folder are set aside; it shows the lanes' physical passes as proven by
+    the streams and the controls' runs as what they are."""
+    work = run_sample(tmp_path / "two-gpu", "two_gpu.sh")
+    manifest = unedited(TWO_GPU_SITE, TWO_GPU_REGENERATE)
+    written = json.loads((work / "site" / MANIFEST).read_text())
+    assert (1, 5, 8) == (
+        len([f for f in manifest["files"] if f == "index.html"]),
+        len([f for f in manifest["files"] if f.startswith("runs/")]),
+        len([f for f in manifest["files"] if f.startswith("streams/")]),
+    )
+
+    def pages(site: Path, files: dict[str, str], folder: str) -> list[str]:
+        # The checkout's folder, only where it names the committed streams: a stream's own recorded cwd
+        # (the lent machine's) stays as it is. Runs sort by id, that is by registration.
+        return [normalised(html(site / f), f"{folder}/samples/evidence/") for f in sorted(files)]
+
+    committed = re.search(
+        r"<code>(/[^<]*)/samples/evidence/two-gpu-h200/", html(TWO_GPU_SITE / sorted(manifest["files"])[1])
+    )
+    assert committed is not None
+    assert pages(TWO_GPU_SITE, manifest["files"], committed.group(1)) == pages(
+        work / "site", written["files"], str(ROOT)
+    ), f"samples/tracker/two-gpu-site is not what two_gpu.sh writes today; {TWO_GPU_REGENERATE}"
+
+    index = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html(TWO_GPU_SITE / "index.html")))
+    assert "3 work items across 1 milestone: 3 verified (proven by their streams)" in index
+    assert "5 runs, 3 completed, 1 failed, 1 inconclusive; 3 physical passes proven by their streams" in index
+    assert "8 attached streams: 8 proven" in index
+    for uuid in ("GPU-bb5a03ab-c28f-2074-5197-3838b9dd4798", "GPU-275f8d7e-27b9-87cf-bff1-529752b689a5"):
+        assert 6 == index.count(uuid)  # observed by the recorder in each of the five runs, and the GPUs' table
+
+
+def first_run(site: Path) -> str:
+    (page,) = (site / "runs").iterdir()
+    return page.relative_to(site).as_posix()
