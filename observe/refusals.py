@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from aos.refusals import Refusal
 
-__all__ = ["KeyExists", "KeyWrite"]
+__all__ = ["KeyExists", "KeyWrite", "OutExists"]
 
 
 class KeyExists(Refusal):
@@ -21,3 +21,13 @@ class KeyWrite(Refusal):
     """``keygen`` cannot write the key pair (a missing folder, no permission, a full disk)."""
 
     name = "key-write"
+
+
+class OutExists(Refusal):
+    """``record`` or ``gate`` was given an ``--out`` that already exists: evidence is never overwritten.
+
+    Refused before the command runs, with exit 2 (the caller's choice, as a usage
+    error; never 125, which says the recorder itself failed).
+    """
+
+    name = "out-exists"

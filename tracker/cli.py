@@ -18,21 +18,23 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from observe.cli.options import Exit, example, json_option, private_key, public_key, reports_refusals
+from observe.cli.options import (
+    Exit,
+    db_option,
+    example,
+    json_option,
+    public_key,
+    public_key_option,
+    reports_refusals,
+    sign_key_options,
+    signing_key,
+)
 
 if TYPE_CHECKING:
     from aos.refusals import Refusal
     from tracker.backends import Connection
 
 __all__ = ["attach_command", "tracker_group"]
-
-_DB_HELP = (
-    "The tracker: an SQLite file (default ./progress.sqlite3, or $ALPHA_TRACKER_DB),"
-    " or a PostgreSQL database, postgresql://USER@HOST/DB."
-)
-_SIGNING_KEY_HELP = (
-    "The tracker's own Ed25519 private key (or $ALPHA_TRACKER_SIGNING_KEY): signs every journal entry written."
-)
 
 
 def _db_refusal(exc: Exception) -> Refusal | None:
@@ -45,11 +47,11 @@ def _db_refusal(exc: Exception) -> Refusal | None:
 #: Every tracker command reports its refusals, the database's included, and exits 1.
 _refusals = reports_refusals(Exit.FAIL, translate=_db_refusal)
 
-_signing_key_option = click.option(
-    "--signing-key",
-    type=click.Path(dir_okay=False, path_type=Path),
+#: The tracker's own private key: ``--sign-key`` (once ``--signing-key``, still accepted) or ``--sign-key-env``.
+_sign_key_options = sign_key_options(
+    "every journal entry written (the tracker's own key)",
+    aliases=("--signing-key",),
     envvar="ALPHA_TRACKER_SIGNING_KEY",
-    help=_SIGNING_KEY_HELP,
 )
 
 
@@ -57,7 +59,7 @@ _signing_key_option = click.option(
 def _open(ctx: click.Context) -> Iterator[Connection]:
     from tracker.db import connect
 
-    conn = connect(ctx.obj["db"], signer=private_key(ctx.obj["signing_key"]))
+    conn = connect(ctx.obj["db"], signer=signing_key(*ctx.obj["sign_key"]))
     try:
         yield conn
     finally:
@@ -74,22 +76,17 @@ _json_option = json_option("Print JSON instead of text.")
 # -- alpha observe attach ------------------------------------------------------------
 
 
-@example("alpha observe attach ci.aos --tracker progress.sqlite3 --run 3")
+@example("alpha observe attach ci.aos --db progress.sqlite3 --run 3")
 @click.command("attach")
 @click.argument("stream", type=click.Path(dir_okay=False))  # a str: a store URL must keep its "//"
-@click.option(
-    "--tracker",
-    "db",
-    default="progress.sqlite3",
-    show_default=True,
-    envvar="ALPHA_TRACKER_DB",
-    help="The tracker: an SQLite file, or postgresql://USER@HOST/DB.",
-)
+@db_option(aliases=("--tracker",))
 @click.option("--run", "run", required=True, help="The run (its id) the stream is evidence for.")
-@_signing_key_option
+@_sign_key_options
 @_json_option
 @_refusals
-def attach_command(stream: str, db: str, run: str, signing_key: Path | None, as_json: bool) -> None:
+def attach_command(
+    stream: str, db: str, run: str, sign_key: Path | None, sign_key_env: str | None, as_json: bool
+) -> None:
     """Verify a sealed stream and attach it to a run in the tracker.
 
     STREAM is a path, or a store URL as `alpha observe push` prints it
@@ -108,7 +105,7 @@ def attach_command(stream: str, db: str, run: str, signing_key: Path | None, as_
     from tracker.attach import attach as attach_stream
     from tracker.db import connect
 
-    conn = connect(db, signer=private_key(signing_key))
+    conn = connect(db, signer=signing_key(sign_key, sign_key_env))
     try:
         a = attach_stream(conn, stream, run)
     finally:
@@ -127,16 +124,10 @@ def attach_command(stream: str, db: str, run: str, signing_key: Path | None, as_
 
 @example("alpha tracker --db progress.sqlite3 status")
 @click.group("tracker")
-@click.option(
-    "--db",
-    default="progress.sqlite3",
-    show_default=True,
-    envvar="ALPHA_TRACKER_DB",
-    help=_DB_HELP,
-)
-@_signing_key_option
+@db_option()
+@_sign_key_options
 @click.pass_context
-def tracker_group(ctx: click.Context, db: str, signing_key: Path | None) -> None:
+def tracker_group(ctx: click.Context, db: str, sign_key: Path | None, sign_key_env: str | None) -> None:
     """The progress tracker: work items, runs, and the sealed streams that are their evidence.
 
     The rules live in the database (SQLite or PostgreSQL triggers), so every client is held to
@@ -144,11 +135,11 @@ def tracker_group(ctx: click.Context, db: str, signing_key: Path | None) -> None
     evidence from a completed run, a hardware item only with a sealed pass of
     scope physical; a physical pass needs such a stream on the run. Every change
     made through this tool is journalled (hash-chained, signed with
-    --signing-key); `audit` names any change made around it.
+    --sign-key or --sign-key-env); `audit` names any change made around it.
     """
     ctx.ensure_object(dict)
     ctx.obj["db"] = db
-    ctx.obj["signing_key"] = signing_key
+    ctx.obj["sign_key"] = (sign_key, sign_key_env)
 
 
 @example("alpha tracker init")
@@ -159,7 +150,7 @@ def init_command(ctx: click.Context) -> None:
     """Create the tracker database (or bring its schema up to date)."""
     from tracker.db import init, schema_version
 
-    conn = init(ctx.obj["db"], signer=private_key(ctx.obj["signing_key"]))
+    conn = init(ctx.obj["db"], signer=signing_key(*ctx.obj["sign_key"]))
     try:
         version = schema_version(conn)
     finally:
@@ -215,16 +206,11 @@ def show_command(ctx: click.Context, ref: str, as_json: bool) -> None:
 
 @example("alpha tracker audit --json")
 @tracker_group.command("audit")
-@click.option(
-    "--journal-key",
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="PUB",
-    help="The tracker's public key: every journal entry must be signed by it.",
-)
+@public_key_option("The tracker's public key: every journal entry must be signed by it.", aliases=("--journal-key",))
 @_json_option
 @click.pass_context
 @_refusals
-def audit_command(ctx: click.Context, journal_key: Path | None, as_json: bool) -> None:
+def audit_command(ctx: click.Context, key: str | None, as_json: bool) -> None:
     """Re-verify every attached stream, the journal and the database's rules; exit 1 on any finding.
 
     A stream whose file is gone is `missing`; one that no longer verifies, or
@@ -234,9 +220,9 @@ def audit_command(ctx: click.Context, journal_key: Path | None, as_json: bool) -
     """
     from tracker.audit import audit, format_audit
 
-    key = public_key(journal_key)
+    journal_key = public_key(key)
     with _open(ctx) as conn:
-        report = audit(conn, journal_key=key)
+        report = audit(conn, journal_key=journal_key)
     _json(report.as_dict()) if as_json else click.echo(format_audit(report))
     if not report.ok:
         sys.exit(Exit.FAIL)
