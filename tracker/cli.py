@@ -101,6 +101,8 @@ def attach_command(
     head, file digest, verdict, recording time and observed devices are
     recorded. Attaching it again unchanged changes nothing; a stream whose file
     no longer matches what was recorded is refused (tracker-stream-changed).
+    Attaching it again from a store URL (after `alpha observe push`) adds that
+    URL, on a finished run too, so `audit` re-fetches it from the store.
     """
     from tracker.attach import attach as attach_stream
     from tracker.db import connect
@@ -115,6 +117,9 @@ def attach_command(
         return
     verdict = f"verdict {a.verdict}" + (f", scope {a.scope}" if a.scope else "") if a.verdict else "no verdict"
     gate = f" (gate {a.gate})" if a.gate else ""
+    if a.located:
+        click.echo(f"already attached: stream {a.stream_id} of run {a.run_id}, now kept at {a.url}: {verdict}{gate}")
+        return
     what = "attached" if a.new else "already attached, unchanged:"
     click.echo(f"{what} stream {a.stream_id} to run {a.run_id}: {verdict}{gate}")
 
