@@ -39,10 +39,10 @@ _URI = re.compile(r"[a-z][a-z0-9+.-]*:\S+")
 @click.command("attest")
 @click.argument("stream", type=STREAM)
 @sign_key_options("the envelope")
-@public_key_option(
-    "Also require the stream's seal to be signed by this Ed25519 public key (as verify --key).",
-    aliases=("--seal-key",),
-)
+@public_key_option("Also require the stream's seal to be signed by this Ed25519 public key (as verify --key).")
+# The seal's public key before the one vocabulary; its own (hidden) parameter, since the old --key beside it
+# was the attester's private key: `attest --key attest.key --seal-key seal.pub` still means what it meant.
+@click.option("--seal-key", "seal_key", type=click.Path(dir_okay=False), default=None, hidden=True)
 @gate_file_option("The definition of a gate from a file (repeatable); built-in gates need none.")
 @click.option(
     "--resource-uri",
@@ -71,6 +71,7 @@ def attest_command(
     sign_key: Path | None,
     sign_key_env: str | None,
     key: str | None,
+    seal_key: str | None,
     gate_files: tuple[Path, ...],
     resource_uri: str | None,
     digests: tuple[str, ...],
@@ -92,7 +93,7 @@ def attest_command(
 
     if resource_uri is not None and not _URI.fullmatch(resource_uri):
         raise click.BadParameter(f"{resource_uri!r} is not a URI (scheme:rest)", param_hint="--resource-uri")
-    signer, seal_key = _attest_keys(sign_key, sign_key_env, key)
+    signer, seal = _attest_keys(sign_key, sign_key_env, key, seal_key)
     if bundle is not None and signer is None:
         raise click.UsageError("--bundle needs --sign-key: a Sigstore bundle holds a signed envelope")
     if bundle is not None and bundle == out:
@@ -100,7 +101,7 @@ def attest_command(
     a = attest(
         stream,
         signer=signer,
-        seal_key=seal_key,
+        seal_key=seal,
         gate_files=gate_files,
         resource_uri=resource_uri,
         digests=tuple(dict.fromkeys(digests)) or DIGESTS,
@@ -116,25 +117,26 @@ def attest_command(
 
 
 def _attest_keys(
-    sign_key: Path | None, sign_key_env: str | None, key: str | None
+    sign_key: Path | None, sign_key_env: str | None, key: str | None, seal_key: str | None
 ) -> tuple[Signer | None, Verifier | None]:
     """The attester's private key and the seal's public key.
 
-    Before the one vocabulary, ``attest --key`` was the attester's private key: a
-    ``--key`` file that holds a private key is still taken as that, silently as every
-    hidden alias, so an old command line signs as it did.
+    Before the one vocabulary, ``attest --key`` was the attester's private key and
+    ``--seal-key`` the seal's public key: a ``--key`` file that holds a private key is
+    still taken as the attester's, and ``--seal-key`` as the seal's, silently as every
+    hidden alias, so an old command line signs and checks as it did.
     """
-    from aos.signing import Verifier, load_key
+    from aos.signing import Verifier, load_key, load_public_key
 
     signer = signing_key(sign_key, sign_key_env)
-    if key is None:
-        return signer, None
-    loaded = load_key(key)
-    if isinstance(loaded, Verifier):
-        return signer, loaded
+    loaded = load_key(key) if key is not None else None
+    if isinstance(loaded, Verifier) or loaded is None:
+        if loaded is not None and seal_key is not None:
+            raise click.UsageError("give the seal's public key once: --key PUBKEY")
+        return signer, loaded if loaded is not None else (load_public_key(seal_key) if seal_key else None)
     if signer is not None:
         raise click.UsageError("--key is the seal's public key; the attester's private key is --sign-key")
-    return loaded, None
+    return loaded, load_public_key(seal_key) if seal_key is not None else None
 
 
 @example(
