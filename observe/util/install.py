@@ -32,17 +32,16 @@ def install_source() -> dict[str, object] | None:
     """pip's record of where this copy came from (``direct_url.json``), or None when there is none."""
     from importlib import metadata
 
-    try:
-        text = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
-    except metadata.PackageNotFoundError:
-        return None
-    if not text:
-        return None
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("url"), str) else None
+    # Every copy on the path, the first that pip installed: a checkout on sys.path may also hold
+    # the build's own metadata (alpha_observe.egg-info), which records no source.
+    for dist in metadata.distributions(name=DISTRIBUTION):
+        try:
+            doc = json.loads(dist.read_text("direct_url.json") or "null")
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("url"), str):
+            return doc
+    return None
 
 
 def _requirement(extra: str, source: dict[str, object] | None) -> str | None:
