@@ -6,7 +6,7 @@ contract, listed in the docs' refusal table.
 
 from __future__ import annotations
 
-from aos.refusals import Refusal
+from aos.refusals import Refusal, StreamWrite
 
 __all__ = ["KeyExists", "KeyWrite", "OutExists"]
 
@@ -23,11 +23,12 @@ class KeyWrite(Refusal):
     name = "key-write"
 
 
-class OutExists(Refusal):
+class OutExists(StreamWrite):
     """``record`` or ``gate`` was given an ``--out`` that already exists: evidence is never overwritten.
 
     Refused before the command runs, with exit 2 (the caller's choice, as a usage
-    error; never 125, which says the recorder itself failed).
+    error; never 125, which says the recorder itself failed). A kind of
+    ``stream-write`` (the stream cannot be written there), with a name of its own.
     """
 
     name = "out-exists"
