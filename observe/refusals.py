@@ -8,13 +8,14 @@ a refusal without loading what raises it.
 
 from __future__ import annotations
 
-from aos.refusals import Refusal
+from aos.refusals import Refusal, StreamWrite
 
 __all__ = [
     "ArtifactMissing",
     "AttestPolicy",
     "KeyExists",
     "KeyWrite",
+    "OutExists",
     "OutputWrite",
     "QuerySQL",
     "QueryStreamId",
@@ -46,6 +47,17 @@ class KeyWrite(Refusal):
     """``keygen`` cannot write the key pair (a missing folder, no permission, a full disk)."""
 
     name = "key-write"
+
+
+class OutExists(StreamWrite):
+    """``record`` or ``gate`` was given an ``--out`` that already exists: evidence is never overwritten.
+
+    Refused before the command runs, with exit 2 (the caller's choice, as a usage
+    error; never 125, which says the recorder itself failed). A kind of
+    ``stream-write`` (the stream cannot be written there), with a name of its own.
+    """
+
+    name = "out-exists"
 
 
 class OutputWrite(Refusal):
