@@ -19,9 +19,11 @@ __all__ = [
     "OutputWrite",
     "QuerySQL",
     "QueryStreamId",
+    "Resource",
     "StoreUnreachable",
     "StoreUrl",
     "StreamDigest",
+    "resource_refusal",
 ]
 
 
@@ -76,6 +78,27 @@ class QueryStreamId(Refusal):
     """``query``: a stream whose stream id another given stream also claims (not merged)."""
 
     name = "query-stream-id"
+
+
+class Resource(Refusal):
+    """The machine could not give the tool what it needed (a thread, memory, a file descriptor, disk space).
+
+    The tool's own failure, never damage to a stream: the same command may succeed once the
+    machine has more (``aos.resources`` says which errors are the machine's).
+    """
+
+    name = "resource"
+
+
+def resource_refusal(exc: BaseException) -> Resource | None:
+    """``resource`` for an error of the machine (``aos.resources.machine_error``), else None."""
+    from aos.resources import machine_error
+
+    lacked = machine_error(exc)
+    if lacked is None:
+        return None
+    said = str(exc) or type(exc).__name__
+    return Resource(f"{lacked} ({type(exc).__name__}: {said}); the tool's own failure, not the stream's")
 
 
 class StoreUnreachable(Refusal):

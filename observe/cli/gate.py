@@ -198,7 +198,7 @@ def gate_command(
         summary=summary,
         table_err=True,
     )
-    sys.exit(v.exit_code if ok else Exit.RECORDER)
+    sys.exit(outcome.exit_code if ok else Exit.RECORDER)  # 125 for a verdict sealed when the machine failed
 
 
 @example("alpha observe verdict downloaded/ci.aos --key ci.pub --junit reports/junit.xml")

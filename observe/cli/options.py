@@ -24,6 +24,7 @@ Importing this module loads click and ``aos.refusals`` only: the key loaders imp
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -49,6 +50,7 @@ __all__ = [
     "example",
     "gate_file_option",
     "json_option",
+    "one_blas_thread",
     "option",
     "options_from_click",
     "out_option",
@@ -97,8 +99,10 @@ def reports_refusals(
 
     A refusal raised by the command is printed as ``refused: NAME: detail`` on stderr;
     the exit code is ``by_name[NAME]`` where the refusal's name is listed, else
-    ``exit``. ``translate`` turns any other exception into a refusal (the tracker's
-    database errors) or returns None to let it through.
+    ``exit``. An error of the machine (a thread, memory, a descriptor or disk space that
+    could not be had: ``aos.resources``) is refused as ``resource`` with the same code.
+    ``translate`` turns any other exception into a refusal (the tracker's database
+    errors) or returns None to let it through.
     """
     codes = dict(by_name or {})
 
@@ -113,8 +117,15 @@ def reports_refusals(
                 return fn(*args, **kwargs)
             except Refusal as exc:
                 report(exc)
-            except Exception as exc:
-                refusal = translate(exc) if translate is not None else None
+            except (KeyboardInterrupt, SystemExit, GeneratorExit):
+                raise
+            except BaseException as exc:  # a Rust extension's panic is a BaseException
+                from observe.refusals import resource_refusal
+
+                # the machine's failure: resource, with the command's code
+                refusal: Refusal | None = resource_refusal(exc)
+                if refusal is None and translate is not None and isinstance(exc, Exception):
+                    refusal = translate(exc)
                 if refusal is None:
                     raise
                 report(refusal)
@@ -481,6 +492,20 @@ def without_numpy() -> None:
     """
     if "numpy" not in sys.modules and "pyarrow" not in sys.modules:
         sys.modules["numpy"] = None  # type: ignore[assignment]
+
+
+def one_blas_thread() -> None:
+    """Hold OpenBLAS (which numpy loads with pyarrow) to one thread in a command that reads streams.
+
+    On a machine that cannot start threads OpenBLAS raises SIGINT in its own process when it
+    loads, so a reader would end as if interrupted, not ``refused: resource``; it needs no
+    threads of its own here. Not for a command that runs another (``record``, ``gate``: they
+    keep numpy out instead, :func:`without_numpy`): the variable would reach it.
+    """
+    from observe.env import RecorderVars
+
+    if "numpy" not in sys.modules:  # it reads the variable once, as it loads
+        os.environ.setdefault(RecorderVars.BLAS_THREADS, "1")
 
 
 def options_from_click(**kwargs: Any) -> RecordOptions:
