@@ -167,7 +167,9 @@ def _open_stream(
             keep_copy=keep_copy,
         )
     except StreamWrite as exc:
-        if isinstance(exc.__cause__, FileExistsError):  # the writer's O_EXCL: the check and the create are one
+        # the writer's O_EXCL: the check and the create are one. A folder at the path is no stream
+        # that would be overwritten: it is a path that cannot be written (stream-write, 125).
+        if isinstance(exc.__cause__, FileExistsError) and not os.path.isdir(path):
             raise OutExists(
                 f"{path} exists: a stream is never overwritten (remove it, or choose another --out)"
             ) from exc
