@@ -170,7 +170,8 @@ def gate_command(
     """Record COMMAND, evaluate gate NAME over it, and seal the verdict into the stream.
 
     Exit codes: 0 pass, 1 fail, 3 inconclusive, 125 the recorder failed (or
-    a report asked for cannot be written), 2 usage: an unknown gate or a
+    a report asked for cannot be written), 123 COMMAND replaced or edited the
+    stream file (the recorder put its own back), 2 usage: an unknown gate or a
     mistyped option is refused before COMMAND runs. With --json, stdout is one
     JSON document and the command's echo goes to stderr.
     """
@@ -196,7 +197,7 @@ def gate_command(
         summary=summary,
         table_err=True,
     )
-    sys.exit(v.exit_code if ok else Exit.RECORDER)
+    sys.exit(outcome.exit_code if ok else Exit.RECORDER)
 
 
 @example("alpha observe verdict downloaded/ci.aos --key ci.pub --junit reports/junit.xml")
