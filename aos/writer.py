@@ -167,6 +167,8 @@ class StreamWriter:
             self._fd: int | None = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
         except OSError as exc:
             raise StreamWrite(f"cannot create {self.path}: {exc.strerror or exc}") from exc
+        #: The file this writer opened at ``path`` (its device, inode and mode), to tell it from another later.
+        self.opened: os.stat_result = os.fstat(self._fd)
         self._copy_fd: int | None = None
         if keep_copy:
             try:
@@ -220,6 +222,19 @@ class StreamWriter:
     @property
     def sealed(self) -> SealInfo | None:
         return self._sealed
+
+    def digest(self) -> bytes:
+        """The BLAKE3 digest of every byte written so far (after the seal: of the whole stream)."""
+        with self._lock:
+            return self._digest.digest()
+
+    def dup_copy(self) -> int | None:
+        """A descriptor of the private copy of the caller's own (it closes it), or None without a copy.
+
+        It stays valid after the writer closed; read it with ``pread`` (its offset is shared).
+        """
+        with self._lock:
+            return None if self._copy_fd is None else os.dup(self._copy_fd)
 
     def append(
         self,

@@ -171,7 +171,8 @@ def gate_command(
     """Record COMMAND, evaluate gate NAME over it, and seal the verdict into the stream.
 
     Exit codes: 0 pass, 1 fail, 3 inconclusive, 125 the recorder failed (or
-    a report asked for cannot be written), 2 usage: an unknown gate, a
+    a report asked for cannot be written), 123 COMMAND replaced or edited the
+    stream file (the recorder put its own back), 2 usage: an unknown gate, a
     mistyped option or an --out that exists (out-exists) is refused before
     COMMAND runs. With --json, stdout is one
     JSON document and the command's echo goes to stderr.

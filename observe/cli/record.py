@@ -54,7 +54,8 @@ def record_command(command: tuple[str, ...], as_json: bool, **kwargs: Any) -> No
     """Record COMMAND as a sealed AOS stream; exit with its exit code.
 
     Exit codes: the command's own; 128+N if killed by signal N; 124 on --timeout;
-    126 cannot execute; 127 not found; 125 the recorder itself failed. A
+    126 cannot execute; 127 not found; 125 the recorder itself failed; 123
+    COMMAND replaced or edited the stream file (the recorder put its own back). A
     mistyped option before --, or an --out that exists (refused: out-exists:
     a stream is never overwritten), is exit 2 and COMMAND does not run.
     """
@@ -74,6 +75,8 @@ def record_command(command: tuple[str, ...], as_json: bool, **kwargs: Any) -> No
             "signal": result.signal,
             "timed_out": result.timed_out,
             "recorder_failed": result.recorder_failed,
+            "path_restored": result.path_restored,
+            "foreign": None if result.foreign is None else str(result.foreign),
             "seal": None
             if seal is None
             else {"head": seal.head, "events": seal.events, "bytes": seal.bytes, "file_blake3": seal.file_blake3},

@@ -44,9 +44,12 @@ class GateOutcome:
     @property
     def exit_code(self) -> int:
         """0 pass, 1 fail, 3 inconclusive; 125 when the recorder failed (no sealed verdict, or one sealed
-        ``inconclusive`` because the machine failed the tool)."""
+        ``inconclusive`` because the machine failed the tool); 123 when the command replaced or edited the
+        stream at its path and the recorder put it back (whatever the verdict)."""
         if self.record.recorder_failed or self.verdict is None:
             return Exit.RECORDER
+        if self.record.path_restored:
+            return Exit.RESTORED
         return self.verdict.exit_code
 
 
