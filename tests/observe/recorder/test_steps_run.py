@@ -298,3 +298,64 @@ class TestPty:
         assert b"tty\nhi\n" == output(events(path), "stdout", start.step)
         assert 0 == end.attrs["exit_code"]
         assert b"tty\r\nhi\r\n" in proc.stdout or b"tty\nhi\n" in proc.stdout
+
+
+REFUSAL_GATE = """
+[gate]
+name = "refusal-control"
+description = "a control that must be refused: the step exits non-zero and says why, and its receipt agrees"
+
+[[step]]
+name = "bad-input"
+exit = "nonzero"
+stderr_contains = "refused: bad-input"
+
+[[receipt]]
+name = "bad-input"
+count = 1
+step = "bad-input"
+step_exit = "exit_code"
+step_stderr = ["refusal"]
+"""
+
+#: A lane that never runs its role: it opens the control's span by hand and claims the refusal.
+REFUSAL_FORGER = """
+import json, os, socket
+from observe.channel.protocol import encode_frame, encode_json
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["AOS_CONTROL"])
+s.settimeout(20)
+s.sendall(encode_json({"op": "step.start", "span": "x", "name": "bad-input", "argv": ["role"], "parent": None}))
+reply = json.loads(s.recv(65536)[5:])
+s.sendall(encode_frame(b"e", b"refused: bad-input\\n"))
+line = {"name": "bad-input", "status": "pass", "fields": {"exit_code": 2, "refusal": "refused: bad-input"}}
+with open(reply["receipts"], "a") as fh:
+    fh.write(json.dumps(line) + "\\n")
+s.sendall(encode_json({"op": "step.end", "exit_code": 2, "signal": None, "duration_ns": 5}))
+s.recv(65536)
+"""
+
+
+class TestRefusalControls:
+    def _verdict(self, path: Path) -> str:
+        return evaluate_events(parse_gate_text(REFUSAL_GATE, "refusal.toml"), events(path)).verdict
+
+    def test_a_refusal_claimed_by_hand_does_not_pass(self, tmp_path: Path) -> None:
+        """A lane's refusal control with no role run (a span opened by hand claiming exit 2) does not pass."""
+        forger = tmp_path / "forge.py"
+        forger.write_text(REFUSAL_FORGER)
+        proc, path = record(tmp_path, [sys.executable, str(forger)], "--quiet", "--observe-devices", "off")
+        assert 0 == proc.returncode, proc.stderr
+        assert "fail" == self._verdict(path)
+
+    def test_a_real_refusal_passes(self, tmp_path: Path) -> None:
+        """The role really run, refusing with exit 2 and the refusal name on stderr, passes the same gate."""
+        role = (
+            "echo 'refused: bad-input' >&2;"
+            " alpha observe receipt bad-input --status pass --field exit_code=2"
+            " --field 'refusal=refused: bad-input'; exit 2"
+        )
+        script = f'alpha observe step bad-input -- sh -c "{role}"; test $? = 2'
+        proc, path = record(tmp_path, ["sh", "-c", script], "--quiet", "--observe-devices", "off")
+        assert 0 == proc.returncode, proc.stderr
+        assert "pass" == self._verdict(path)
