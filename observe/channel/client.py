@@ -10,10 +10,13 @@ Exit 0 means recorded: each waits until the recorder acknowledges that what it
 sent is appended to the stream's writer. ``receipt`` appends its line to
 ``$AOS_RECEIPTS`` and then asks the recorder, over ``$AOS_CONTROL``, to confirm
 it has recorded that file up to the end of the line; ``artifact`` waits for the
-capture; ``step`` for its ``step.start`` and ``step.end``. A client that gets
-no acknowledgement (the recording has ended, the recorder is gone) says so on
-stderr and exits non-zero: ``receipt`` and ``artifact`` 1, ``step`` 125 (its
-command still runs, unrecorded, but its exit code cannot be told from a recorded one).
+capture. ``step`` asks the recorder to run its command (the recorder starts it,
+records it and reports its end: observe.recorder.steps) and exits with the code
+the recorder reports. A client that gets no acknowledgement (the recording has
+ended, the recorder is gone) says so on stderr and exits non-zero: ``receipt``
+and ``artifact`` 1, ``step`` 125 (when the recorder cannot be reached at all the
+command still runs, unrecorded, but its exit code cannot be told from a recorded
+one; once asked, the recorder alone runs it).
 """
 
 from __future__ import annotations

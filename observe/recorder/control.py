@@ -47,7 +47,7 @@ from observe.recorder import artifacts
 from observe.recorder.sinks import Echo, Sink
 from observe.recorder.spawn import SpawnFailure
 from observe.recorder.steps import Run, Steps
-from observe.secrets.masking import Masker, SecretSet, mask_attrs, mask_bytes, mask_json_bytes, mask_text
+from observe.secrets.masking import SecretSet, mask_attrs, mask_bytes, mask_json_bytes, mask_text
 
 __all__ = ["Control"]
 
@@ -75,7 +75,6 @@ class _Conn:
     span: str | None = None
     start: dict[str, Any] = field(default_factory=dict)
     tail: ReceiptTail | None = None
-    maskers: dict[str, Masker] = field(default_factory=dict)
     ended: bool = False
     pid: int | None = None  # the connecting process, from SO_PEERCRED (never from what it says)
     run: Run | None = None  # the step the recorder runs for this client (step.run)

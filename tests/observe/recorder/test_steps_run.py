@@ -64,6 +64,7 @@ class TestForgedStep:
         verdict, reason = _verdict(path)
         assert "fail" == verdict, reason
         assert "exited 0" not in reason
+        assert "span opened by hand" in reason
         evs = events(path)
         start, end = one(evs, "step.start"), one(evs, "step.end")
         assert (None, None, None) == (end.attrs["exit_code"], end.attrs["signal"], end.attrs["duration_ns"])
