@@ -177,8 +177,8 @@ class Steps:
                     self._read(None, run, pipe, 8 << 20)
 
     def writable(self, run: Run, sel: selectors.BaseSelector) -> None:
-        """The client's connection can take more of what is forwarded to it."""
-        self._flush(sel, run)
+        """The client's connection can take more of what is forwarded to it (its step's pipes may resume)."""
+        self._settle(sel, run)
 
     def send_signal(self, run: Run, signum: int) -> bool:
         """Send ``signum`` (one of FORWARDED_SIGNALS) to the step's command and its process group."""

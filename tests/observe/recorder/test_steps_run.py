@@ -192,6 +192,14 @@ class TestPipelines:
         start, end = _step(events(path), "s")
         assert (b"hi", 0) == (output(events(path), "stdout", start.step), end.attrs["exit_code"])
 
+    def test_a_slow_reader_gets_every_byte(self, tmp_path: Path) -> None:
+        """More than the recorder holds for a client, read late: the reader gets and the span records every byte."""
+        script = "alpha observe step s -- head -c 3000000 /dev/zero | (sleep 1; wc -c)"
+        proc, path = record(tmp_path, ["sh", "-c", script], "--observe-devices", "off", timeout=60)
+        assert b"3000000" == proc.stdout.strip(), proc.stderr
+        start, end = _step(events(path), "s")
+        assert (3_000_000, 0) == (len(output(events(path), "stdout", start.step)), end.attrs["exit_code"])
+
     def test_command_substitution_gets_the_output(self, tmp_path: Path) -> None:
         """``x=$(step s -- echo hi)`` sets x to hi."""
         script = 'x=$(alpha observe step s -- echo hi); echo "got $x"'
