@@ -167,6 +167,8 @@ class StreamWriter:
             self._fd: int | None = os.open(self.path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
         except OSError as exc:
             raise StreamWrite(f"cannot create {self.path}: {exc.strerror or exc}") from exc
+        #: The file this writer opened at ``path`` (its device, inode and mode), to tell it from another later.
+        self.opened: os.stat_result = os.fstat(self._fd)
         self._copy_fd: int | None = None
         if keep_copy:
             try:
@@ -220,6 +222,19 @@ class StreamWriter:
     @property
     def sealed(self) -> SealInfo | None:
         return self._sealed
+
+    def digest(self) -> bytes:
+        """The BLAKE3 digest of every byte written so far (after the seal: of the whole stream)."""
+        with self._lock:
+            return self._digest.digest()
+
+    def dup_copy(self) -> int | None:
+        """A descriptor of the private copy of the caller's own (it closes it), or None without a copy.
+
+        It stays valid after the writer closed; read it with ``pread`` (its offset is shared).
+        """
+        with self._lock:
+            return None if self._copy_fd is None else os.dup(self._copy_fd)
 
     def append(
         self,
@@ -464,10 +479,12 @@ class StreamWriter:
         caller must consume the iterator to its end before it acts on what it
         yielded (``observe.recorder.gating`` does, before it appends a verdict). Raises
         ``StreamWrite`` (at the start or at the end) when there is no copy, it
-        cannot be read, or it disagrees with what was written.
+        cannot be read, or it disagrees with what was written; an error of the
+        machine (``aos.resources``) as it is.
         """
         from aos.framing import Cut, Malformed, batch_frame, schema_frame
         from aos.reader import batch_events, open_buffer
+        from aos.resources import machine_error
 
         with self._lock:
             if self._copy_fd is None:
@@ -488,6 +505,8 @@ class StreamWriter:
                 try:
                     chunk = os.pread(fd, min(size - read, max(want - len(buf), window)), read)
                 except OSError as exc:
+                    if machine_error(exc):
+                        raise
                     raise StreamWrite(f"cannot read the private copy of {self.path}: {exc}") from exc
                 if not chunk:
                     raise whole
@@ -531,7 +550,9 @@ class StreamWriter:
                 for raw in f.batches():
                     try:
                         batch = batch_events(raw.batch)
-                    except Exception as exc:  # noqa: BLE001 - values that do not convert: not what was written
+                    except Exception as exc:
+                        if machine_error(exc):
+                            raise  # the machine's failure (aos.resources), not a copy that differs
                         raise StreamWrite(f"the private copy of {self.path} does not read back: {exc}") from None
                     for ev in batch:
                         seen += 1

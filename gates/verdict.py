@@ -28,7 +28,7 @@ Status = Literal["pass", "fail", "inconclusive"]
 #: Every status, weakest claim last.
 STATUSES: tuple[Status, ...] = ("pass", "inconclusive", "fail")
 
-#: How ``gate`` and ``verdict`` exit for each verdict (DESIGN.md, exit codes).
+#: How ``gate`` and ``verdict`` exit for each verdict (README, exit codes; observe/exits.py).
 EXIT_CODES: dict[str, int] = {"pass": 0, "fail": 1, "inconclusive": 3}
 
 
@@ -48,6 +48,11 @@ def combine(statuses: Iterable[str]) -> Status:
     return "pass"
 
 
+#: The most seqs one check cites in a sealed verdict: the lowest ones, the rest counted as
+#: ``evidence_omitted`` (so a check citing millions of events keeps the verdict within the event bound).
+MAX_EVIDENCE = 10_000
+
+
 @dataclass(frozen=True)
 class Check:
     """One rule's conclusion over the recorded events."""
@@ -56,6 +61,7 @@ class Check:
     status: Status
     reason: str
     evidence: tuple[int, ...] = ()
+    evidence_omitted: int = 0  # seqs cited beyond those in ``evidence`` (read back from a sealed verdict)
 
     def __post_init__(self) -> None:
         # A reason may quote a recorded name or path that is not UTF-8 (FORMAT.md 3.7): it is
@@ -66,12 +72,17 @@ class Check:
 
     def to_attrs(self) -> dict[str, Any]:
         """The JSON object sealed in the verdict event."""
-        return {
+        cited = sorted(set(self.evidence))
+        attrs: dict[str, Any] = {
             "name": self.name,
             "status": self.status,
             "reason": self.reason,
-            "evidence": sorted(set(self.evidence)),
+            "evidence": cited[:MAX_EVIDENCE],
         }
+        omitted = max(len(cited) - MAX_EVIDENCE, 0) + self.evidence_omitted
+        if omitted:
+            attrs["evidence_omitted"] = omitted
+        return attrs
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> Check:
@@ -82,7 +93,10 @@ class Check:
             raise StreamVerdict(f"the verdict holds a malformed check: {dict(attrs)!r}")
         if not isinstance(evidence, list) or not all(isinstance(s, int) for s in evidence):
             raise StreamVerdict(f"check {name!r} has malformed evidence: {evidence!r}")
-        return cls(name, cast(Status, status), reason, tuple(evidence))
+        omitted = attrs.get("evidence_omitted", 0)
+        if not isinstance(omitted, int) or isinstance(omitted, bool) or omitted < 0:
+            raise StreamVerdict(f"check {name!r} has a malformed evidence_omitted: {omitted!r}")
+        return cls(name, cast(Status, status), reason, tuple(evidence), omitted)
 
 
 @dataclass(frozen=True)

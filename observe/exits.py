@@ -21,6 +21,8 @@ class Exit(IntEnum):
     ``FAIL``              1     a fail, or refused (``refused: NAME: detail`` on stderr)
     ``USAGE``             2     usage: a mistyped option, an unknown gate, SQL DuckDB refuses
     ``INCONCLUSIVE``      3     the gate could not decide (a sealed ``inconclusive``)
+    ``RESTORED``          123   the command replaced or edited the stream at ``--out``: the recorder put its
+                                own stream back and kept what was there as ``PATH.foreign-N``
     ``TIMEOUT``           124   ``--timeout`` ended the command
     ``RECORDER``          125   the recorder itself failed (or a report asked for cannot be written)
     ``CANNOT_EXECUTE``    126   the command was found but cannot be executed
@@ -33,6 +35,7 @@ class Exit(IntEnum):
     FAIL = 1
     USAGE = 2
     INCONCLUSIVE = 3
+    RESTORED = 123
     TIMEOUT = 124
     RECORDER = 125
     CANNOT_EXECUTE = 126

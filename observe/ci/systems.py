@@ -15,7 +15,11 @@ The recorder detects the CI it runs under from the environment (``detect``):
   ``buildkite-agent annotate``.
 
 The markers go to the recorder's own echo only, never into the stream: what a
-stream says the command printed is what it printed. This module is light
+stream says the command printed is what it printed. Under GitHub the echo also
+follows ``::stop-commands::TOKEN`` (``observe.ci.workflow``): a fold marker is
+written between ``::TOKEN::`` and the same stop again, and when the recording
+ends the recorder resumes workflow commands and leaves them running, so its
+annotations are processed. This module is light
 (standard library only): the recorder imports it at start.
 """
 
@@ -30,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from observe.ci.workflow import WorkflowCommands
 from observe.env import BuildkiteVars, GitHubVars, GitLabVars
 
 if TYPE_CHECKING:
@@ -119,6 +124,8 @@ class Markers:
     """
 
     ci: str
+    #: GitHub: the runner's workflow-command state over what the echo wrote (a ``::stop-commands::``).
+    commands: WorkflowCommands | None = None
     _open: list[tuple[str, str]] = field(default_factory=list)  # (span, section name), outermost first
     _count: int = 0
 
@@ -171,7 +178,9 @@ class Markers:
 def markers_for(env: Mapping[str, str]) -> Markers | None:
     """The fold markers for the CI of ``env``, or None outside CI."""
     ci = detect(env)
-    return None if ci is None else Markers(ci)
+    if ci is None:
+        return None
+    return Markers(ci, commands=WorkflowCommands(env) if ci == GITHUB else None)
 
 
 # -- $GITHUB_OUTPUT ----------------------------------------------------------------------

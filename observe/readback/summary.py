@@ -14,7 +14,13 @@ from aos.refusals import Refusal
 from observe.readback.events import event_json, iter_stream, only_seqs
 from observe.util import formatting
 
-__all__ = ["Summary", "format_check", "format_summary", "summarize", "summary_json"]
+__all__ = ["KEEP", "STATUSES", "Summary", "format_check", "format_summary", "summarize", "summary_json"]
+
+#: What ``show`` keeps at most of each list (steps, receipts, artifacts, GPU processes): the first
+#: ones; the counts stay exact and the rest are said as "... and N more".
+KEEP = 1000
+#: Distinct receipt statuses tallied by name; receipts of further statuses are tallied together.
+STATUSES = 32
 
 
 @dataclass
@@ -35,8 +41,13 @@ class Summary:
     out_chunks: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
     steps: list[dict[str, Any]] = field(default_factory=list)
     receipts: list[dict[str, Any]] = field(default_factory=list)
+    receipt_counts: dict[str, int] = field(default_factory=dict)  # status -> receipts (STATUSES at most)
+    receipt_other_statuses: int = 0  # receipts of a status past the first STATUSES
     invalid_receipts: int = 0
     artifacts: list[dict[str, Any]] = field(default_factory=list)
+    omitted: dict[str, int] = field(
+        default_factory=lambda: {"steps": 0, "receipts": 0, "artifacts": 0, "gpu_processes": 0}
+    )  # what was not kept of each list (beyond KEEP)
     verdict: dict[str, Any] | None = None
     devices: dict[str, Any] | None = None  # the first device.observed
     gpu_processes: set[tuple[int, str]] = field(default_factory=set)  # (pid, gpu) of the tree seen on a GPU
@@ -95,6 +106,9 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
             s.out_bytes[ev.kind] += len(ev.data or b"")
             s.out_chunks[ev.kind] += 1
         elif ev.kind == "step.start" and ev.step is not None:
+            if len(s.steps) >= KEEP:
+                s.omitted["steps"] += 1
+                continue
             parent = a.get("parent")
             depth[ev.step] = depth.get(parent, -1) + 1 if isinstance(parent, str) else 0
             entry = {"name": _text(a.get("name")), "depth": depth[ev.step], "exit_code": None, "duration_ns": None}
@@ -108,10 +122,21 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
                 duration_ns=json_int(a.get("duration_ns")),
             )
         elif ev.kind == "receipt":
-            s.receipts.append({"name": _text(a.get("name")), "status": _text(a.get("status"))})
+            status = _text(a.get("status"))
+            if status in s.receipt_counts or len(s.receipt_counts) < STATUSES:
+                s.receipt_counts[status] = s.receipt_counts.get(status, 0) + 1
+            else:
+                s.receipt_other_statuses += 1
+            if len(s.receipts) >= KEEP:
+                s.omitted["receipts"] += 1
+                continue
+            s.receipts.append({"name": _text(a.get("name")), "status": status})
         elif ev.kind == "receipt.invalid":
             s.invalid_receipts += 1
         elif ev.kind == "artifact":
+            if len(s.artifacts) >= KEEP:
+                s.omitted["artifacts"] += 1
+                continue
             s.artifacts.append(a)
         elif ev.kind == "process.exit":
             s.exit = a
@@ -121,7 +146,13 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
             s.devices = s.devices or a
             for p in a.get("processes") or []:
                 if isinstance(p, dict) and p.get("in_tree"):
-                    s.gpu_processes.add((int(p.get("pid") or 0), str(p.get("gpu"))))
+                    seen = (json_int(p.get("pid")) or 0, _text(p.get("gpu")))
+                    if seen in s.gpu_processes:
+                        continue
+                    if len(s.gpu_processes) >= KEEP:
+                        s.omitted["gpu_processes"] += 1
+                        continue
+                    s.gpu_processes.add(seen)
     if not s.stream_id:
         from aos.reader import StreamFile
 
@@ -150,11 +181,17 @@ def _devices(s: Summary) -> str:
         text += f", driver {d.get('driver')}"
     text += f": {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}" + (f" ({', '.join(names)})" if names else "")
     if gpus:
-        n = len(s.gpu_processes)
+        n = len(s.gpu_processes) + s.omitted["gpu_processes"]
         text += f"; {n} process{'es' if n != 1 else ''} of the recorded tree seen on a GPU"
     if d.get("error"):
         text += f"; error: {d.get('error')}"
     return text
+
+
+def _more(lines: list[str], omitted: int, what: str) -> None:
+    """Say how many of a list ``show`` did not keep."""
+    if omitted:
+        lines.append(f"  ... and {omitted} more {what} (show keeps the first {KEEP})")
 
 
 def format_summary(s: Summary) -> str:
@@ -187,7 +224,7 @@ def format_summary(s: Summary) -> str:
         f"output     stdout {formatting.size(s.out_bytes['stdout'])} in {s.out_chunks['stdout']} chunks, "
         f"stderr {formatting.size(s.out_bytes['stderr'])} in {s.out_chunks['stderr']} chunks"
     )
-    lines.append(f"steps      {len(s.steps)}")
+    lines.append(f"steps      {len(s.steps) + s.omitted['steps']}")
     for st in s.steps:
         code = st.get("exit_code")
         if st.get("by_hand"):
@@ -199,17 +236,20 @@ def format_summary(s: Summary) -> str:
         else:
             state = f"exit {code}, {formatting.seconds(st.get('duration_ns'))}"
         lines.append(f"  {'  ' * int(st['depth'])}{st['name']}  ({state})")
-    counts: dict[str, int] = {}
-    for r in s.receipts:
-        counts[str(r["status"])] = counts.get(str(r["status"]), 0) + 1
-    tally = [f"{n} {k}" for k, n in sorted(counts.items())]
+    _more(lines, s.omitted["steps"], "steps")
+    tally = [f"{n} {k}" for k, n in sorted(s.receipt_counts.items())]
+    if s.receipt_other_statuses:
+        tally.append(f"{s.receipt_other_statuses} of other statuses")
     invalid = [f"{s.invalid_receipts} invalid"] if s.invalid_receipts else []
     detail = "; ".join(p for p in (", ".join(tally), *invalid) if p)
-    lines.append(f"receipts   {len(s.receipts)}" + (f" ({detail})" if detail else ""))
-    lines.append(f"artifacts  {len(s.artifacts)}")
+    lines.append(f"receipts   {len(s.receipts) + s.omitted['receipts']}" + (f" ({detail})" if detail else ""))
+    if s.omitted["receipts"]:
+        lines.append(f"  (the first {len(s.receipts)} kept; ... and {s.omitted['receipts']} more)")
+    lines.append(f"artifacts  {len(s.artifacts) + s.omitted['artifacts']}")
     for a in s.artifacts:
         digest = _text(a.get("sha256") or "")[:12]
         lines.append(f"  {_text(a.get('path'))}  {formatting.size(a.get('size'))}  sha256 {digest}")
+    _more(lines, s.omitted["artifacts"], "artifacts")
     lines.append(f"devices    {_devices(s)}")
     if s.verdict is None:
         lines.append("verdict    none")
@@ -242,7 +282,10 @@ def summary_json(s: Summary, stream: str) -> str:
         "output": {"bytes": s.out_bytes, "chunks": s.out_chunks},
         "steps": s.steps,
         "receipts": s.receipts,
+        "receipt_counts": s.receipt_counts,
+        "receipt_other_statuses": s.receipt_other_statuses,
         "invalid_receipts": s.invalid_receipts,
+        "omitted": s.omitted,
         "artifacts": s.artifacts,
         "devices": s.devices,
         "gpu_processes": [{"pid": pid, "gpu": gpu} for pid, gpu in sorted(s.gpu_processes)],

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from aos.text import printable
 from observe.exits import Exit
-from observe.recorder import tuning
+from observe.recorder import outpath, tuning
 from observe.recorder.recording import BeforeSeal, Recording, RecordOptions, RecordResult, command_environ
 from observe.recorder.run import run_recorded
 from observe.recorder.sinks import Echo, logger
@@ -106,12 +106,18 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     Problems of the command (not found, cannot execute, killed, timed out) are
     never exceptions: they are exit codes, recorded in the stream. Only a
     recording that cannot *start* raises, before the command runs:
-    ``aos.refusals.StreamWrite`` when ``--out`` cannot be created (it exists,
-    its directory does not, ...), ``aos.refusals.StreamSignature`` when the
-    signing key cannot be loaded. The CLI prints ``refused: NAME: detail`` and
-    exits 125 for both. A write failure after the start (a full disk) never
-    stops the command or its echo; it ends in ``exit_code`` 125 with
-    ``recorder_failed`` set.
+    ``observe.refusals.OutExists`` when ``--out`` exists (the CLI exits 2: the
+    caller's choice, as a usage error), ``aos.refusals.StreamWrite`` when it
+    cannot be created otherwise (its directory does not exist, ...),
+    ``aos.refusals.StreamSignature`` when the signing key cannot be loaded. The
+    CLI prints ``refused: NAME: detail`` and exits 125 for those two. A write
+    failure after the start (a full disk) never stops the command or its echo;
+    it ends in ``exit_code`` 125 with ``recorder_failed`` set.
+
+    When the recording ends, the file at the path must be the one the writer
+    wrote; if the command replaced, edited or removed it, the recorder puts its
+    stream back from its private copy, keeps what was there as ``PATH.foreign-N``,
+    says so on stderr and exits 123 (``path_restored``; ``observe.recorder.outpath``).
 
     ``before_seal(writer)`` runs after everything is recorded and before
     the seal; ``writer.written_events()`` gives it exactly the events appended
@@ -126,21 +132,22 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
 
         opening = ObserverOpening(options.observe_devices, os.environ)  # NVML loads while the rest starts
     try:
-        recording = _open_stream(argv, options, opening, keep_copy=before_seal is not None)
+        recording = _open_stream(argv, options, opening)
         return _record_and_seal(recording, before_seal)
     finally:
         if opening is not None:
             opening.release()  # closed here when no sampler took it (a refused --out, a bad key, a crash)
 
 
-def _open_stream(
-    argv: Sequence[str], options: RecordOptions, opening: ObserverOpening | None, *, keep_copy: bool
-) -> Recording:
+def _open_stream(argv: Sequence[str], options: RecordOptions, opening: ObserverOpening | None) -> Recording:
     """Open the stream and what writes to it: the only stage that refuses (``--out``, the signing key).
 
-    The writer keeps a private copy of what it writes when ``keep_copy`` (for ``before_seal``).
+    The writer keeps a private copy of what it writes: ``before_seal`` reads it back, and the path is checked
+    against it (and the stream put back from it) when the recording ends (observe.recorder.outpath).
     """
+    from aos.refusals import StreamWrite
     from aos.writer import StreamWriter, new_stream_id
+    from observe.refusals import OutExists
 
     tuning.lean_memory()
     _not_dumpable()
@@ -152,16 +159,25 @@ def _open_stream(
     secrets, unset = secrets_for_recording(command_environ(options), masks=masks, mask_env=options.mask_env)
     for name in unset:
         logger().warning("--mask-env names a variable that is not set: nothing to mask", name=name)
-    writer = StreamWriter(
-        path,
-        stream_id=stream_id,
-        signer=signer,
-        compression_level=tuning.zstd_level(),
-        pipelined=True,  # compression on one thread per core (aos.writer.default_encoders)
-        encoders=tuning.encoders(),
-        batch_max_bytes=1 << 20,  # about one output event a batch: (encoders + 2) MiB in flight at most
-        keep_copy=keep_copy,
-    )
+    try:
+        writer = StreamWriter(
+            path,
+            stream_id=stream_id,
+            signer=signer,
+            compression_level=tuning.zstd_level(),
+            pipelined=True,  # compression on one thread per core (aos.writer.default_encoders)
+            encoders=tuning.encoders(),
+            batch_max_bytes=1 << 20,  # about one output event a batch: (encoders + 2) MiB in flight at most
+            keep_copy=True,
+        )
+    except StreamWrite as exc:
+        # the writer's O_EXCL: the check and the create are one. A folder at the path is no stream
+        # that would be overwritten: it is a path that cannot be written (stream-write, 125).
+        if isinstance(exc.__cause__, FileExistsError) and not os.path.isdir(path):
+            raise OutExists(
+                f"{path} exists: a stream is never overwritten (remove it, or choose another --out)"
+            ) from exc
+        raise
     sink = MaskingSink(writer, secrets)
     from observe.ci.systems import markers_for
 
@@ -185,18 +201,22 @@ def _open_stream(
 def _record_and_seal(rec: Recording, before_seal: BeforeSeal | None) -> RecordResult:
     """Run the recording to its seal as this process's subreaper, then close and clean up whatever happened."""
     restore_reaper = become_subreaper()
+    held = None
     try:
         outcome, crashed = _run_guarded(rec)
+        held = outpath.hold(rec.writer)  # the private copy, kept past the seal for the check of the path
         seal, hook_failed = _seal(rec, before_seal)
     finally:
         restore_reaper()
         rec.sink.stop()
         rec.writer.close()
         shutil.rmtree(rec.channel_dir, ignore_errors=True)
+    kept = outpath.keep(held, sealed=seal is not None) if held is not None else None
     if rec.options.out is None:
         sys.stderr.write(f"alpha observe: stream {rec.path}\n")
         sys.stderr.flush()
-    return _result(rec, outcome, seal, failed=rec.sink.failed or crashed or hook_failed or seal is None)
+    failed = rec.sink.failed or crashed or hook_failed or seal is None or (kept is not None and kept.failed)
+    return _result(rec, outcome, seal, failed=failed, kept=kept)
 
 
 def _run_guarded(rec: Recording) -> tuple[Outcome, bool]:
@@ -226,10 +246,16 @@ def _seal(rec: Recording, before_seal: BeforeSeal | None) -> tuple[SealInfo | No
     return rec.sink.seal(), hook_failed
 
 
-def _result(rec: Recording, outcome: Outcome, seal: SealInfo | None, *, failed: bool) -> RecordResult:
-    """The result and its exit code: 125 when the recorder failed, 124 on a timeout, else the command's."""
+def _result(
+    rec: Recording, outcome: Outcome, seal: SealInfo | None, *, failed: bool, kept: outpath.Kept | None
+) -> RecordResult:
+    """The result and its exit code: 125 when the recorder failed, 123 when it had to put its stream back at the
+    path, 124 on a timeout, else the command's."""
     timed_out = outcome.timed_out or outcome.capture_timed_out
-    code = Exit.RECORDER if failed else (Exit.TIMEOUT if timed_out else outcome.shell_code)
+    restored = kept is not None and kept.restored
+    code = (
+        Exit.RECORDER if failed else Exit.RESTORED if restored else (Exit.TIMEOUT if timed_out else outcome.shell_code)
+    )
     return RecordResult(
         path=rec.path,
         stream_id=rec.stream_id,
@@ -239,6 +265,8 @@ def _result(rec: Recording, outcome: Outcome, seal: SealInfo | None, *, failed: 
         timed_out=timed_out,
         recorder_failed=failed,
         seal=seal,
+        path_restored=restored,
+        foreign=kept.foreign if kept is not None else None,
     )
 
 

@@ -53,6 +53,10 @@ class RecordResult:
     timed_out: bool
     recorder_failed: bool
     seal: SealInfo | None
+    #: The command replaced or edited the file at ``path``; the recorder put its stream back (observe.recorder.outpath).
+    path_restored: bool = False
+    #: Where what the command left at ``path`` was moved (``PATH.foreign-N``), when something was there.
+    foreign: Path | None = None
 
 
 #: Called with the writer after everything is recorded, before the seal: it may

@@ -49,9 +49,48 @@ def _version() -> str:
         return "unknown"
 
 
+#: One argv item is recorded up to this many bytes (the rest: its length and SHA-256 noted); one argv
+#: list, and the environment's values, up to ``ARGV_BUDGET`` bytes in all (further items or values:
+#: their length only), so ``stream.open`` stays within the event bound (docs/FORMAT.md section 4).
+ARGV_ITEM = 64 * 1024
+ARGV_BUDGET = 512 * 1024
+ENV_BUDGET = 512 * 1024
+
+
 def _argv_text(values: Sequence[str], secrets: SecretSet) -> list[str | dict[str, str]]:
-    """An argv, masked, as byte text (FORMAT.md 3.7): an item that is not UTF-8 is ``{"bytes_b64": ...}``."""
-    return [text_value(mask_text(v, secrets)) for v in values]
+    """An argv, masked, as byte text (FORMAT.md 3.7): an item that is not UTF-8 is ``{"bytes_b64": ...}``.
+
+    An item longer than ``ARGV_ITEM`` bytes is cut, ``[CUT: N bytes, sha256 X]`` noted after it; items past
+    ``ARGV_BUDGET`` bytes in all are ``[NOT RECORDED: N bytes, sha256 X]``.
+    """
+    import hashlib
+
+    out: list[str | dict[str, str]] = []
+    spent = 0
+    for v in values:
+        masked = mask_text(v, secrets)
+        raw = masked.encode("utf-8", "surrogateescape")
+        note = f"{len(raw)} bytes, sha256 {hashlib.sha256(raw).hexdigest()}"
+        if spent >= ARGV_BUDGET:
+            out.append(f"[NOT RECORDED: {note}]")
+            continue
+        if len(raw) > ARGV_ITEM:
+            masked = raw[:ARGV_ITEM].decode("utf-8", "surrogateescape") + f"[CUT: {note}]"
+        spent += min(len(raw), ARGV_ITEM)
+        out.append(text_value(masked))
+    return out
+
+
+def _env_text(env: dict[str, str]) -> dict[str, Any]:
+    """The recorded environment as byte text: every name, values up to ``ENV_BUDGET`` bytes in all, each
+    further value ``[NOT RECORDED: N bytes]``."""
+    out: dict[str, Any] = {}
+    spent = 0
+    for k, v in env.items():
+        size = len(v.encode("utf-8", "surrogateescape"))
+        spent += size
+        out[text_key(k)] = text_value(v) if spent <= ENV_BUDGET else f"[NOT RECORDED: {size} bytes]"
+    return out
 
 
 def run_recorded(rec: Recording) -> Outcome:
@@ -95,7 +134,7 @@ def _stream_open(rec: Recording) -> dict[str, Any]:
         "recorder_argv": _argv_text(sys.argv, secrets),
         "cwd": text_value(rec.cwd),
         # names always, values on the allow-list; the sink masks every event's attrs (byte text included)
-        "env": {text_key(k): text_value(v) for k, v in recorded_env(command_environ(options), options.env).items()},
+        "env": _env_text(dict(recorded_env(command_environ(options), options.env))),
         "host": text_value(socket.gethostname()),
         "source": source.record_source(rec.cwd),  # the git commit and tree state, before the command starts
         "gate": options.gate,

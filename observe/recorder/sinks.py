@@ -62,16 +62,41 @@ class Echo:
             self._marker(self.markers.end(span, exit_code))
 
     def close_folds(self) -> None:
-        """Close any fold still open (the recording ends)."""
-        if self.markers is not None:
-            self._marker(self.markers.close_all())
+        """Close any fold still open (the recording ends); under GitHub, end the lines the command left open and
+        resume workflow commands the command stopped, leaving them running for the recorder's annotations."""
+        if self.markers is None:
+            return
+        commands = self.markers.commands
+        if commands is not None:
+            for name, fd in list(self.fds.items()):
+                if self._mid_line.get(fd):  # a line left open could be a ::stop-commands:: the runner reads at EOF
+                    self.write(name, b"\n")
+        self._marker(self.markers.close_all(), again=False)
+        if commands is None:
+            return
+        if commands.token is not None:
+            self.write("stdout", commands.resume())
+        elif commands.lost:
+            sys.stderr.write(
+                "alpha observe: the command stopped GitHub workflow commands with a token no line can resume; "
+                "the runner will not process the recorder's annotations (its job summary and outputs are files, "
+                "written all the same)\n"
+            )
+            sys.stderr.flush()
 
-    def _marker(self, data: bytes) -> None:
+    def _marker(self, data: bytes, *, again: bool = True) -> None:
+        """Echo a fold marker on a line of its own. Under GitHub, when the command stopped workflow commands, the
+        marker goes between ``::TOKEN::`` and (``again``) the same stop, so the command's own lines stay as it
+        meant them."""
         fd = self.fds.get("stdout")
         if not data or fd is None:
             return
         if self._mid_line.get(fd):
-            data = b"\n" + data
+            self.write("stdout", b"\n")  # ends the command's line first (it may be the stop itself)
+        commands = self.markers.commands if self.markers is not None else None
+        token = commands.token if commands is not None else None
+        if commands is not None and token is not None:
+            data = commands.resume() + data + (commands.stop(token) if again else b"")
         self.write("stdout", data)
 
     def write(self, name: str, data: bytes) -> None:
@@ -80,6 +105,8 @@ class Echo:
             return
         if self.markers is not None:
             self._mid_line[fd] = not data.endswith(b"\n")
+            if self.markers.commands is not None:
+                self.markers.commands.feed(fd, data)  # what the runner reads, the recorder's own lines included
         view = memoryview(data)
         while view:
             try:

@@ -50,6 +50,8 @@ class Caps:
     preview: int = 8 * KiB  # an artifact at most this size, captured and text, is previewed
     gpus: int = 16
     processes: int = 200  # GPU processes listed
+    kinds: int = 64  # distinct event kinds counted by name (the rest: counted together)
+    statuses: int = 32  # distinct receipt statuses tallied by name (the rest: tallied together)
     page: int = 8 * MiB  # the whole page
 
 
@@ -140,7 +142,8 @@ class ReportModel:
     refusal: Refusal | None = None  # the verifier's refusal (None: intact and sealed)
     sealed: dict[str, Any] | None = None  # seal facts when intact: events, head, signed, key_id
     events: int = 0
-    kinds: dict[str, int] = field(default_factory=dict)
+    kinds: dict[str, int] = field(default_factory=dict)  # kind -> events, for the first ``caps.kinds`` kinds
+    other_kinds: int = 0  # events of a kind past the first ``caps.kinds``
     argv: str = ""
     cwd: str = ""
     host: str = ""
@@ -160,7 +163,8 @@ class ReportModel:
     output_elsewhere: int = 0  # bytes written in steps the page does not list
     receipts: list[dict[str, Any]] = field(default_factory=list)
     receipts_omitted: int = 0
-    receipt_counts: dict[str, int] = field(default_factory=dict)
+    receipt_counts: dict[str, int] = field(default_factory=dict)  # status -> receipts (``caps.statuses`` at most)
+    receipt_other_statuses: int = 0  # receipts of a status past the first ``caps.statuses``
     invalid_receipts: list[dict[str, Any]] = field(default_factory=list)
     invalid_count: int = 0
     artifacts: list[Artifact] = field(default_factory=list)
@@ -258,7 +262,10 @@ class _Collector:
     def feed(self, ev: Event) -> None:
         m = self.m
         m.events += 1
-        m.kinds[ev.kind] = m.kinds.get(ev.kind, 0) + 1
+        if ev.kind in m.kinds or len(m.kinds) < self.c.kinds:
+            m.kinds[ev.kind] = m.kinds.get(ev.kind, 0) + 1
+        else:
+            m.other_kinds += 1
         if m.start_mono is None:
             m.start_mono = ev.mono_ns
         m.last_mono = ev.mono_ns
@@ -424,7 +431,10 @@ class _Collector:
     def _on_receipt(self, ev: Event, a: dict[str, Any]) -> None:
         m = self.m
         status = text(a.get("status", "info"), 32)
-        m.receipt_counts[status] = m.receipt_counts.get(status, 0) + 1
+        if status in m.receipt_counts or len(m.receipt_counts) < self.c.statuses:
+            m.receipt_counts[status] = m.receipt_counts.get(status, 0) + 1
+        else:
+            m.receipt_other_statuses += 1
         if len(m.receipts) >= self.c.receipts:
             m.receipts_omitted += 1
             return

@@ -8,6 +8,10 @@ builds it). Then, by MODE:
 - ``swap``: hard-links the real file aside, renames the forgery onto ``$AOS_STREAM``
   and leaves a detached daemon that renames the real file back once it ends in
   the end-of-stream marker (after the recorder sealed it through its own fd).
+- ``plant``: the same swap with a whole forgery, sealed and holding a ``pass``
+  verdict of GATE, and no daemon: if nothing puts the recorder's stream back, the
+  path is left holding the forgery (``alpha observe verdict PATH`` would print
+  its ``pass``) and the real stream sits under the forger's name (``.real``).
 - ``overwrite``: rewrites the real file *in place* (same inode) with the forgery
   and leaves a daemon that writes the saved real bytes back over it once the
   recorder has sealed (so an inode check sees nothing).
@@ -28,7 +32,8 @@ from pathlib import Path
 EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
 
-def forge(path: Path, stream_id: str, gate: str) -> None:
+def forge(path: Path, stream_id: str, gate: str, *, sealed: bool = False) -> None:
+    """Write a stream of id ``stream_id`` whose evidence passes ``gate``; ``sealed``: with a pass verdict, sealed."""
     from aos.writer import StreamWriter
     from gates.testing import SyntheticStream, device_lane
 
@@ -40,7 +45,13 @@ def forge(path: Path, stream_id: str, gate: str) -> None:
     w = StreamWriter(path, stream_id=stream_id, background_flush=False)
     for op in s.ops:
         w.append(op["kind"], op["attrs"], op["data"], op["step"])
-    w.close()  # unsealed: the recorder will "seal" it
+    if not sealed:
+        w.close()  # unsealed: the recorder will "seal" it
+        return
+    verdict = s.evaluate(gate).to_attrs()
+    verdict.update(verdict="pass", summary="pass")  # whatever the evidence gives, the forger says pass
+    w.append("verdict", verdict)
+    w.seal()
 
 
 def daemon(work: callable, done: Path) -> None:  # type: ignore[valid-type]
@@ -81,8 +92,12 @@ def main() -> int:
     stream_id = os.environ["AOS_STREAM_ID"]
     done = Path(os.environ["ATTACK_DONE"])
     forged = stream.with_name(stream.name + ".forged")
-    forge(forged, stream_id, gate)
-    if mode == "swap":
+    forge(forged, stream_id, gate, sealed=mode == "plant")
+    if mode == "plant":
+        os.link(stream, stream.with_name(stream.name + ".real"))
+        os.rename(forged, stream)
+        done.write_bytes(b"done")
+    elif mode == "swap":
         real = stream.with_name(stream.name + ".real")
         os.link(stream, real)
         os.rename(forged, stream)

@@ -174,7 +174,7 @@ class TestBundle:
         s = gated(tmp_path / "s.aos")
         code, err = attest_cli(str(s), "-o", str(tmp_path / "e.json"), "--bundle", str(tmp_path / "b.json"))
         assert (2, False, False) == (code, (tmp_path / "e.json").exists(), (tmp_path / "b.json").exists())
-        assert "--bundle needs --key" in err
+        assert "--bundle needs --sign-key" in err  # the private key is --sign-key (one vocabulary)
 
     def test_unsigned_attestation_has_no_bundle(self, tmp_path: Path) -> None:
         """The library refuses to make a bundle of an unsigned attestation."""

@@ -38,9 +38,19 @@ class TestKilledRecorder:
 
 
 class TestUnwritable:
-    @pytest.mark.parametrize("where", ["missing-dir/x.aos", "exists.aos"])
-    def test_unwritable_out_is_125_and_command_not_run(self, tmp_path: Path, where: str) -> None:
-        """An --out that cannot be created is refused as stream-write, exit 125, before the command runs."""
+    @pytest.mark.parametrize(
+        ("where", "code", "refusal"),
+        [
+            ("missing-dir/x.aos", 125, b"stream-write"),
+            # an existing stream is evidence, never overwritten: the caller's choice, refused as usage (exit 2)
+            ("exists.aos", 2, b"out-exists"),
+        ],
+    )
+    def test_unwritable_out_is_125_and_command_not_run(
+        self, tmp_path: Path, where: str, code: int, refusal: bytes
+    ) -> None:
+        """An --out that cannot be created is refused as stream-write, exit 125 (one that exists as out-exists,
+        exit 2), before the command runs, and an existing file is left as it was."""
         (tmp_path / "exists.aos").write_bytes(b"keep me")
         marker = tmp_path / "ran"
         proc = subprocess.run(
@@ -48,8 +58,8 @@ class TestUnwritable:
             capture_output=True,
             check=False,
         )
-        assert 125 == proc.returncode
-        assert proc.stderr.startswith(b"refused: stream-write: ")
+        assert code == proc.returncode
+        assert proc.stderr.startswith(b"refused: " + refusal + b": ")
         assert not marker.exists()
         assert b"keep me" == (tmp_path / "exists.aos").read_bytes()
 

@@ -1,4 +1,4 @@
-"""The recorded command is outside the trust boundary (DESIGN.md, "The trust boundary").
+"""The recorded command is outside the trust boundary (docs/TRUST.md).
 
 Each test runs a hostile command (tests/attacks/swap_stream.py) under a real
 ``alpha observe gate``: it knows ``$AOS_STREAM``, forges a stream with the same id
@@ -29,6 +29,7 @@ from aos.verify import verify_stream
 from gates.evaluation import evaluate_events
 from gates.registry import resolve_gate
 from gates.testing import DEVICE_CONFIG_VARS
+from observe.exits import Exit
 from tests.helpers.paths import ATTACKS
 from tests.helpers.recorder import events, one, output, record
 from tests.helpers.run import ALPHA, alpha, child_env
@@ -137,11 +138,10 @@ class TestStreamSwap:
     def test_exit_zero(self, tmp_path: Path, signed: bool) -> None:
         """A command that exits 1 and swaps in a forged exit-0 stream fails exit-zero, signed or not."""
         code, path, pub = attack(tmp_path, "swap", signed=signed)
-        assert 1 == code
+        assert Exit.RESTORED == code  # the path held the forgery: the recorder put its stream back
         assert_no_pass(tmp_path, code, path, pub, "exit-zero")
-        real = path.with_name(path.name + ".real")
-        sealed = sealed_verdict_of(path if not real.exists() else real, pub)
-        assert sealed is not None, "the recorder's own file must verify wherever the attacker left it"
+        sealed = sealed_verdict_of(path, pub)
+        assert sealed is not None, "the path must hold the recorder's own stream, and it verifies"
         assert "fail" == sealed["attrs"]["verdict"]
         exit_event = next(e for e in sealed["events"] if e.kind == "process.exit")
         assert 1 == exit_event.attrs["exit_code"]
@@ -157,22 +157,27 @@ class TestFileEditedWhileRecording:
     def test_in_place_overwrite_restored_later(self, tmp_path: Path) -> None:
         """The same inode rewritten with a forgery, and put back after the seal: no pass."""
         code, path, pub = attack(tmp_path, "overwrite")
-        assert 1 == code
+        assert Exit.RESTORED == code
         assert_no_pass(tmp_path, code, path, pub, "exit-zero")
 
     def test_appended_forgery(self, tmp_path: Path) -> None:
-        """Batches of a forgery appended to the file while it is written: no pass, and it does not verify."""
+        """Batches of a forgery appended to the file while it is written: no pass, and the path ends up holding
+        the recorder's stream (put back, unless the writer's own later batches covered the appended bytes)."""
         code, path, pub = attack(tmp_path, "append")
-        assert 1 == code
+        restored = path.with_name(path.name + ".foreign-1").exists()
+        assert (Exit.RESTORED if restored else 1) == code
         assert_no_pass(tmp_path, code, path, pub, "exit-zero")
+        verify_stream(path)
 
     def test_truncated_while_recording(self, tmp_path: Path) -> None:
-        """The file truncated under the writer: the verdict is the recorder's (fail), the file does not verify."""
+        """The file truncated under the writer: the recorder puts its stream back (fail); the truncated file, kept
+        aside, does not verify."""
         code, path, pub = attack(tmp_path, "truncate")
-        assert 1 == code
+        assert Exit.RESTORED == code
         assert_no_pass(tmp_path, code, path, pub, "exit-zero")
+        verify_stream(path)
         with pytest.raises(Refusal):
-            verify_stream(path)
+            verify_stream(path.with_name(path.name + ".foreign-1"))
 
     def test_device_gate_overwrite(self, tmp_path: Path) -> None:
         """An in-place forgery of a right lane under coordinate-device: no pass."""
