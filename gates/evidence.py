@@ -165,6 +165,8 @@ class Step:
             return f"never finished ({self.end.attrs.get('error', 'incomplete')})"
         if self.signal:
             return f"was killed by {self.signal}"
+        if self.start.attrs.get("runner") == "client":
+            return "is a span opened by hand (no command the recorder ran, so no exit code)"
         return f"exited {self.exit_code}"
 
 

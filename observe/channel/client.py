@@ -10,10 +10,13 @@ Exit 0 means recorded: each waits until the recorder acknowledges that what it
 sent is appended to the stream's writer. ``receipt`` appends its line to
 ``$AOS_RECEIPTS`` and then asks the recorder, over ``$AOS_CONTROL``, to confirm
 it has recorded that file up to the end of the line; ``artifact`` waits for the
-capture; ``step`` for its ``step.start`` and ``step.end``. A client that gets
-no acknowledgement (the recording has ended, the recorder is gone) says so on
-stderr and exits non-zero: ``receipt`` and ``artifact`` 1, ``step`` 125 (its
-command still runs, unrecorded, but its exit code cannot be told from a recorded one).
+capture. ``step`` asks the recorder to run its command (the recorder starts it,
+records it and reports its end: observe.recorder.steps) and exits with the code
+the recorder reports. A client that gets no acknowledgement (the recording has
+ended, the recorder is gone) says so on stderr and exits non-zero: ``receipt``
+and ``artifact`` 1, ``step`` 125 (when the recorder cannot be reached at all the
+command still runs, unrecorded, but its exit code cannot be told from a recorded
+one; once asked, the recorder alone runs it).
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from aos.text import printable, text_value
+from aos.text import printable, text_key, text_value
 from observe.channel.protocol import (
     ENV_CONTROL,
     ENV_RECEIPTS,
@@ -32,20 +35,14 @@ from observe.channel.protocol import (
     ENV_STDOUT_ID,
     ENV_STEP,
     FRAME_ERR,
-    FRAME_ERR_ECHO,
     FRAME_JSON,
     FRAME_OUT,
-    FRAME_OUT_ECHO,
     FrameReader,
-    encode_frame,
     encode_json,
     fd_identity,
     receipt_line,
 )
 from observe.exits import Exit
-
-if TYPE_CHECKING:
-    import subprocess
 
 # socket, selectors and subprocess load only where a step or artifact needs
 # them: ``receipt`` is called most often and needs none of them.
@@ -236,28 +233,40 @@ def _run_plain(argv: list[str]) -> int:
 
 
 def step(name: str, argv: list[str], *, standalone: bool = False) -> int:
-    """Run ``argv`` as a span of the enclosing recording; return its exit code.
+    """Have the recorder run ``argv`` as a span of the enclosing recording; return its exit code.
 
-    The sub-command's output is piped through this process and sent to the
-    recorder, so every byte is recorded with the span's id. Where this process's
-    own stdout/stderr is the recorder's (the usual case), the recorder echoes the
-    bytes; otherwise (``step ... | grep``) they are written here as well.
+    The recorder starts the command itself (with this process's argv, cwd,
+    environment and stdin), records its output, exit code, signal and duration as
+    its own observation, and sends here what this process must write to its own
+    stdout/stderr (nothing where those are the recorder's own, which echoes them).
+    SIGINT, SIGTERM and SIGHUP received here are sent on to the command. The exit
+    code is the recorder's: the command's, 128+N for signal N, 126/127 when it
+    cannot be executed or found.
     """
     if not os.environ.get(ENV_RECEIPTS):
         if standalone:
             return _run_plain(argv)
         return _outside("step")
-    control = _control_path()
-    span = os.urandom(8).hex()  # 16 hex digits, as uuid4().hex[:16] gave, without importing uuid (and platform)
-    parent = os.environ.get(ENV_STEP) or None
+    try:
+        cwd: str | None = os.getcwd()
+    except OSError:
+        cwd = None  # the recorder runs it in the recording's directory
+    stdin = _has_fd(0)
+    msg = {
+        "op": "step.run",
+        # A name, argument or variable that is not UTF-8 goes as {"bytes_b64": ...} (FORMAT.md 3.7).
+        "name": text_value(name),
+        "argv": [text_value(a) for a in argv],
+        "parent": os.environ.get(ENV_STEP) or None,
+        "cwd": text_value(cwd) if cwd is not None else None,
+        "env": {text_key(k): text_value(v) for k, v in os.environb.items()},
+        "echo": [_is_recorders(1, ENV_STDOUT_ID), _is_recorders(2, ENV_STDERR_ID)],
+        "stdin": stdin,
+    }
     link: _Link | None = None
     try:
-        link = _Link(control or "")
-        # A name or argument that is not UTF-8 goes as {"bytes_b64": ...} (FORMAT.md 3.7).
-        start = {"op": "step.start", "span": span, "name": text_value(name), "parent": parent}
-        reply = link.request({**start, "argv": [text_value(a) for a in argv]}, START_TIMEOUT)
-        if not reply.get("ok"):
-            raise ValueError(reply.get("error") or "the recorder refused the step")
+        link = _Link(_control_path() or "")
+        _send_with_stdin(link, encode_json(msg), stdin)
     except (OSError, ValueError) as exc:
         if link is not None:
             link.close()
@@ -270,134 +279,108 @@ def step(name: str, argv: list[str], *, standalone: bool = False) -> int:
         code = _run_plain(argv)
         sys.stderr.write(printable(f"alpha observe step: {name} exited {code} unrecorded\n"))
         return Exit.RECORDER
-    return _run_step(link, span, argv, reply.get("receipts"))
-
-
-def _run_step(link: _Link, span: str, argv: list[str], receipts: str | None) -> int:
-    import subprocess
-
-    echo_out = fd_identity(1) is not None and fd_identity(1) == os.environ.get(ENV_STDOUT_ID)
-    echo_err = fd_identity(2) is not None and fd_identity(2) == os.environ.get(ENV_STDERR_ID)
-    out_r, out_w = os.pipe2(os.O_CLOEXEC)
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
-    env = dict(os.environ)
-    env[ENV_STEP] = span
-    if receipts:
-        env[ENV_RECEIPTS] = receipts
-    # Our pipes count as the recorder's own only if what we read from them is echoed there.
-    env[ENV_STDOUT_ID] = (fd_identity(out_w) or "") if echo_out else ""
-    env[ENV_STDERR_ID] = (fd_identity(err_w) or "") if echo_err else ""
-    start = time.monotonic_ns()
-    code: int | None
-    sig: str | None = None
-    error: str | None = None
     try:
-        proc = subprocess.Popen(argv, stdout=out_w, stderr=err_w, env=env)
-    except OSError as exc:
-        os.close(out_w)
-        os.close(err_w)
-        os.close(out_r)
-        os.close(err_r)
-        code = 127 if isinstance(exc, FileNotFoundError) else 126
-        error = printable(
-            f"{argv[0]}: {'command not found' if code == 127 else 'cannot execute'} ({exc.strerror or exc})"
-        )
-        sys.stderr.write(f"alpha observe step: {error}\n")
-        return code if _end(link, code, None, time.monotonic_ns() - start, error) else Exit.RECORDER
-    os.close(out_w)
-    os.close(err_w)
-    link.sock.settimeout(END_TIMEOUT)
-    frames = {
-        out_r: (FRAME_OUT_ECHO if echo_out else FRAME_OUT, None if echo_out else 1),
-        err_r: (FRAME_ERR_ECHO if echo_err else FRAME_ERR, None if echo_err else 2),
-    }
-    forwarded = _pump(link, proc, frames)
-    rc = proc.returncode
-    if rc < 0:
-        import signal as _signal
+        return _follow(link)
+    finally:
+        link.close()
 
-        try:
-            sig = _signal.Signals(-rc).name
-        except ValueError:
-            sig = f"SIG{-rc}"
-        code = None
-    else:
-        code = rc
-    if not forwarded:
-        error = "the step's output could not all be sent to the recorder"
-    if not _end(link, code, sig, time.monotonic_ns() - start, error) or not forwarded:
+
+def _has_fd(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _is_recorders(fd: int, variable: str) -> bool:
+    """Whether ``fd`` is the recorder's own pipe (named by ``variable``), which it echoes."""
+    ident = fd_identity(fd)
+    return ident is not None and ident == os.environ.get(variable)
+
+
+def _send_with_stdin(link: _Link, frame: bytes, stdin: bool) -> None:
+    """Send ``frame`` with this process's stdin descriptor attached (SCM_RIGHTS) when it has one."""
+    import socket
+
+    fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, (0).to_bytes(4, sys.byteorder))] if stdin else []
+    sent = link.sock.sendmsg([frame], fds)
+    if sent < len(frame):
+        link.sock.sendall(frame[sent:])
+
+
+def _follow(link: _Link) -> int:
+    """Write what the recorder forwards until the step ends; its exit code (125: not recorded whole)."""
+    import signal
+
+    sock = link.sock
+    sock.settimeout(None)  # a step takes as long as it takes
+
+    def forward(signum: int, _frame: object) -> None:
+        _send(sock, {"op": "step.signal", "signal": signum})
+
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, forward) for sig in handled}
+    closed: set[int] = set()
+    try:
+        while True:
+            try:
+                data = sock.recv(1 << 16)
+            except OSError as exc:
+                return _lost(str(exc) or type(exc).__name__)
+            if not data:
+                return _lost("the recorder closed the channel")
+            for kind, payload in link.reader.feed(data):
+                if kind in (FRAME_OUT, FRAME_ERR):
+                    fd = 1 if kind == FRAME_OUT else 2
+                    if fd not in closed and not _write_all(fd, payload):
+                        closed.add(fd)  # ``step ... | head -1``: the step meets the closed pipe too
+                        _send(sock, {"op": "step.close", "stream": "stdout" if fd == 1 else "stderr"})
+                elif kind == FRAME_JSON:
+                    return _ended(json.loads(payload))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _send(sock: Any, msg: dict[str, Any]) -> None:
+    """Send one message to the recorder; a recorder gone is found by the read that follows."""
+    try:
+        sock.sendall(encode_json(msg))
+    except OSError:
+        return
+
+
+def _lost(why: str) -> int:
+    sys.stderr.write(f"alpha observe step: the recorder did not report the step's end ({why}); exit {Exit.RECORDER}\n")
+    return Exit.RECORDER
+
+
+def _ended(reply: dict[str, Any]) -> int:
+    """The exit code of the step the recorder reported, or 125 where it was not recorded whole."""
+    error = reply.get("error")
+    if error:
+        sys.stderr.write(printable(f"alpha observe step: {error}\n"))
+    if not reply.get("ok") or reply.get("op") != "step.exit":
         sys.stderr.write(f"alpha observe step: the step was not recorded whole; exit {Exit.RECORDER}\n")
         return Exit.RECORDER
-    return _shell_code(rc)
+    if reply.get("forward_lost"):
+        sys.stderr.write(
+            f"alpha observe step: some of the step's output was recorded but not written here; exit {Exit.RECORDER}\n"
+        )
+        return Exit.RECORDER
+    code = reply.get("code")
+    return code if isinstance(code, int) and 0 <= code <= 255 else Exit.RECORDER
 
 
-def _pump(link: _Link, proc: subprocess.Popen[bytes], frames: dict[int, tuple[bytes, int | None]]) -> bool:
-    """Forward the sub-command's output until it exits and its pipes close (bounded after exit).
-
-    False when the link to the recorder broke, so some output was not recorded.
-    """
-    import selectors
-
-    sel = selectors.DefaultSelector()
-    for fd in frames:
-        sel.register(fd, selectors.EVENT_READ)
-    open_fds = set(frames)
-    linked = True
-    drain_until: float | None = None
-    while open_fds:
-        if drain_until is None and proc.poll() is not None:
-            drain_until = time.monotonic() + STRAY_DRAIN
-        if drain_until is not None and time.monotonic() >= drain_until:
-            break
-        for key, _ in sel.select(0.05):
-            fd = key.fd
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                sel.unregister(fd)
-                os.close(fd)
-                open_fds.discard(fd)
-                continue
-            kind, own_fd = frames[fd]
-            if own_fd is not None:
-                _write_all(own_fd, chunk)
-            if linked:
-                try:
-                    link.send(encode_frame(kind, chunk))
-                except OSError:
-                    linked = False
-            if not linked and own_fd is None:
-                _write_all(1 if kind == FRAME_OUT_ECHO else 2, chunk)
-    for fd in open_fds:
-        sel.unregister(fd)
-        os.close(fd)
-    proc.wait()
-    return linked
-
-
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes) -> bool:
+    """Write all of ``data`` to ``fd``; False once the reader is gone (EPIPE)."""
     view = memoryview(data)
     while view:
         try:
             view = view[os.write(fd, view) :]
+        except BrokenPipeError:
+            return False
         except OSError:
-            return
-
-
-def _end(link: _Link, code: int | None, sig: str | None, duration_ns: int, error: str | None) -> bool:
-    """Send ``step.end``; True only when the recorder acknowledged it."""
-    msg: dict[str, Any] = {"op": "step.end", "exit_code": code, "signal": sig, "duration_ns": duration_ns}
-    if error:
-        msg["error"] = error
-    try:
-        reply = link.request(msg, END_TIMEOUT)
-    except (OSError, ValueError) as exc:
-        sys.stderr.write(
-            f"alpha observe step: the recorder did not acknowledge the step's end: {exc or type(exc).__name__}\n"
-        )
-        return False
-    finally:
-        link.close()
-    return bool(reply.get("ok"))
+            return True  # another failure (a closed fd): the bytes are recorded all the same
+    return True

@@ -8,12 +8,16 @@ Two paths, both set up by the recorder for its command:
   line; the recorder tails the file and keeps a partial last line until its
   newline arrives. A line is ``{"name": STR, "status": STR, "fields": OBJ}``.
 - ``$AOS_CONTROL``, a Unix stream socket for requests that need an answer:
-  ``step`` (span start/end and the sub-command's output bytes), ``artifact``
-  (capture now) and ``receipts.sync`` (confirm that a receipts file is recorded
-  up to an offset). Frames are a 1-byte type, a big-endian u32 length, a
-  payload. Every request is answered ``{"ok": ...}`` only after what it asked
-  for is appended to the stream's writer; a request the recorder never answers
-  (the recording ended first) was not recorded.
+  ``step.run`` (run a step's command: argv, cwd, environment, and the client's
+  stdin descriptor passed with SCM_RIGHTS; the recorder answers with ``o``/``e``
+  frames of the command's output to write, then ``{"op": "step.exit", "ok",
+  "code", ...}``; meanwhile the client may send ``step.signal`` and
+  ``step.close``), ``step.start``/``step.end`` (a span opened by hand, with no
+  result), ``artifact`` (capture now) and ``receipts.sync`` (confirm that a
+  receipts file is recorded up to an offset). Frames are a 1-byte type, a
+  big-endian u32 length, a payload. Every request is answered only after what it
+  asked for is appended to the stream's writer; a request the recorder never
+  answers (the recording ended first) was not recorded.
 
 This module is imported by the light client path: no pyarrow, nothing heavy.
 """
@@ -68,9 +72,9 @@ ENV_STDERR_ID = ChannelVars.STDERR_ID
 _KEYS = frozenset({"name", "status", "fields"})
 
 FRAME_JSON = b"J"
-FRAME_OUT = b"o"  # stdout bytes, record only (the client wrote them itself)
+FRAME_OUT = b"o"  # a step's stdout bytes, from the recorder, for its client to write
 FRAME_ERR = b"e"
-FRAME_OUT_ECHO = b"O"  # stdout bytes the recorder records and echoes
+FRAME_OUT_ECHO = b"O"  # (from a client: refused, never recorded as output)
 FRAME_ERR_ECHO = b"E"
 _HEADER = struct.Struct(">cI")
 #: The most bytes of one control frame, and of one receipts line, the recorder records as sent: what one

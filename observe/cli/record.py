@@ -91,7 +91,16 @@ def record_command(command: tuple[str, ...], as_json: bool, **kwargs: Any) -> No
 @click.option("--standalone", is_flag=True, default=False, help="Outside a recording, run COMMAND anyway.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def step_command(name: str, standalone: bool, command: tuple[str, ...]) -> None:
-    """Run COMMAND as a named span of the enclosing recording; exit with its exit code."""
+    """Run COMMAND as a named span of the enclosing recording; exit with its exit code.
+
+    The recorder runs COMMAND itself, with this process's working directory,
+    environment and stdin, and records its output, exit code, signal and duration
+    as its own observation; the output also comes out here, so pipelines and
+    $(...) work. SIGINT, SIGTERM and SIGHUP are passed on to COMMAND, which runs in
+    a session of its own (no controlling terminal). Exit codes: COMMAND's own;
+    128+N if killed by signal N; 126 cannot execute; 127 not found; 125 the step
+    was not recorded whole.
+    """
     from observe.channel import client
 
     argv = list(command)

@@ -112,6 +112,7 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
             parent = a.get("parent")
             depth[ev.step] = depth.get(parent, -1) + 1 if isinstance(parent, str) else 0
             entry = {"name": _text(a.get("name")), "depth": depth[ev.step], "exit_code": None, "duration_ns": None}
+            entry["by_hand"] = a.get("runner") == "client"  # a span opened by hand: no result to show
             open_steps[ev.step] = entry
             s.steps.append(entry)
         elif ev.kind == "step.end" and ev.step in open_steps:
@@ -226,11 +227,14 @@ def format_summary(s: Summary) -> str:
     lines.append(f"steps      {len(s.steps) + s.omitted['steps']}")
     for st in s.steps:
         code = st.get("exit_code")
-        state = (
-            "running/unfinished"
-            if st.get("duration_ns") is None
-            else f"exit {code}, {formatting.seconds(st.get('duration_ns'))}"
-        )
+        if st.get("by_hand"):
+            state = "a span opened by hand: no result"
+        elif st.get("duration_ns") is None:
+            state = "running/unfinished"
+        elif st.get("signal"):
+            state = f"signal {_text(st['signal'])}, {formatting.seconds(st.get('duration_ns'))}"
+        else:
+            state = f"exit {code}, {formatting.seconds(st.get('duration_ns'))}"
         lines.append(f"  {'  ' * int(st['depth'])}{st['name']}  ({state})")
     _more(lines, s.omitted["steps"], "steps")
     tally = [f"{n} {k}" for k, n in sorted(s.receipt_counts.items())]

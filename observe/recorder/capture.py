@@ -40,7 +40,7 @@ FLOOD = 64 << 10
 COALESCE_S = 0.002
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: Which ready descriptors are served first: output before the channel, the exit last.
-_ORDER = {"pipe": 0, "stdin": 1, "accept": 1, "conn": 2, "exit": 3}
+_ORDER = {"pipe": 0, "steppipe": 0, "stdin": 1, "accept": 1, "conn": 2, "exit": 3, "stepexit": 3}
 
 
 @dataclass
@@ -128,7 +128,7 @@ class Capture:
         #: Children this process had before the command started: never the command's to end.
         self.not_ours = not_ours
         self._stdin = _StdinForward(spawned.out_fd) if spawned.forward_stdin else None
-        control.drain = self.drain_pipes
+        control.drain_command = self.drain_pipes
         control.stop = self.must_stop
 
     # -- output --------------------------------------------------------------------
@@ -269,7 +269,7 @@ class Capture:
                         wait = min(wait, max(t - now, 0.0))
                 ready = sel.select(wait)
                 ready.sort(key=lambda kv: _ORDER[kv[0].data[0]])
-                for key, _ in ready:
+                for key, mask in ready:
                     what, obj = key.data
                     if what == "stdin":
                         if self._stdin is not None and not self.exited:
@@ -280,12 +280,17 @@ class Capture:
                     elif what == "accept":
                         self.control.accept(sel)
                     elif what == "conn":
-                        if obj.sock.fileno() in self.control.conns:
+                        if mask & selectors.EVENT_WRITE and obj.sock.fileno() in self.control.conns:
+                            self.control.writable(obj, sel)
+                        if mask & selectors.EVENT_READ and obj.sock.fileno() in self.control.conns:
                             self.control.readable(obj, sel)
+                    elif what in ("steppipe", "stepexit"):
+                        self.control.steps.ready(what, obj, sel)
                     elif what == "exit" and not self.exited:
                         sel.unregister(waker)
                         self._on_exit()
                 self.control.poll_receipts()
+                self.control.steps.tick(sel)
                 if self._stdin is not None and not self.exited:
                     self._stdin.flush(sel)
         except BaseException:
@@ -303,7 +308,9 @@ class Capture:
                     os.close(fd)
         self.outcome.stray = [s.name for s in self.sources if s.open]
         # What the command left running (daemons, `setsid` children) ends with the recording.
-        ended = {p["pid"]: p for p in end_tree(os.getpid(), self.not_ours, {self.spawned.pid}, self.kill_grace)}
+        steps = self.control.steps.pids()  # reaped by their own ends (finish_all), not by end_tree
+        ended = {p["pid"]: p for p in end_tree(os.getpid(), self.not_ours, {self.spawned.pid} | steps, self.kill_grace)}
+        self.control.steps.finish_all(sel)
         for pid, entry in self._signalled.items():  # ended at --timeout: recorded with the signal sent then
             if pid not in ended or ended[pid]["signal"] is None:
                 ended[pid] = entry

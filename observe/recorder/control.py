@@ -2,8 +2,15 @@
 
 Everything here runs on the recorder's one event loop, so events are recorded
 in the order they are handled. Before a receipt, a span boundary or an artifact
-is recorded, the output pipes are drained (``drain`` callback): whatever the
-command printed before it spoke on the channel is recorded before what it said.
+is recorded, the output pipes are drained (``drain`` callback, and the steps'
+pipes): whatever the command printed before it spoke on the channel is recorded
+before what it said.
+
+A step (``step.run``) is run by the recorder (observe.recorder.steps): its
+``step.end`` holds what the recorder saw its own child do. A span opened by hand
+(``step.start``/``step.end``) is a span and no more: the exit code, signal and
+duration a client sends, and the output frames it sends, are refused (counted in
+``step.end``'s ``refused``, never recorded as the step's).
 """
 
 from __future__ import annotations
@@ -22,10 +29,11 @@ from typing import Any
 
 from aos.attrs import json_int
 from aos.canonical import canonical_json
-from aos.text import display, printable, text_key, text_value, value_bytes
+from aos.text import display, key_bytes, printable, text_key, text_value, value_bytes
 from observe.channel.protocol import (
     ENV_CONTROL,
     ENV_RECEIPTS,
+    ENV_STEP,
     FRAME_ERR,
     FRAME_ERR_ECHO,
     FRAME_JSON,
@@ -41,7 +49,9 @@ from observe.channel.protocol import (
 )
 from observe.recorder import artifacts
 from observe.recorder.sinks import Echo, Sink
-from observe.secrets.masking import Masker, SecretSet, mask_attrs, mask_bytes, mask_json_bytes, mask_text
+from observe.recorder.spawn import SpawnFailure
+from observe.recorder.steps import Run, Steps
+from observe.secrets.masking import SecretSet, mask_attrs, mask_bytes, mask_json_bytes, mask_text
 
 __all__ = ["Control"]
 
@@ -69,9 +79,29 @@ class _Conn:
     span: str | None = None
     start: dict[str, Any] = field(default_factory=dict)
     tail: ReceiptTail | None = None
-    maskers: dict[str, Masker] = field(default_factory=dict)
     ended: bool = False
     pid: int | None = None  # the connecting process, from SO_PEERCRED (never from what it says)
+    run: Run | None = None  # the step the recorder runs for this client (step.run)
+    fds: list[int] = field(default_factory=list)  # descriptors received, not used yet
+    refused: dict[str, Any] = field(default_factory=dict)  # what a span opened by hand claimed
+
+
+#: The most descriptors one connection may have waiting (a step's stdin is one).
+_MAX_FDS = 4
+
+
+def _take_fds(conn: _Conn, ancillary: list[tuple[int, int, bytes]]) -> None:
+    """Keep the descriptors a client passed (SCM_RIGHTS), up to _MAX_FDS waiting; close the rest."""
+    for level, kind, data in ancillary:
+        if level != socket.SOL_SOCKET or kind != socket.SCM_RIGHTS:
+            continue
+        usable = len(data) - len(data) % 4
+        for (fd,) in struct.iter_unpack("i", data[:usable]):
+            if len(conn.fds) < _MAX_FDS:
+                conn.fds.append(fd)
+            else:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 def _peer_pid(sock: socket.socket) -> int | None:
@@ -106,7 +136,7 @@ class Control:
         self.secrets = secrets
         self.cwd = cwd
         self.artifact_max_bytes = artifact_max_bytes
-        self.drain = drain
+        self.drain_command = drain
         #: Polled during artifact captures: true when the capture must end now (``--timeout``, a signal).
         self.stop: Callable[[], bool] = lambda: False
         self.receipts_path = os.path.join(directory, "receipts")
@@ -119,10 +149,19 @@ class Control:
         self.conns: dict[int, _Conn] = {}
         self._last_poll = 0.0
         self._steps_lock = threading.Lock()
-        self._open_steps: dict[str, tuple[str, int | None]] = {}  # span -> (name, client pid), in start order
+        self._open_steps: dict[str, tuple[str, int | None]] = {}  # span -> (name, step pid), in start order
+        self._spans: set[str] = set()  # every span opened, by its id
+        self.steps = Steps(sink, echo, secrets, self._run_ended)
+        self.sel: selectors.BaseSelector | None = None
+
+    def drain(self) -> None:
+        """Record what the command's and the steps' pipes hold now."""
+        self.drain_command()
+        self.steps.drain()
 
     def open_steps(self) -> list[tuple[str, int | None]]:
-        """``(name, client pid)`` of each step open now, in the order they started (any thread may call it)."""
+        """``(name, pid)`` of each step open now, in the order they started (any thread may call it): the pid
+        of the step's command, the recorder's own child (None for a span opened by hand)."""
         with self._steps_lock:
             return list(self._open_steps.values())
 
@@ -188,6 +227,7 @@ class Control:
     # -- the control socket ----------------------------------------------------------
 
     def register(self, sel: selectors.BaseSelector) -> None:
+        self.sel = sel
         sel.register(self.listener, selectors.EVENT_READ, ("accept", None))
 
     def accept(self, sel: selectors.BaseSelector) -> None:
@@ -205,11 +245,14 @@ class Control:
 
     def readable(self, conn: _Conn, sel: selectors.BaseSelector) -> None:
         try:
-            data = conn.sock.recv(1 << 20)
+            data, ancillary, _flags, _addr = conn.sock.recvmsg(
+                1 << 20, socket.CMSG_SPACE(_MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC
+            )
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
-            data = b""
+            data, ancillary = b"", []
+        _take_fds(conn, ancillary)
         if not data:
             self._close(conn, sel)
             return
@@ -219,6 +262,11 @@ class Control:
         except (ValueError, TypeError, KeyError) as exc:
             self.sink.append("recorder.error", {"error": f"bad control message: {exc}"}, None, conn.span)
             self._close(conn, sel)
+
+    def writable(self, conn: _Conn, sel: selectors.BaseSelector) -> None:
+        """The connection can take more of what its step forwards."""
+        if conn.run is not None:
+            self.steps.writable(conn.run, sel)
 
     def _frame(self, conn: _Conn, kind: bytes, payload: bytes) -> None:
         if kind == FRAME_OVERSIZE and conn.reader.oversize is not None:
@@ -230,19 +278,25 @@ class Control:
                 self._reply(conn, {"ok": False, "error": big.attrs("a control frame")["reason"]})
             return
         if kind in _DATA_FRAMES:
-            name, echo = _DATA_FRAMES[kind]
-            masker = conn.maskers.setdefault(name, Masker(self.secrets))
-            out = masker.feed(payload)
-            if out:
-                if echo:
-                    self.echo.write(name, out)
-                self.sink.append(name, {}, out, conn.span)
+            # Output a client sends is its claim, never a step's output: only counted, as refused.
+            key = f"{_DATA_FRAMES[kind][0]}_bytes"
+            conn.refused[key] = conn.refused.get(key, 0) + len(payload)
             return
         if kind != FRAME_JSON:
             raise ValueError(f"unknown frame type {kind!r}")
         msg = json.loads(payload)
         op = msg.get("op")
-        if op == "step.start":
+        if op == "step.run":
+            self._step_run(conn, msg)
+        elif op == "step.signal":
+            if conn.run is None or json_int(msg.get("signal")) is None:
+                raise ValueError("step.signal needs a running step and a signal number")
+            self.steps.send_signal(conn.run, int(msg["signal"]))
+        elif op == "step.close":
+            if conn.run is None or msg.get("stream") not in ("stdout", "stderr"):
+                raise ValueError("step.close needs a running step and a stream")
+            self.steps.close_stream(self._selector(), conn.run, str(msg["stream"]))
+        elif op == "step.start":
             self._step_start(conn, msg)
         elif op == "step.end":
             self._step_end(conn, msg)
@@ -269,55 +323,168 @@ class Control:
         raw = str(value).encode("utf-8", "surrogatepass") if raw is None else raw
         return text_value(mask_bytes(raw, self.secrets) if self.secrets else raw)
 
-    def _step_start(self, conn: _Conn, msg: dict[str, Any]) -> None:
-        span = text_key(value_bytes(msg["span"]) or str(msg["span"]))  # the step column is text
+    def _selector(self) -> selectors.BaseSelector:
+        if self.sel is None:
+            raise ValueError("the control socket is not being served")
+        return self.sel
+
+    def _parent(self, value: Any) -> str | None:
+        """The enclosing span a client names (its ``AOS_STEP``), kept only when this recording opened it."""
+        if value is None:
+            return None
+        span = text_key(value_bytes(value) or str(value))
+        return span if span in self._spans else None
+
+    def _new_span(self, conn: _Conn) -> tuple[str, str]:
+        """A new span of the recorder's own id for ``conn``, and its receipts file: ``(span, path)``."""
+        span = os.urandom(8).hex()  # the recorder's id: a client cannot name (and so join) another's span
         self.drain()
         self.poll_receipts(force=True)
-        argv = [self._bytes_text(a) for a in msg.get("argv", [])]
-        parent = msg.get("parent")
-        parent = text_key(value_bytes(parent) or str(parent)) if parent is not None else None
         if conn.span is not None:
-            with self._steps_lock:  # a second step.start on one connection: the first is no longer open
+            with self._steps_lock:  # a second span on one connection: the first is no longer open
                 self._open_steps.pop(conn.span, None)
         conn.span = span
-        conn.start = {"name": self._bytes_text(msg["name"]), "argv": argv, "parent": parent, "pid": conn.pid}
-        self.sink.append("step.start", dict(conn.start), None, span)
-        self.echo.begin_step(span, display(conn.start["name"]))  # a CI fold, in the echo only
-        with self._steps_lock:
-            name = conn.start["name"]  # byte text: the registry keeps the step column's text form
-            self._open_steps[span] = (name if isinstance(name, str) else text_key(value_bytes(name) or b""), conn.pid)
+        self._spans.add(span)
         path = os.path.join(self.directory, f"receipts-{len(self.tails)}")
         conn.tail = ReceiptTail(self._new_file(path), span)
         self.tails.append(conn.tail)
-        self.sink.drain()
-        self._reply(conn, {"ok": not self.sink.failed, "receipts": path})
+        return span, path
 
-    def _flush_maskers(self, conn: _Conn) -> None:
-        for name, masker in conn.maskers.items():
-            rest = masker.finish()
-            if rest:
-                self.echo.write(name, rest)  # held back only while it could start a secret
-                self.sink.append(name, {}, rest, conn.span)
+    def _record_start(self, conn: _Conn, start: dict[str, Any], pid: int | None) -> None:
+        """Record the span's ``step.start`` (``pid``: the step's command, for the sampler's attribution)."""
+        span = str(conn.span)
+        conn.start = start
+        self.sink.append("step.start", dict(start), None, span)
+        self.echo.begin_step(span, display(start["name"]))  # a CI fold, in the echo only
+        with self._steps_lock:
+            name = start["name"]  # byte text: the registry keeps the step column's text form
+            self._open_steps[span] = (name if isinstance(name, str) else text_key(value_bytes(name) or b""), pid)
 
-    def _step_end(self, conn: _Conn, msg: dict[str, Any], *, incomplete: bool = False) -> None:
-        self._flush_maskers(conn)
+    def _close_span(self, conn: _Conn, attrs: dict[str, Any]) -> None:
+        """Record ``step.end`` (``attrs``) of the connection's span."""
         self.drain()
         self.poll_receipts(force=True)
-        attrs = dict(conn.start)
-        attrs.update(
-            exit_code=msg.get("exit_code"),
-            signal=msg.get("signal"),
-            duration_ns=msg.get("duration_ns"),
-        )
-        if msg.get("error"):
-            attrs["error"] = printable(mask_text(printable(str(msg["error"])), self.secrets))
-        if incomplete:
-            attrs["incomplete"] = True
         self.sink.append("step.end", attrs, None, conn.span)
         self.echo.end_step(str(conn.span), attrs.get("exit_code"))
         conn.ended = True
         with self._steps_lock:
             self._open_steps.pop(str(conn.span), None)
+
+    # -- steps the recorder runs -----------------------------------------------------
+
+    def _step_run(self, conn: _Conn, msg: dict[str, Any]) -> None:
+        """``step.run``: start the client's command as the recorder's own child, in a new span."""
+        if conn.span is not None:
+            raise ValueError("one step per connection")
+        sel = self._selector()
+        argv = [os.fsdecode(value_bytes(a) or str(a).encode()) for a in msg.get("argv") or []]
+        env = {
+            os.fsdecode(key_bytes(str(k))): os.fsdecode(value_bytes(v) or str(v).encode())
+            for k, v in dict(msg.get("env") or {}).items()
+        }
+        cwd = _os_path(msg.get("cwd")) or self.cwd
+        echo = msg.get("echo") or [False, False]
+        stdin = conn.fds.pop(0) if msg.get("stdin") and conn.fds else None
+        start = {
+            "name": self._bytes_text(msg["name"]),
+            "argv": [self._bytes_text(a) for a in msg.get("argv") or []],
+            "parent": self._parent(msg.get("parent")),
+            "pid": conn.pid,
+            "runner": "recorder",
+            "cwd": self._bytes_text(cwd),
+        }
+        span, receipts = self._new_span(conn)
+        env.update(self.env())
+        env.update({ENV_RECEIPTS: receipts, ENV_STEP: span})
+        try:
+            run = self.steps.start(
+                sel,
+                span=span,
+                argv=argv,
+                env=env,
+                cwd=cwd,
+                stdin=stdin,
+                echo=(bool(echo[0]), bool(echo[1])),
+                sock=conn.sock,
+                conn=("conn", conn),
+            )
+        finally:
+            if stdin is not None:
+                os.close(stdin)  # the child has its own copy
+        if isinstance(run, SpawnFailure):
+            error = printable(mask_text(run.error, self.secrets))
+            self._record_start(conn, {**start, "process": None}, None)
+            end = {**conn.start, "exit_code": run.exit_code, "signal": None, "duration_ns": 0, "error": error}
+            self._close_span(conn, end)
+            self.sink.drain()
+            self._reply(conn, {"op": "step.exit", "ok": not self.sink.failed, "code": run.exit_code, "error": error})
+            return
+        conn.run = run
+        # Recorded before any of its output: the loop reads its pipes only after this returns.
+        self._record_start(conn, {**start, "process": run.pid}, run.pid)
+
+    def _run_ended(self, run: Run) -> None:
+        """A step's command exited and its pipes are done: record its ``step.end``, tell its client."""
+        conn = run.conn[1]
+        attrs = dict(conn.start)
+        attrs.update(exit_code=run.exit_code, signal=run.signal, duration_ns=run.duration_ns)
+        if run.forwarded:
+            attrs["forwarded"] = list(run.forwarded)
+        if run.stray_writers:
+            attrs["stray_writers"] = True
+        if run.sock is None:
+            attrs["client_gone"] = True
+        if conn.refused:
+            attrs["refused"] = dict(conn.refused)
+        self._close_span(conn, attrs)
+        self.sink.drain()
+        self.steps.reply(
+            self._selector(),
+            run,
+            {
+                "op": "step.exit",
+                "ok": not self.sink.failed,
+                "code": run.shell_code,
+                "exit_code": run.exit_code,
+                "signal": run.signal,
+                "forward_lost": run.forward_lost,
+            },
+        )
+
+    # -- spans opened by hand ------------------------------------------------------------
+
+    def _step_start(self, conn: _Conn, msg: dict[str, Any]) -> None:
+        """``step.start`` from a client that runs nothing through the recorder: a span, with no result."""
+        argv = [self._bytes_text(a) for a in msg.get("argv", [])]
+        start = {
+            "name": self._bytes_text(msg["name"]),
+            "argv": argv,
+            "parent": self._parent(msg.get("parent")),
+            "pid": conn.pid,
+            "runner": "client",
+        }
+        span, path = self._new_span(conn)
+        self._record_start(conn, start, None)
+        self.sink.drain()
+        self._reply(conn, {"ok": not self.sink.failed, "receipts": path, "span": span})
+
+    def _step_end(self, conn: _Conn, msg: dict[str, Any], *, incomplete: bool = False) -> None:
+        """The end of a span opened by hand: no exit code, signal or duration but the recorder's (none)."""
+        if conn.run is not None or conn.span is None:
+            raise ValueError("step.end of no span opened by hand")
+        for key in ("exit_code", "signal", "duration_ns"):
+            if key in msg:
+                value = msg[key]
+                conn.refused[key] = value if value is None or json_int(value) is not None else printable(str(value))
+        attrs = dict(conn.start)
+        attrs.update(exit_code=None, signal=None, duration_ns=None)
+        if msg.get("error"):
+            attrs["error"] = printable(mask_text(printable(str(msg["error"])), self.secrets))
+        if incomplete:
+            attrs["incomplete"] = True
+        if conn.refused:
+            attrs["refused"] = mask_attrs(dict(conn.refused), self.secrets)
+        self._close_span(conn, attrs)
         if not incomplete:
             self.sink.drain()
             self._reply(conn, {"ok": not self.sink.failed})
@@ -365,7 +532,14 @@ class Control:
         self.sink.append(kind, attrs, data, step)
 
     def _close(self, conn: _Conn, sel: selectors.BaseSelector | None) -> None:
-        if conn.span is not None and not conn.ended:
+        for fd in conn.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        conn.fds.clear()
+        if conn.run is not None and not conn.ended:
+            if self.sel is not None:  # the client went away: its step runs on, recorded
+                self.steps.detach(self.sel, conn.run)
+        elif conn.span is not None and not conn.ended:
             self._step_end(conn, {"error": "the step's client went away before the step ended"}, incomplete=True)
         if sel is not None:
             with contextlib.suppress(KeyError, ValueError):

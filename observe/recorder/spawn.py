@@ -20,7 +20,7 @@ from typing import Any
 from observe.channel.protocol import ENV_STDERR_ID, ENV_STDOUT_ID
 from observe.exits import Exit
 
-__all__ = ["SpawnFailure", "Spawned", "exit_status", "signal_name", "spawn"]
+__all__ = ["SpawnFailure", "Spawned", "exit_status", "signal_name", "spawn", "spawn_step"]
 
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
@@ -119,6 +119,58 @@ def spawn(
     for fd in (out_r, err_r):
         os.set_blocking(fd, False)
     return Spawned(proc, out_r, err_r, out_id, err_id, _hand_terminal(proc.pid))
+
+
+def spawn_step(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    cwd: str,
+    stdin: int | None,
+    echo: tuple[bool, bool],
+    pipe_size: int = 1 << 16,
+) -> Spawned | SpawnFailure:
+    """Start a step's command for ``alpha observe step``: the recorder's own child, in a session of its own.
+
+    Its stdin is ``stdin`` (the step client's, passed over the control socket; /dev/null
+    when None), its stdout and stderr fresh pipes the recorder reads. A session of its
+    own (so a process group of its own, and no controlling terminal it could be stopped
+    by: the recorder's terminal is not the client's foreground). ``AOS_STDOUT_ID`` and
+    ``AOS_STDERR_ID`` name those pipes where the recorder echoes them (``echo``), else
+    are empty, as for the command itself.
+    """
+    if not argv:
+        return SpawnFailure(127, "no command given")
+    out_r, out_w = _pipe(pipe_size)
+    err_r, err_w = _pipe(pipe_size)
+    out_id, err_id = _identity(out_w), _identity(err_w)
+    env = {**env, ENV_STDOUT_ID: out_id if echo[0] else "", ENV_STDERR_ID: err_id if echo[1] else ""}
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL if stdin is None else stdin,
+            stdout=out_w,
+            stderr=err_w,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        if exc.filename == cwd and exc.filename != (argv[0] if argv else None):
+            return SpawnFailure(126, f"{argv[0]}: cannot execute in {cwd} ({exc.strerror or exc})")
+        return _failure(argv, exc)
+    except (ValueError, subprocess.SubprocessError) as exc:  # embedded NUL and the like
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        return SpawnFailure(126, f"cannot execute: {exc}")
+    os.close(out_w)
+    os.close(err_w)
+    for fd in (out_r, err_r):
+        os.set_blocking(fd, False)
+    return Spawned(proc, out_r, err_r, out_id, err_id)
 
 
 def _hand_terminal(pgid: int) -> Callable[[], None] | None:

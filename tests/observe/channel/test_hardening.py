@@ -61,7 +61,7 @@ class TestLateClients:
 
 
 class _FakeRecorder:
-    """A control socket that answers ``step.start``/``receipts.sync`` as told, to test the clients alone."""
+    """A control socket that answers ``step.run``/``receipts.sync`` as told, to test the clients alone."""
 
     def __init__(self, directory: Path, *, ack_end: bool, ack_sync: bool) -> None:
         self.path = str(directory / "control")
@@ -93,12 +93,10 @@ class _FakeRecorder:
                         continue
                     op = json.loads(payload)["op"]
                     self.ops.append(op)
-                    if op == "step.start":
-                        conn.sendall(encode_json({"ok": True, "receipts": os.environ.get("FAKE_RECEIPTS", "")}))
-                    elif op == "step.end" and not self.ack_end:
-                        return  # the recorder went away before acknowledging
-                    elif op == "step.end":
-                        conn.sendall(encode_json({"ok": True}))
+                    if op == "step.run" and not self.ack_end:
+                        return  # the recorder went away before reporting the step's end
+                    elif op == "step.run":  # the step's end as a recorder reports it: exit 3
+                        conn.sendall(encode_json({"op": "step.exit", "ok": True, "code": 3, "exit_code": 3}))
                     elif op == "receipts.sync" and not self.ack_sync:
                         return
                     elif op == "receipts.sync":
@@ -131,18 +129,20 @@ def fake(request: pytest.FixtureRequest) -> Iterator[tuple[_FakeRecorder, dict[s
 class TestClientsWithoutAcknowledgement:
     @pytest.mark.parametrize("fake", [(False, True)], indirect=True)
     def test_step_whose_end_is_not_acknowledged_exits_125(self, fake: tuple[_FakeRecorder, dict[str, str]]) -> None:
-        """A step whose step.end the recorder never acknowledged exits 125, not its command's 0."""
+        """A step whose end the recorder never reported exits 125, and the client never runs it itself."""
         server, env = fake
-        proc = alpha("observe", "step", "s", "--", "true", env=env)
-        assert ["step.start", "step.end"] == server.ops
+        marker = Path(env["AOS_RECEIPTS"]).with_name("ran")
+        proc = alpha("observe", "step", "s", "--", "touch", str(marker), env=env)
+        assert ["step.run"] == server.ops
         assert 125 == proc.returncode, proc.stderr
-        assert b"not recorded" in proc.stderr
+        assert b"did not report the step's end" in proc.stderr
+        assert not marker.exists()  # the recorder runs steps: a client that ran it too would run it twice
 
     @pytest.mark.parametrize("fake", [(True, True)], indirect=True)
-    def test_step_acknowledged_keeps_its_exit_code(self, fake: tuple[_FakeRecorder, dict[str, str]]) -> None:
-        """With both ends acknowledged, step exits with its command's own code."""
+    def test_step_exits_with_the_code_the_recorder_reports(self, fake: tuple[_FakeRecorder, dict[str, str]]) -> None:
+        """The client exits with the code in the recorder's step.exit (the recorder ran the command, not it)."""
         _server, env = fake
-        proc = alpha("observe", "step", "s", "--", "sh", "-c", "exit 3", env=env)
+        proc = alpha("observe", "step", "s", "--", "true", env=env)
         assert 3 == proc.returncode, proc.stderr
 
     @pytest.mark.parametrize("fake", [(True, False)], indirect=True)

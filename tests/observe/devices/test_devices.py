@@ -515,13 +515,17 @@ class TestLaneConfig:
 
 class TestStepPid:
     def test_step_start_pid_is_the_client(self, tmp_path: Path) -> None:
-        """step.start's pid is the step client's (the parent of the step's command)."""
-        script = "alpha observe step s -- python3 -c 'import os; print(os.getppid())'"
-        proc, path = record(tmp_path, ["sh", "-c", script], "--quiet", "--observe-devices", "off")
+        """step.start's pid is the step client's; its process is the step's command, the recorder's own child."""
+        script = (
+            "alpha observe step s -- python3 -c 'import os; print(os.getpid(), os.getppid())' & echo $! > client; wait"
+        )
+        proc, path = record(tmp_path, ["sh", "-c", script], "--quiet", "--observe-devices", "off", cwd=tmp_path)
         assert 0 == proc.returncode
         evs = events(path)
         start = one(evs, "step.start")
-        assert int(output(evs, step=start.step)) == start.attrs["pid"]
+        pid, ppid = (int(x) for x in output(evs, step=start.step).split())
+        assert (pid, ppid) == (start.attrs["process"], one(evs, "stream.open").attrs["pid"])
+        assert int((tmp_path / "client").read_text()) == start.attrs["pid"]
         assert start.attrs["pid"] == one(evs, "step.end").attrs["pid"]
 
     def test_a_client_lying_about_its_pid_is_ignored(self, tmp_path: Path) -> None:
