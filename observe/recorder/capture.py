@@ -40,6 +40,8 @@ READ_SIZE = 1 << 20
 FLOOD = 64 << 10
 COALESCE_S = 0.002
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Seconds between two reapings of the tree's exited orphans while the command runs.
+REAP_EVERY = 0.5
 #: Which ready descriptors are served first: output before the channel, the exit last.
 _ORDER = {"pipe": 0, "stdin": 1, "accept": 1, "conn": 2, "exit": 3}
 
@@ -254,11 +256,15 @@ class Capture:
         deadline = start + self.timeout if self.timeout is not None else None
         self._deadline = deadline
         kill_at: float | None = None
+        reap_at = start + REAP_EVERY
         if self._stdin is not None:
             self._stdin.register(sel)
         try:
             while True:
                 now = time.monotonic()
+                if now >= reap_at:  # orphans of the tree that exited: each zombie holds a pid until reaped
+                    self.container.reap(None if self.exited else self.spawned.pid)
+                    reap_at = now + REAP_EVERY
                 if not self.exited:
                     if deadline is not None and now >= deadline and not self.outcome.timed_out:
                         self.outcome.timed_out = True

@@ -42,7 +42,7 @@ from typing import Any
 
 from observe.env import RecorderVars
 from observe.recorder.cgroup import Cgroup, CgroupUnavailable, make_cgroup
-from observe.recorder.proctree import ProcessInfo, argv_of, children, descendants, info, live, reap, signal_process
+from observe.recorder.proctree import ProcessInfo, argv_of, descendants, info, live, reap, signal_process, walk
 
 __all__ = ["CGROUP", "SWEEP", "Container", "End", "open_container"]
 
@@ -50,6 +50,8 @@ CGROUP = "cgroup"
 SWEEP = "sweep"
 #: Rounds in a row that must find no live process before a sweep ends.
 EMPTY_SWEEPS = 5
+#: Rounds in a row that must find no process of the tree outside the emptied cgroup.
+ESCAPE_SWEEPS = 3
 #: Seconds the killing may take at most, after the grace.
 KILL_BOUND = 10.0
 #: Seconds between two looks while waiting for processes to go.
@@ -134,7 +136,8 @@ class Container:
         """``signum`` to every live process inside; the ones it reached."""
         return [p for p in self.members() if signal_process(p, signum)]
 
-    def _reap(self, command: int | None) -> None:
+    def reap(self, command: int | None) -> None:
+        """Collect the exit status of the tree's orphans that exited (never ``command``'s): each zombie holds a pid."""
         reap(self.root, self.exclude | ({command} if command is not None else set()))
 
     # -- the end ---------------------------------------------------------------------
@@ -154,7 +157,7 @@ class Container:
         return self._result(ledger, command)
 
     def _result(self, ledger: _Ledger, command: int | None) -> End:
-        self._reap(command)
+        self.reap(command)
         survivors = [{"pid": p.pid, "argv": list(p.argv)} for p in self.members() if p.pid != command]
         ended = [e for e in ledger.listed() if e["pid"] != command]
         note = "a sweep cannot rule out a process that forks and exits between two looks"
@@ -164,6 +167,7 @@ class Container:
         """``first`` to every live member, again to newcomers, until none is left or ``grace`` is over;
         True when some are still alive."""
         deadline = time.monotonic() + max(grace, 0.0)
+        self.reap(command)
         while True:
             found = self.members()
             if not found:
@@ -173,7 +177,7 @@ class Container:
             if time.monotonic() >= deadline:
                 return True
             time.sleep(POLL)
-            self._reap(command)
+            self.reap(command)
 
     def _kill(self, ledger: _Ledger, command: int | None, rounds: int) -> None:
         """Rounds that stop every live process found, top down, then kill them, until ``rounds`` in a
@@ -181,8 +185,8 @@ class Container:
         deadline = time.monotonic() + KILL_BOUND
         empty = 0
         while empty < rounds:
-            self._reap(command)
-            stopped = self._stop_round()
+            self.reap(command)
+            stopped = self._stop_round(command)
             if not stopped:
                 empty += 1
                 time.sleep(0.0005)  # the next look a moment later: a process between two parents shows again
@@ -193,22 +197,24 @@ class Container:
             if time.monotonic() >= deadline:
                 return
 
-    def _stop_round(self) -> list[ProcessInfo]:
+    def _stop_round(self, command: int | None) -> list[ProcessInfo]:
         """SIGSTOP to every live process of the tree, parents before their children; the ones stopped."""
         stopped: list[ProcessInfo] = []
-        seen: set[int] = {self.root}
-        stack = [pid for pid in children(self.root) if pid not in self.exclude]
-        while stack:
-            pid = stack.pop()
-            if pid in seen:
-                continue
-            seen.add(pid)
+
+        def stop(pid: int) -> bool:
             proc = info(pid, with_argv=False)
             if proc is None:
-                continue
-            if live(proc) and signal_process(proc, signal.SIGSTOP):
+                return False
+            if not live(proc):
+                if proc.ppid == self.root and pid != command:  # reaped as found: a long list slows every look
+                    with contextlib.suppress(ChildProcessError, OSError):
+                        os.waitpid(pid, os.WNOHANG)
+                return False
+            if signal_process(proc, signal.SIGSTOP):
                 stopped.append(proc)
-            stack.extend(p for p in children(pid) if p not in self.exclude)
+            return True
+
+        walk(self.root, self.exclude, stop)
         return stopped
 
     def close(self) -> None:
@@ -297,8 +303,8 @@ class CgroupContainer(Container):
         emptied = not self.cgroup.populated
         # A member that wrote itself out of the cgroup is still the recorder's descendant: sweep those.
         outside = _Ledger()
-        Container._kill(self, outside, command, EMPTY_SWEEPS)
-        self._reap(command)
+        Container._kill(self, outside, command, ESCAPE_SWEEPS)
+        self.reap(command)
         survivors = [{"pid": p.pid, "argv": list(p.argv)} for p in Container.members(self) if p.pid != command]
         for pid, entry in outside.entries.items():
             ledger.entries.setdefault(pid, entry)
@@ -320,7 +326,7 @@ class CgroupContainer(Container):
         deadline = time.monotonic() + KILL_BOUND
         again = time.monotonic() + 0.5
         while self.cgroup.populated and time.monotonic() < deadline:
-            self._reap(command)
+            self.reap(command)
             if time.monotonic() >= again:  # not frozen in time, and some forked meanwhile: again
                 for proc in self.members():
                     ledger.saw(proc, signal.SIGKILL)
@@ -328,7 +334,7 @@ class CgroupContainer(Container):
                 again = time.monotonic() + 0.5
             time.sleep(0.002)
         self.cgroup.thaw()
-        self._reap(command)
+        self.reap(command)
 
     def close(self) -> None:
         """Kill what is still inside and remove the cgroup (never while the recorder is inside it)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "live",
     "reap",
     "signal_process",
+    "walk",
 ]
 
 
@@ -124,21 +125,43 @@ def children_of(pid: int) -> set[int]:
     return set(children(pid))
 
 
+#: Times a walk reads ``root``'s children again for processes reparented to it while it walked.
+RELOOKS = 64
+
+
+def walk(root: int, exclude: Collection[int], visit: Callable[[int], bool]) -> None:
+    """Call ``visit`` on every pid below ``root`` (not ``root``), parents before their children, skipping the
+    subtrees of ``exclude`` and those ``visit`` returns False for (a process that is gone).
+
+    A process whose parent exits while the walk is between them is reparented to ``root`` (its subreaper)
+    after the walk read ``root``'s children; so the walk reads them again, until no new pid shows (at most
+    ``RELOOKS`` times): a process that keeps forking and exiting is chased rather than missed.
+    """
+    seen: set[int] = {root}
+    for _ in range(RELOOKS):
+        stack = [pid for pid in children(root) if pid not in seen and pid not in exclude]
+        if not stack:
+            return
+        while stack:
+            pid = stack.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            if visit(pid):
+                stack.extend(p for p in children(pid) if p not in seen and p not in exclude)
+
+
 def descendants(root: int, exclude: Collection[int] = ()) -> list[ProcessInfo]:
     """Every process below ``root`` (not ``root``, zombies included), skipping the subtrees of ``exclude``."""
     out: list[ProcessInfo] = []
-    seen: set[int] = {root}
-    stack = [root]
-    while stack:
-        for pid in children(stack.pop()):
-            if pid in exclude or pid in seen:
-                continue
-            seen.add(pid)
-            proc = info(pid)
-            if proc is None:
-                continue
-            stack.append(pid)
+
+    def visit(pid: int) -> bool:
+        proc = info(pid)
+        if proc is not None:
             out.append(proc)
+        return proc is not None and live(proc)  # a zombie's children are already someone else's
+
+    walk(root, exclude, visit)
     return sorted(out, key=lambda p: p.pid)
 
 

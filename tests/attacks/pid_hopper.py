@@ -6,8 +6,9 @@ recorded command ends), and the child calls ``setsid`` and then, for SECONDS,
 loops ``fork()``; the parent ``_exit(0)``: its pid changes all the time, so a
 recorder that takes one ``/proc`` snapshot per sweep keeps missing it.
 
-When SECONDS are over, the survivor writes its pid to MARK (the test's proof that
-it outlived the recording) and, when ``$GITHUB_OUTPUT`` names a file, appends
+When SECONDS are over, the survivor writes its pid and the time to MARK (the
+test's proof that it outlived the recording, when that is after the recorder
+exited) and, when ``$GITHUB_OUTPUT`` names a file, appends
 ``verdict=pass`` and ``scope=physical`` to it, after the recorder's own lines.
 """
 
@@ -41,7 +42,7 @@ def main() -> None:
             os._exit(0)
     if mark:
         with open(mark, "a") as fh:
-            fh.write(f"{os.getpid()}\n")
+            fh.write(f"{os.getpid()} {time.time()}\n")
     out = os.environ.get("GITHUB_OUTPUT")
     if out:
         with open(out, "a") as fh:
