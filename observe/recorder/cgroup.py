@@ -169,6 +169,25 @@ class Cgroup:
                 time.sleep(0.01)
 
 
+#: An empty ``alpha-observe-*`` cgroup older than this many seconds was left by a recorder that was killed
+#: (SIGKILL ends nothing): the next recording beside it removes it.
+STALE_SECONDS = 600.0
+PREFIX = "alpha-observe-"
+
+
+def _remove_stale(parent: str) -> None:
+    """Remove the empty cgroups killed recorders left beside ours (a cgroup in use is never empty that long,
+    and a populated one cannot be removed)."""
+    now = time.time()
+    with contextlib.suppress(OSError), os.scandir(parent) as entries:
+        for entry in entries:
+            if not entry.name.startswith(PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            with contextlib.suppress(OSError):
+                if now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS:
+                    os.rmdir(entry.path)
+
+
 def make_cgroup(name: str) -> Cgroup:
     """Make the cgroup ``name`` below the recorder's own and check it can be ended as a whole.
 
@@ -177,6 +196,7 @@ def make_cgroup(name: str) -> Cgroup:
     nor ``cgroup.freeze``.
     """
     parent, own = _own_directory()
+    _remove_stale(parent)
     safe = _SAFE.sub("-", name)
     directory = os.path.join(parent, safe)
     try:

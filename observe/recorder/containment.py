@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from observe.env import RecorderVars
-from observe.recorder.cgroup import Cgroup, CgroupUnavailable, make_cgroup
+from observe.recorder.cgroup import PREFIX, Cgroup, CgroupUnavailable, make_cgroup
 from observe.recorder.proctree import ProcessInfo, argv_of, descendants, info, live, reap, signal_process, walk
 
 __all__ = ["CGROUP", "SWEEP", "Container", "End", "open_container"]
@@ -360,7 +360,7 @@ def open_container(stream_id: str, exclude: Collection[int] = (), env: Mapping[s
     if mode == SWEEP:
         return Container(exclude, f"{RecorderVars.CONTAINMENT}={SWEEP}")
     try:
-        cgroup = make_cgroup(f"alpha-observe-{stream_id}")
+        cgroup = make_cgroup(f"{PREFIX}{stream_id}")
     except CgroupUnavailable as exc:
         return Container(exclude, f"no cgroup of its own: {exc}")
     return CgroupContainer(cgroup, exclude)

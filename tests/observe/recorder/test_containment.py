@@ -234,3 +234,23 @@ def test_the_knob_forces_the_sweep_and_a_bad_value_is_ignored() -> None:
         assert ("cgroup" if cgroup_possible() else "sweep") == bad.kind
     finally:
         bad.close()
+
+
+def test_an_empty_cgroup_a_killed_recorder_left_is_removed_by_the_next() -> None:
+    """An empty ``alpha-observe-*`` cgroup older than STALE_SECONDS (its recorder was SIGKILLed) goes when the
+    next recorder makes its own; a fresh empty one (a recorder about to enter it) stays."""
+    if not cgroup_possible():
+        pytest.skip("no cgroup v2 of its own can be made here")
+    from observe.recorder.cgroup import STALE_SECONDS
+
+    stale = make_cgroup(f"alpha-observe-stale-{os.getpid()}")
+    fresh = make_cgroup(f"alpha-observe-fresh-{os.getpid()}")
+    try:
+        old = time.time() - STALE_SECONDS - 60
+        os.utime(stale.directory, (old, old))
+        mine = make_cgroup(f"alpha-observe-next-{os.getpid()}")
+        mine.remove()
+        assert (False, True) == (os.path.isdir(stale.directory), os.path.isdir(fresh.directory))
+    finally:
+        stale.remove()
+        fresh.remove()
