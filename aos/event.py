@@ -10,7 +10,7 @@ from aos.refusals import StreamSchema
 
 __all__ = ["KINDS", "Event"]
 
-#: Kinds named by DESIGN.md. Writers may add others; readers must accept any.
+#: Kinds named by docs/FORMAT.md. Writers may add others; readers must accept any.
 KINDS: frozenset[str] = frozenset(
     {
         "stream.open",

@@ -3,7 +3,9 @@
 An AOS stream is a plain Arrow IPC stream, so any complete one opens with stock
 ``pyarrow.ipc.open_stream``. This reader walks it message by message instead,
 so that on a damaged file it keeps every complete batch before the damage and
-says exactly what is wrong. It never raises anything but a ``Refusal``.
+says exactly what is wrong. It never raises anything but a ``Refusal``, or an error
+of the machine (``aos.resources``: a thread, memory or a file descriptor that could
+not be had), which it re-raises unchanged: that is never damage to the stream.
 
 What follows the last good batch is classified by ``aos.framing`` (docs/FORMAT.md,
 section 1.1):
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from aos.event import Event
 from aos.framing import EOS, Cut, Malformed, batch_frame, schema_frame
 from aos.refusals import Refusal, StreamChain, StreamMissing, StreamSchema, StreamTruncated
+from aos.resources import machine_error
 from aos.schema import (
     COLUMNS,
     FORMAT_NAME,
@@ -113,6 +116,8 @@ def open_regular(path: str | os.PathLike[str]) -> int:
     try:
         fd = os.open(path, flags)
     except OSError as exc:
+        if machine_error(exc):
+            raise  # no descriptor to be had: the machine's, not a missing stream
         raise StreamMissing(f"{path}: {exc.strerror or exc}") from exc
     try:
         require_regular(fd, path)
@@ -127,6 +132,8 @@ def require_regular(fd: int, path: str | os.PathLike[str]) -> None:
     try:
         mode = os.fstat(fd).st_mode
     except OSError as exc:
+        if machine_error(exc):
+            raise
         raise StreamMissing(f"{path}: {exc.strerror or exc}") from exc
     if not stat.S_ISREG(mode):
         raise StreamMissing(f"{path} is {_file_type(mode)}, not a stream file")
@@ -199,6 +206,8 @@ class StreamFile:
             self.size = os.fstat(fd).st_size
             self._mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if self.size else None
         except (OSError, ValueError) as exc:
+            if machine_error(exc):
+                raise  # no memory to map it in: the machine's
             raise StreamMissing(f"{self.path}: {exc}") from exc
         finally:
             os.close(fd)
@@ -228,7 +237,9 @@ class StreamFile:
         try:
             message = self._ipc.read_message(self._buf.slice(0, frame.end))
             schema = self._ipc.read_schema(message)
-        except Exception as exc:  # any failure to parse is a schema refusal
+        except Exception as exc:  # any failure to parse is a schema refusal, but the machine's own
+            if machine_error(exc):
+                raise
             raise StreamSchema(f"{self.path}: unreadable schema: {exc}") from exc
         meta = check_metadata(schema.metadata, str(self.path))
         stream_id = meta[META_STREAM_ID.decode()]
@@ -285,7 +296,9 @@ class StreamFile:
                     raise ValueError(f"it is a {message.type}, not a batch")
                 batch = self._ipc.read_record_batch(message, self.schema)
                 batch.validate(full=True)
-            except Exception as exc:  # noqa: BLE001 - classified into a refusal
+            except Exception as exc:
+                if machine_error(exc):
+                    raise  # a thread or memory the machine could not give: not damage
                 self.damage = StreamChain(f"the batch at byte {pos} does not decode: {exc}", offset=pos)
                 return
             nulls = null_damage(batch, pos)
@@ -302,7 +315,9 @@ class StreamFile:
         for raw in self.batches():
             try:
                 events = batch_events(raw.batch)
-            except Exception as exc:  # noqa: BLE001 - a batch whose values do not convert
+            except Exception as exc:
+                if machine_error(exc):
+                    raise
                 self.damage = StreamChain(f"the batch at byte {raw.start} holds values that do not decode: {exc}")
                 return
             yield from events
@@ -398,8 +413,9 @@ def iter_events(path: str | os.PathLike[str]) -> Iterator[Event]:
 def read_stream(path: str | os.PathLike[str]) -> StreamContents:
     """Read all complete batches (a stream still being written reads fine).
 
-    Raises only ``stream-missing``, ``stream-schema`` and (for a file cut
-    inside its schema message) ``stream-truncated``; any other damage is
+    Raises only ``stream-missing``, ``stream-schema``, (for a file cut
+    inside its schema message) ``stream-truncated`` and the machine's own
+    errors (``aos.resources``); any other damage is
     reported in ``StreamContents.damage`` with the events before it kept.
     """
     events: list[Event] = []
@@ -410,7 +426,9 @@ def read_stream(path: str | os.PathLike[str]) -> StreamContents:
         for raw in f.batches():
             try:
                 events.extend(batch_events(raw.batch))
-            except Exception as exc:  # noqa: BLE001 - a batch whose values do not convert
+            except Exception as exc:
+                if machine_error(exc):
+                    raise
                 f.damage = StreamChain(f"the batch at byte {raw.start} holds values that do not decode: {exc}")
                 break
             n += 1

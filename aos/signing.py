@@ -23,6 +23,7 @@ __all__ = [
     "Verifier",
     "generate_keypair",
     "key_id",
+    "load_key",
     "load_public_key",
     "load_signer",
     "signer_from_pem",
@@ -155,6 +156,21 @@ def load_signer(path: str | os.PathLike[str]) -> Signer:
     if not pem.strip():
         raise StreamSignature(f"cannot load private key {path}: it holds nothing (a pipe nobody wrote to?)")
     return signer_from_pem(pem, str(path))
+
+
+def load_key(path: str | os.PathLike[str]) -> Signer | Verifier:
+    """Load an Ed25519 key that may be either half (read once: a pipe too): a ``Signer`` for a private key,
+    a ``Verifier`` for a public one; anything else is a ``stream-signature`` refusal."""
+    pem = _read_key(path)
+    if b"PRIVATE KEY-----" in pem:
+        return signer_from_pem(pem, str(path))
+    try:
+        key = serialization.load_pem_public_key(pem)
+    except (ValueError, TypeError) as exc:
+        raise StreamSignature(f"cannot load public key {path}: {exc}") from exc
+    if not isinstance(key, Ed25519PublicKey):
+        raise StreamSignature(f"{path} is not an Ed25519 public key")
+    return Verifier(key)
 
 
 def load_public_key(path: str | os.PathLike[str]) -> Verifier:

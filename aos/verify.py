@@ -49,6 +49,7 @@ from aos.refusals import (
     StreamUnsealed,
     StreamVerdict,
 )
+from aos.resources import machine_error
 from aos.signing import Verifier
 
 __all__ = ["Verification", "require_verdict", "verify_stream"]
@@ -92,6 +93,10 @@ def verify_stream(
 ) -> Verification:
     """Verify a stream end to end; raise the first ``Refusal`` found.
 
+    An error of the machine (``aos.resources.machine_error``: a thread, memory or a file
+    descriptor it could not have) is raised as it is, never as a refusal: it says
+    nothing of the stream.
+
     With ``data`` the stream is those bytes (already read once by the caller, who
     then knows the bytes it hashes are the bytes verified); ``path`` only names them.
     """
@@ -122,6 +127,8 @@ def verify_stream(
                 # rows, not events: each chunk is hashed from the batch's own buffer, never copied out
                 rows = batch_rows(raw.batch)
             except Exception as exc:
+                if machine_error(exc):
+                    raise  # the machine's failure (aos.resources), never the stream's
                 where = _where(expected - 1 if expected else None, last_cp)
                 raise StreamChain(f"the batch at byte {raw.start} does not decode ({exc}); {where}") from exc
             for i, (seq, wall_ns, mono_ns, kind, step, attrs_json, chunk, stored) in enumerate(rows):

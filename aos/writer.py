@@ -464,10 +464,12 @@ class StreamWriter:
         caller must consume the iterator to its end before it acts on what it
         yielded (``observe.recorder.gating`` does, before it appends a verdict). Raises
         ``StreamWrite`` (at the start or at the end) when there is no copy, it
-        cannot be read, or it disagrees with what was written.
+        cannot be read, or it disagrees with what was written; an error of the
+        machine (``aos.resources``) as it is.
         """
         from aos.framing import Cut, Malformed, batch_frame, schema_frame
         from aos.reader import batch_events, open_buffer
+        from aos.resources import machine_error
 
         with self._lock:
             if self._copy_fd is None:
@@ -488,6 +490,8 @@ class StreamWriter:
                 try:
                     chunk = os.pread(fd, min(size - read, max(want - len(buf), window)), read)
                 except OSError as exc:
+                    if machine_error(exc):
+                        raise
                     raise StreamWrite(f"cannot read the private copy of {self.path}: {exc}") from exc
                 if not chunk:
                     raise whole
@@ -531,7 +535,9 @@ class StreamWriter:
                 for raw in f.batches():
                     try:
                         batch = batch_events(raw.batch)
-                    except Exception as exc:  # noqa: BLE001 - values that do not convert: not what was written
+                    except Exception as exc:
+                        if machine_error(exc):
+                            raise  # the machine's failure (aos.resources), not a copy that differs
                         raise StreamWrite(f"the private copy of {self.path} does not read back: {exc}") from None
                     for ev in batch:
                         seen += 1

@@ -19,7 +19,18 @@ if TYPE_CHECKING:
     from gates.language import Gate
     from gates.verdict import Verdict
 
-__all__ = ["evaluate_events", "evaluate_stream", "evaluate_with_evidence", "inconclusive", "with_damage"]
+__all__ = [
+    "RESOURCE_CHECK",
+    "evaluate_events",
+    "evaluate_stream",
+    "evaluate_with_evidence",
+    "inconclusive",
+    "machine_failure",
+    "with_damage",
+]
+
+#: The check of a verdict sealed when the machine failed the tool (a thread, memory, a descriptor): never damage.
+RESOURCE_CHECK = "resource"
 
 
 def inconclusive(gate: Gate, check: str, reason: str) -> Verdict:
@@ -27,6 +38,18 @@ def inconclusive(gate: Gate, check: str, reason: str) -> Verdict:
     from gates.verdict import Check, Verdict
 
     return Verdict.of(gate.name, gate.scope, [Check(check, "inconclusive", reason)], f"inconclusive: {reason}")
+
+
+def machine_failure(gate: Gate, exc: BaseException) -> Verdict | None:
+    """The inconclusive verdict for an error of the machine (``aos.resources``), naming the tool's own
+    failure; None when ``exc`` is not one."""
+    from aos.resources import machine_error
+
+    lacked = machine_error(exc)
+    if lacked is None:
+        return None
+    said = f"{type(exc).__name__}: {exc}"
+    return inconclusive(gate, RESOURCE_CHECK, f"the tool's own failure, not the stream's: {lacked} ({said})")
 
 
 def evaluate_events(gate: Gate, events: Iterable[Event], damage: Refusal | None = None) -> Verdict:
@@ -52,7 +75,12 @@ def evaluate_with_evidence(gate: Gate, events: Iterable[Event]) -> tuple[Verdict
     try:
         ev = Evidence(events, keep_output=needs_output(gate))
         return evaluate_evidence(gate, ev), ev
-    except Exception as exc:  # noqa: BLE001 - the verdict must still be sealed
+    except BaseException as exc:
+        machine = machine_failure(gate, exc)  # a thread or memory the machine could not give (a panic, too)
+        if machine is not None:
+            return machine, None
+        if not isinstance(exc, Exception):
+            raise
         return inconclusive(gate, "gate-engine", f"the gate could not be evaluated: {type(exc).__name__}: {exc}"), None
 
 
@@ -86,6 +114,11 @@ def evaluate_stream(gate: Gate, path: Path) -> Verdict:
         f = StreamFile(path)
     except Refusal as exc:
         return inconclusive(gate, "stream-readback", f"the stream cannot be read: {exc}")
+    except Exception as exc:
+        machine = machine_failure(gate, exc)
+        if machine is None:
+            raise
+        return machine
 
     with f:
         v, ev = evaluate_with_evidence(gate, f.events())

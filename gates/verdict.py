@@ -28,7 +28,7 @@ Status = Literal["pass", "fail", "inconclusive"]
 #: Every status, weakest claim last.
 STATUSES: tuple[Status, ...] = ("pass", "inconclusive", "fail")
 
-#: How ``gate`` and ``verdict`` exit for each verdict (DESIGN.md, exit codes).
+#: How ``gate`` and ``verdict`` exit for each verdict (README, exit codes; observe/exits.py).
 EXIT_CODES: dict[str, int] = {"pass": 0, "fail": 1, "inconclusive": 3}
 
 

@@ -59,6 +59,9 @@ class RecorderVars:
     SIMULATED_GPUS = "ALPHA_OBSERVE_SIMULATED_GPUS"
     #: Set while Arrow picks its default memory pool (to ``system``), then restored.
     ARROW_MEMORY_POOL = "ARROW_DEFAULT_MEMORY_POOL"
+    #: Set to 1 (unless set) in a command that reads streams, before numpy loads: OpenBLAS, which
+    #: numpy loads with pyarrow, raises SIGINT in its process when it cannot start its threads.
+    BLAS_THREADS = "OPENBLAS_NUM_THREADS"
     #: ``attest``: the SLSA level of a scope is ``ALPHA_OBSERVE_SCOPE_<SCOPE>``.
     SCOPE_PREFIX = "ALPHA_OBSERVE_SCOPE_"
     #: A lane's device configuration file: ``ALPHA_<LANE>_DEVICE_CONFIG`` (the recorder captures each set).

@@ -8,19 +8,22 @@ a refusal without loading what raises it.
 
 from __future__ import annotations
 
-from aos.refusals import Refusal
+from aos.refusals import Refusal, StreamWrite
 
 __all__ = [
     "ArtifactMissing",
     "AttestPolicy",
     "KeyExists",
     "KeyWrite",
+    "OutExists",
     "OutputWrite",
     "QuerySQL",
     "QueryStreamId",
+    "Resource",
     "StoreUnreachable",
     "StoreUrl",
     "StreamDigest",
+    "resource_refusal",
 ]
 
 
@@ -48,6 +51,17 @@ class KeyWrite(Refusal):
     name = "key-write"
 
 
+class OutExists(StreamWrite):
+    """``record`` or ``gate`` was given an ``--out`` that already exists: evidence is never overwritten.
+
+    Refused before the command runs, with exit 2 (the caller's choice, as a usage
+    error; never 125, which says the recorder itself failed). A kind of
+    ``stream-write`` (the stream cannot be written there), with a name of its own.
+    """
+
+    name = "out-exists"
+
+
 class OutputWrite(Refusal):
     """An export or attestation could not be written to its output file."""
 
@@ -64,6 +78,27 @@ class QueryStreamId(Refusal):
     """``query``: a stream whose stream id another given stream also claims (not merged)."""
 
     name = "query-stream-id"
+
+
+class Resource(Refusal):
+    """The machine could not give the tool what it needed (a thread, memory, a file descriptor, disk space).
+
+    The tool's own failure, never damage to a stream: the same command may succeed once the
+    machine has more (``aos.resources`` says which errors are the machine's).
+    """
+
+    name = "resource"
+
+
+def resource_refusal(exc: BaseException) -> Resource | None:
+    """``resource`` for an error of the machine (``aos.resources.machine_error``), else None."""
+    from aos.resources import machine_error
+
+    lacked = machine_error(exc)
+    if lacked is None:
+        return None
+    said = str(exc) or type(exc).__name__
+    return Resource(f"{lacked} ({type(exc).__name__}: {said}); the tool's own failure, not the stream's")
 
 
 class StoreUnreachable(Refusal):

@@ -191,6 +191,7 @@ class _Bucket:
     @contextlib.contextmanager
     def _errors(self, doing: str, name: str | None = None) -> Iterator[None]:
         """Map boto3's and s3transfer's exceptions to named refusals."""
+        _require_boto3()
         from boto3.exceptions import Boto3Error
         from botocore.exceptions import BotoCoreError, ClientError
         from s3transfer.exceptions import RetriesExceededError, S3DownloadFailedError, S3UploadFailedError
@@ -219,12 +220,23 @@ _CLIENTS: dict[tuple[tuple[str, str], ...], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
-def _s3_client(errors: Callable[[str], contextlib.AbstractContextManager[None]]) -> Any:
+def _require_boto3() -> None:
+    """Refuse as ``store-unreachable``, saying how to install the ``s3`` extra, when boto3 cannot be imported."""
     try:
-        import boto3
-        from botocore.config import Config
+        import boto3  # noqa: F401
+        import botocore  # noqa: F401
+        import s3transfer  # noqa: F401
     except ImportError as exc:
-        raise StoreUnreachable("an s3:// store needs boto3: pip install 'alpha-observe[s3]'") from exc
+        from observe.util.install import install_hint
+
+        raise StoreUnreachable(f"an s3:// store needs boto3, which is not installed: {install_hint('s3')}") from exc
+
+
+def _s3_client(errors: Callable[[str], contextlib.AbstractContextManager[None]]) -> Any:
+    _require_boto3()
+    import boto3
+    from botocore.config import Config
+
     key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(StoreVars.AWS_PREFIX)))
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)

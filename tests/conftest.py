@@ -60,6 +60,14 @@ def surgery() -> ModuleType:
     return _load_make_assets()
 
 
+# -- the alpha of the interpreter that runs the suite -----------------------------------------
+
+# `.venv/bin/python -m pytest` (the README's test command) runs without the venv activated:
+# the tests' subprocesses call `alpha` by name, so the interpreter's own bin folder goes first.
+_BIN = os.path.dirname(sys.executable)
+if os.path.isfile(os.path.join(_BIN, "alpha")) and os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
+
 # -- isolation from an enclosing recording, a CI system and the tool's configuration --------
 
 

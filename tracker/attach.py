@@ -22,14 +22,19 @@ nothing. Each attach is one journal entry.
 A store URL (``s3://...``, ``file://...``, as ``alpha observe push`` prints) is
 fetched first (``observe.store.fetch``: its BLAKE3 must equal its name, and it
 must verify) into a temporary file, which is attached; the row keeps the URL
-(``path`` and ``url``), so ``audit`` re-fetches from the store.
+(``path`` and ``url``), so ``audit`` re-fetches from the store. A stream already
+attached (from a path, or from another store) that is attached again from a
+store URL gets that URL added (``located``): the fetched bytes are the row's
+(same seal, same file digest, else ``tracker-stream-changed``), the change is
+journalled (``attach.location``), and it is allowed on a finished run, since it
+changes nothing the evidence says.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +71,8 @@ class Attached:
     devices: list[str]
     attached_at: str
     new: bool
+    #: The store URL was added to a stream attached before (from a path, or from another store).
+    located: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,7 +133,28 @@ def attach(conn: Connection, path: str | os.PathLike[str], run: str | int, *, ur
                 {"run": run, "path": row.path, "url": url, "stream_id": facts.stream_id},
                 changes,
             )
+        elif url is not None and row.url != url:
+            row = _add_location(conn, row, url)
         return row
+
+
+def _add_location(conn: Connection, row: Attached, url: str) -> Attached:
+    """Record ``url`` as where the stream of ``row`` is kept (its bytes were fetched from there and are the row's).
+
+    The one edit evidence takes, journalled as ``attach.location``; the database
+    refuses a URL that does not name the row's file digest (migration 5), on a
+    finished run too.
+    """
+    conn.execute("UPDATE evidence SET url = ? WHERE id = ?", (url, row.evidence_id))
+    journal.append(
+        conn,
+        "attach.location",
+        {"run": row.run_id, "stream_id": row.stream_id, "url": url, "was": row.url},
+        [journal.change(conn, "evidence", row.evidence_id)],
+    )
+    moved = _row(conn, row.stream_id, False)
+    assert moved is not None  # the row was just updated in this transaction
+    return replace(moved, located=True)
 
 
 def insert_evidence(

@@ -480,11 +480,24 @@ def _check_version(conn: PgConnection) -> None:
         raise TrackerSchema(f"{where} is a PostgreSQL database, but not an alpha tracker")
 
 
+def require_psycopg() -> None:
+    """Refuse as ``tracker-database``, saying how to install the ``postgres`` extra, when psycopg is not installed."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as exc:
+        from observe.util.install import install_hint
+
+        raise TrackerDatabase(
+            f"a postgresql:// tracker needs psycopg, which is not installed: {install_hint('postgres')}"
+        ) from exc
+
+
 def init(url: str, *, target: int | None = None, signer: Signer | None = None) -> PgConnection:
     """Create (or bring up to date) the tracker in the database at ``url``.
 
     The database itself is created when it does not exist and the server lets this user create it.
     """
+    require_psycopg()
     conn = _open(url, create=True, signer=signer)
     try:
         _check_version(conn)
@@ -497,6 +510,7 @@ def init(url: str, *, target: int | None = None, signer: Signer | None = None) -
 
 def connect(url: str, *, signer: Signer | None = None) -> PgConnection:
     """Open an existing tracker (migrating it forward if needed); ``tracker-missing`` if there is none."""
+    require_psycopg()
     import psycopg
 
     conn = _open(url, signer=signer)

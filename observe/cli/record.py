@@ -25,6 +25,7 @@ from observe.cli.options import (
     reports_refusals,
     without_numpy,
 )
+from observe.refusals import OutExists
 
 __all__ = [
     "COMMANDS",
@@ -48,13 +49,14 @@ __all__ = [
     "the command's echo goes to stderr.",
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@reports_refusals(Exit.RECORDER)
+@reports_refusals(Exit.RECORDER, by_name={OutExists.name: Exit.USAGE})
 def record_command(command: tuple[str, ...], as_json: bool, **kwargs: Any) -> None:
     """Record COMMAND as a sealed AOS stream; exit with its exit code.
 
     Exit codes: the command's own; 128+N if killed by signal N; 124 on --timeout;
     126 cannot execute; 127 not found; 125 the recorder itself failed. A
-    mistyped option before -- is a usage error (2) and COMMAND does not run.
+    mistyped option before --, or an --out that exists (refused: out-exists:
+    a stream is never overwritten), is exit 2 and COMMAND does not run.
     """
     without_numpy()
     from observe.recorder.record import record

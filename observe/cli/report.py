@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from observe.cli.options import STREAM, Exit, example, public_key, public_key_option, reports_refusals
+from observe.cli.options import STREAM, Exit, example, out_option, public_key, public_key_option, reports_refusals
 
 __all__ = ["COMMANDS", "report_command"]
 
@@ -14,10 +14,10 @@ __all__ = ["COMMANDS", "report_command"]
 @example("alpha observe report ci.aos -o ci.report.html")
 @click.command("report")
 @click.argument("stream", type=STREAM)
-@click.option("-o", "--output", "output", required=True, metavar="FILE", help="Where to write the page (HTML).")
+@out_option("Where to write the page (HTML).", required=True, aliases=("--output",))
 @public_key_option("Also check the seal's signature against this Ed25519 public key (as verify --key).")
 @reports_refusals()
-def report_command(stream: Path, output: str, key: str | None) -> None:
+def report_command(stream: Path, out: str, key: str | None) -> None:
     """Write STREAM as one self-contained HTML page: verdict, checks, steps, output, artifacts, devices.
 
     The page loads nothing from the network. A damaged or unsealed stream still
@@ -38,14 +38,12 @@ def report_command(stream: Path, output: str, key: str | None) -> None:
     os.close(open_regular(stream))
     public = public_key(key)
     try:
-        facts = write_report(stream, Path(output), public_key=public)
+        facts = write_report(stream, Path(out), public_key=public)
     except OSError as exc:
-        click.echo(f"alpha observe report: cannot write {output}: {exc.strerror or exc}", err=True)
+        click.echo(f"alpha observe report: cannot write {out}: {exc.strerror or exc}", err=True)
         raise SystemExit(Exit.FAIL) from None
     verdict = facts.verdict or "no sealed verdict"
-    click.echo(
-        f"alpha observe report: wrote {output} ({facts.page_bytes} bytes; {verdict}; {facts.integrity})", err=True
-    )
+    click.echo(f"alpha observe report: wrote {out} ({facts.page_bytes} bytes; {verdict}; {facts.integrity})", err=True)
 
 
 COMMANDS: list[click.Command] = [report_command]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from observe.cli.options import example
+from observe.cli.options import example, one_blas_thread, without_numpy
 
 __all__ = ["main", "observe_group"]
 
@@ -18,14 +18,26 @@ __all__ = ["main", "observe_group"]
 @example("alpha observe gate exit-zero -- make test")
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="alpha-observe", prog_name="alpha")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """alpha: record commands as sealed evidence streams and gate on them."""
+    if ctx.invoked_subcommand != "observe":
+        one_blas_thread()  # the tracker reads streams
 
 
 @example("alpha observe record --out run.aos -- make test", "alpha observe show run.aos")
 @main.group("observe")
-def observe_group() -> None:
+@click.pass_context
+def observe_group(ctx: click.Context) -> None:
     """Record commands as AOS streams, read them back, verify them, gate on them."""
+    if ctx.invoked_subcommand in RUNS_COMMANDS:
+        without_numpy()  # neither needs it; so OpenBLAS never starts threads in a recorder
+    else:
+        one_blas_thread()
+
+
+#: The commands that run another command, whose environment is the recorder's own.
+RUNS_COMMANDS = frozenset({"record", "gate"})
 
 
 def _register() -> None:

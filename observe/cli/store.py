@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from observe.cli.options import STREAM, example, public_key, public_key_option, reports_refusals
+from observe.cli.options import STREAM, example, out_option, public_key, public_key_option, reports_refusals
 from observe.env import StoreVars
 
 __all__ = ["COMMANDS", "fetch_command", "push_command"]
@@ -44,13 +44,11 @@ def push_command(stream: Path, store: str, key: str | None) -> None:
 @example("alpha observe fetch s3://evidence/ci/<blake3>.aos -o ci.aos")
 @click.command("fetch")
 @click.argument("url")
-@click.option(
-    "-o",
-    "--out",
-    "out",
+@out_option(
+    "Where to write the stream (a folder: the stream keeps its stored name).",
     required=True,
     type=click.Path(path_type=Path),
-    help="Where to write the stream (a folder: the stream keeps its stored name).",
+    metavar="PATH",
 )
 @public_key_option(_KEY_HELP)
 @reports_refusals()

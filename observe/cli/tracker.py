@@ -18,7 +18,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from observe.cli.options import Exit, example, json_option, private_key, public_key, reports_refusals
+from observe.cli.options import (
+    Exit,
+    db_option,
+    example,
+    json_option,
+    public_key,
+    public_key_option,
+    reports_refusals,
+    sign_key_options,
+    signing_key,
+)
 from observe.env import TrackerVars
 
 if TYPE_CHECKING:
@@ -26,14 +36,6 @@ if TYPE_CHECKING:
     from tracker.backends import Connection
 
 __all__ = ["attach_command", "tracker_group"]
-
-_DB_HELP = (
-    "The tracker: an SQLite file (default ./progress.sqlite3, or $ALPHA_TRACKER_DB),"
-    " or a PostgreSQL database, postgresql://USER@HOST/DB."
-)
-_SIGNING_KEY_HELP = (
-    "The tracker's own Ed25519 private key (or $ALPHA_TRACKER_SIGNING_KEY): signs every journal entry written."
-)
 
 
 def _db_refusal(exc: Exception) -> Refusal | None:
@@ -46,11 +48,11 @@ def _db_refusal(exc: Exception) -> Refusal | None:
 #: Every tracker command reports its refusals, the database's included, and exits 1.
 _refusals = reports_refusals(Exit.FAIL, translate=_db_refusal)
 
-_signing_key_option = click.option(
-    "--signing-key",
-    type=click.Path(dir_okay=False, path_type=Path),
+#: The tracker's own private key: ``--sign-key`` (once ``--signing-key``, still accepted) or ``--sign-key-env``.
+_sign_key_options = sign_key_options(
+    "every journal entry written (the tracker's own key)",
+    aliases=("--signing-key",),
     envvar=TrackerVars.SIGNING_KEY,
-    help=_SIGNING_KEY_HELP,
 )
 
 
@@ -58,7 +60,7 @@ _signing_key_option = click.option(
 def _open(ctx: click.Context) -> Iterator[Connection]:
     from tracker.db import connect
 
-    conn = connect(ctx.obj["db"], signer=private_key(ctx.obj["signing_key"]))
+    conn = connect(ctx.obj["db"], signer=signing_key(*ctx.obj["sign_key"]))
     try:
         yield conn
     finally:
@@ -75,22 +77,17 @@ _json_option = json_option("Print JSON instead of text.")
 # -- alpha observe attach ------------------------------------------------------------
 
 
-@example("alpha observe attach ci.aos --tracker progress.sqlite3 --run 3")
+@example("alpha observe attach ci.aos --db progress.sqlite3 --run 3")
 @click.command("attach")
 @click.argument("stream", type=click.Path(dir_okay=False))  # a str: a store URL must keep its "//"
-@click.option(
-    "--tracker",
-    "db",
-    default="progress.sqlite3",
-    show_default=True,
-    envvar=TrackerVars.DB,
-    help="The tracker: an SQLite file, or postgresql://USER@HOST/DB.",
-)
+@db_option(aliases=("--tracker",))
 @click.option("--run", "run", required=True, help="The run (its id) the stream is evidence for.")
-@_signing_key_option
+@_sign_key_options
 @_json_option
 @_refusals
-def attach_command(stream: str, db: str, run: str, signing_key: Path | None, as_json: bool) -> None:
+def attach_command(
+    stream: str, db: str, run: str, sign_key: Path | None, sign_key_env: str | None, as_json: bool
+) -> None:
     """Verify a sealed stream and attach it to a run in the tracker.
 
     STREAM is a path, or a store URL as `alpha observe push` prints it
@@ -105,11 +102,13 @@ def attach_command(stream: str, db: str, run: str, signing_key: Path | None, as_
     head, file digest, verdict, recording time and observed devices are
     recorded. Attaching it again unchanged changes nothing; a stream whose file
     no longer matches what was recorded is refused (tracker-stream-changed).
+    Attaching it again from a store URL (after `alpha observe push`) adds that
+    URL, on a finished run too, so `audit` re-fetches it from the store.
     """
     from tracker.attach import attach as attach_stream
     from tracker.db import connect
 
-    conn = connect(db, signer=private_key(signing_key))
+    conn = connect(db, signer=signing_key(sign_key, sign_key_env))
     try:
         a = attach_stream(conn, stream, run)
     finally:
@@ -119,6 +118,9 @@ def attach_command(stream: str, db: str, run: str, signing_key: Path | None, as_
         return
     verdict = f"verdict {a.verdict}" + (f", scope {a.scope}" if a.scope else "") if a.verdict else "no verdict"
     gate = f" (gate {a.gate})" if a.gate else ""
+    if a.located:
+        click.echo(f"already attached: stream {a.stream_id} of run {a.run_id}, now kept at {a.url}: {verdict}{gate}")
+        return
     what = "attached" if a.new else "already attached, unchanged:"
     click.echo(f"{what} stream {a.stream_id} to run {a.run_id}: {verdict}{gate}")
 
@@ -128,16 +130,10 @@ def attach_command(stream: str, db: str, run: str, signing_key: Path | None, as_
 
 @example("alpha tracker --db progress.sqlite3 status")
 @click.group("tracker")
-@click.option(
-    "--db",
-    default="progress.sqlite3",
-    show_default=True,
-    envvar=TrackerVars.DB,
-    help=_DB_HELP,
-)
-@_signing_key_option
+@db_option()
+@_sign_key_options
 @click.pass_context
-def tracker_group(ctx: click.Context, db: str, signing_key: Path | None) -> None:
+def tracker_group(ctx: click.Context, db: str, sign_key: Path | None, sign_key_env: str | None) -> None:
     """The progress tracker: work items, runs, and the sealed streams that are their evidence.
 
     The rules live in the database (SQLite or PostgreSQL triggers), so every client is held to
@@ -145,11 +141,11 @@ def tracker_group(ctx: click.Context, db: str, signing_key: Path | None) -> None
     evidence from a completed run, a hardware item only with a sealed pass of
     scope physical; a physical pass needs such a stream on the run. Every change
     made through this tool is journalled (hash-chained, signed with
-    --signing-key); `audit` names any change made around it.
+    --sign-key or --sign-key-env); `audit` names any change made around it.
     """
     ctx.ensure_object(dict)
     ctx.obj["db"] = db
-    ctx.obj["signing_key"] = signing_key
+    ctx.obj["sign_key"] = (sign_key, sign_key_env)
 
 
 @example("alpha tracker init")
@@ -160,7 +156,7 @@ def init_command(ctx: click.Context) -> None:
     """Create the tracker database (or bring its schema up to date)."""
     from tracker.db import init, schema_version
 
-    conn = init(ctx.obj["db"], signer=private_key(ctx.obj["signing_key"]))
+    conn = init(ctx.obj["db"], signer=signing_key(*ctx.obj["sign_key"]))
     try:
         version = schema_version(conn)
     finally:
@@ -216,16 +212,11 @@ def show_command(ctx: click.Context, ref: str, as_json: bool) -> None:
 
 @example("alpha tracker audit --json")
 @tracker_group.command("audit")
-@click.option(
-    "--journal-key",
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="PUB",
-    help="The tracker's public key: every journal entry must be signed by it.",
-)
+@public_key_option("The tracker's public key: every journal entry must be signed by it.", aliases=("--journal-key",))
 @_json_option
 @click.pass_context
 @_refusals
-def audit_command(ctx: click.Context, journal_key: Path | None, as_json: bool) -> None:
+def audit_command(ctx: click.Context, key: str | None, as_json: bool) -> None:
     """Re-verify every attached stream, the journal and the database's rules; exit 1 on any finding.
 
     A stream whose file is gone is `missing`; one that no longer verifies, or
@@ -235,9 +226,9 @@ def audit_command(ctx: click.Context, journal_key: Path | None, as_json: bool) -
     """
     from tracker.audit import audit, format_audit
 
-    key = public_key(journal_key)
+    journal_key = public_key(key)
     with _open(ctx) as conn:
-        report = audit(conn, journal_key=key)
+        report = audit(conn, journal_key=journal_key)
     _json(report.as_dict()) if as_json else click.echo(format_audit(report))
     if not report.ok:
         sys.exit(Exit.FAIL)

@@ -193,9 +193,7 @@ def _seal_notes(v: Any, signer: Signer | None) -> list[str]:
         return ["seal: unsigned (the chain proves integrity against accident, not against a forger)"]
     if v.signature_checked:
         return [f"seal: signed by key {v.key_id}, signature checked"]
-    return [
-        f"seal: names key {v.seal.get('key_id')}; its signature was NOT checked (give --seal-key PUBKEY to require it)"
-    ]
+    return [f"seal: names key {v.seal.get('key_id')}; its signature was NOT checked (give --key PUBKEY to require it)"]
 
 
 def attest(

@@ -49,8 +49,10 @@ def require_protobuf() -> None:
         import google.protobuf.json_format  # noqa: F401
         import opentelemetry.proto.collector.trace.v1.trace_service_pb2  # noqa: F401
     except ImportError as exc:
+        from observe.util.install import install_hint
+
         raise MissingProtobuf(
-            f"binary OTLP needs opentelemetry-proto ({exc.msg}); install it with: pip install 'alpha-observe[otlp]'"
+            f"binary OTLP needs opentelemetry-proto ({exc.msg}); install it with: {install_hint('otlp')}"
         ) from None
 
 

@@ -83,7 +83,9 @@ def duckdb_module() -> Any:
     try:
         import duckdb
     except ImportError as exc:
-        raise QuerySQL("queries need DuckDB, which is not installed: pip install 'alpha-observe[query]'") from exc
+        from observe.util.install import install_hint
+
+        raise QuerySQL(f"queries need DuckDB, which is not installed: {install_hint('query')}") from exc
     return duckdb
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aos.attrs import json_int
+from aos.canonical import canonical_json
 from aos.text import display, printable, text_key, text_value, value_bytes
 from observe.channel.protocol import (
     ENV_CONTROL,
@@ -30,7 +31,10 @@ from observe.channel.protocol import (
     FRAME_JSON,
     FRAME_OUT,
     FRAME_OUT_ECHO,
+    FRAME_OVERSIZE,
+    MAX_FRAME,
     FrameReader,
+    Oversize,
     ReceiptTail,
     encode_json,
     parse_receipt_line,
@@ -147,12 +151,31 @@ class Control:
                     drained = True
                 self._receipt(line, tail.step)
 
-    def _receipt(self, line: bytes, step: str | None) -> None:
+    def _receipt(self, line: bytes | Oversize, step: str | None) -> None:
+        if isinstance(line, Oversize):
+            self._oversize(line, "a receipts line", step)
+            return
         # Parsed first, masked after: a secret written with JSON escapes (\", \\, \uXXXX) is
         # a secret again once parsed; the raw line of an invalid one is masked escapes and all.
         kind, attrs = parse_receipt_line(line)
-        raw = mask_json_bytes(line, self.secrets) if kind == "receipt.invalid" else None
-        self.sink.append(kind, mask_attrs(attrs, self.secrets), raw, step)
+        raw = mask_json_bytes(line, self.secrets)[:MAX_FRAME] if kind == "receipt.invalid" else None
+        attrs = mask_attrs(attrs, self.secrets)
+        size = len(canonical_json(attrs)) if kind == "receipt" and len(line) > MAX_FRAME // 2 else 0
+        if size > MAX_FRAME:  # a line within the bound whose attrs are not: numbers written longer, masks
+            big = Oversize()
+            big.add(line)
+            said = f"a receipt whose attrs are {size} bytes once parsed, more than an event holds ({MAX_FRAME})"
+            attrs = {**big.attrs("a receipt"), "reason": said}
+            kind, raw = "receipt.invalid", mask_json_bytes(line, self.secrets)[:MAX_FRAME]
+        self.sink.append(kind, attrs, raw, step)
+
+    def _oversize(self, big: Oversize, what: str, step: str | None) -> None:
+        """A line or frame longer than an event holds: a ``receipt.invalid`` with its first bytes (masked), its
+        length and its SHA-256 (docs/FORMAT.md): nothing is dropped silently."""
+        attrs = big.attrs(what)
+        if big.kind is not None:
+            attrs["frame"] = printable(big.kind.decode("latin-1"))
+        self.sink.append("receipt.invalid", attrs, mask_json_bytes(bytes(big.head), self.secrets)[:MAX_FRAME], step)
 
     def finish_receipts(self) -> None:
         """At the end: every remaining line, and final lines without a newline."""
@@ -198,6 +221,14 @@ class Control:
             self._close(conn, sel)
 
     def _frame(self, conn: _Conn, kind: bytes, payload: bytes) -> None:
+        if kind == FRAME_OVERSIZE and conn.reader.oversize is not None:
+            big = conn.reader.oversize
+            self.drain()
+            self._oversize(big, "a control frame", conn.span)
+            if big.kind == FRAME_JSON:  # its client waits for an answer
+                self.sink.drain()
+                self._reply(conn, {"ok": False, "error": big.attrs("a control frame")["reason"]})
+            return
         if kind in _DATA_FRAMES:
             name, echo = _DATA_FRAMES[kind]
             masker = conn.maskers.setdefault(name, Masker(self.secrets))

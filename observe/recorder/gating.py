@@ -43,7 +43,8 @@ class GateOutcome:
 
     @property
     def exit_code(self) -> int:
-        """0 pass, 1 fail, 3 inconclusive; 125 when the recorder failed (no sealed verdict)."""
+        """0 pass, 1 fail, 3 inconclusive; 125 when the recorder failed (no sealed verdict, or one sealed
+        ``inconclusive`` because the machine failed the tool)."""
         if self.record.recorder_failed or self.verdict is None:
             return Exit.RECORDER
         return self.verdict.exit_code
@@ -56,13 +57,15 @@ def run_gate(gate: Gate, argv: Sequence[str], options: RecordOptions) -> GateOut
     (``stream-write`` for an unwritable ``--out``, ``stream-signature`` for a bad key).
     """
     from aos.refusals import StreamWrite
-    from gates.evaluation import evaluate_with_evidence, inconclusive
+    from gates.evaluation import RESOURCE_CHECK, evaluate_with_evidence, inconclusive, machine_failure
     from gates.report import FactsGatherer
     from observe.recorder.rebuild import rebuild_for_gate
     from observe.recorder.record import record
+    from observe.refusals import Resource
 
     sealed: list[Verdict] = []
     facts: list[Facts] = []
+    machine: list[Verdict] = []  # sealed inconclusive because the machine failed the tool: exit 125
 
     def before_seal(writer: StreamWriter) -> None:
         rebuild_for_gate(gate, writer, replace(options, gate=gate.name))  # [[rebuild]]: the recorder builds again first
@@ -71,6 +74,7 @@ def run_gate(gate: Gate, argv: Sequence[str], options: RecordOptions) -> GateOut
         # the iterator is always read to its end before anything is appended.
         gather = FactsGatherer()
         failed: list[StreamWrite] = []
+        lacked: list[Verdict] = []
 
         def read_back() -> Iterator[Event]:
             try:
@@ -79,16 +83,28 @@ def run_gate(gate: Gate, argv: Sequence[str], options: RecordOptions) -> GateOut
                     yield ev
             except StreamWrite as exc:
                 failed.append(exc)
+            except BaseException as exc:  # a thread or memory the machine could not give: not damage
+                found = machine_failure(gate, exc)
+                if found is None:
+                    raise
+                lacked.append(found)
 
         events = read_back()
         v, evidence = evaluate_with_evidence(gate, events)
         for _ in events:  # an evaluation that broke off early: finish the read, and so its checks
             pass
-        if failed:
+        broke_for_want = evidence is None and [c.name for c in v.checks] == [RESOURCE_CHECK]
+        if lacked or broke_for_want:
+            v = lacked[0] if lacked else v
+            gather, evidence = FactsGatherer(), None
+            machine.append(v)
+        elif failed:
             v = inconclusive(gate, "stream-readback", f"the recorder cannot read back what it wrote: {failed[0]}")
             gather, evidence = FactsGatherer(), None
         writer.append("verdict", v.to_attrs())
         sealed.append(v)
+        if machine:  # sealed, then said: the recording ends as the recorder's failure (125)
+            raise Resource(v.checks[0].reason)
         f = gather.facts
         cited = {s for c in v.checks for s in c.evidence}
         if evidence is not None and cited:
@@ -101,4 +117,6 @@ def run_gate(gate: Gate, argv: Sequence[str], options: RecordOptions) -> GateOut
 
     result = record(list(argv), replace(options, gate=gate.name), before_seal=before_seal)
     ok = sealed and not result.recorder_failed
+    if machine and result.seal is not None:  # the inconclusive verdict is sealed; the exit code is 125
+        return GateOutcome(result, machine[0])
     return GateOutcome(result, sealed[0] if ok else None, facts[0] if ok and facts else None)

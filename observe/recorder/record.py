@@ -106,12 +106,13 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
     Problems of the command (not found, cannot execute, killed, timed out) are
     never exceptions: they are exit codes, recorded in the stream. Only a
     recording that cannot *start* raises, before the command runs:
-    ``aos.refusals.StreamWrite`` when ``--out`` cannot be created (it exists,
-    its directory does not, ...), ``aos.refusals.StreamSignature`` when the
-    signing key cannot be loaded. The CLI prints ``refused: NAME: detail`` and
-    exits 125 for both. A write failure after the start (a full disk) never
-    stops the command or its echo; it ends in ``exit_code`` 125 with
-    ``recorder_failed`` set.
+    ``observe.refusals.OutExists`` when ``--out`` exists (the CLI exits 2: the
+    caller's choice, as a usage error), ``aos.refusals.StreamWrite`` when it
+    cannot be created otherwise (its directory does not exist, ...),
+    ``aos.refusals.StreamSignature`` when the signing key cannot be loaded. The
+    CLI prints ``refused: NAME: detail`` and exits 125 for those two. A write
+    failure after the start (a full disk) never stops the command or its echo;
+    it ends in ``exit_code`` 125 with ``recorder_failed`` set.
 
     ``before_seal(writer)`` runs after everything is recorded and before
     the seal; ``writer.written_events()`` gives it exactly the events appended
@@ -140,7 +141,9 @@ def _open_stream(
 
     The writer keeps a private copy of what it writes when ``keep_copy`` (for ``before_seal``).
     """
+    from aos.refusals import StreamWrite
     from aos.writer import StreamWriter, new_stream_id
+    from observe.refusals import OutExists
 
     tuning.lean_memory()
     _not_dumpable()
@@ -152,16 +155,23 @@ def _open_stream(
     secrets, unset = secrets_for_recording(command_environ(options), masks=masks, mask_env=options.mask_env)
     for name in unset:
         logger().warning("--mask-env names a variable that is not set: nothing to mask", name=name)
-    writer = StreamWriter(
-        path,
-        stream_id=stream_id,
-        signer=signer,
-        compression_level=tuning.zstd_level(),
-        pipelined=True,  # compression on one thread per core (aos.writer.default_encoders)
-        encoders=tuning.encoders(),
-        batch_max_bytes=1 << 20,  # about one output event a batch: (encoders + 2) MiB in flight at most
-        keep_copy=keep_copy,
-    )
+    try:
+        writer = StreamWriter(
+            path,
+            stream_id=stream_id,
+            signer=signer,
+            compression_level=tuning.zstd_level(),
+            pipelined=True,  # compression on one thread per core (aos.writer.default_encoders)
+            encoders=tuning.encoders(),
+            batch_max_bytes=1 << 20,  # about one output event a batch: (encoders + 2) MiB in flight at most
+            keep_copy=keep_copy,
+        )
+    except StreamWrite as exc:
+        if isinstance(exc.__cause__, FileExistsError):  # the writer's O_EXCL: the check and the create are one
+            raise OutExists(
+                f"{path} exists: a stream is never overwritten (remove it, or choose another --out)"
+            ) from exc
+        raise
     sink = MaskingSink(writer, secrets)
     from observe.ci.systems import markers_for
 

@@ -64,8 +64,8 @@ show alpha observe gate distributed-device --out "$stream" -- bash scripts/ci/di
         bash scripts/ci/distributed-device.sh "$work/lane" 2>&1 | tail -n 1
 )
 
-show alpha observe attach "$stream" --tracker "$db" --run "$run"
-alpha observe attach "$stream" --tracker "$db" --run "$run"
+show alpha observe attach "$stream" --db "$db" --run "$run"
+alpha observe attach "$stream" --db "$db" --run "$run"
 
 # A static pass is not a physical pass: the database refuses to record one.
 refused alpha tracker run finish "$run" --state completed --physical-pass

@@ -16,21 +16,71 @@ def _blocks() -> list[str]:
     return re.findall(r"```sh\n(.*?)```", tour, flags=re.S)
 
 
-def _bash(script: str, cwd: Path, *, inside_recording: bool = False) -> subprocess.CompletedProcess[str]:
+def _bash(
+    script: str, cwd: Path, *, inside_recording: bool = False, tmpdir: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     argv = ["bash", "-euo", "pipefail", "-c", script]
     if inside_recording:
         argv = ["alpha", "observe", "record", "--quiet", "--out", "inside.aos", "--", *argv]
-    env = child_env()
+    env = child_env({"TMPDIR": str(tmpdir)} if tmpdir is not None else None)  # the tour's `mktemp -d` stays inside
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+
+
+def _quick_start() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Quick start") : text.index("## Where it runs")]
+    return [block.strip() for block in re.findall(r"```sh\n(.*?)```", section, flags=re.S)]
+
+
+class TestQuickStart:
+    """The quick start is two commands, each safe on a Python that refuses pip outside a virtual environment."""
+
+    def test_two_commands_each_in_a_venv(self) -> None:
+        """Each of the two commands is one line that makes or reuses .venv, installs into it and runs from it."""
+        main_job, suite = _quick_start()
+        assert ["python3 -m venv .venv", ".venv/bin/python -m pip install ."] == main_job.split(" && ")[:2]
+        assert main_job.split(" && ")[2].startswith(".venv/bin/alpha observe gate distributed-device -- ")
+        assert [
+            "python3 -m venv .venv",
+            ".venv/bin/python -m pip install '.[test]'",
+            ".venv/bin/python -m pytest",
+        ] == suite.split(" && ")
+
+    def test_ci_runs_the_same_test_command(self) -> None:
+        """.ci/run installs exactly as the README's test command does and gates exactly its pytest (with
+        only the JUnit file the gate reads added: ``tests-pass`` judges the suite's own results)."""
+        venv, install, test = _quick_start()[1].split(" && ")
+        script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+        assert f"\n{venv} && {install} || exit 1\n" in script
+        assert f' -- {test} --junitxml "$out/pytest.xml"\n' in script
+        assert "pip install" not in script.replace(f"{venv} && {install}", "")
+
+    def test_the_main_job_runs_as_written(self, tmp_path: Path) -> None:
+        """The main job's gate, with the suite's own alpha in place of .venv/bin/alpha, passes with scope static."""
+        gate = _quick_start()[0].split(" && ")[2].removeprefix(".venv/bin/")
+        done = _bash(gate.replace(" -- ", f" --quiet --json --out {tmp_path / 'job.aos'} -- ", 1), ROOT)
+        assert 0 == done.returncode, done.stderr[-2000:]
+        import json
+
+        doc = json.loads(done.stdout)
+        assert ("pass", "static") == (doc["verdict"], doc["scope"])
 
 
 class TestReadmeTour:
     """Each of the tour's blocks runs in a fresh folder and does what its comments say."""
 
+    def test_the_tour_runs_again(self, tmp_path: Path) -> None:
+        """Run twice from the same folder, the tour's first block passes both times (it makes its own folder)."""
+        record = _blocks()[0]
+        for _ in range(2):
+            done = _bash(record, tmp_path, tmpdir=tmp_path)
+            assert 0 == done.returncode, done.stdout + done.stderr
+        assert [] == list(tmp_path.glob("*.aos"))
+
     def test_tour_blocks_run(self, tmp_path: Path) -> None:
         """The three blocks run in order with every command exiting 0, and leave the evidence they describe."""
         record, _tests, inside, tracker = _blocks()
-        done = _bash(record, tmp_path)
+        done = _bash(record, tmp_path, tmpdir=tmp_path)
         assert 0 == done.returncode, done.stdout + done.stderr
         assert "hello\n" in done.stdout
         assert "intact and sealed" in done.stdout

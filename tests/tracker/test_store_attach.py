@@ -95,10 +95,10 @@ class TestAttachByUrl:
         assert "tracker-unknown" == info.value.name
 
     def test_url_is_immutable(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
-        """The recorded URL cannot be edited afterwards, like every evidence column."""
+        """The recorded URL cannot be edited to one that names other bytes (only to another copy of the same)."""
         url, _ = pushed(tmp_path, str(tmp_path / "store"))
         attach(conn, url, the_run(conn))
-        with pytest.raises(sqlite3.IntegrityError, match="tracker-evidence-immutable"):
+        with pytest.raises(sqlite3.IntegrityError, match="tracker-stream-changed"):
             conn.execute("UPDATE evidence SET url = 's3://elsewhere/x.aos'")
 
     def test_cli(self, tmp_path: Path, s3_bucket: S3Bucket) -> None:

@@ -160,12 +160,14 @@ class TestDeviceLaneEndToEnd:
         devices-observed is inconclusive (no observation, or observer none); on a machine
         whose real GPUs NVML lists it fails, since the lane's GPU-0000/GPU-0001 are not among
         them. Checks resting on the recorder's capture of the config are open where it made none.
+        The rebuild is inconclusive: the lane runs in a folder that is no git checkout, so there is
+        no recorded commit to rebuild from.
         """
         code, v = run_lane(tmp_path, gate="coordinate-device")
         events = read_stream(tmp_path / "s.aos").events
         on_nvml = any(e.kind == "device.observed" and e.attrs.get("observer") == "nvml" for e in events)
         captured = any(e.kind == "artifact" and e.attrs.get("origin") == "recorder" for e in events)
-        expected = {"devices-observed": "fail" if on_nvml else "inconclusive"}
+        expected = {"devices-observed": "fail" if on_nvml else "inconclusive", "rebuild": "inconclusive"}
         if not captured:
             expected.update({"lane-config": "inconclusive", "preflight-rules": "inconclusive"})
         open_checks = {c["name"]: c["status"] for c in v["checks"] if c["status"] != "pass"}

@@ -1,4 +1,4 @@
-"""Devices observed by the recorder (DESIGN.md "The trust boundary"): observations, telemetry, step pids, configs."""
+"""Devices observed by the recorder (docs/TRUST.md): observations, telemetry, step pids, configs."""
 
 from __future__ import annotations
 

@@ -107,7 +107,9 @@ class TestProtobuf:
             else:
                 del sys.modules[name]
         assert (2, False) == (code, (tmp_path / "t.pb").exists())
-        assert "alpha-observe[otlp]" in err
+        from observe.util.install import install_hint
+
+        assert install_hint("otlp") in err
 
 
 class TestSemconv:

@@ -392,7 +392,9 @@ class TestRefusals:
         code, out, err = invoke("SELECT 1", str(fleet))
         assert (2, "") == (code, out)
         assert err.startswith("refused: query-sql: ")
-        assert "alpha-observe[query]" in err
+        from observe.util.install import install_hint
+
+        assert install_hint("query") in err
         assert "Traceback" not in err
 
     def test_no_streams_is_usage(self) -> None:

@@ -1,4 +1,4 @@
-"""The recorded command is outside the trust boundary (DESIGN.md, "The trust boundary").
+"""The recorded command is outside the trust boundary (docs/TRUST.md).
 
 Each test runs a hostile command (tests/attacks/swap_stream.py) under a real
 ``alpha observe gate``: it knows ``$AOS_STREAM``, forges a stream with the same id

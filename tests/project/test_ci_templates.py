@@ -1,0 +1,389 @@
+"""docs/CI.md's jobs, action.yml and the GitLab template run as written, against the suite's own S3 and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from aos.signing import generate_keypair
+from tests.helpers.ci_runner import GitHubJob, expand, read_outputs, run_gitlab, yaml_blocks
+from tests.helpers.paths import ROOT
+
+CI_MD = (ROOT / "docs" / "CI.md").read_text(encoding="utf-8")
+_SHA_PIN = re.compile(r"^[\w.-]+/[\w.-]+@[0-9a-f]{40}$")
+
+
+def _workflow_text() -> str:
+    return next(b for b in re.findall(r"```yaml\n(.*?)```", CI_MD, flags=re.S) if "\njobs:" in b)
+
+
+def _workflow() -> dict[str, Any]:
+    return dict(yaml.safe_load(_workflow_text()))
+
+
+def _gitlab_job() -> dict[str, Any]:
+    return next(b for b in yaml_blocks(CI_MD) if isinstance(b, dict) and "distributed-device" in b)[
+        "distributed-device"
+    ]
+
+
+def _clean_env(tmp_path: Path) -> dict[str, str]:
+    """This process's environment without AWS, recorder or CI variables, and no AWS files of the machine."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AOS_", "GITHUB_", "GITLAB", "CI_", "ALPHA_"))
+    }
+    env.update(
+        AWS_CONFIG_FILE=str(tmp_path / "aws-config-absent"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "aws-credentials-absent"),
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
+    return env
+
+
+def _extras(install: str) -> set[str]:
+    match = re.search(r"pip install '?\.\[([\w,]+)\]'?", install)
+    return set(match.group(1).split(",")) if match else set()
+
+
+def _needed_extras(scripts: str) -> set[str]:
+    needed = set()
+    if "s3://" in scripts:
+        needed.add("s3")
+    if "TRACKER_DB" in scripts or "postgresql://" in scripts:
+        needed.add("postgres")
+    return needed
+
+
+def _workspace(path: Path) -> Path:
+    """A job's checkout: the lane scripts and the reference lane, as actions/checkout leaves them."""
+    path.mkdir()
+    for name in ("scripts", "samples"):
+        (path / name).symlink_to(ROOT / name)
+    return path
+
+
+@pytest.fixture
+def evidence_bucket(s3_endpoint: str, tmp_path: Path) -> str:
+    """The bucket `evidence` the docs push to, on the suite's S3 server."""
+    import boto3
+
+    env = _clean_env(tmp_path)
+    client = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=env["AWS_DEFAULT_REGION"]
+    ).client("s3", endpoint_url=s3_endpoint)
+    if "evidence" not in [b["Name"] for b in client.list_buckets().get("Buckets", [])]:
+        client.create_bucket(Bucket="evidence")
+    return s3_endpoint
+
+
+@pytest.fixture
+def pg_tracker(pg_server: Any, tmp_path: Path) -> Iterator[str]:
+    """A PostgreSQL tracker with experiment E1 (and a seal key pair in tmp_path, seal.key and seal.pub)."""
+    name = f"ci{os.getpid()}{abs(hash(tmp_path)) % 100000}"
+    url = str(pg_server.url(name))
+    generate_keypair(tmp_path / "seal")
+    for args in (["init"], ["experiment", "add", "E1"]):
+        subprocess.run(["alpha", "tracker", "--db", url, *args], check=True, capture_output=True)
+    yield url
+    pg_server.drop_database(name)
+
+
+class TestGitHubWorkflow:
+    def test_every_action_is_pinned_by_commit(self) -> None:
+        """Every `uses:` in docs/CI.md's workflow names a full commit SHA, with its release in a comment."""
+        uses = [s["uses"] for job in _workflow()["jobs"].values() for s in job["steps"] if "uses" in s]
+        assert uses
+        assert [] == [u for u in uses if not _SHA_PIN.match(u)]
+        for line in re.findall(r"uses: (actions/\S+.*)", CI_MD):
+            assert re.match(r"actions/[\w-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$", line), line
+
+    def test_the_lane_job_holds_only_the_seal_key(self) -> None:
+        """The lane job's only secret is the seal's key (the tracker's database secret stays in the evidence job)."""
+        lane = yaml.safe_dump(_workflow()["jobs"]["lane"])
+        assert {"AOS_SEAL_KEY"} == set(re.findall(r"secrets\.(\w+)", lane))
+
+    def test_each_job_installs_the_extras_it_uses(self) -> None:
+        """Each job's `pip install` names the extras its steps need (s3 for s3://, postgres for the tracker)."""
+        for name, job in _workflow()["jobs"].items():
+            runs = [str(s["run"]) for s in job["steps"] if "run" in s]
+            install = next(r for r in runs if "pip install" in r)
+            assert _needed_extras("\n".join(runs)) <= _extras(install), name
+
+    def test_actionlint_is_clean(self, tmp_path: Path) -> None:
+        """actionlint (with shellcheck on the run: scripts) finds nothing in the workflow."""
+        if shutil.which("actionlint") is None:
+            pytest.fail("actionlint is not installed (the test extra brings it: pip install '.[test]')")
+        _lint(tmp_path, {"docs.yml": _workflow_text()})
+
+    def test_the_jobs_run_as_written(self, tmp_path: Path, evidence_bucket: str, pg_tracker: str) -> None:
+        """The lane job gates and signs; the evidence job verifies, pushes, attests and attaches; audit is clean."""
+        seal_key = (tmp_path / "seal.key").read_text()
+        generate_keypair(tmp_path / "attest")
+        # set up once, as the docs say: the tracker trusts seal.pub
+        subprocess.run(["alpha", "tracker", "--db", pg_tracker, "key", "add", str(tmp_path / "seal.pub")], check=True)
+        context: dict[str, Any] = {
+            "secrets": {
+                "AOS_SEAL_KEY": seal_key,
+                "AOS_ATTEST_KEY": (tmp_path / "attest.key").read_text(),
+                "TRACKER_DB": pg_tracker,
+                "EVIDENCE_KEY_ID": "testing",
+                "EVIDENCE_SECRET": "testing",
+            },
+            "vars": {"AOS_SEAL_PUB": (tmp_path / "seal.pub").read_text(), "EVIDENCE_ENDPOINT": evidence_bucket},
+        }
+        jobs = _workflow()["jobs"]
+        env = _clean_env(tmp_path)
+        lane_ws = _workspace(tmp_path / "lane")
+        (tmp_path / "lane-temp").mkdir()
+        lane = GitHubJob(lane_ws, tmp_path / "lane-temp", env, dict(context))
+        for step in jobs["lane"]["steps"]:
+            if "run" in step and "pip install" not in step["run"]:
+                done = lane.run_step(step)
+                assert 0 == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
+        gate_outputs = _outputs(lane)
+        assert ("pass", "static", "aos-streams/lane.aos") == (
+            gate_outputs["verdict"], gate_outputs["scope"], gate_outputs["stream"]
+        )  # fmt: skip
+        needs = {"lane": {"outputs": {k: expand(v, lane.context) for k, v in jobs["lane"]["outputs"].items()}}}
+
+        evidence_ws = _workspace(tmp_path / "evidence")
+        shutil.copytree(lane_ws / "aos-streams", evidence_ws / "aos-streams")  # upload-artifact, download-artifact
+        (tmp_path / "evidence-temp").mkdir()
+        evidence = GitHubJob(evidence_ws, tmp_path / "evidence-temp", env, {**context, "needs": needs})
+        for step in jobs["evidence"]["steps"]:
+            if "run" in step and "pip install" not in step["run"]:
+                done = evidence.run_step(step)
+                assert 0 == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
+        assert (evidence_ws / "aos-streams" / "lane.aos.intoto.json").is_file()
+        store_env = {**env, "AWS_ENDPOINT_URL": evidence_bucket, "AWS_ACCESS_KEY_ID": "testing"}
+        store_env["AWS_SECRET_ACCESS_KEY"] = "testing"
+        audit = subprocess.run(
+            ["alpha", "tracker", "--db", pg_tracker, "audit"], capture_output=True, text=True, env=store_env
+        )
+        assert 0 == audit.returncode, audit.stdout + audit.stderr
+        assert "s3://evidence/aos/" in audit.stdout
+
+
+def _outputs(job: GitHubJob) -> dict[str, str]:
+    """Every step output the job's steps wrote, the later winning."""
+    merged: dict[str, str] = {}
+    for i in range(1, job.count + 1):
+        merged.update(read_outputs(job.runner_temp / f"output-{i}"))
+    return merged
+
+
+def _lint(tmp_path: Path, workflows: dict[str, str], action: bool = False) -> None:
+    repo = tmp_path / "lint"
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    if action:
+        shutil.copy(ROOT / "action.yml", repo / "action.yml")
+    for name, doc in workflows.items():
+        (repo / ".github" / "workflows" / name).write_text(doc)
+    done = subprocess.run(["actionlint"], cwd=repo, capture_output=True, text=True, check=False)
+    assert (0, "") == (done.returncode, done.stdout), done.stdout + done.stderr
+
+
+class TestGitLabJob:
+    def test_it_installs_the_extras_it_uses(self) -> None:
+        """The GitLab job's `pip install` names the extras its script needs."""
+        script = "\n".join(map(str, _gitlab_job()["script"]))
+        install = next(line for line in _gitlab_job()["script"] if "pip install" in str(line))
+        assert _needed_extras(script) <= _extras(str(install))
+
+    def test_the_job_runs_as_written(self, tmp_path: Path, evidence_bucket: str, pg_tracker: str) -> None:
+        """The job gates, pushes, attests and attaches, and exits with the gate's exit code (0: a pass)."""
+        generate_keypair(tmp_path / "attest")
+        job = dict(_gitlab_job())
+        job["script"] = [line for line in job["script"] if "pip install" not in str(line)]
+        ws = _workspace(tmp_path / "job")
+        env = _clean_env(tmp_path)
+        env.update(
+            TRACKER_DB=pg_tracker,
+            AOS_ATTEST_KEY=str(tmp_path / "attest.key"),
+            AWS_ENDPOINT_URL=evidence_bucket,
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+        )
+        done = run_gitlab(job, ws, env)
+        assert 0 == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
+        assert (ws / "aos-streams" / "lane.aos.intoto.json").is_file()
+        assert (ws / "aos-streams" / "junit.xml").is_file()
+
+
+# -- action.yml and the GitLab template: installed from their own checkout ---------------------------
+
+
+@pytest.fixture(scope="module")
+def action_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkout of the package as the action's own folder (what `github.action_path` holds)."""
+    src = tmp_path_factory.mktemp("action") / "alpha-observe"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE", "action.yml"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("aos", "gates", "observe", "tracker"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return src
+
+
+@pytest.fixture(scope="module")
+def python_shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A `python3` that makes virtual environments seeing this suite's packages, so pip installs the tool alone.
+
+    Only `-m venv DIR` is changed (it adds --system-site-packages); the scripts' pip install runs as
+    written (it builds the tool from the checkout; its dependencies are already there).
+    """
+    folder = tmp_path_factory.mktemp("shim")
+    shim = folder / "python3"
+    shim.write_text(
+        f'#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = venv ]; then\n'
+        f'  shift 2; exec {sys.executable} -m venv --system-site-packages "$@"\nfi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    shim.chmod(0o755)
+    return shim
+
+
+def _action() -> dict[str, Any]:
+    return dict(yaml.safe_load((ROOT / "action.yml").read_text(encoding="utf-8")))
+
+
+class TestAction:
+    def test_it_is_a_composite_action_with_the_outputs(self) -> None:
+        """action.yml is a composite action whose outputs are the gate's verdict, scope, stream and stream_id."""
+        action = _action()
+        assert "composite" == action["runs"]["using"]
+        assert {"verdict", "scope", "stream", "stream_id"} <= set(action["outputs"])
+        assert {"gate", "command", "artifacts", "sign-key", "junit", "report"} <= set(action["inputs"])
+        assert [] == [s for s in action["runs"]["steps"] if "uses" in s]  # it uploads (and uses) nothing
+
+    def test_actionlint_and_shellcheck_are_clean(self, tmp_path: Path) -> None:
+        """A workflow using the action lints clean (actionlint checks its inputs); each step passes shellcheck."""
+        if shutil.which("actionlint") is None or shutil.which("shellcheck") is None:
+            pytest.fail("actionlint and shellcheck come with the test extra (pip install '.[test]')")
+        user = (
+            "on: push\npermissions:\n  contents: read\njobs:\n  lane:\n    runs-on: ubuntu-latest\n    steps:\n"
+            "      - id: gate\n        uses: ./\n        with:\n          gate: exit-zero\n"
+            "          command: make test\n"
+            '      - run: echo "$V"\n        env:\n          V: ${{ steps.gate.outputs.verdict }}\n'
+        )
+        _lint(tmp_path, {"use.yml": user}, action=True)
+        for step in _action()["runs"]["steps"]:
+            script = tmp_path / "step.sh"
+            script.write_text("#!/bin/bash\n" + _expressions_marked(step["run"]))
+            done = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, check=False)
+            assert 0 == done.returncode, done.stdout
+
+    @pytest.mark.parametrize(
+        ("command", "verdict", "code"), [("echo hello; env > seen.txt", "pass", 0), ("exit 3", "fail", 1)]
+    )
+    def test_the_steps_run_as_the_runner_would(
+        self, command: str, verdict: str, code: int, tmp_path: Path, action_source: Path, python_shim: Path
+    ) -> None:
+        """Installed from its own folder, the action gates COMMAND, signs without the command seeing the key,
+        sets the outputs, writes JUnit and the report, and fails the step with the gate's exit code."""
+        generate_keypair(tmp_path / "seal")
+        inputs = {
+            "gate": "exit-zero",
+            "command": command,
+            "out": "aos-streams/lane.aos",
+            "artifacts": "seen.txt\n",
+            "gate-files": "",
+            "sign-key": (tmp_path / "seal.key").read_text(),
+            "junit": "aos-streams/junit.xml",
+            "report": "aos-streams/lane.report.html",
+            "extras": "",
+            "python": str(python_shim),
+        }
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        (tmp_path / "temp").mkdir()
+        job = GitHubJob(
+            ws,
+            tmp_path / "temp",
+            _clean_env(tmp_path),
+            {"inputs": inputs, "github": {"action_path": str(action_source)}},
+        )
+        job.env.pop("PYTHONPATH", None)  # the action's own installed copy, not the suite's
+        install, gate, report = _action()["runs"]["steps"]
+        done = job.run_step(install)
+        assert 0 == done.returncode, done.stderr[-2000:]
+        done = job.run_step(gate)
+        assert code == done.returncode, done.stderr[-2000:]
+        outputs = {k: expand(v["value"], job.context) for k, v in _action()["outputs"].items()}
+        assert (verdict, "command", "aos-streams/lane.aos") == (outputs["verdict"], outputs["scope"], outputs["stream"])
+        assert job.run_step(report).returncode == 0
+        assert (ws / "aos-streams" / "lane.report.html").is_file()
+        assert (ws / "aos-streams" / "junit.xml").is_file()
+        verify = subprocess.run(
+            ["alpha", "observe", "verify", str(ws / "aos-streams" / "lane.aos"), "--key", str(tmp_path / "seal.pub")],
+            capture_output=True,
+        )
+        assert 0 == verify.returncode
+        if (ws / "seen.txt").exists():
+            assert "AOS_SIGN_KEY" not in (ws / "seen.txt").read_text()
+            assert "PRIVATE KEY" not in (ws / "seen.txt").read_text()
+
+
+def _expressions_marked(script: str) -> str:
+    """The script with each ``${{ ... }}`` replaced by a word shellcheck can read (values come through env)."""
+    return re.sub(r"\$\{\{.*?\}\}", "EXPRESSION", script)
+
+
+class TestGitLabTemplate:
+    def test_it_parses_as_a_hidden_job_to_extend(self) -> None:
+        """The template is one hidden job (`.alpha-observe-gate`) with a script and artifacts kept always."""
+        doc = yaml.safe_load((ROOT / "ci" / "alpha-observe.gitlab-ci.yml").read_text(encoding="utf-8"))
+        assert [".alpha-observe-gate"] == list(doc)
+        assert "always" == doc[".alpha-observe-gate"]["artifacts"]["when"]
+
+    def test_its_script_passes_shellcheck(self, tmp_path: Path) -> None:
+        """The template's script, as the runner runs it, passes shellcheck."""
+        if shutil.which("shellcheck") is None:
+            pytest.fail("shellcheck comes with the test extra (pip install '.[test]')")
+        from tests.helpers.ci_runner import gitlab_script
+
+        job = yaml.safe_load((ROOT / "ci" / "alpha-observe.gitlab-ci.yml").read_text(encoding="utf-8"))
+        script = tmp_path / "job.sh"
+        script.write_text("#!/bin/bash\n" + gitlab_script(job[".alpha-observe-gate"]))
+        done = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, check=False)
+        assert 0 == done.returncode, done.stdout
+
+    @pytest.mark.parametrize(("command", "code"), [("echo hello", 0), ("exit 4", 1)])
+    def test_its_script_runs(
+        self, command: str, code: int, tmp_path: Path, action_source: Path, python_shim: Path
+    ) -> None:
+        """Extended with a gate and a command, it installs from AOS_SOURCE, gates, signs and exits as the gate."""
+        job = yaml.safe_load((ROOT / "ci" / "alpha-observe.gitlab-ci.yml").read_text(encoding="utf-8"))[
+            ".alpha-observe-gate"
+        ]
+        generate_keypair(tmp_path / "seal")
+        ws = tmp_path / "project"
+        ws.mkdir()
+        env = _clean_env(tmp_path)
+        env.pop("PYTHONPATH", None)
+        env.update(
+            PATH=f"{python_shim.parent}{os.pathsep}{env['PATH']}",
+            AOS_SOURCE=str(action_source),
+            AOS_GATE="exit-zero",
+            AOS_COMMAND=command,
+            SEAL_KEY=(tmp_path / "seal.key").read_text(),
+        )
+        done = run_gitlab(job, ws, env)
+        assert code == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
+        stream = ws / "aos-streams" / "exit-zero.aos"
+        verify = subprocess.run(
+            ["alpha", "observe", "verify", str(stream), "--key", str(tmp_path / "seal.pub")], capture_output=True
+        )
+        assert 0 == verify.returncode
+        assert (ws / "aos-streams" / "exit-zero.report.html").is_file()
