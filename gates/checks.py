@@ -273,3 +273,11 @@ def source_identity(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     from gates.rebuild import source_identity as check
 
     return check(ev, args)
+
+
+@register("process-containment")
+def process_containment(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
+    """A physical scope needs the command ended as a whole with the recording (gates/containment.py)."""
+    from gates.containment import process_containment as check
+
+    return check(ev, args)

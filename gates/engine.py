@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from aos.event import Event
+from gates.containment import CONTAINMENT_CHECK, containment_recorded
 from gates.evidence import Evidence, Receipt, Step
 from gates.language import (
     ArtifactRule,
@@ -61,7 +62,9 @@ def holds(cond: Condition | None, ev: Evidence) -> bool:
 #: The registered checks known not to read the output events' ``data`` (gates/checks.py): a gate
 #: whose checks are all among them is evaluated over an ``Evidence`` that keeps no output but the
 #: steps' stderr and a stdout tail. Any other check (``output-free-of``, one registered later) gets it all.
-_CHECKS_WITHOUT_OUTPUT = frozenset({"device-preflight", "preflight-binding", "qualification-files", "source-identity"})
+_CHECKS_WITHOUT_OUTPUT = frozenset(
+    {"device-preflight", "preflight-binding", "qualification-files", "source-identity", CONTAINMENT_CHECK}
+)
 
 
 def needs_output(gate: Gate) -> bool:
@@ -71,9 +74,13 @@ def needs_output(gate: Gate) -> bool:
 
 def versioned_out(rule: Rule, ev: Evidence) -> bool:
     """Whether ``rule`` is left out: a source rule (``[[rebuild]]``, the ``source-identity`` check) over a stream
-    recorded before the recorder recorded sources (no ``source`` in its ``stream.open``)."""
+    recorded before the recorder recorded sources (no ``source`` in its ``stream.open``), or the
+    ``process-containment`` check over one recorded before it contained commands (no ``containment`` in its
+    ``process.start``)."""
     if isinstance(rule, RebuildRule) or (isinstance(rule, CheckRule) and rule.uses == SOURCE_CHECK):
         return not ev.source_recorded
+    if isinstance(rule, CheckRule) and rule.uses == CONTAINMENT_CHECK:
+        return not containment_recorded(ev)
     return False
 
 

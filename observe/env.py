@@ -50,6 +50,9 @@ class RecorderVars:
     ZSTD_LEVEL = "ALPHA_OBSERVE_ZSTD_LEVEL"
     #: Threads compressing batches.
     ENCODERS = "ALPHA_OBSERVE_ENCODERS"
+    #: How the command is contained: ``auto`` (a cgroup v2 of its own where one can be made, else the
+    #: sweep) or ``sweep`` (force the fallback: observe.recorder.containment).
+    CONTAINMENT = "ALPHA_OBSERVE_CONTAINMENT"
     #: Seconds each git command reading the recording's source may take.
     SOURCE_TIMEOUT = "ALPHA_OBSERVE_SOURCE_TIMEOUT"
     #: A JSON file of simulated GPUs (test doubles for NVML).

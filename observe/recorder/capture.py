@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from observe.exits import Exit
+from observe.recorder.containment import Container, End
 from observe.recorder.control import Control
 from observe.recorder.sinks import Echo, Sink
-from observe.recorder.spawn import Spawned, descendants, end_tree, exit_status, signal_name, signal_process
+from observe.recorder.spawn import Spawned, exit_status, signal_name
 from observe.secrets.masking import Masker, SecretSet
 
 __all__ = ["Capture", "Outcome"]
@@ -39,6 +40,8 @@ READ_SIZE = 1 << 20
 FLOOD = 64 << 10
 COALESCE_S = 0.002
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Seconds between two reapings of the tree's exited orphans while the command runs.
+REAP_EVERY = 0.5
 #: Which ready descriptors are served first: output before the channel, the exit last.
 _ORDER = {"pipe": 0, "steppipe": 0, "stdin": 1, "accept": 1, "conn": 2, "exit": 3, "stepexit": 3}
 
@@ -65,6 +68,7 @@ class Outcome:
     stray: list[str] = field(default_factory=list)
     late_interrupt: str | None = None  # a signal that arrived after process.exit
     ended: list[dict[str, Any]] = field(default_factory=list)  # descendants ended after the drain
+    end: End | None = None  # how the container was ended (containment, guaranteed, survivors)
     capture_timed_out: bool = False  # --timeout ran out during the final --artifact captures
 
 
@@ -105,6 +109,7 @@ class Capture:
         drain_seconds: float,
         started_ns: int,
         not_ours: frozenset[int] = frozenset(),
+        container: Container | None = None,
     ) -> None:
         self.spawned = spawned
         self.sink = sink
@@ -127,6 +132,10 @@ class Capture:
         self._signalled: dict[int, dict[str, Any]] = {}
         #: Children this process had before the command started: never the command's to end.
         self.not_ours = not_ours
+        #: Where the command runs (observe.recorder.containment): what is ended at --timeout and at the end.
+        self.container = container if container is not None else Container(not_ours)
+        self.container.unreaped = control.steps.pids
+        control.steps.container = self.container
         self._stdin = _StdinForward(spawned.out_fd) if spawned.forward_stdin else None
         control.drain_command = self.drain_pipes
         control.stop = self.must_stop
@@ -217,11 +226,15 @@ class Capture:
             os.killpg(self.spawned.pid, signum)
 
     def _kill_tree(self, signum: int) -> None:
-        """``signum`` to the command's process group and to every process it started,
-        also those in sessions of their own (the recorder is their subreaper)."""
+        """``signum`` to the command's process group and to every process of its container, also those
+        in sessions of their own; SIGKILL ends the whole container at once (observe.recorder.containment)."""
         self._killpg(signum)
-        for proc in descendants(os.getpid(), self.not_ours):
-            if proc.state not in ("Z", "X") and signal_process(proc, signum) and proc.pid != self.spawned.pid:
+        if signum == signal.SIGKILL:
+            for entry in self.container.kill_now(self.spawned.pid):
+                self._signalled[entry["pid"]] = entry
+            return
+        for proc in self.container.signal_all(signum):
+            if proc.pid != self.spawned.pid:
                 entry = self._signalled.setdefault(proc.pid, {"pid": proc.pid, "argv": list(proc.argv)})
                 entry["signal"] = signal_name(signum)
 
@@ -245,11 +258,15 @@ class Capture:
         deadline = start + self.timeout if self.timeout is not None else None
         self._deadline = deadline
         kill_at: float | None = None
+        reap_at = start + REAP_EVERY
         if self._stdin is not None:
             self._stdin.register(sel)
         try:
             while True:
                 now = time.monotonic()
+                if now >= reap_at:  # orphans of the tree that exited: each zombie holds a pid until reaped
+                    self.container.reap(None if self.exited else self.spawned.pid)
+                    reap_at = now + REAP_EVERY
                 if not self.exited:
                     if deadline is not None and now >= deadline and not self.outcome.timed_out:
                         self.outcome.timed_out = True
@@ -308,8 +325,9 @@ class Capture:
                     os.close(fd)
         self.outcome.stray = [s.name for s in self.sources if s.open]
         # What the command left running (daemons, `setsid` children) ends with the recording.
-        steps = self.control.steps.pids()  # reaped by their own ends (finish_all), not by end_tree
-        ended = {p["pid"]: p for p in end_tree(os.getpid(), self.not_ours, {self.spawned.pid} | steps, self.kill_grace)}
+        # The steps the recorder runs are inside the container too: ended with it, their statuses theirs to reap.
+        self.outcome.end = end = self.container.end(self.kill_grace, self.spawned.pid)
+        ended = {p["pid"]: p for p in end.ended}
         self.control.steps.finish_all(sel)
         for pid, entry in self._signalled.items():  # ended at --timeout: recorded with the signal sent then
             if pid not in ended or ended[pid]["signal"] is None:

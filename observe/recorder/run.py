@@ -25,6 +25,7 @@ from observe.secrets.masking import SecretSet, mask_text
 
 if TYPE_CHECKING:
     from observe.recorder.capture import Outcome
+    from observe.recorder.containment import Container, End
     from observe.recorder.control import Control
     from observe.recorder.sampler import Sampler
     from observe.recorder.spawn import Spawned, SpawnFailure
@@ -202,6 +203,7 @@ def _command_env(rec: Recording, control: Control) -> dict[str, str]:
 def _run_command(rec: Recording, control: Control, sampler: Sampler | None) -> tuple[Outcome, int]:
     """Capture the lane configs, append the start observation, run the command; return its outcome
     and when it started (``time.monotonic_ns``)."""
+    from observe.recorder.containment import open_container
     from observe.recorder.spawn import SpawnFailure, spawn
 
     _capture_lane_configs(rec)
@@ -211,15 +213,20 @@ def _run_command(rec: Recording, control: Control, sampler: Sampler | None) -> t
             rec.sink.append("device.observed", start)
     env = _command_env(rec, control)
     not_ours = frozenset(children_of(os.getpid()))  # a library caller's own children are not the command's
-    started_ns = time.monotonic_ns()
-    spawned = spawn(rec.argv, env, pty=rec.options.pty)
-    if isinstance(spawned, SpawnFailure):
-        return _not_started(rec, spawned, started_ns), started_ns
-    rec.sink.append("process.start", {"pid": spawned.pid, "argv": _argv_text(rec.argv, rec.secrets)})
-    if sampler is not None:
-        sampler.command_started(spawned.pid)
-    outcome = _capture(rec, spawned, control, started_ns=started_ns, not_ours=not_ours)
-    _after_exit(rec, outcome)
+    container = open_container(rec.stream_id, not_ours)  # what the recorder ends as a whole at the end
+    try:
+        started_ns = time.monotonic_ns()
+        spawned = spawn(rec.argv, env, pty=rec.options.pty, container=container)
+        if isinstance(spawned, SpawnFailure):
+            return _not_started(rec, spawned, started_ns), started_ns
+        start_attrs = {"pid": spawned.pid, "argv": _argv_text(rec.argv, rec.secrets), **container.describe()}
+        rec.sink.append("process.start", start_attrs)
+        if sampler is not None:
+            sampler.command_started(spawned.pid)
+        outcome = _capture(rec, spawned, control, started_ns=started_ns, not_ours=not_ours, container=container)
+    finally:
+        container.close()
+    _after_exit(rec, outcome, bool(start_attrs["guaranteed"]))
     return outcome, started_ns
 
 
@@ -246,7 +253,13 @@ def _not_started(rec: Recording, spawned: SpawnFailure, started_ns: int) -> Outc
 
 
 def _capture(
-    rec: Recording, spawned: Spawned, control: Control, *, started_ns: int, not_ours: frozenset[int]
+    rec: Recording,
+    spawned: Spawned,
+    control: Control,
+    *,
+    started_ns: int,
+    not_ours: frozenset[int],
+    container: Container,
 ) -> Outcome:
     """Capture the started command until it and its stray writers are done (``process.exit`` included)."""
     from observe.recorder.capture import Capture
@@ -262,6 +275,7 @@ def _capture(
         drain_seconds=tuning.drain_seconds(),
         started_ns=started_ns,
         not_ours=not_ours,
+        container=container,
     )
     try:
         return capture.run()
@@ -270,8 +284,10 @@ def _capture(
             spawned.give_back_terminal()
 
 
-def _after_exit(rec: Recording, outcome: Outcome) -> None:
-    """Say what followed the command's exit: a timeout, stray writers, processes ended, a late interrupt."""
+def _after_exit(rec: Recording, outcome: Outcome, promised: bool) -> None:
+    """Say what followed the command's exit: a timeout, stray writers, processes ended (and how the container
+    ended: ``process.stray`` also when its end was less certain than ``promised`` at the start), a late
+    interrupt."""
     if outcome.timed_out:
         logger().warning("command timed out; its process group was stopped", timeout=rec.options.timeout)
     if outcome.stray:
@@ -279,7 +295,10 @@ def _after_exit(rec: Recording, outcome: Outcome) -> None:
             "background processes still hold the command's output; stopped waiting for them",
             still_open=",".join(outcome.stray),
         )
-    if outcome.stray or outcome.ended:
+    end = outcome.end
+    if end is not None and end.survivors:
+        logger().warning("processes of the command outlived the recording", survivors=len(end.survivors))
+    if outcome.stray or outcome.ended or (end is not None and end.guaranteed < promised):
         rec.sink.append(
             "process.stray",
             {
@@ -289,10 +308,21 @@ def _after_exit(rec: Recording, outcome: Outcome) -> None:
                     {"pid": p["pid"], "argv": _argv_text(p["argv"], rec.secrets), "signal": p["signal"]}
                     for p in outcome.ended
                 ],
+                **(_end_attrs(rec, end) if end is not None else {}),
             },
         )
     if outcome.late_interrupt:
         rec.sink.append("recorder.interrupted", {"signal": outcome.late_interrupt})
+
+
+def _end_attrs(rec: Recording, end: End) -> dict[str, Any]:
+    """``process.stray``'s account of the container's end: its kind, whether it is guaranteed, what survived."""
+    return {
+        "containment": end.containment,
+        "guaranteed": end.guaranteed,
+        "survivors": [{"pid": p["pid"], "argv": _argv_text(p["argv"], rec.secrets)} for p in end.survivors],
+        "containment_note": mask_text(end.note, rec.secrets),
+    }
 
 
 def _final_artifacts(rec: Recording, outcome: Outcome, started_ns: int) -> None:

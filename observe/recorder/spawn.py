@@ -1,4 +1,4 @@
-"""Starting the recorded command (its own process group, pipes or a pseudo-terminal), and ending its tree.
+"""Starting the recorded command (its own process group, pipes or a pseudo-terminal, inside its container).
 
 A command that cannot start is not an exception for the caller: :func:`spawn`
 returns a :class:`SpawnFailure` carrying the exit code the GNU conventions give
@@ -13,14 +13,27 @@ import fcntl
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from observe.recorder.containment import Container
 
 from observe.channel.protocol import ENV_STDERR_ID, ENV_STDOUT_ID
 from observe.exits import Exit
+from observe.recorder.proctree import children_of
 
-__all__ = ["SpawnFailure", "Spawned", "exit_status", "signal_name", "spawn", "spawn_step"]
+__all__ = [
+    "SpawnFailure",
+    "Spawned",
+    "become_subreaper",
+    "children_of",
+    "exit_status",
+    "signal_name",
+    "spawn",
+    "spawn_step",
+]
 
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
@@ -88,9 +101,15 @@ def _failure(argv: Sequence[str], exc: OSError) -> SpawnFailure:
 
 
 def spawn(
-    argv: Sequence[str], env: Mapping[str, str], *, pty: bool = False, pipe_size: int = 1 << 20
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    pty: bool = False,
+    pipe_size: int = 1 << 20,
+    container: Container | None = None,
 ) -> Spawned | SpawnFailure:
-    """Start ``argv`` in a process group of its own, its output going to fresh pipes.
+    """Start ``argv`` in a process group of its own, its output going to fresh pipes, inside ``container``
+    (observe.recorder.containment: it is inside before it runs).
 
     The command's environment also gets ``AOS_STDOUT_ID``/``AOS_STDERR_ID``, the
     identities of those pipes, so ``alpha observe step`` can tell whether its own
@@ -98,8 +117,14 @@ def spawn(
     """
     if not argv:
         return SpawnFailure(127, "no command given")
-    if pty:
-        return _spawn_pty(argv, env)
+    inside = container.spawning() if container is not None else contextlib.nullcontext()
+    with inside:
+        if pty:
+            return _spawn_pty(argv, env)
+        return _spawn_pipes(argv, env, pipe_size)
+
+
+def _spawn_pipes(argv: Sequence[str], env: Mapping[str, str], pipe_size: int) -> Spawned | SpawnFailure:
     out_r, out_w = _pipe(pipe_size)
     err_r, err_w = _pipe(pipe_size)
     out_id, err_id = _identity(out_w), _identity(err_w)
@@ -129,13 +154,15 @@ def spawn_step(
     stdin: int | None,
     echo: tuple[bool, bool],
     pipe_size: int = 1 << 16,
+    container: Container | None = None,
 ) -> Spawned | SpawnFailure:
     """Start a step's command for ``alpha observe step``: the recorder's own child, in a session of its own.
 
     Its stdin is ``stdin`` (the step client's, passed over the control socket; /dev/null
     when None), its stdout and stderr fresh pipes the recorder reads. A session of its
     own (so a process group of its own, and no controlling terminal it could be stopped
-    by: the recorder's terminal is not the client's foreground). ``AOS_STDOUT_ID`` and
+    by: the recorder's terminal is not the client's foreground), inside ``container`` (the
+    command's: ended with it) before it runs. ``AOS_STDOUT_ID`` and
     ``AOS_STDERR_ID`` name those pipes where the recorder echoes them (``echo``), else
     are empty, as for the command itself.
     """
@@ -145,17 +172,19 @@ def spawn_step(
     err_r, err_w = _pipe(pipe_size)
     out_id, err_id = _identity(out_w), _identity(err_w)
     env = {**env, ENV_STDOUT_ID: out_id if echo[0] else "", ENV_STDERR_ID: err_id if echo[1] else ""}
+    inside = container.spawning() if container is not None else contextlib.nullcontext()
     try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL if stdin is None else stdin,
-            stdout=out_w,
-            stderr=err_w,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-            close_fds=True,
-        )
+        with inside:  # in the command's container before it runs, as the command is
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL if stdin is None else stdin,
+                stdout=out_w,
+                stderr=err_w,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                close_fds=True,
+            )
     except OSError as exc:
         for fd in (out_r, out_w, err_r, err_w):
             os.close(fd)
@@ -296,155 +325,3 @@ def become_subreaper() -> Callable[[], None]:
             libc.prctl(_PR_SET_CHILD_SUBREAPER, previous, 0, 0, 0)
 
     return restore
-
-
-@dataclass(frozen=True)
-class ProcessInfo:
-    """One process of the command's tree, as /proc shows it."""
-
-    pid: int
-    ppid: int
-    state: str
-    start: int  # clock ticks since boot: tells a pid from its reuse
-    argv: tuple[str, ...]
-
-
-def _stat(pid: int) -> tuple[int, str, int] | None:
-    """``(ppid, state, starttime)`` of ``pid``, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(b")") + 2 :].split()
-    try:
-        return int(fields[1]), fields[0].decode("ascii", "replace"), int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def _argv(pid: int) -> tuple[str, ...]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            raw = fh.read(1 << 16)
-    except OSError:
-        return ()
-    return tuple(a.decode("utf-8", "backslashreplace") for a in raw.split(b"\0") if a)
-
-
-def children_of(pid: int) -> set[int]:
-    """The pids whose parent is ``pid`` now."""
-    return {r.pid for r in _table() if r.ppid == pid}
-
-
-def _table() -> list[_Row]:
-    out: list[_Row] = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return out
-    for name in names:
-        if name.isdigit():
-            st = _stat(int(name))
-            if st is not None:
-                out.append(_Row(int(name), st[0], st[1], st[2]))
-    return out
-
-
-@dataclass(frozen=True)
-class _Row:
-    pid: int
-    ppid: int
-    state: str
-    start: int
-
-
-def descendants(root: int, exclude: Collection[int] = ()) -> list[ProcessInfo]:
-    """Every live process below ``root`` (not ``root``), skipping the subtrees of ``exclude``."""
-    rows = _table()
-    kids: dict[int, list[_Row]] = {}
-    for r in rows:
-        kids.setdefault(r.ppid, []).append(r)
-    out: list[ProcessInfo] = []
-    stack = [root]
-    while stack:
-        for r in kids.get(stack.pop(), []):
-            if r.pid in exclude or r.pid == root:
-                continue
-            stack.append(r.pid)
-            out.append(ProcessInfo(r.pid, r.ppid, r.state, r.start, _argv(r.pid)))
-    return sorted(out, key=lambda p: p.pid)
-
-
-def signal_process(proc: ProcessInfo, signum: int) -> bool:
-    """Send ``signum`` to ``proc`` if it is still that process (not a reused pid)."""
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        pidfd = None
-    try:
-        st = _stat(proc.pid)
-        if st is None or st[2] != proc.start:
-            return False
-        if pidfd is not None:
-            signal.pidfd_send_signal(pidfd, signum)
-        else:  # pragma: no cover - kernels before 5.3
-            os.kill(proc.pid, signum)
-        return True
-    except (ProcessLookupError, PermissionError, OSError):
-        return False
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-
-
-def reap_children(parent: int, skip: set[int]) -> None:
-    """Collect the exit status of ``parent``'s exited children (reparented orphans), except ``skip``."""
-    for r in _table():
-        if r.ppid == parent and r.pid not in skip and r.state == "Z":
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(r.pid, os.WNOHANG)
-
-
-def end_tree(
-    root: int, exclude: Collection[int], skip_reap: set[int], grace: float, first: int = signal.SIGTERM
-) -> list[dict[str, Any]]:
-    """End every process below ``root``: ``first`` (SIGTERM), then SIGKILL after ``grace`` seconds.
-
-    Returns, for each live process found, ``{"pid", "argv", "signal"}``: the last signal sent
-    (null when it exited before one could be). Exited, unreaped ones are only reaped.
-    Bounded: ``grace`` plus a moment.
-    """
-    import time
-
-    ended: dict[int, dict[str, Any]] = {}
-
-    def sweep(signum: int) -> int:
-        live = 0
-        for p in descendants(root, exclude):
-            if p.state in ("Z", "X"):
-                continue  # already dead, only not yet reaped (reap_children collects it): not left running
-            entry = ended.setdefault(p.pid, {"pid": p.pid, "argv": list(p.argv), "signal": None})
-            live += 1
-            if signal_process(p, signum):
-                entry["signal"] = signal_name(signum)
-        return live
-
-    if sweep(first):
-        deadline = time.monotonic() + max(grace, 0.0)
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-            reap_children(os.getpid(), skip_reap)
-            if not [p for p in descendants(root, exclude) if p.state not in ("Z", "X")]:
-                break
-            sweep(first)  # anything forked meanwhile gets the first signal too
-        else:
-            sweep(signal.SIGKILL)
-    for _ in range(40):  # SIGKILL cannot be refused: wait (briefly) for the tree to be gone
-        reap_children(os.getpid(), skip_reap)
-        if not [p for p in descendants(root, exclude) if p.state not in ("Z", "X")]:
-            break
-        sweep(signal.SIGKILL)
-        time.sleep(0.05)
-    reap_children(os.getpid(), skip_reap)
-    return [ended[pid] for pid in sorted(ended)]

@@ -26,12 +26,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from observe.channel.protocol import FRAME_ERR, FRAME_OUT, encode_frame, encode_json
 from observe.recorder.sinks import Echo, Sink
 from observe.recorder.spawn import Spawned, SpawnFailure, exit_status, signal_name, spawn_step
 from observe.secrets.masking import Masker, SecretSet
+
+if TYPE_CHECKING:
+    from observe.recorder.containment import Container
 
 __all__ = ["FORWARDED_SIGNALS", "Run", "Steps"]
 
@@ -96,6 +99,8 @@ class Steps:
         self.secrets = secrets
         self.on_end = on_end
         self.runs: dict[int, Run] = {}  # pid -> run, while it runs
+        #: Where step commands run: the command's container (set by the capture loop), ended with it.
+        self.container: Container | None = None
 
     def pids(self) -> set[int]:
         """The pids of the step commands not reaped yet."""
@@ -118,7 +123,7 @@ class Steps:
     ) -> Run | SpawnFailure:
         """Start a step's command and watch it (its pipes and its exit on ``sel``)."""
         started = time.monotonic_ns()
-        spawned = spawn_step(argv, env, cwd=cwd, stdin=stdin, echo=echo)
+        spawned = spawn_step(argv, env, cwd=cwd, stdin=stdin, echo=echo, container=self.container)
         if isinstance(spawned, SpawnFailure):
             return spawned
         assert spawned.err_fd is not None
