@@ -38,7 +38,10 @@ import sys
 import zipfile
 
 _archive = os.path.dirname(os.path.abspath(__file__))
-with zipfile.ZipFile(_archive) as _zip:
+# Held open while the role runs: a recorder identifies this process by the file it holds (python
+# itself closes its script once it has read it).
+_held = open(_archive, "rb")
+with zipfile.ZipFile(_held) as _zip:
     _manifest = json.loads(_zip.read("manifest.json"))
 from lanekit.role import main
 
