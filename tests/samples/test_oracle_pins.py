@@ -12,10 +12,10 @@ from gates.oracle_results import ORACLE_CHECKPOINT, ORACLE_TRAJECTORY
 from tests.helpers.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "samples" / "lane"))
-import oracle  # noqa: E402
-from lanekit import checkpoint  # noqa: E402
-from lanekit.role import trajectory_bytes  # noqa: E402
-from lanekit.spec import default_spec  # noqa: E402
+import oracle
+from lanekit import checkpoint
+from lanekit.role import trajectory_bytes
+from lanekit.spec import default_spec
 
 LANES = {"distributed-device": "partitioned", "coordinate-device": "coordinates", "independent-device": "independent"}
 

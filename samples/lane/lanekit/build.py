@@ -166,7 +166,7 @@ def check_executable(
             for name in sorted(names & set(declared)):
                 if hashlib.sha256(zf.read(name)).hexdigest() != declared[name]:
                     problems.append(f"{name} does not match its declared sha256")
-    except (OSError, zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError) as exc:
+    except (OSError, zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError, NotImplementedError) as exc:
         # A damaged member can fail inside the decompressor rather than at its CRC.
         problems.append(f"unreadable: {exc}")
     if manifest is not None:
