@@ -13,6 +13,7 @@ import posixpath
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gates.captured import same_bytes
 from gates.devices import devices_observed
 from gates.evidence import Artifact, Evidence, Receipt, glob_match
 from gates.typing import CheckFunction, Findings, Outcome
@@ -227,6 +228,7 @@ def qualification_files(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
 
 
 register("devices-observed")(devices_observed)
+register("same-bytes")(same_bytes)
 
 
 @register("output-free-of")

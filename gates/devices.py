@@ -8,10 +8,24 @@ those kinds. This check binds the lane's claims to those observations:
    (``simulated`` and ``none`` are never a physical device: inconclusive);
 2. every GPU the ``preflight`` receipt names is one the recorder observed,
    with the same name and driver (else fail);
-3. every bound GPU was seen running a process of the recorded tree during the
-   run steps (by pid; where NVML cannot attribute processes, by activity above
-   the idle level it observed before them), and no process of the tree worked
-   on a GPU other than its role's (else fail).
+3. processes are tied to roles by identity only: the SHA-256 of the file the
+   kernel executed (``exe``) or, for an interpreter, of the script file it holds
+   open (``script``), compared with the bytes of each role's executables as the
+   stream captured them (the targets of its ``static-build`` and ``build``
+   receipts). argv is for display. A role's process working on a GPU other than
+   its role's fails, wherever and whenever it is seen; each role's own process
+   must be seen on its own bound GPU during the run steps (descending from one of
+   them); a process on a bound GPU during a run step that is tied to no role
+   (another tenant, or a process of the tree running no role's executable) makes
+   it inconclusive; a process of the tree on a GPU no role is bound to fails;
+4. a bound GPU is shared when memory in use that the listed processes do not
+   explain exceeds ``IDLE_MEMORY``, or it is busy while listing no process
+   (NVML inside a container lists only that container's processes):
+   inconclusive, never physical.
+
+Streams whose observations carry no identities (recorded before this rule,
+without ``namespace``) are inconclusive: "recorded before attribution by
+identity".
 
 A process listed on several GPUs works on the one where it holds the most
 memory: a CUDA process on one card can hold a small context on another.
@@ -21,7 +35,7 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aos.attrs import json_int
@@ -29,45 +43,38 @@ from aos.event import Event
 from gates.evidence import Evidence, Receipt
 from gates.typing import Findings, Outcome
 
-__all__ = ["MEMORY_RISE", "RUN_STEPS", "UTILIZATION_RISE", "devices_observed"]
+__all__ = ["IDLE_MEMORY", "RUN_STEPS", "devices_observed"]
 
 #: The lane steps whose roles run on the device (docs/GATES.md, "Lane receipts").
 RUN_STEPS: tuple[str, ...] = ("uninterrupted-run", "split-run", "host-shadow-control", "fresh-evaluation")
 
-#: Activity, where NVML cannot attribute processes: memory in use this far above
-#: the idle level (a CUDA context alone is hundreds of MiB), or utilisation this
-#: many points above it.
-MEMORY_RISE = 64 << 20
-UTILIZATION_RISE = 10
+#: A card's idle level: the most memory in use that no listed process explains on a card nobody uses.
+#: An idle H200 (driver 580) reports 615 MiB in use with no process at all, and about 8 MiB more per
+#: CUDA context beyond what its processes are listed with; a CUDA context alone takes about 500 MiB.
+#: Above this, memory is held by a process NVML does not list (another PID namespace): shared.
+IDLE_MEMORY = 768 << 20
 
 _MIB = 1 << 20
-
-
-@dataclass
-class _Seen:
-    """What shows one bound GPU at work."""
-
-    how: str
-    seqs: list[int] = field(default_factory=list)
+#: What the rule calls a stream recorded before it.
+BEFORE_IDENTITY = "recorded before attribution by identity"
 
 
 def _list(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-def _short(uuid: str) -> str:
-    return uuid if len(uuid) <= 20 else uuid[:20] + "..."
+def _digest(value: Any) -> str | None:
+    sha = value.get("sha256") if isinstance(value, dict) else None
+    return sha.lower() if isinstance(sha, str) else None
 
 
-def _exe(argv: Sequence[str] | None) -> str:
-    if not argv:
-        return "?"
-    words = [a for a in argv if not a.startswith("-")][:2]
-    return " ".join(posixpath.basename(a) for a in words)
+def _name(value: Any) -> str | None:
+    path = value.get("path") if isinstance(value, dict) else None
+    return posixpath.basename(path) if isinstance(path, str) and path else None
 
 
 class _Roles:
-    """Which role each GPU is bound to, and which argv names which role's executable."""
+    """Which role each GPU is bound to, and the digests of each role's captured executables."""
 
     def __init__(self, ev: Evidence, preflight: Receipt, f: Findings) -> None:
         self.ev = ev
@@ -100,39 +107,36 @@ class _Roles:
             # docs/GATES.md: the preflight's gpus are one per role binding, in role order.
             self.of_role = {role: str(g.get("uuid")) for role, g in zip(order, gpus, strict=True)}
         f.use(r.seq for r in builds)
-        # Every path a role's executable was built, checked or uploaded to.
-        self.paths: dict[str, set[str]] = {}
+        # The bytes of each role's executables, as captured: never a digest a receipt states.
+        self.executables: dict[str, set[str]] = {}
+        self.uncaptured: dict[str, list[str]] = {}
         for r in [*builds, *ev.receipts_named("build")]:
-            role = r.fields.get("role")
-            if not isinstance(role, str):
+            role, target = r.fields.get("role"), r.fields.get("target")
+            if not isinstance(role, str) or not isinstance(target, str) or not target:
                 continue
-            for key in ("target", "remote"):
-                p = r.fields.get(key)
-                if isinstance(p, str) and p:
-                    self.paths.setdefault(role, set()).add(ev.relative(p))
-        names: dict[str, set[str]] = {}
-        for role, paths in self.paths.items():
-            for p in paths:
-                names.setdefault(posixpath.basename(p), set()).add(role)
-        # A file name that one role's executables alone carry names that role wherever it was copied.
-        self.by_name = {n: next(iter(rs)) for n, rs in names.items() if len(rs) == 1 and n}
+            captured = ev.artifact(target)
+            sha = captured.sha256()[0] if captured is not None else None
+            if sha is None:
+                self.uncaptured.setdefault(role, []).append(target)
+                continue
+            f.use(captured.seqs[:1] if captured is not None else [])
+            self.executables.setdefault(role, set()).add(sha)
+        owners: dict[str, set[str]] = {}
+        for role, digests in self.executables.items():
+            for sha in digests:
+                owners.setdefault(sha, set()).add(role)
+        #: A digest that one role's executables alone carry names that role; one shared by roles names none.
+        self.by_digest = {sha: next(iter(rs)) for sha, rs in owners.items() if len(rs) == 1}
 
     def roles_on(self, uuid: str) -> list[str]:
         return [r for r, u in self.of_role.items() if u == uuid]
 
-    def role_of(self, argv: Sequence[str] | None) -> str | None:
-        """The one role whose executable ``argv`` names, or None (none, or several)."""
-        found: set[str] = set()
-        for word in argv or ():
-            if not word or word.startswith("-"):
-                continue
-            p = self.ev.relative(word)
-            exact = {r for r, paths in self.paths.items() if p in paths}
-            if exact:
-                found |= exact
-            elif posixpath.basename(p) in self.by_name:
-                found.add(self.by_name[posixpath.basename(p)])
-        return next(iter(found)) if len(found) == 1 else None
+    def role_of(self, proc: _Process) -> str | None:
+        """The role whose captured executable this process runs (by its exe, else by its held script)."""
+        for sha in (proc.exe, proc.script):
+            if sha is not None and sha in self.by_digest:
+                return self.by_digest[sha]
+        return None
 
 
 @dataclass
@@ -141,7 +145,9 @@ class _Process:
     entries: list[tuple[str, int | None]]  # (gpu uuid, used memory)
     in_tree: bool
     steps: list[str]
-    argv: list[str] | None
+    exe: str | None = None
+    script: str | None = None
+    shown: str = "?"
 
     def work(self) -> tuple[str | None, list[str]]:
         """The GPU this process works on (None when it cannot be told), and every GPU it was listed on."""
@@ -157,6 +163,11 @@ class _Process:
         winners = [g for g, m in per.items() if m == top]
         return (winners[0] if len(winners) == 1 else None), gpus
 
+    def describe(self) -> str:
+        """``pid N (NAMES: exe sha256 ..., script sha256 ...)``: the names are the recorded paths' basenames."""
+        digests = [f"{what} sha256 {sha[:12]}" for what, sha in (("exe", self.exe), ("script", self.script)) if sha]
+        return f"pid {self.pid} ({self.shown}: {', '.join(digests) or 'no identity recorded'})"
+
 
 def _processes(o: Event) -> list[_Process]:
     by_pid: dict[int, _Process] = {}
@@ -164,14 +175,16 @@ def _processes(o: Event) -> list[_Process]:
         pid, gpu = json_int(p.get("pid")), p.get("gpu")
         if pid is None or not isinstance(gpu, str):
             continue
-        argv = p.get("argv")
-        argv = [str(a) for a in argv] if isinstance(argv, list) else None
         steps = [str(s) for s in p.get("steps") or [] if isinstance(s, str)]
-        proc = by_pid.setdefault(pid, _Process(pid, [], False, [], None))
+        proc = by_pid.setdefault(pid, _Process(pid, [], False, []))
         proc.entries.append((gpu, json_int(p.get("used_memory"))))
         proc.in_tree = proc.in_tree or p.get("in_tree") is True
         proc.steps += [s for s in steps if s not in proc.steps]
-        proc.argv = proc.argv or argv
+        proc.exe = proc.exe or _digest(p.get("exe"))
+        proc.script = proc.script or _digest(p.get("script"))
+        names = [n for n in (_name(p.get("exe")), _name(p.get("script"))) if n]
+        if names and proc.shown == "?":
+            proc.shown = " ".join(names)
     return list(by_pid.values())
 
 
@@ -217,39 +230,6 @@ def _observer_findings(obs: list[Event], f: Findings) -> None:
         if observer != "nvml":
             f.inconclusive(f"unknown device observer {observer!r} (seq {o.seq})")
             return
-
-
-def _activity(
-    ev: Evidence, uuid: str, intervals: list[tuple[str, int, int]], obs: list[Event]
-) -> tuple[_Seen | None, str]:
-    """Activity on ``uuid`` during the run steps above the idle level observed before them."""
-    samples: list[tuple[int, int | None, int | None]] = []
-    for e in [*obs, *ev.telemetry]:
-        for g in _list(e.attrs.get("gpus")):
-            if g.get("uuid") == uuid:
-                samples.append((e.seq, json_int(g.get("memory_used")), json_int(g.get("utilization"))))
-    samples.sort()
-    first = min(lo for _, lo, _ in intervals)
-    idle = [s for s in samples if s[0] < first]
-    idle_mem = max((m for _, m, _ in idle if m is not None), default=None)
-    idle_util = max((u for _, _, u in idle if u is not None), default=None)
-    if idle_mem is None and idle_util is None:
-        return None, f"no idle level of GPU {uuid} was observed before the run steps"
-    for seq, mem, util in samples:
-        step = _during(seq, intervals)
-        if step is None:
-            continue
-        if mem is not None and idle_mem is not None and mem >= idle_mem + MEMORY_RISE:
-            return _Seen(
-                f"memory in use rose from {idle_mem // _MIB} MiB (idle) to {mem // _MIB} MiB during {step} (seq {seq})",
-                [seq],
-            ), ""
-        if util is not None and idle_util is not None and util >= idle_util + UTILIZATION_RISE:
-            return _Seen(f"utilisation rose from {idle_util}% (idle) to {util}% during {step} (seq {seq})", [seq]), ""
-    return None, (
-        f"GPU {uuid} showed no activity above its idle level ({idle_mem // _MIB if idle_mem is not None else '?'} MiB, "
-        f"{idle_util if idle_util is not None else '?'}%) during the run steps"
-    )
 
 
 def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
@@ -338,16 +318,44 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         f.inconclusive(f"none of the run steps ({', '.join(run_steps)}) was recorded")
         return f.outcome("")
 
-    seen: dict[str, _Seen] = {}
-    unattributed: list[Event] = []
+    old = [o for o in obs if "namespace" not in o.attrs]
+    if old:
+        f.use([old[0].seq])
+        f.inconclusive(
+            f"{BEFORE_IDENTITY}: the device observations (seq {old[0].seq} and {len(old) - 1} more) carry no "
+            "process identity (the SHA-256 of what each process executes) and no memory unexplained by listed "
+            "processes, so no process can be tied to a role and no hidden tenant ruled out"
+        )
+        return f.outcome("")
+    _shared_findings(obs, bound, f)
+    for name in roles.of_role:
+        if name not in roles.executables:
+            where = roles.uncaptured.get(name)
+            f.inconclusive(
+                f"no captured executable of {name}"
+                + (
+                    f" ({', '.join(where)} was not captured)"
+                    if where
+                    else " (no static-build or build receipt names one)"
+                )
+                + ": its processes cannot be recognised"
+            )
+    seen: dict[str, tuple[str, int]] = {}
     told: set[tuple[int, str]] = set()  # (pid, GPU) already reported: one finding per process and GPU
     for o in obs:
-        if o.attrs.get("attribution") == "unavailable":
-            unattributed.append(o)
-            continue
         step_now = _during(o.seq, intervals)
+        if o.attrs.get("attribution") == "unavailable":
+            if (-1, "unavailable") not in told:
+                told.add((-1, "unavailable"))
+                f.use([o.seq])
+                f.inconclusive(
+                    f"NVML could not attribute processes (attribution unavailable, seq {o.seq}): which process "
+                    "ran on which GPU was not observed, so no role's process can be seen on its GPU"
+                )
+            continue
         for proc in _processes(o):
             work, listed = proc.work()
+            on = work or "/".join(listed)
             if not proc.in_tree:
                 shared = [g for g in listed if g in bound]
                 if shared and step_now is not None and (proc.pid, shared[0]) not in told:
@@ -358,59 +366,97 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
                         f"during {step_now} (seq {o.seq})"
                     )
                 continue
-            what = f"pid {proc.pid} ({_exe(proc.argv)})"
-            on = work or "/".join(listed)
+            what = proc.describe()
             unbound = (work is not None and work not in bound) or (work is None and not bound & set(listed))
             if unbound and (proc.pid, on) not in told:
                 told.add((proc.pid, on))
                 f.use([o.seq])
                 f.fail(f"{what} of the recorded tree worked on GPU {on}, which no role is bound to (seq {o.seq})")
-            role = roles.role_of(proc.argv)
-            want = roles.of_role.get(role) if role is not None else None
-            wrong = want is not None and ((work is not None and work != want) or (work is None and want not in listed))
-            if wrong and (proc.pid, on) not in told:
-                told.add((proc.pid, on))
-                f.use([o.seq])
-                f.fail(
-                    f"{role}'s {what} worked on GPU {on}, but {role} is bound to GPU {want} "
-                    f"(seq {o.seq}; judged by where it holds the most memory)"
-                )
-            in_step = next((s for s in proc.steps if s in run_steps), None)
-            if work in bound and in_step is not None and work is not None:
-                if work not in seen:
-                    who = f"{role}'s " if role else ""
-                    seen[work] = _Seen(f"{who}{what} during {in_step} (seq {o.seq})")
-                seen[work].seqs.append(o.seq)
+                continue
+            role = roles.role_of(proc)
+            want: str | None = roles.of_role.get(role) if role is not None else None
+            if role is None or want is None:
+                if step_now is not None and (proc.pid, on) not in told:
+                    told.add((proc.pid, on))
+                    f.use([o.seq])
+                    f.inconclusive(
+                        f"{what} of the recorded tree ran on bound GPU {on} during {step_now} (seq {o.seq}), but "
+                        + (
+                            f"{role} is bound to no GPU"
+                            if role is not None
+                            else "what it executes is no role's captured executable: unattributable"
+                        )
+                    )
+                continue
+            wrong = (work is not None and work != want) or (work is None and want not in listed)
+            if wrong:
+                if (proc.pid, on) not in told:
+                    told.add((proc.pid, on))
+                    f.use([o.seq])
+                    f.fail(
+                        f"{role}'s {what} worked on GPU {on}, but {role} is bound to GPU {want} "
+                        f"(seq {o.seq}; judged by where it holds the most memory)"
+                    )
+                continue
+            in_step = next((st for st in proc.steps if st in run_steps), None)
+            if in_step is not None and role not in seen:
+                seen[role] = (f"{role}'s {what} during {in_step} (seq {o.seq})", o.seq)
 
     notes: list[str] = []
+    for name, uuid in roles.of_role.items():
+        if name in seen:
+            f.use([seen[name][1]])
+            notes.append(f"GPU {uuid} ran {seen[name][0]}")
+        elif name in roles.executables:
+            f.inconclusive(
+                f"{name}'s own process (running its captured executable) was not seen on its bound GPU {uuid} "
+                f"during the run steps ({', '.join(st for st, _, _ in intervals)})"
+            )
     for uuid in roles.bound:
-        label = f"GPU {uuid}" + (f" ({', '.join(roles.roles_on(uuid))})" if roles.roles_on(uuid) else "")
-        if uuid in seen:
-            f.use(seen[uuid].seqs[:1])
-            notes.append(f"{label} ran {seen[uuid].how}")
-            continue
-        if unattributed:
-            act, why = _activity(ev, uuid, intervals, obs)
-            if act is not None:
-                f.use(act.seqs)
-                f.use(o.seq for o in unattributed[:1])
-                notes.append(f"{label}: {act.how}")
-                continue
-            f.inconclusive(f"{label}: NVML could not attribute processes (attribution unavailable) and {why}")
-            continue
-        f.inconclusive(
-            f"{label} was not seen running a process of the recorded tree during the run steps "
-            f"({', '.join(s for s, _, _ in intervals)})"
-        )
-    evidence = "processes attributed by pid"
-    if unattributed and any(u not in seen for u in roles.bound):
-        evidence = (
-            "activity above the idle level (NVML could not attribute processes, so which process ran where "
-            "was not observed)"
-        )
+        if not roles.roles_on(uuid):
+            f.inconclusive(f"GPU {uuid} is bound to no role the binding names")
+    space = obs[0].attrs.get("namespace")
+    where = space.get("pid") if isinstance(space, dict) else None
+    modes = sorted(
+        {str(g.get("compute_mode")) for o in obs for g in _list(o.attrs.get("gpus")) if g.get("uuid") in bound}
+    )
     lib = next(iter(libraries), None)
     lib_text = f", NVML {lib[0]} sha256 {lib[1][:12]}" if lib else ", NVML library not identified"
     return f.outcome(
-        f"observer nvml (driver {driver}{lib_text}); the preflight's {len(claimed)} GPU(s) are ones the recorder "
-        f"observed, with the same name and driver; evidence: {evidence}: " + "; ".join(notes)
+        f"observer nvml (driver {driver}{lib_text}; PID namespace {where}; compute mode {'/'.join(modes)}); "
+        f"the preflight's {len(claimed)} GPU(s) are ones the recorder observed, with the same name and driver; "
+        "processes attributed by the SHA-256 of what they execute; no memory or activity unexplained by them: "
+        + "; ".join(notes)
     )
+
+
+def _shared_findings(obs: Sequence[Event], bound: set[str], f: Findings) -> None:
+    """Inconclusive for a bound GPU holding memory, or busy, beyond what its listed processes explain."""
+    told: set[tuple[str, str]] = set()
+    for o in obs:
+        space = o.attrs.get("namespace")
+        where = ""
+        if isinstance(space, dict):
+            markers = [str(m) for m in space.get("markers") or []]
+            where = f"; the recorder's PID namespace: {space.get('pid')}" + (
+                f", container markers: {', '.join(markers)}" if markers else ""
+            )
+        for g in _list(o.attrs.get("gpus")):
+            uuid = g.get("uuid")
+            if uuid not in bound:
+                continue
+            memory = json_int(g.get("unexplained_memory"))
+            util = json_int(g.get("unexplained_utilization"))
+            if memory is not None and memory > IDLE_MEMORY and (uuid, "memory") not in told:
+                told.add((uuid, "memory"))
+                f.use([o.seq])
+                f.inconclusive(
+                    f"bound GPU {uuid} was shared: {memory // _MIB} MiB in use that no listed process explains, "
+                    f"above the idle level of {IDLE_MEMORY // _MIB} MiB (seq {o.seq}{where})"
+                )
+            if util and (uuid, "utilization") not in told:
+                told.add((uuid, "utilization"))
+                f.use([o.seq])
+                f.inconclusive(
+                    f"bound GPU {uuid} was shared: {util}% utilisation while it listed no process (seq {o.seq}{where})"
+                )

@@ -24,13 +24,22 @@ from typing import TYPE_CHECKING, Any
 
 from aos.canonical import canonical_json
 from aos.event import Event
+from gates.oracle_results import ORACLE_CHECKPOINT, ORACLE_TRAJECTORY
 
 if TYPE_CHECKING:
     from aos.signing import Signer
     from aos.writer import SealInfo
     from gates.verdict import Verdict
 
-__all__ = ["DEVICE_CONFIG_VARS", "NVML_LIBRARY", "SyntheticStream", "device_lane", "observed_gpu", "sha256"]
+__all__ = [
+    "DEVICE_CONFIG_VARS",
+    "NAMESPACE",
+    "NVML_LIBRARY",
+    "SyntheticStream",
+    "device_lane",
+    "observed_gpu",
+    "sha256",
+]
 
 #: The lane config variable of each device gate.
 DEVICE_CONFIG_VARS = {
@@ -63,7 +72,33 @@ def observed_gpu(
         "memory_used": memory_used,
         "utilization": utilization,
         "pci_bus_id": f"00000000:{index + 1:02x}:00.0",
+        "compute_mode": "default",
     }
+
+
+#: Where a synthetic recorder runs: the initial PID namespace, no container markers.
+NAMESPACE: dict[str, Any] = {
+    "pid": "initial",
+    "ns": "pid:[4026531836]",
+    "pid1_ns": "pid:[4026531836]",
+    "nspid": [4242],
+    "markers": [],
+}
+
+
+def _explain(gpus: list[dict[str, Any]], processes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each GPU with what its listed processes explain, as the sampler records it (unless the GPU says)."""
+    out = []
+    for g in gpus:
+        listed = [p.get("used_memory") or 0 for p in processes if p.get("gpu") == g.get("uuid")]
+        used = g.get("memory_used")
+        facts = {
+            "listed_memory": sum(listed),
+            "unexplained_memory": used - sum(listed) if isinstance(used, int) else None,
+            "unexplained_utilization": 0 if listed else g.get("utilization"),
+        }
+        out.append({**facts, **g})
+    return out
 
 
 Op = dict[str, Any]
@@ -128,12 +163,14 @@ class SyntheticStream:
         library: dict[str, str] | None = None,
         simulated_from: dict[str, str] | None = None,
         error: str | None = None,
+        namespace: dict[str, Any] | None = None,
         at: int | None = None,
     ) -> Op:
         """A ``device.observed`` event, as the recorder's sampler writes it (step null).
 
-        ``processes``: ``{pid, gpu, used_memory, in_tree, steps, argv}`` each. An
-        observer other than ``nvml`` names no library; ``none`` also no driver or GPU.
+        ``processes``: ``{pid, gpu, used_memory, in_tree, steps, exe, script, argv}``
+        each. Each GPU gets what the processes listed on it explain, unless it says.
+        An observer other than ``nvml`` names no library; ``none`` also no driver or GPU.
         """
         nvml = observer == "nvml"
         attrs = {
@@ -142,7 +179,8 @@ class SyntheticStream:
             "library": (library or dict(NVML_LIBRARY)) if nvml else None,
             "driver": driver if observer != "none" else None,
             "cuda_driver": 13000 if observer != "none" else None,
-            "gpus": list(gpus or []) if observer != "none" else [],
+            "namespace": dict(namespace or NAMESPACE),
+            "gpus": _explain(list(gpus or []), list(processes or [])) if observer != "none" else [],
             "processes": list(processes or []) if observer != "none" else [],
             "attribution": attribution,
             "simulated_from": simulated_from,
@@ -381,8 +419,9 @@ def device_lane(
     s.step_end("preflight")
 
     s.step_start("build")
+    executables = {r: f"device binary {r}\n".encode() for r in roles}
     for r in roles:
-        exe = f"device binary {r}\n".encode()
+        exe = executables[r]
         path = art(f"build/{r}", exe, "build")
         s.receipt("build", step="build", role=r, target=path, sha256_local=sha256(exe), sha256_remote=sha256(exe))
     s.step_end("build")
@@ -405,14 +444,17 @@ def device_lane(
             output_bytes=0,
         )
 
-    checkpoint = b"checkpoint after 5 updates\n" * 4
+    checkpoint = ORACLE_CHECKPOINT.get(gate, b"checkpoint after 5 updates\n" * 4)
+    trajectory = ORACLE_TRAJECTORY.get(gate, b"trajectory of 5 updates\n")
     s.step_start("uninterrupted-run")
     if observer is not None:
         busy = [observed_gpu(i, uuids[r], memory_used=900 * _MIB, utilization=40) for i, r in enumerate(roles)]
         procs = []
         for i, r in enumerate(roles):
-            argv = ["python3", f"{out}/build/{r}", "serve"]
+            argv = [f"/srv/lane/remote/{r}", "serve"]
             steps = ["uninterrupted-run"]
+            # What the recorder read: the SHA-256 of the file the kernel executed (the role's build).
+            ident = {"path": f"/srv/lane/remote/{r}", "sha256": sha256(executables[r])}
             procs.append(
                 {
                     "pid": 200 + i,
@@ -420,6 +462,8 @@ def device_lane(
                     "used_memory": 600 * _MIB,
                     "in_tree": True,
                     "steps": steps,
+                    "exe": ident,
+                    "script": None,
                     "argv": argv,
                 }
             )
@@ -431,13 +475,21 @@ def device_lane(
                         "used_memory": 300 * _MIB,
                         "in_tree": True,
                         "steps": steps,
+                        "exe": ident,
+                        "script": None,
                         "argv": argv,
                     }
                 )
         s.observe("sample", busy, procs, observer=observer)
     cp1 = art("uninterrupted/checkpoint.bin", checkpoint, "uninterrupted-run")
+    tr1 = art("uninterrupted/trajectory.json", trajectory, "uninterrupted-run")
     s.receipt(
-        "uninterrupted-run", step="uninterrupted-run", updates=5, checkpoint=cp1, checkpoint_sha256=sha256(checkpoint)
+        "uninterrupted-run",
+        step="uninterrupted-run",
+        updates=5,
+        checkpoint=cp1,
+        checkpoint_sha256=sha256(checkpoint),
+        trajectory=tr1,
     )
     s.step_end("uninterrupted-run")
 
@@ -458,15 +510,16 @@ def device_lane(
     if gate != "distributed-device":
         s.step_start("host-shadow-control")
         cp3 = art("shadow/checkpoint.bin", checkpoint, "host-shadow-control")
-        traj = sha256(b"trajectory")
+        tr3 = art("shadow/trajectory.json", trajectory, "host-shadow-control")
         s.receipt(
             "host-shadow-control",
             step="host-shadow-control",
-            trajectory_sha256=traj,
-            shadow_trajectory_sha256=traj,
+            trajectory_sha256=sha256(trajectory),
+            shadow_trajectory_sha256=sha256(trajectory),
             checkpoint_sha256=sha256(checkpoint),
             shadow_checkpoint_sha256=sha256(checkpoint),
             shadow_checkpoint=cp3,
+            shadow_trajectory=tr3,
         )
         s.step_end("host-shadow-control")
 

@@ -26,16 +26,19 @@ import contextlib
 import hashlib
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from observe.devices.identity import Identities
 from observe.env import RecorderVars
 
 __all__ = [
     "BUSY_MEMORY",
+    "COMPUTE_MODES",
     "ENV_SIMULATED",
     "LANE_CONFIG",
+    "QUIET_SECONDS",
     "DeviceReading",
     "GpuReading",
     "NoObserver",
@@ -54,6 +57,11 @@ LANE_CONFIG = re.compile(f"^{RecorderVars.LANE_CONFIG_PREFIX}[A-Z0-9_]+{Recorder
 #: start observation saw hides its processes (attribution ``unavailable``).
 BUSY_MEMORY = 256 << 20
 NVML_LIBRARY = "libnvidia-ml.so.1"
+#: NVML's compute modes (nvmlComputeMode_t), by value.
+COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+#: Utilisation on a GPU that has listed no process for this long is unexplained: NVML's utilisation
+#: covers its last sample period (1/6 s to 1 s), so a process that just exited still shows for up to 1 s.
+QUIET_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,7 @@ class GpuReading:
     memory_used: int | None = None
     utilization: int | None = None
     temperature: int | None = None
+    compute_mode: str | None = None
 
 
 @dataclass
@@ -264,6 +273,8 @@ class NvmlObserver:
                 gpu.utilization = int(rates.gpu) if rates is not None else None
                 temp = self._optional(nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU)
                 gpu.temperature = int(temp) if temp is not None else None
+                mode = self._optional(nv.nvmlDeviceGetComputeMode, handle)
+                gpu.compute_mode = COMPUTE_MODES.get(int(mode), str(mode)) if mode is not None else None
             except nv.NVMLError as exc:
                 reading.errors.append(f"GPU {gpu.index}: {_message(exc)}")
             try:
@@ -292,6 +303,17 @@ def lane_configs(env: Mapping[str, str]) -> list[tuple[str, str]]:
     return sorted((name, value) for name, value in env.items() if value and LANE_CONFIG.match(name))
 
 
+def _explained(reading: DeviceReading, gpu: GpuReading, recent: Collection[str]) -> dict[str, int | None]:
+    """What the listed processes do not explain on ``gpu``: memory beyond theirs, utilisation with none of them."""
+    if not reading.processes_listed:
+        return {"listed_memory": None, "unexplained_memory": None, "unexplained_utilization": None}
+    listed = [used for _pid, uuid, used in reading.processes if uuid == gpu.uuid]
+    known = None if any(u is None for u in listed) else sum(u or 0 for u in listed)
+    unexplained = gpu.memory_used - known if gpu.memory_used is not None and known is not None else None
+    idle_util = None if gpu.utilization is None else 0 if listed or gpu.uuid in recent else gpu.utilization
+    return {"listed_memory": known, "unexplained_memory": unexplained, "unexplained_utilization": idle_util}
+
+
 def observation(
     phase: str,
     observer: Observer,
@@ -302,11 +324,17 @@ def observation(
     baseline: Mapping[str, int],
     mask: Callable[[str], str],
     extra_error: str | None = None,
+    identities: Identities | None = None,
+    namespace: Mapping[str, Any] | None = None,
+    recent: Collection[str] = (),
 ) -> dict[str, Any]:
     """The attrs of one ``device.observed`` event (docs/FORMAT.md).
 
     ``open_steps`` are ``(name, client pid)`` of the steps open now, outermost
-    first; ``baseline`` each GPU's memory in use at the start observation.
+    first; ``baseline`` each GPU's memory in use at the start observation;
+    ``identities`` reads what each process of the tree executes; ``namespace``
+    is where the recorder runs; ``recent`` the GPUs that listed a process within
+    the last ``QUIET_SECONDS`` (their utilisation is still explained).
     """
     by_pid: dict[int, list[str]] = {}
     for name, pid in open_steps:
@@ -314,12 +342,16 @@ def observation(
             by_pid.setdefault(pid, []).append(name)
     processes = []
     foreign = False
+    known: dict[int, dict[str, Any]] = {}
     for pid, gpu, used in sorted(reading.processes, key=lambda p: (p[1], p[0])):
         in_tree = pid in tree.parents
         steps: list[str] = []
         for ancestor in reversed(tree.ancestry(pid)):  # outermost first: innermost step last
             steps.extend(by_pid.get(ancestor, []))
         argv = tree.argv(pid) if in_tree else None
+        if in_tree and identities is not None and pid not in known:
+            known[pid] = identities.read(pid, argv).attrs()
+        who = known.get(pid, {"exe": None, "script": None})
         processes.append(
             {
                 "pid": pid,
@@ -327,6 +359,8 @@ def observation(
                 "used_memory": used,
                 "in_tree": in_tree,
                 "steps": steps,
+                "exe": who["exe"],
+                "script": who["script"],
                 "argv": [mask(a) for a in argv] if argv is not None else None,
             }
         )
@@ -346,6 +380,7 @@ def observation(
         "library": observer.library,
         "driver": observer.driver,
         "cuda_driver": observer.cuda_driver,
+        "namespace": dict(namespace) if namespace is not None else None,
         "gpus": [
             {
                 "index": g.index,
@@ -356,6 +391,8 @@ def observation(
                 "memory_used": g.memory_used,
                 "utilization": g.utilization,
                 "pci_bus_id": g.pci_bus_id,
+                "compute_mode": g.compute_mode,
+                **_explained(reading, g, recent),
             }
             for g in reading.gpus
         ],

@@ -9,9 +9,10 @@ simulated observer can never yield scope ``physical``::
     {"driver": STR, "cuda_driver": INT,                       # cuda_driver optional
      "gpus": [{"index": INT, "minor": INT, "uuid": STR, "name": STR, "memory": INT,
                "memory_used": INT, "utilization": INT, "temperature": INT,   # optional, default 0/0/null
-               "pci_bus_id": STR}],                                          # optional
+               "pci_bus_id": STR, "compute_mode": STR}],                     # optional
      "processes": [{"gpu": UUID, "pid": "tree" | INT, "used_memory": INT,
-                    "argv_contains": STR, "utilization": INT}],              # optional
+                    "argv_contains": STR, "utilization": INT,
+                    "listed": BOOL}],                                        # optional
      "attribution": "unavailable"}                                           # optional
 
 A process with ``"pid": "tree"`` stands for each innermost process of the
@@ -19,7 +20,10 @@ recorded tree whose argv (joined by spaces) contains ``argv_contains``, while
 such a process is alive: that is how a CPU test simulates a lane process
 running on a GPU. Its ``used_memory`` is added to the GPU's ``memory_used`` and
 its ``utilization`` to the GPU's, while it is seen. An integer ``pid`` is listed
-as it is. ``"attribution": "unavailable"`` simulates an NVML that cannot list
+as it is. ``"listed": false`` (default true) adds the process's memory and
+utilisation to its GPU but lists no process: a tenant of another PID namespace,
+as NVML inside a container sees it. ``compute_mode`` defaults to ``"default"``.
+``"attribution": "unavailable"`` simulates an NVML that cannot list
 processes. A file that cannot be read or parsed gives no GPUs and the ``error``.
 """
 
@@ -107,6 +111,9 @@ class SimulatedObserver:
             if pci is not None and not isinstance(pci, str):
                 raise SimulatedError(f"{where}: 'pci_bus_id' must be a string")
             temperature = g.get("temperature")
+            mode = g.get("compute_mode", "default")
+            if not isinstance(mode, str):
+                raise SimulatedError(f"{where}: 'compute_mode' must be a string")
             self.gpus.append(
                 GpuReading(
                     index=_int(g, "index", where),
@@ -118,6 +125,7 @@ class SimulatedObserver:
                     memory_used=_int(g, "memory_used", where, 0),
                     utilization=_int(g, "utilization", where, 0),
                     temperature=None if temperature is None else _int(g, "temperature", where),
+                    compute_mode=mode,
                 )
             )
         procs = doc.get("processes", [])
@@ -129,7 +137,10 @@ class SimulatedObserver:
                 "gpu": _str(p, "gpu", where),
                 "used_memory": _int(p, "used_memory", where, 0),
                 "utilization": _int(p, "utilization", where, 0),
+                "listed": p.get("listed", True),
             }
+            if not isinstance(entry["listed"], bool):
+                raise SimulatedError(f"{where}: 'listed' must be true or false")
             if p.get("pid") == "tree":
                 entry["pid"] = "tree"
                 entry["argv_contains"] = _str(p, "argv_contains", where)
@@ -151,7 +162,7 @@ class SimulatedObserver:
                 if gpu is not None:
                     gpu.memory_used = (gpu.memory_used or 0) + entry["used_memory"]
                     gpu.utilization = min(100, (gpu.utilization or 0) + entry["utilization"])
-                if self.listed:
+                if self.listed and entry["listed"]:
                     reading.processes.append((pid, entry["gpu"], entry["used_memory"]))
         return reading
 

@@ -26,8 +26,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from observe.devices.identity import Identities
+from observe.devices.namespace import namespace_facts
 from observe.devices.observers import (
+    BUSY_MEMORY,
     ENV_SIMULATED,
+    QUIET_SECONDS,
     DeviceReading,
     NoObserver,
     NvmlObserver,
@@ -242,6 +246,9 @@ class Sampler:
         self._abandoned = False
         self._baseline: dict[str, int] = {}
         self._last_key: object = None
+        self.identities = Identities()
+        self._namespace: dict[str, Any] | None = None
+        self._listed_at: dict[str, float] = {}  # GPU uuid -> when it last listed a process (monotonic)
         self._thread = threading.Thread(target=self._main, name="aos-sampler", daemon=True)
 
     # -- called by the recorder --------------------------------------------------------
@@ -296,6 +303,7 @@ class Sampler:
         except Exception as exc:  # noqa: BLE001 - a broken observer never stops a recording
             observer = NoObserver(f"the device observer failed to start: {type(exc).__name__}: {exc}")
         self.observer = observer
+        self._namespace = namespace_facts(self.env)
         start, _reading, _tree, self._last_key = self._observe("start")
         with self._lock:
             late = self._start_claimed
@@ -336,13 +344,31 @@ class Sampler:
             failure = f"the device observer failed: {type(exc).__name__}: {exc}"
         if phase == "start":
             self._baseline = {g.uuid: g.memory_used for g in reading.gpus if g.memory_used is not None}
+        now = time.monotonic()
+        for _pid, uuid, _used in reading.processes:
+            self._listed_at[uuid] = now
+        recent = {u for u, at in self._listed_at.items() if now - at <= QUIET_SECONDS}
         steps = list(self.open_steps())
         attrs = observation(
-            phase, observer, reading, tree, steps, baseline=self._baseline, mask=self.mask, extra_error=failure
+            phase,
+            observer,
+            reading,
+            tree,
+            steps,
+            baseline=self._baseline,
+            mask=self.mask,
+            extra_error=failure,
+            identities=self.identities,
+            namespace=self._namespace,
+            recent=recent,
         )
         key = (
             tuple(g["uuid"] for g in attrs["gpus"]),
-            tuple((p["pid"], p["gpu"], p["in_tree"], tuple(p["steps"])) for p in attrs["processes"]),
+            tuple(
+                (p["pid"], p["gpu"], p["in_tree"], tuple(p["steps"]), _digest(p["exe"]), _digest(p["script"]))
+                for p in attrs["processes"]
+            ),
+            tuple((g["uuid"], g["compute_mode"], _shared(g)) for g in attrs["gpus"]),
             tuple(steps),
             attrs["attribution"],
             attrs["error"],
@@ -356,6 +382,17 @@ class Sampler:
         if key != self._last_key:
             self._last_key = key
             self._append("device.observed", attrs)
+
+
+def _digest(file: dict[str, Any] | None) -> str | None:
+    return file.get("sha256") if file is not None else None
+
+
+def _shared(gpu: Mapping[str, Any]) -> tuple[int | None, bool]:
+    """Memory (in steps of ``BUSY_MEMORY``) and activity this GPU's listed processes do not explain: a change
+    of either is a change to record."""
+    memory = gpu.get("unexplained_memory")
+    return (memory // BUSY_MEMORY if isinstance(memory, int) else None, bool(gpu.get("unexplained_utilization")))
 
 
 def open_observer(mode: str, env: Mapping[str, str]) -> Observer:

@@ -11,6 +11,10 @@ MUTANT=${MUTANT:-}
 ROLES="alpha beta"
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
+oracle() { # oracle checkpoint|trajectory FILE: the reference lane's oracle result for this gate (what a right lane publishes)
+    python3 -c 'import sys; from gates.oracle_results import ORACLE_CHECKPOINT as C, ORACLE_TRAJECTORY as T
+sys.stdout.buffer.write((C if sys.argv[1] == "checkpoint" else T)[sys.argv[2]])' "$1" "$GATE" >"$2"
+}
 receipt() { printf '{"name":"%s","status":"%s","fields":%s}\n' "$1" "$2" "$3" >>"$AOS_RECEIPTS"; }
 role() { # a stand-in role: refuses with NAME (exit 3) when given one, else succeeds
     if [ -n "$1" ]; then echo "refused: $1: this binding does not match the device" >&2; return 3; fi
@@ -55,20 +59,21 @@ phase() {
         return $rc ;;
     uninterrupted-run)
         mkdir -p "$OUT/uninterrupted"
-        printf 'state after 5 updates\n' >"$OUT/uninterrupted/checkpoint.bin"
-        receipt uninterrupted-run pass "{\"updates\":5,\"checkpoint\":\"$OUT/uninterrupted/checkpoint.bin\",\"checkpoint_sha256\":\"$(sha "$OUT/uninterrupted/checkpoint.bin")\"}" ;;
+        oracle checkpoint "$OUT/uninterrupted/checkpoint.bin"
+        oracle trajectory "$OUT/uninterrupted/trajectory.json"
+        receipt uninterrupted-run pass "{\"updates\":5,\"checkpoint\":\"$OUT/uninterrupted/checkpoint.bin\",\"checkpoint_sha256\":\"$(sha "$OUT/uninterrupted/checkpoint.bin")\",\"trajectory\":\"$OUT/uninterrupted/trajectory.json\"}" ;;
     split-run)
         mkdir -p "$OUT/split"
-        state='state after 5 updates'
-        [ "$MUTANT" = checkpoints-unequal ] && state='state after 3+2 updates, diverged'
-        printf '%s\n' "$state" >"$OUT/split/checkpoint.bin"
+        oracle checkpoint "$OUT/split/checkpoint.bin"
+        [ "$MUTANT" = checkpoints-unequal ] && printf 'state after 3+2 updates, diverged\n' >"$OUT/split/checkpoint.bin"
         receipt split-run pass "{\"updates_before\":3,\"updates_after\":2,\"checkpoint\":\"$OUT/split/checkpoint.bin\",\"resumed_checkpoint_sha256\":\"$(sha "$OUT/split/checkpoint.bin")\",\"epoch_before\":1,\"epoch_after\":2}" ;;
     host-shadow-control)
         mkdir -p "$OUT/shadow"
         cp "$OUT/uninterrupted/checkpoint.bin" "$OUT/shadow/checkpoint.bin"
-        t=$(printf trajectory | sha256sum | cut -d' ' -f1)
+        cp "$OUT/uninterrupted/trajectory.json" "$OUT/shadow/trajectory.json"
+        t=$(sha "$OUT/shadow/trajectory.json")
         c=$(sha "$OUT/shadow/checkpoint.bin")
-        receipt host-shadow-control pass "{\"trajectory_sha256\":\"$t\",\"shadow_trajectory_sha256\":\"$t\",\"checkpoint_sha256\":\"$c\",\"shadow_checkpoint_sha256\":\"$c\",\"shadow_checkpoint\":\"$OUT/shadow/checkpoint.bin\"}" ;;
+        receipt host-shadow-control pass "{\"trajectory_sha256\":\"$t\",\"shadow_trajectory_sha256\":\"$t\",\"checkpoint_sha256\":\"$c\",\"shadow_checkpoint_sha256\":\"$c\",\"shadow_checkpoint\":\"$OUT/shadow/checkpoint.bin\",\"shadow_trajectory\":\"$OUT/shadow/trajectory.json\"}" ;;
     fresh-evaluation)
         mkdir -p "$OUT/eval"
         printf '{"loss": 0.25}\n' >"$OUT/eval/output.json"

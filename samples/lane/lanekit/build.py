@@ -38,7 +38,10 @@ import sys
 import zipfile
 
 _archive = os.path.dirname(os.path.abspath(__file__))
-with zipfile.ZipFile(_archive) as _zip:
+# Held open while the role runs: a recorder identifies this process by the file it holds (python
+# itself closes its script once it has read it).
+_held = open(_archive, "rb")
+with zipfile.ZipFile(_held) as _zip:
     _manifest = json.loads(_zip.read("manifest.json"))
 from lanekit.role import main
 
@@ -163,7 +166,7 @@ def check_executable(
             for name in sorted(names & set(declared)):
                 if hashlib.sha256(zf.read(name)).hexdigest() != declared[name]:
                     problems.append(f"{name} does not match its declared sha256")
-    except (OSError, zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError) as exc:
+    except (OSError, zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError, NotImplementedError) as exc:
         # A damaged member can fail inside the decompressor rather than at its CRC.
         problems.append(f"unreadable: {exc}")
     if manifest is not None:

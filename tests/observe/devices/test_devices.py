@@ -339,6 +339,10 @@ class TestModes:
                     "memory_used": None,
                     "utilization": None,
                     "pci_bus_id": "00000000:19:00.0",
+                    "compute_mode": None,
+                    "listed_memory": None,
+                    "unexplained_memory": None,
+                    "unexplained_utilization": None,
                 }
             ] == attrs["gpus"]
             assert "GPU 0: NVMLError_GpuIsLost: GPU is lost" in attrs["error"]
@@ -393,6 +397,8 @@ class TestAttribution:
                 "used_memory": 7,
                 "in_tree": True,
                 "steps": ["outer", "inner"],
+                "exe": None,
+                "script": None,
                 "argv": ["worker", "102"],
             }
         ] == attrs["processes"]
