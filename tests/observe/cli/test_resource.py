@@ -25,12 +25,21 @@ from tests.helpers.paths import ROOT
 from tests.helpers.run import alpha, child_env
 
 #: Loads the tool, then sets the limit KIND (with EXTRA bytes of address space) and runs ``alpha ARGS``.
-#: ``threads`` sets RLIMIT_NPROC before anything loads (the process is an unprivileged user's).
+#: ``threads`` sets RLIMIT_NPROC before anything loads to the threads the (unprivileged) user holds, so
+#: that no new one starts, however many cores the machine has or other processes the user runs.
 DRIVER = """
 import os, resource, sys
 kind, extra = sys.argv[1], int(sys.argv[2])
 if kind == "threads":  # before anything loads: as the tool starts on a machine out of threads
-    resource.setrlimit(resource.RLIMIT_NPROC, (4, 4))
+    uid, held = os.getuid(), 0  # every thread this user runs now (other tests may run some): no new one
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = dict(l.split(":", 1) for l in open(f"/proc/{pid}/status"))
+        except OSError:
+            continue
+        if int(status["Uid"].split()[0]) == uid:
+            held += int(status["Threads"])
+    resource.setrlimit(resource.RLIMIT_NPROC, (held, held))
 else:
     import pyarrow, pyarrow.ipc, blake3, click
     import aos.reader, aos.verify, observe.cli.entry, observe.cli.options, observe.cli.root

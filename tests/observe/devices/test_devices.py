@@ -657,8 +657,8 @@ class TestOddArgv:
     def test_a_non_utf8_argv_in_the_tree_is_recorded(self, tmp_path: Path) -> None:
         """A tree process on a GPU whose argv is not UTF-8 is recorded (escaped), never a failed recording."""
         doc = dict(GPUS, processes=[{"gpu": "GPU-0000", "pid": "tree", "argv_contains": "odd-marker"}])
-        script = "import os; os.execv('/bin/sh', [b'sh', b'-c', b'sleep 0.6; true', b'odd-marker\\xff'])"
+        script = "import os; os.execv('/bin/sh', [b'sh', b'-c', b'sleep 2; true', b'odd-marker\\xff'])"
         proc, path = record(tmp_path, [sys.executable, "-c", script], "--quiet", *FAST, env=_simulated(tmp_path, doc))
         assert 0 == proc.returncode, proc.stderr
         argvs = [p["argv"] for a in _observed(events(path)) for p in a["processes"]]
-        assert ["sh", "-c", "sleep 0.6; true", "odd-marker\\xff"] in argvs
+        assert ["sh", "-c", "sleep 2; true", "odd-marker\\xff"] in argvs
