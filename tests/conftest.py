@@ -271,3 +271,41 @@ def browser() -> Iterator[Any]:
             yield chromium
         finally:
             chromium.close()
+
+
+# -- real OpenSSH servers (tests/helpers/sshd.py) --------------------------------------------
+# Debian's sshd, started by the suite on 127.0.0.1 with throwaway keys (never the machine's own
+# sshd). .ci/run installs openssh-server; in CI a missing sshd fails these tests, elsewhere they skip.
+
+
+def _sshd_or_skip() -> None:
+    from tests.helpers.sshd import sshd_available
+
+    why = sshd_available()
+    if why is not None:
+        if IN_CI:
+            pytest.fail(f"the SSH tests cannot run: {why}")
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def ssh_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One running test sshd (a ``tests.helpers.sshd.SshNode``), for the session: one pod."""
+    _sshd_or_skip()
+    from tests.helpers.sshd import running_node
+
+    with running_node(tmp_path_factory.mktemp("ssh-node"), "pod") as node:
+        yield node
+
+
+@pytest.fixture(scope="session")
+def ssh_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Two running test sshds with distinct host keys, for the session: two hosts."""
+    _sshd_or_skip()
+    from tests.helpers.sshd import running_node
+
+    with (
+        running_node(tmp_path_factory.mktemp("ssh-host-a"), "host-a") as a,
+        running_node(tmp_path_factory.mktemp("ssh-host-b"), "host-b") as b,
+    ):
+        yield [a, b]
