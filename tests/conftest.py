@@ -21,6 +21,11 @@ from tests.helpers.s3 import S3Bucket, free_port
 #: Whether the suite runs in CI (read once, before any test removes the CI variables).
 IN_CI = bool(os.environ.get("CI"))
 
+# The suites the tests record (pytest as the recorded command, in folders of their own, so without this
+# project's addopts) leave out arize-phoenix-client's pytest plugin too: it loads the whole Phoenix server
+# at start-up, about 16 s each.
+os.environ["PYTEST_ADDOPTS"] = " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS"), "-p no:phoenix"]))
+
 # -- format assets (tests/assets, made by tests/assets/make_assets.py) ---------------------
 
 
@@ -309,3 +314,25 @@ def ssh_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         running_node(tmp_path_factory.mktemp("ssh-host-b"), "host-b") as b,
     ):
         yield [a, b]
+
+
+# -- the two-GPU tracker sample (samples/tracker/two_gpu.sh) ------------------------------------
+# The script re-verifies the eight committed H200 streams at each attach and in its audit: run once
+# for the session, read by the tracker sample's test and the site's (neither writes to it).
+
+
+@pytest.fixture(scope="session")
+def two_gpu_tracker(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``(WORK, output)`` of ``bash samples/tracker/two_gpu.sh WORK``, run once as a user would."""
+    import subprocess
+
+    from tests.helpers.paths import ROOT
+    from tests.helpers.run import child_env
+
+    work = tmp_path_factory.mktemp("two-gpu-tracker") / "two-gpu"
+    proc = subprocess.run(
+        ["bash", str(ROOT / "samples" / "tracker" / "two_gpu.sh"), str(work)],
+        capture_output=True, text=True, env=child_env(), cwd=ROOT, timeout=300, check=False,
+    )  # fmt: skip
+    assert 0 == proc.returncode, proc.stdout + proc.stderr
+    return work, proc.stdout + proc.stderr

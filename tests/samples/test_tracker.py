@@ -49,17 +49,15 @@ def test_worked_example(tmp_path: Path) -> None:
     assert "bash samples/tracker/example.sh" in readme
 
 
-def test_two_gpu_example(tmp_path: Path) -> None:
+def test_two_gpu_example(two_gpu_tracker: tuple[Path, str]) -> None:
     """The passing H200 streams give each lane's run a physical pass; runs holding only a control get none."""
-    work = tmp_path / "two-gpu"
-    for _ in range(2):  # re-runnable in the same place
-        out = run_example(work, TWO_GPU)
-        assert 3 == len(re.findall(r"^run [0-9a-f-]{36}: completed; physical pass recorded$", out, re.M))
-        assert 2 == len(re.findall(r"^refused: tracker-physical-pass: run [0-9a-f-]{36}: ", out, re.M))
-        assert 2 == out.count("refused: tracker-evidence-required: item N11: ")
-        assert "5 runs: 3 completed, 1 failed, 1 inconclusive; 3 physical passes recorded" in out
-        assert "evidence: 1 fail (physical), 1 inconclusive (physical), 6 pass (physical)" in out
-        assert "audit: 8 streams: 8 intact, 0 changed, 0 missing; rules intact" in out
+    work, out = two_gpu_tracker  # the script empties its folder first: a second run starts as the first did
+    assert 3 == len(re.findall(r"^run [0-9a-f-]{36}: completed; physical pass recorded$", out, re.M))
+    assert 2 == len(re.findall(r"^refused: tracker-physical-pass: run [0-9a-f-]{36}: ", out, re.M))
+    assert 2 == out.count("refused: tracker-evidence-required: item N11: ")
+    assert "5 runs: 3 completed, 1 failed, 1 inconclusive; 3 physical passes recorded" in out
+    assert "evidence: 1 fail (physical), 1 inconclusive (physical), 6 pass (physical)" in out
+    assert "audit: 8 streams: 8 intact, 0 changed, 0 missing; rules intact" in out
     conn = sqlite3.connect(work / "progress.sqlite3")
     try:
         # Runs in the order they were registered (UUIDv7 ids sort by registration time); each was

@@ -436,11 +436,11 @@ TWO_GPU_REGENERATE = (
 )
 
 
-def test_two_gpu_sample_site(tmp_path: Path) -> None:
+def test_two_gpu_sample_site(two_gpu_tracker: tuple[Path, str]) -> None:
     """samples/tracker/two-gpu-site is the site two_gpu.sh writes today (issue 15): every page the same once
     run ids, times and the checkout's folder are set aside; it shows the lanes' physical passes as proven by
     the streams and the controls' runs as what they are."""
-    work = run_sample(tmp_path / "two-gpu", "two_gpu.sh")
+    work = two_gpu_tracker[0]
     manifest = unedited(TWO_GPU_SITE, TWO_GPU_REGENERATE)
     written = json.loads((work / "site" / MANIFEST).read_text())
     assert (1, 5, 8) == (
