@@ -11,6 +11,7 @@ from typing import Any
 
 from aos.attrs import json_int
 from aos.refusals import Refusal
+from observe.readback.cuts import MARKERS, cuts_of, entry
 from observe.readback.events import event_json, iter_stream, only_seqs
 from observe.util import formatting
 
@@ -51,6 +52,8 @@ class Summary:
     verdict: dict[str, Any] | None = None
     devices: dict[str, Any] | None = None  # the first device.observed
     gpu_processes: set[tuple[int, str]] = field(default_factory=set)  # (pid, gpu) of the tree seen on a GPU
+    cuts: list[str] = field(default_factory=list)  # what the recorder cut, one entry a line (KEEP at most)
+    cuts_omitted: int = 0
     events: int = 0
     integrity: str = ""
     intact: bool = False
@@ -61,6 +64,12 @@ def _text(value: Any) -> str:
     from aos.text import display
 
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in display(value))
+
+
+def _shown(value: Any) -> str:
+    """A stored value as ``show`` prints an entry: at most ``cuts.SHOWN`` characters, its size said where it is
+    longer or was cut by the recorder."""
+    return entry(value, _text(value))
 
 
 def _key(stored: Any) -> str:
@@ -91,14 +100,20 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
             a = ev.attrs
         except Refusal:  # attrs that are not a JSON object: verify names it on the integrity line
             a = {}
+        if any(m in ev.attrs_json for m in MARKERS):
+            for line in cuts_of(f"{ev.kind} (seq {ev.seq})" if ev.kind != "stream.open" else ev.kind, a):
+                if len(s.cuts) < KEEP:
+                    s.cuts.append(_text(line))
+                else:
+                    s.cuts_omitted += 1
         if ev.kind == "stream.open":
             s.stream_id = _text(a.get("stream_id", ""))
             argv = a.get("argv")
-            s.argv = [_text(v) for v in argv] if isinstance(argv, list) else []
+            s.argv = [_shown(v) for v in argv] if isinstance(argv, list) else []
             s.cwd, s.host = _text(a.get("cwd", "")), _text(a.get("host", ""))
             gate = a.get("gate")
             s.gate = None if gate is None else _text(gate)
-            s.labels = {_key(k): _text(v) for k, v in _obj(a.get("labels")).items()}
+            s.labels = {_key(k)[:160]: _shown(v) for k, v in _obj(a.get("labels")).items()}
             s.source_recorded = "source" in a
             s.source = a.get("source") if isinstance(a.get("source"), dict) else None
             s.started_ns = ev.wall_ns
@@ -111,10 +126,10 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
                 continue
             parent = a.get("parent")
             depth[ev.step] = depth.get(parent, -1) + 1 if isinstance(parent, str) else 0
-            entry = {"name": _text(a.get("name")), "depth": depth[ev.step], "exit_code": None, "duration_ns": None}
-            entry["by_hand"] = a.get("runner") == "client"  # a span opened by hand: no result to show
-            open_steps[ev.step] = entry
-            s.steps.append(entry)
+            step = {"name": _shown(a.get("name")), "depth": depth[ev.step], "exit_code": None, "duration_ns": None}
+            step["by_hand"] = a.get("runner") == "client"  # a span opened by hand: no result to show
+            open_steps[ev.step] = step
+            s.steps.append(step)
         elif ev.kind == "step.end" and ev.step in open_steps:
             open_steps[ev.step].update(
                 exit_code=json_int(a.get("exit_code")),
@@ -130,7 +145,7 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
             if len(s.receipts) >= KEEP:
                 s.omitted["receipts"] += 1
                 continue
-            s.receipts.append({"name": _text(a.get("name")), "status": status})
+            s.receipts.append({"name": _shown(a.get("name")), "status": status})
         elif ev.kind == "receipt.invalid":
             s.invalid_receipts += 1
         elif ev.kind == "artifact":
@@ -248,7 +263,7 @@ def format_summary(s: Summary) -> str:
     lines.append(f"artifacts  {len(s.artifacts) + s.omitted['artifacts']}")
     for a in s.artifacts:
         digest = _text(a.get("sha256") or "")[:12]
-        lines.append(f"  {_text(a.get('path'))}  {formatting.size(a.get('size'))}  sha256 {digest}")
+        lines.append(f"  {_shown(a.get('path'))}  {formatting.size(a.get('size'))}  sha256 {digest}")
     _more(lines, s.omitted["artifacts"], "artifacts")
     lines.append(f"devices    {_devices(s)}")
     if s.verdict is None:
@@ -262,6 +277,12 @@ def format_summary(s: Summary) -> str:
             f"verdict    {_text(v.get('verdict'))} (gate {_text(v.get('gate'))}, scope {_text(v.get('scope'))}, "
             f"{len(checks)} checks{tail})"
         )
+    if s.cuts:
+        n = len(s.cuts) + s.cuts_omitted
+        lines.append(f"cut        {n} entr{'ies' if n != 1 else 'y'} cut to keep an event within the bound")
+        lines.extend(f"  {line}" for line in s.cuts)
+        if s.cuts_omitted:
+            lines.append(f"  ... and {s.cuts_omitted} more entries (show keeps the first {KEEP})")
     lines.append(f"integrity  {s.integrity}")
     return "\n".join(lines)
 
@@ -286,6 +307,7 @@ def summary_json(s: Summary, stream: str) -> str:
         "receipt_other_statuses": s.receipt_other_statuses,
         "invalid_receipts": s.invalid_receipts,
         "omitted": s.omitted,
+        "cut": {"entries": s.cuts, "omitted": s.cuts_omitted},
         "artifacts": s.artifacts,
         "devices": s.devices,
         "gpu_processes": [{"pid": pid, "gpu": gpu} for pid, gpu in sorted(s.gpu_processes)],

@@ -27,7 +27,7 @@ from typing import Any
 
 from blake3 import blake3
 
-from aos.text import text_value
+from aos.bounds import cut_text
 from observe.secrets.masking import Masker, Scanner, SecretSet
 
 __all__ = ["CHUNK", "Append", "capture", "capture_file", "expand", "relative_name"]
@@ -226,7 +226,7 @@ def capture(
         _stopped(append, " ".join(patterns), "while listing the files to capture", step, problems)
         return []
     for pattern in missing:
-        append("artifact.missing", {"pattern": text_value(pattern), "error": "no such file or no match"}, None, step)
+        append("artifact.missing", {"pattern": cut_text(pattern), "error": "no such file or no match"}, None, step)
         problems.append(pattern)
     recorded = []
     for i, path in enumerate(files):
@@ -279,7 +279,7 @@ def _never() -> bool:
 
 def _stopped(append: Append, path: str, what: str, step: str | None, problems: list[str]) -> None:
     error = f"capture stopped (timeout or signal): {what}"
-    append("artifact.error", {"path": text_value(path), "error": error, "stopped": True}, None, step)
+    append("artifact.error", {"path": cut_text(path), "error": error, "stopped": True}, None, step)
     problems.append(f"{path} (capture stopped)")
 
 
@@ -306,7 +306,7 @@ def _capture_one(
             append("artifact", _unreadable(name, st, exc), None, step)
             return False
         attrs = _base(name, "symlink", len(os.fsencode(target)), mode)
-        attrs["target"] = text_value(target)  # paths are any bytes (FORMAT.md 3.7)
+        attrs["target"] = cut_text(target)  # paths are any bytes (FORMAT.md 3.7)
         append("artifact", attrs, None, step)
         return True
     if not stat.S_ISREG(st.st_mode):
@@ -341,7 +341,7 @@ def _capture_one(
         return True
     except OSError as exc:
         error = f"read failed: {exc.strerror or exc}"
-        append("artifact.error", {"path": text_value(name), "error": error}, None, step)
+        append("artifact.error", {"path": cut_text(name), "error": error}, None, step)
         return False
     finally:
         os.close(fd)
@@ -370,14 +370,14 @@ def _emit_chunks(
         read += len(chunk)
         out = masker.feed(chunk)
         if out:
-            append("artifact.chunk", {"path": text_value(name), "offset": offset}, out, step)
+            append("artifact.chunk", {"path": cut_text(name), "offset": offset}, out, step)
             offset += len(out)
     out = masker.finish()
     if out:
-        append("artifact.chunk", {"path": text_value(name), "offset": offset}, out, step)
+        append("artifact.chunk", {"path": cut_text(name), "offset": offset}, out, step)
     if read != size or digest.hexdigest() != sha256 or masker.masked:
         attrs: dict[str, Any] = {
-            "path": text_value(name),
+            "path": cut_text(name),
             "error": "file changed while it was captured",
             "sha256": digest.hexdigest(),
             "bytes": read,
@@ -404,7 +404,7 @@ def _hash(fd: int, scanner: Scanner, stop: Callable[[], bool]) -> tuple[int, str
 
 def _base(name: str, kind: str, size: int, mode: int) -> dict[str, Any]:
     return {
-        "path": text_value(name),
+        "path": cut_text(name),
         "kind": kind,
         "size": size,
         "mode": mode,

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aos.attrs import json_int
+from aos.bounds import bounded_list, cut_text
 from aos.canonical import canonical_json
-from aos.text import display, key_bytes, printable, text_key, text_value, value_bytes
+from aos.text import display, key_bytes, printable, text_key, value_bytes
 from observe.channel.protocol import (
     ENV_CONTROL,
     ENV_RECEIPTS,
@@ -62,6 +63,26 @@ def _os_path(value: Any) -> str:
     if raw is None:
         return "" if value is None else str(value)
     return os.fsdecode(raw)
+
+
+def _said(text: str) -> str:
+    """A message (an error, a refused claim) made valid text and cut to an item's share (aos.bounds)."""
+    cut = cut_text(printable(text))
+    return cut if isinstance(cut, str) else printable(text)[:1024]
+
+
+#: What an answer lists at most (the paths an artifact request recorded, those it could not): the stream has all.
+_LISTED = 1000
+
+
+def _listed(items: list[str]) -> list[str]:
+    """``items`` for an answer that must stay one frame: the first ``_LISTED``, each cut (``_said``), and a count
+    of the rest."""
+    out = [_said(item) if len(item) > 1024 else item for item in items[:_LISTED]]
+    out = [item if len(item) <= 4096 else item[:1024] + item[item.rindex("[CUT: ") :] for item in out]
+    if len(items) > _LISTED:
+        out.append(f"... and {len(items) - _LISTED} more (see the stream)")
+    return out
 
 
 _DATA_FRAMES = {
@@ -199,7 +220,9 @@ class Control:
         kind, attrs = parse_receipt_line(line)
         raw = mask_json_bytes(line, self.secrets)[:MAX_FRAME] if kind == "receipt.invalid" else None
         attrs = mask_attrs(attrs, self.secrets)
-        size = len(canonical_json(attrs)) if kind == "receipt" and len(line) > MAX_FRAME // 2 else 0
+        # JSON spells a number such as 9e20 in 4 bytes that canonical JSON writes in 21: a line past an eighth of
+        # the bound may parse to attrs beyond it (masks grow text less)
+        size = len(canonical_json(attrs).encode()) if kind == "receipt" and len(line) > MAX_FRAME // 8 else 0
         if size > MAX_FRAME:  # a line within the bound whose attrs are not: numbers written longer, masks
             big = Oversize()
             big.add(line)
@@ -260,7 +283,7 @@ class Control:
             for kind, payload in conn.reader.feed(data):
                 self._frame(conn, kind, payload)
         except (ValueError, TypeError, KeyError) as exc:
-            self.sink.append("recorder.error", {"error": f"bad control message: {exc}"}, None, conn.span)
+            self.sink.append("recorder.error", {"error": _said(f"bad control message: {exc}")}, None, conn.span)
             self._close(conn, sel)
 
     def writable(self, conn: _Conn, sel: selectors.BaseSelector) -> None:
@@ -317,11 +340,27 @@ class Control:
         finally:
             conn.sock.setblocking(False)
 
-    def _bytes_text(self, value: Any) -> str | dict[str, str]:
-        """A client's name or argument as byte text (FORMAT.md 3.7), masked: any bytes are kept."""
+    def _masked(self, value: Any) -> bytes:
+        """A client's byte text (FORMAT.md 3.7) as its bytes, masked."""
         raw = value_bytes(value)
         raw = str(value).encode("utf-8", "surrogatepass") if raw is None else raw
-        return text_value(mask_bytes(raw, self.secrets) if self.secrets else raw)
+        return mask_bytes(raw, self.secrets) if self.secrets else raw
+
+    def _bytes_text(self, value: Any) -> str | dict[str, str]:
+        """A client's name or path as byte text, masked: any bytes are kept, up to an item's share (a longer
+        one is cut, its length and SHA-256 noted: aos.bounds)."""
+        return cut_text(self._masked(value))
+
+    def _argv(self, values: Any) -> list[str | dict[str, str]]:
+        """A client's argv as byte text, masked, within a list's budget (aos.bounds.bounded_list)."""
+        return bounded_list(self._masked(a) for a in (values if isinstance(values, list) else []))
+
+    def _step_column(self, value: Any) -> str | None:
+        """The step a client names for its artifacts (its ``AOS_STEP``), as the step column: up to 4 KiB."""
+        if not isinstance(value, str):
+            return None
+        cut = cut_text(value, 4096)
+        return text_key(value_bytes(cut) or b"")
 
     def _selector(self) -> selectors.BaseSelector:
         if self.sel is None:
@@ -387,7 +426,7 @@ class Control:
         stdin = conn.fds.pop(0) if msg.get("stdin") and conn.fds else None
         start = {
             "name": self._bytes_text(msg["name"]),
-            "argv": [self._bytes_text(a) for a in msg.get("argv") or []],
+            "argv": self._argv(msg.get("argv") or []),
             "parent": self._parent(msg.get("parent")),
             "pid": conn.pid,
             "runner": "recorder",
@@ -412,7 +451,7 @@ class Control:
             if stdin is not None:
                 os.close(stdin)  # the child has its own copy
         if isinstance(run, SpawnFailure):
-            error = printable(mask_text(run.error, self.secrets))
+            error = _said(mask_text(run.error, self.secrets))
             self._record_start(conn, {**start, "process": None}, None)
             end = {**conn.start, "exit_code": run.exit_code, "signal": None, "duration_ns": 0, "error": error}
             self._close_span(conn, end)
@@ -455,7 +494,7 @@ class Control:
 
     def _step_start(self, conn: _Conn, msg: dict[str, Any]) -> None:
         """``step.start`` from a client that runs nothing through the recorder: a span, with no result."""
-        argv = [self._bytes_text(a) for a in msg.get("argv", [])]
+        argv = self._argv(msg.get("argv", []))
         start = {
             "name": self._bytes_text(msg["name"]),
             "argv": argv,
@@ -475,11 +514,11 @@ class Control:
         for key in ("exit_code", "signal", "duration_ns"):
             if key in msg:
                 value = msg[key]
-                conn.refused[key] = value if value is None or json_int(value) is not None else printable(str(value))
+                conn.refused[key] = value if value is None or json_int(value) is not None else _said(str(value))
         attrs = dict(conn.start)
         attrs.update(exit_code=None, signal=None, duration_ns=None)
         if msg.get("error"):
-            attrs["error"] = printable(mask_text(printable(str(msg["error"])), self.secrets))
+            attrs["error"] = _said(mask_text(printable(str(msg["error"])), self.secrets))
         if incomplete:
             attrs["incomplete"] = True
         if conn.refused:
@@ -503,13 +542,14 @@ class Control:
             cwd=_os_path(msg.get("cwd")) or self.cwd,
             base=self.cwd,
             max_bytes=self.artifact_max_bytes,
-            step=text_key(step) if isinstance(step, str) else None,
+            step=self._step_column(step),
             secrets=self.secrets,
             problems=problems,
             stop=self.stop,
         )
         self.sink.drain()
-        self._reply(conn, {"ok": not self.sink.failed, "paths": recorded, "not_captured": problems})
+        reply = {"ok": not self.sink.failed, "paths": _listed(recorded), "not_captured": _listed(problems)}
+        self._reply(conn, reply)
 
     def _sync(self, conn: _Conn, msg: dict[str, Any]) -> None:
         """Answer once the receipts file ``msg["receipts"]`` is recorded up to ``msg["offset"]``."""

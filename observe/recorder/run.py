@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from aos.bounds import LABELS_BUDGET, bounded_list, bounded_mapping
 from aos.text import printable, text_key, text_value
 from observe.channel.protocol import ENV_STDERR_ID, ENV_STDOUT_ID, ENV_STEP, ENV_STREAM, ENV_STREAM_ID
 from observe.recorder import artifacts, source, tuning
@@ -20,7 +21,7 @@ from observe.recorder.recording import Recording, command_environ
 from observe.recorder.shim import put_alpha_first
 from observe.recorder.sinks import logger
 from observe.recorder.spawn import children_of
-from observe.secrets.envpolicy import recorded_env
+from observe.secrets.envpolicy import NOT_RECORDED, recorded_env
 from observe.secrets.masking import SecretSet, mask_text
 
 if TYPE_CHECKING:
@@ -50,48 +51,16 @@ def _version() -> str:
         return "unknown"
 
 
-#: One argv item is recorded up to this many bytes (the rest: its length and SHA-256 noted); one argv
-#: list, and the environment's values, up to ``ARGV_BUDGET`` bytes in all (further items or values:
-#: their length only), so ``stream.open`` stays within the event bound (docs/FORMAT.md section 4).
-ARGV_ITEM = 64 * 1024
-ARGV_BUDGET = 512 * 1024
-ENV_BUDGET = 512 * 1024
-
-
 def _argv_text(values: Sequence[str], secrets: SecretSet) -> list[str | dict[str, str]]:
-    """An argv, masked, as byte text (FORMAT.md 3.7): an item that is not UTF-8 is ``{"bytes_b64": ...}``.
-
-    An item longer than ``ARGV_ITEM`` bytes is cut, ``[CUT: N bytes, sha256 X]`` noted after it; items past
-    ``ARGV_BUDGET`` bytes in all are ``[NOT RECORDED: N bytes, sha256 X]``.
-    """
-    import hashlib
-
-    out: list[str | dict[str, str]] = []
-    spent = 0
-    for v in values:
-        masked = mask_text(v, secrets)
-        raw = masked.encode("utf-8", "surrogateescape")
-        note = f"{len(raw)} bytes, sha256 {hashlib.sha256(raw).hexdigest()}"
-        if spent >= ARGV_BUDGET:
-            out.append(f"[NOT RECORDED: {note}]")
-            continue
-        if len(raw) > ARGV_ITEM:
-            masked = raw[:ARGV_ITEM].decode("utf-8", "surrogateescape") + f"[CUT: {note}]"
-        spent += min(len(raw), ARGV_ITEM)
-        out.append(text_value(masked))
-    return out
+    """An argv, masked, as byte text (FORMAT.md 3.7) within the event bound (aos.bounds.bounded_list)."""
+    return bounded_list(mask_text(v, secrets) for v in values)
 
 
 def _env_text(env: dict[str, str]) -> dict[str, Any]:
-    """The recorded environment as byte text: every name, values up to ``ENV_BUDGET`` bytes in all, each
-    further value ``[NOT RECORDED: N bytes]``."""
-    out: dict[str, Any] = {}
-    spent = 0
-    for k, v in env.items():
-        size = len(v.encode("utf-8", "surrogateescape"))
-        spent += size
-        out[text_key(k)] = text_value(v) if spent <= ENV_BUDGET else f"[NOT RECORDED: {size} bytes]"
-    return out
+    """The recorded environment as byte text within the event bound (aos.bounds.bounded_mapping); the variables
+    whose values are recorded come first, so that those are the last to be left out."""
+    ordered = sorted(env.items(), key=lambda kv: (kv[1] == NOT_RECORDED, kv[0]))
+    return bounded_mapping({text_key(k): v for k, v in ordered})
 
 
 def run_recorded(rec: Recording) -> Outcome:
@@ -139,7 +108,11 @@ def _stream_open(rec: Recording) -> dict[str, Any]:
         "host": text_value(socket.gethostname()),
         "source": source.record_source(rec.cwd),  # the git commit and tree state, before the command starts
         "gate": options.gate,
-        "labels": {text_key(str(k)): text_value(mask_text(str(v), secrets)) for k, v in dict(options.labels).items()},
+        "labels": bounded_mapping(
+            {text_key(str(k)): mask_text(str(v), secrets) for k, v in dict(options.labels).items()},
+            budget=LABELS_BUDGET,
+            what="labels",
+        ),
         "pid": os.getpid(),
         "pty": options.pty,
         "timeout": options.timeout,

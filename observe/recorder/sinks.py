@@ -121,6 +121,15 @@ class Echo:
             view = view[n:]
 
 
+def _fitted(attrs: dict[str, Any] | None, data: bytes | None, kind: str, step: str | None) -> dict[str, Any]:
+    """``attrs`` cut to what an event of ``data``, ``kind`` and ``step`` leaves them (aos.bounds.fit_attrs)."""
+    from aos.bounds import fit_attrs
+    from aos.framing import MAX_EVENT_BYTES
+
+    room = MAX_EVENT_BYTES - len(data or b"") - 4 * (len(kind) + len(step or "")) - 4096
+    return fit_attrs(attrs or {}, max(room, 1024))
+
+
 class Sink:
     """Appends events to the writer from a worker thread, in order; after a write failure, drops them.
 
@@ -164,7 +173,11 @@ class Sink:
                 if self.failure is None:
                     kind, attrs, data, step, wall_ns, mono_ns = item
                     try:
-                        self.writer.append(kind, attrs, data, step, wall_ns=wall_ns, mono_ns=mono_ns)
+                        try:
+                            self.writer.append(kind, attrs, data, step, wall_ns=wall_ns, mono_ns=mono_ns)
+                        except ValueError:  # over the event bound: the attrs cut to fit, said in them (aos.bounds)
+                            attrs = _fitted(attrs, data, kind, step)
+                            self.writer.append(kind, attrs, data, step, wall_ns=wall_ns, mono_ns=mono_ns)
                     except StreamWrite as exc:
                         self._fail(exc)
                     except Exception as exc:  # noqa: BLE001 - a bad event must not kill the worker

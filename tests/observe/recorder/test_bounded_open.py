@@ -7,9 +7,9 @@ import hashlib
 import os
 from pathlib import Path
 
+from aos.bounds import ARGV_BUDGET, ARGV_ITEM
 from aos.text import display
 from aos.verify import verify_stream
-from observe.recorder.run import ARGV_BUDGET, ARGV_ITEM
 from tests.helpers.recorder import events, one, record
 
 ITEM = b"\xff" * 120_000
