@@ -6,7 +6,9 @@ A phase returns its exit code: 0 when it did its work and the result held,
 non-zero otherwise; a refusal control returns the refused role's own exit
 code, since the gate compares it with the step's.
 
-Phases hand state to each other only through files under OUT.
+Phases hand state to each other only through files under OUT. Where the roles
+run (this machine, or nodes over SSH) is a :class:`lanekit.placement.Placement`
+of the config: it uploads, checks SHA-256 there, runs and copies back.
 """
 
 from __future__ import annotations
@@ -19,26 +21,28 @@ from typing import Any
 
 from . import checkpoint
 from .build import build_role, check_executable, sha256_file
-from .device import APPS_QUERY, GPU_QUERY, host_binding, parse_compute_apps, parse_gpu_csv, run_smi
+from .device import APPS_QUERY, GPU_QUERY, host_binding, parse_compute_apps, parse_gpu_csv
+from .placement import TRANSPORTS, ConfigError, Placement, describe, node_minors, parse_nodes
 from .receipts import artifact, captured, receipt, rel
-from .session import run_lane
+from .refusals import LaneRefusal
 from .spec import OWNERS, ROLES, default_spec
 
-__all__ = ["PHASES", "load_config"]
+__all__ = ["PHASES", "ConfigError", "load_config"]
 
 DEFAULT_PRODUCTS = ["NVIDIA GeForce RTX 3070", "NVIDIA GeForce RTX 3090"]
 DEFAULT_DRIVER = ["580"]
-CONFIG_KEYS = ("owner", "pod_ids", "host", "port", "ssh_key", "minors", "remote_root", "transport")
+# host, port, ssh_key and known_hosts are optional: no host (or "local") is this machine.
+CONFIG_KEYS = ("owner", "pod_ids", "transport")
 WRONG_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 EVALUATOR = "owner-0"  # evaluates on its GPU, for every lane
 
 
-class ConfigError(Exception):
-    """The lane config is missing, unreadable or not of the driver's shape."""
-
-
 def load_config(path: str) -> dict[str, Any]:
-    """Read and check a lane config (the qualification driver's JSON)."""
+    """Read and check a lane config (the qualification driver's JSON).
+
+    For ``ssh-tunnel`` the nodes may name each role's minor (``minors: [M]``) and
+    ``remote_root``; the returned config then holds the effective ``minors``.
+    """
     try:
         with open(path, encoding="utf-8") as fh:
             config = json.load(fh)
@@ -46,14 +50,24 @@ def load_config(path: str) -> dict[str, Any]:
         raise ConfigError(f"cannot read lane config {path}: {exc}") from None
     if not isinstance(config, dict):
         raise ConfigError("lane config is not a JSON object")
-    missing = [k for k in CONFIG_KEYS if k not in config]
+    tunnel = node_minors(config)
+    if tunnel is not None:
+        if "minors" in config and config["minors"] != tunnel:
+            raise ConfigError(f"minors {config['minors']} differ from the nodes' minors {tunnel}")
+        config["minors"] = tunnel
+    per_node = config.get("transport") == "ssh-tunnel" and isinstance(config.get("nodes"), list)
+    required = [*CONFIG_KEYS, "minors", *([] if per_node else ["remote_root"])]
+    missing = [k for k in required if k not in config]
     if missing:
         raise ConfigError(f"lane config lacks {', '.join(missing)}")
     minors = config["minors"]
     if not (isinstance(minors, list) and len(minors) == len(OWNERS) and all(isinstance(m, int) for m in minors)):
         raise ConfigError(f"minors must be {len(OWNERS)} integers, one per owner role")
-    if not isinstance(config["remote_root"], str) or not os.path.isabs(config["remote_root"]):
+    root = config.get("remote_root")
+    if (root is not None or not per_node) and not (isinstance(root, str) and os.path.isabs(root)):
         raise ConfigError("remote_root must be an absolute path")
+    if config.get("transport") in TRANSPORTS:
+        parse_nodes(config)  # every node is of the driver's shape
     return config
 
 
@@ -107,16 +121,13 @@ def _matches_oracle(lane: str, ckpt_path: str, steps: int) -> tuple[bool, str]:
     return False, f"step {step} state {got} differs from the oracle's step {steps} state {want}"
 
 
-def _paths(out: str, lane: str, config: dict[str, Any] | None = None) -> dict[str, str]:
-    p = {
+def _paths(out: str, lane: str) -> dict[str, str]:
+    return {
         "static": os.path.join(out, "static"),
         "build": os.path.join(out, "build"),
         "binding": os.path.join(out, "binding.json"),
         "config": os.path.join(out, "lane-config.json"),
     }
-    if config is not None:
-        p["remote"] = os.path.join(config["remote_root"], lane)
-    return p
 
 
 def _executables(folder: str) -> dict[str, str]:
@@ -127,16 +138,8 @@ def _run_files(folder: str) -> dict[str, str]:
     return {name: os.path.join(folder, f"{name}.json") for name in ("checkpoint", "trajectory", "membership")}
 
 
-def _run(exes: dict[str, str], folder: str, **kwargs: Any) -> tuple[bool, dict[str, str]]:
-    files = _run_files(folder)
-    os.makedirs(folder, exist_ok=True)
-    result = run_lane(
-        exes,
-        checkpoint_out=files["checkpoint"],
-        trajectory_out=files["trajectory"],
-        membership_out=files["membership"],
-        **kwargs,
-    )
+def _run(place: Placement, exes: dict[str, str], label: str, folder: str, **kwargs: Any) -> tuple[bool, dict[str, str]]:
+    result, files = place.run(exes, label, folder, **kwargs)
     artifact(*[f for f in files.values() if os.path.exists(f)])
     return result.ok and all(os.path.exists(f) for f in files.values()), files
 
@@ -212,8 +215,36 @@ def _clear_physical_outputs(out: str) -> None:
             os.unlink(path)
 
 
+def _query(place: Placement, pre: str) -> tuple[dict[str, list[str | None]], dict[str, Any]]:
+    """Capture nvidia-smi's CSV, XML and compute apps on every node (under ``pre``, per node when several)."""
+    captures = {
+        "csv": (GPU_QUERY, "nvidia-smi.csv"),
+        "xml": (["nvidia-smi", "-q", "-x"], "nvidia-smi.xml"),
+        "compute_apps": (APPS_QUERY, "compute-apps.csv"),
+    }
+    answers = place.smi([argv for argv, _ in captures.values()])
+    texts: dict[str, list[str | None]] = {}
+    sources: dict[str, Any] = {}
+    many = len(place.nodes) > 1
+    for k, (key, (_argv, name)) in enumerate(captures.items()):
+        texts[key] = [node[k] for node in answers]
+        found = []
+        for index, text in enumerate(texts[key]):
+            if text is None:
+                continue
+            path = os.path.join(pre, f"node-{index}", name) if many else os.path.join(pre, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            artifact(path)
+            found.append(rel(path))
+        if found:
+            sources[key] = found if many else found[0]
+    return texts, sources
+
+
 def preflight(lane: str, out: str, config_path: str | None = None) -> int:
-    """Query the devices, judge them against the config, write binding.json."""
+    """Query the devices (here, or on each node over SSH), judge them against the config, write binding.json."""
     paths = _paths(out, lane)
     os.makedirs(out, exist_ok=True)
     _clear_physical_outputs(out)
@@ -226,50 +257,58 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
         print(f"preflight: {exc}", file=sys.stderr)
         receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=str(exc))
         return 1
+    if config.get("transport") not in TRANSPORTS:
+        reason = (
+            f"transport {config.get('transport')!r} is not supported by the reference lane ({' or '.join(TRANSPORTS)})"
+        )
+        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=reason)
+        return 1
     pre = os.path.join(out, "preflight")
     os.makedirs(pre, exist_ok=True)
-    captures = {
-        "csv": (GPU_QUERY, "nvidia-smi.csv"),
-        "xml": (["nvidia-smi", "-q", "-x"], "nvidia-smi.xml"),
-        "compute_apps": (APPS_QUERY, "compute-apps.csv"),
-    }
-    texts: dict[str, str | None] = {}
-    sources: dict[str, str] = {}
-    for key, (argv, name) in captures.items():
-        texts[key] = run_smi(argv)
-        if texts[key] is not None:
-            path = os.path.join(pre, name)
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(texts[key] or "")
-            artifact(path)
-            sources[key] = rel(path)
-    if texts["csv"] is None or texts["compute_apps"] is None:
-        reason = "nvidia-smi cannot be queried on this machine"
+    try:
+        with Placement(config, lane, out) as place:
+            texts, sources = _query(place, pre)
+    except LaneRefusal as exc:
+        # An unknown or changed host key, or a node that cannot be reached: nothing was asked there.
+        print(exc.diagnostics(), file=sys.stderr, flush=True)
+        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=exc.diagnostics())
+        return exc.exit_code
+    missing = [
+        "this machine" if place.local else place.nodes[i].label
+        for i, (csv_text, apps_text) in enumerate(zip(texts["csv"], texts["compute_apps"], strict=True))
+        if csv_text is None or apps_text is None
+    ]
+    if missing:
+        reason = f"nvidia-smi cannot be queried on {', '.join(missing)}"
         print(f"preflight: {reason}", file=sys.stderr)
         receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=reason)
         return 1
-    if config.get("transport") != "loopback":
-        reason = f"transport {config.get('transport')!r} is not supported by the reference lane (loopback only)"
-        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=reason)
-        return 1
-    all_gpus = parse_gpu_csv(texts["csv"] or "")
     products = _allowed(config, "products", DEFAULT_PRODUCTS)
     drivers = _allowed(config, "driver", DEFAULT_DRIVER)
     failures: list[str] = []
     gpus: list[dict[str, Any]] = []
+    bound: dict[int, list[str]] = {}
     for role, minor in zip(OWNERS, config["minors"], strict=True):
-        found = [g for g in all_gpus if g["minor"] == minor]
+        node = place.node_of(role)
+        found = [g for g in parse_gpu_csv(texts["csv"][node] or "") if g["minor"] == minor]
+        where = "" if len(place.nodes) < 2 else f" on {place.where(role)}"
         if len(found) != 1:
-            failures.append(f"{role}: minor {minor} selects {len(found)} GPUs, not exactly one")
+            failures.append(f"{role}: minor {minor}{where} selects {len(found)} GPUs, not exactly one")
             continue
         gpu = found[0]
         gpus.append(gpu)
+        bound.setdefault(node, []).append(str(gpu["uuid"]))
         if gpu["product"] not in products:
             failures.append(f"{role}: product {gpu['product']!r} is not allowed ({products})")
         if not _release_ok(str(gpu["driver"]), drivers):
             failures.append(f"{role}: driver {gpu['driver']} is not a {'/'.join(drivers)} release")
     uuids = [g["uuid"] for g in gpus]
-    apps = [a for a in parse_compute_apps(texts["compute_apps"] or "") if a["uuid"] in uuids]
+    apps = [
+        a
+        for node, text in enumerate(texts["compute_apps"])
+        for a in parse_compute_apps(text or "")
+        if a["uuid"] in bound.get(node, [])
+    ]
     undecided: list[str] = []
     if apps:
         undecided.append(f"{len(apps)} other compute process(es) on the bound GPUs")
@@ -290,6 +329,7 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
         "host": config.get("host"),
         "transport": config.get("transport"),
         "remote_root": config.get("remote_root"),
+        "nodes": describe(place),
         "sources": sources,
         "findings": failures + undecided,
     }
@@ -314,46 +354,38 @@ def _bindings(out: str, lane: str) -> dict[str, dict[str, Any]]:
     return roles
 
 
-def _upload(local: str, remote_dir: str) -> tuple[str, str]:
-    """Copy an executable to the (loopback) remote root; return the remote path and its SHA-256 read there."""
-    os.makedirs(remote_dir, exist_ok=True)
-    remote = os.path.join(remote_dir, os.path.basename(local))
-    shutil.copyfile(local, remote)
-    shutil.copyfile(f"{local}.sha256", f"{remote}.sha256")
-    os.chmod(remote, 0o755)
-    return remote, sha256_file(remote)
-
-
 def build(lane: str, out: str, config_path: str | None = None) -> int:
     """Build every role with its device binding, check it, upload it, compare SHA-256 on both sides."""
     config = load_config(str(config_path))
-    paths = _paths(out, lane, config)
+    paths = _paths(out, lane)
     spec = default_spec(lane)
     ok = True
-    for role, binding in ((r, _bindings(out, lane)[r]) for r in ROLES):
-        path, local = build_role(spec, role, binding, paths["build"])
-        artifact(path, f"{path}.sha256")
-        checks = check_executable(path, role=role, lane=lane)
-        remote, remote_sha = _upload(path, paths["remote"])
-        good = local == remote_sha and all(c["result"] == "pass" for c in checks)
-        ok = ok and good
-        receipt(
-            "build",
-            "pass" if good else "fail",
-            role=role,
-            target=rel(path),
-            sha256_local=local,
-            sha256_remote=remote_sha,
-            remote=remote,
-            binding=binding,
-            checks={c["check"]: c["result"] for c in checks},
-        )
+    with Placement(config, lane, out) as place:
+        for role, binding in ((r, _bindings(out, lane)[r]) for r in ROLES):
+            path, local = build_role(spec, role, binding, paths["build"])
+            artifact(path, f"{path}.sha256")
+            checks = check_executable(path, role=role, lane=lane)
+            remote, remote_sha = place.upload(path, role)
+            good = local == remote_sha and all(c["result"] == "pass" for c in checks)
+            ok = ok and good
+            receipt(
+                "build",
+                "pass" if good else "fail",
+                role=role,
+                target=rel(path),
+                sha256_local=local,
+                sha256_remote=remote_sha,
+                remote=remote,
+                node=place.where(role),
+                binding=binding,
+                checks={c["check"]: c["result"] for c in checks},
+            )
     return 0 if ok else 1
 
 
 def _refusal(lane: str, out: str, config_path: str | None, control: str) -> int:
     config = load_config(str(config_path))
-    paths = _paths(out, lane, config)
+    paths = _paths(out, lane)
     spec = default_spec(lane)
     expected = {"wrong-uuid": "device-uuid", "wrong-product": "nvidia-plan-host"}[control]
     good = _bindings(out, lane)["owner-0"]
@@ -365,20 +397,12 @@ def _refusal(lane: str, out: str, config_path: str | None, control: str) -> int:
     folder = os.path.join(out, "refusal", control)
     path, _digest = build_role(spec, "owner-0", wrong, folder)
     artifact(path, f"{path}.sha256")
-    remote, _ = _upload(path, os.path.join(paths["remote"], "refusal", control))
-    exes = _executables(paths["remote"])
-    exes["owner-0"] = remote
+    exes = _executables(paths["build"])
+    exes["owner-0"] = path
     run_dir = os.path.join(folder, "run")
-    files = _run_files(run_dir)
-    result = run_lane(
-        exes,
-        updates=5,
-        epoch=1,
-        checkpoint_out=files["checkpoint"],
-        trajectory_out=files["trajectory"],
-        membership_out=files["membership"],
-        timeout=120,
-    )
+    with Placement(config, lane, out) as place:
+        place.upload(path, "owner-0")
+        result, files = place.run(exes, f"refusal-{control}", run_dir, updates=5, epoch=1, timeout=120)
     code = result.exit_codes["owner-0"]
     stderr = result.output.get("owner-0", "")
     name = next((line.split(":")[1].strip() for line in stderr.splitlines() if line.startswith("refused: ")), "")
@@ -418,8 +442,9 @@ def refusal_wrong_product(lane: str, out: str, config_path: str | None = None) -
 def uninterrupted(lane: str, out: str, config_path: str | None = None) -> int:
     """Five updates from fresh processes; the checkpoint must equal the oracle's."""
     config = load_config(str(config_path))
-    exes = _executables(_paths(out, lane, config)["remote"])
-    ran, files = _run(exes, os.path.join(out, "uninterrupted"), updates=5, epoch=1)
+    exes = _executables(_paths(out, lane)["build"])
+    with Placement(config, lane, out) as place:
+        ran, files = _run(place, exes, "uninterrupted-run", os.path.join(out, "uninterrupted"), updates=5, epoch=1)
     ok, detail = _matches_oracle(lane, files["checkpoint"], 5) if ran else (False, "the run did not finish")
     resident, where = _owners_report(files["membership"], True) if ran else (False, "")
     good = ok and resident
@@ -439,18 +464,21 @@ def uninterrupted(lane: str, out: str, config_path: str | None = None) -> int:
 def split(lane: str, out: str, config_path: str | None = None) -> int:
     """Three updates, a checkpoint, two more in fresh processes at membership epoch 2."""
     config = load_config(str(config_path))
-    exes = _executables(_paths(out, lane, config)["remote"])
-    ran1, before = _run(exes, os.path.join(out, "split", "before"), updates=3, epoch=1)
-    ran2, after = False, _run_files(os.path.join(out, "split", "after"))
-    if ran1:
-        ran2, after = _run(
-            exes,
-            os.path.join(out, "split", "after"),
-            updates=2,
-            epoch=2,
-            resume=before["checkpoint"],
-            resume_membership=before["membership"],
-        )
+    exes = _executables(_paths(out, lane)["build"])
+    with Placement(config, lane, out) as place:
+        ran1, before = _run(place, exes, "split-run.before", os.path.join(out, "split", "before"), updates=3, epoch=1)
+        ran2, after = False, _run_files(os.path.join(out, "split", "after"))
+        if ran1:
+            ran2, after = _run(
+                place,
+                exes,
+                "split-run.after",
+                os.path.join(out, "split", "after"),
+                updates=2,
+                epoch=2,
+                resume=before["checkpoint"],
+                resume_membership=before["membership"],
+            )
     findings: list[str] = []
     ok = ran1 and ran2
     if ok:
@@ -487,8 +515,11 @@ def split(lane: str, out: str, config_path: str | None = None) -> int:
 def host_shadow(lane: str, out: str, config_path: str | None = None) -> int:
     """The run again with the owners' host shadows overwritten before every forward pass."""
     config = load_config(str(config_path))
-    exes = _executables(_paths(out, lane, config)["remote"])
-    ran, files = _run(exes, os.path.join(out, "host-shadow"), updates=5, epoch=1, shadow=True)
+    exes = _executables(_paths(out, lane)["build"])
+    with Placement(config, lane, out) as place:
+        ran, files = _run(
+            place, exes, "host-shadow-control", os.path.join(out, "host-shadow"), updates=5, epoch=1, shadow=True
+        )
     ref = _run_files(os.path.join(out, "uninterrupted"))
     digests = {
         "trajectory_sha256": sha256_file(ref["trajectory"]),
@@ -517,25 +548,21 @@ def host_shadow(lane: str, out: str, config_path: str | None = None) -> int:
     return 0 if ok else 1
 
 
-def _evaluator(lane: str, out: str, config: dict[str, Any]) -> str:
-    return _executables(_paths(out, lane, config)["remote"])[EVALUATOR]
+def _evaluator(lane: str, out: str) -> str:
+    return _executables(_paths(out, lane)["build"])[EVALUATOR]
 
 
 def fresh_evaluation(lane: str, out: str, config_path: str | None = None) -> int:
     """A new process (owner-0's executable) evaluates from the resumed checkpoint, on its GPU."""
-    import subprocess
-
     config = load_config(str(config_path))
     ckpt = os.path.join(out, "split", "after", "checkpoint.json")
     output = os.path.join(out, "evaluation", "evaluation.json")
     os.makedirs(os.path.dirname(output), exist_ok=True)
-    done = subprocess.run(
-        [sys.executable, _evaluator(lane, out, config), "evaluate", "--checkpoint", ckpt, "--output", output],
-        check=False,
-    )
-    ok = done.returncode == 0 and os.path.exists(output)
+    with Placement(config, lane, out) as place:
+        code, _stdout, _output = place.evaluate(_evaluator(lane, out), "fresh-evaluation", ckpt, output)
+    ok = code == 0 and os.path.exists(output)
     device = "none"
-    detail = f"evaluator exited {done.returncode}"
+    detail = f"evaluator exited {code}"
     if ok:
         artifact(output)
         body = _read_json(output)
@@ -560,8 +587,6 @@ def fresh_evaluation(lane: str, out: str, config_path: str | None = None) -> int
 
 def corrupted(lane: str, out: str, config_path: str | None = None) -> int:
     """A corrupted copy of the resumed checkpoint must be refused (``checkpoint-chunk``)."""
-    import subprocess
-
     config = load_config(str(config_path))
     source = os.path.join(out, "split", "after", "checkpoint.json")
     folder = os.path.join(out, "corrupted")
@@ -573,28 +598,22 @@ def corrupted(lane: str, out: str, config_path: str | None = None) -> int:
         fh.write(data)
     artifact(bad)
     output = os.path.join(folder, "evaluation.json")
-    done = subprocess.run(
-        [sys.executable, _evaluator(lane, out, config), "evaluate", "--checkpoint", bad, "--output", output],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    sys.stdout.write(done.stdout)
-    sys.stderr.write(done.stderr)
-    name = next((line.split(":")[1].strip() for line in done.stderr.splitlines() if line.startswith("refused: ")), "")
+    with Placement(config, lane, out) as place:
+        code, stdout, printed = place.evaluate(_evaluator(lane, out), "corrupted-checkpoint", bad, output)
+    name = next((line.split(":")[1].strip() for line in printed.splitlines() if line.startswith("refused: ")), "")
     wrote = os.path.exists(output)
     if wrote:
         artifact(output)
-    held = done.returncode != 0 and name == "checkpoint-chunk" and not wrote and not done.stdout
+    held = code != 0 and name == "checkpoint-chunk" and not wrote and not stdout
     receipt(
         "corrupted-checkpoint",
         "pass" if held else "fail",
-        exit_code=done.returncode,
+        exit_code=code,
         exit_name=name,
         checkpoint=rel(bad),
         output_written=wrote,
     )
-    return done.returncode if done.returncode != 0 else 1
+    return code if code != 0 else 1
 
 
 def qualification(lane: str, out: str, config_path: str | None = None) -> int:
