@@ -10,6 +10,13 @@
 # config. The script never changes directory: receipt paths are relative to
 # the recording's working directory. Exit 0 when every step did its work
 # (including a preflight that leaves the verdict open), 1 otherwise, 2 on usage.
+#
+# Where the roles run is the config's: host "local" (or none) is this machine;
+# any other host is a node over SSH (samples/lane/README.md, "Where the roles
+# run"). There each phase starts every role's process as a nested step the
+# recorder runs (`alpha observe step PHASE.MEMBER -- ssh ...`); a refusal of the
+# driver's (host-key-unknown 27, host-key-changed 28, node-unreachable 29,
+# remote-digest 26) stops the physical lane where it happens.
 
 LANE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 export PYTHONPATH="$LANE_ROOT/samples/lane${PYTHONPATH:+:$PYTHONPATH}"

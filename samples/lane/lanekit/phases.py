@@ -13,84 +13,23 @@ of the config: it uploads, checks SHA-256 there, runs and copies back.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import sys
 from typing import Any
 
 from . import checkpoint
 from .build import build_role, check_executable, sha256_file
-from .device import APPS_QUERY, GPU_QUERY, host_binding, parse_compute_apps, parse_gpu_csv
-from .placement import TRANSPORTS, ConfigError, Placement, describe, node_minors, parse_nodes
+from .config import ConfigError, load_config, read_json, write_json
+from .device import host_binding
+from .placement import Placement
+from .preflight import preflight
 from .receipts import artifact, captured, receipt, rel
-from .refusals import LaneRefusal
-from .spec import OWNERS, ROLES, default_spec
+from .spec import ROLES, default_spec
 
 __all__ = ["PHASES", "ConfigError", "load_config"]
 
-DEFAULT_PRODUCTS = ["NVIDIA GeForce RTX 3070", "NVIDIA GeForce RTX 3090"]
-DEFAULT_DRIVER = ["580"]
-# host, port, ssh_key and known_hosts are optional: no host (or "local") is this machine.
-CONFIG_KEYS = ("owner", "pod_ids", "transport")
 WRONG_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 EVALUATOR = "owner-0"  # evaluates on its GPU, for every lane
-
-
-def load_config(path: str) -> dict[str, Any]:
-    """Read and check a lane config (the qualification driver's JSON).
-
-    For ``ssh-tunnel`` the nodes may name each role's minor (``minors: [M]``) and
-    ``remote_root``; the returned config then holds the effective ``minors``.
-    """
-    try:
-        with open(path, encoding="utf-8") as fh:
-            config = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read lane config {path}: {exc}") from None
-    if not isinstance(config, dict):
-        raise ConfigError("lane config is not a JSON object")
-    tunnel = node_minors(config)
-    if tunnel is not None:
-        if "minors" in config and config["minors"] != tunnel:
-            raise ConfigError(f"minors {config['minors']} differ from the nodes' minors {tunnel}")
-        config["minors"] = tunnel
-    per_node = config.get("transport") == "ssh-tunnel" and isinstance(config.get("nodes"), list)
-    required = [*CONFIG_KEYS, "minors", *([] if per_node else ["remote_root"])]
-    missing = [k for k in required if k not in config]
-    if missing:
-        raise ConfigError(f"lane config lacks {', '.join(missing)}")
-    minors = config["minors"]
-    if not (isinstance(minors, list) and len(minors) == len(OWNERS) and all(isinstance(m, int) for m in minors)):
-        raise ConfigError(f"minors must be {len(OWNERS)} integers, one per owner role")
-    root = config.get("remote_root")
-    if (root is not None or not per_node) and not (isinstance(root, str) and os.path.isabs(root)):
-        raise ConfigError("remote_root must be an absolute path")
-    if config.get("transport") in TRANSPORTS:
-        parse_nodes(config)  # every node is of the driver's shape
-    return config
-
-
-def _allowed(config: dict[str, Any], key: str, default: list[str]) -> list[str]:
-    value = config.get(key, default)
-    return [str(v) for v in (value if isinstance(value, list) else [value])]
-
-
-def _release_ok(driver: str, allowed: list[str]) -> bool:
-    return any(driver == a or driver.startswith(a + ".") for a in allowed)
-
-
-def _write_json(path: str, value: Any) -> str:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(value, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    return sha256_file(path)
-
-
-def _read_json(path: str) -> Any:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
 
 
 def _files_under(folder: str) -> list[str]:
@@ -145,7 +84,7 @@ def _run(place: Placement, exes: dict[str, str], label: str, folder: str, **kwar
 
 
 def _owners_report(membership_path: str, physical: bool) -> tuple[bool, str]:
-    owners = _read_json(membership_path)["owners"]
+    owners = read_json(membership_path)["owners"]
     kinds = [o["backend"]["kind"] for o in owners]
     ok = all(o["resident"] for o in owners) and (not physical or all(k == "gpu" for k in kinds))
     return ok, f"owner state resident in {', '.join(kinds)} memory"
@@ -189,168 +128,8 @@ def static_check(lane: str, out: str, config: str | None = None) -> int:
 # -- physical half ----------------------------------------------------------------
 
 
-# What the physical half writes under OUT; an earlier run's copies are removed first,
-# so qualification.json never names a file this run did not produce.
-PHYSICAL_OUTPUTS = (
-    "lane-config.json",
-    "preflight",
-    "binding.json",
-    "build",
-    "refusal",
-    "uninterrupted",
-    "split",
-    "host-shadow",
-    "evaluation",
-    "corrupted",
-    "qualification.json",
-)
-
-
-def _clear_physical_outputs(out: str) -> None:
-    for name in PHYSICAL_OUTPUTS:
-        path = os.path.join(out, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        elif os.path.lexists(path):
-            os.unlink(path)
-
-
-def _query(place: Placement, pre: str) -> tuple[dict[str, list[str | None]], dict[str, Any]]:
-    """Capture nvidia-smi's CSV, XML and compute apps on every node (under ``pre``, per node when several)."""
-    captures = {
-        "csv": (GPU_QUERY, "nvidia-smi.csv"),
-        "xml": (["nvidia-smi", "-q", "-x"], "nvidia-smi.xml"),
-        "compute_apps": (APPS_QUERY, "compute-apps.csv"),
-    }
-    answers = place.smi([argv for argv, _ in captures.values()])
-    texts: dict[str, list[str | None]] = {}
-    sources: dict[str, Any] = {}
-    many = len(place.nodes) > 1
-    for k, (key, (_argv, name)) in enumerate(captures.items()):
-        texts[key] = [node[k] for node in answers]
-        found = []
-        for index, text in enumerate(texts[key]):
-            if text is None:
-                continue
-            path = os.path.join(pre, f"node-{index}", name) if many else os.path.join(pre, name)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            artifact(path)
-            found.append(rel(path))
-        if found:
-            sources[key] = found if many else found[0]
-    return texts, sources
-
-
-def preflight(lane: str, out: str, config_path: str | None = None) -> int:
-    """Query the devices (here, or on each node over SSH), judge them against the config, write binding.json."""
-    paths = _paths(out, lane)
-    os.makedirs(out, exist_ok=True)
-    _clear_physical_outputs(out)
-    if config_path and os.path.exists(config_path):
-        shutil.copyfile(config_path, paths["config"])
-        artifact(paths["config"])
-    try:
-        config = load_config(str(config_path))
-    except ConfigError as exc:
-        print(f"preflight: {exc}", file=sys.stderr)
-        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=str(exc))
-        return 1
-    if config.get("transport") not in TRANSPORTS:
-        reason = (
-            f"transport {config.get('transport')!r} is not supported by the reference lane ({' or '.join(TRANSPORTS)})"
-        )
-        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=reason)
-        return 1
-    pre = os.path.join(out, "preflight")
-    os.makedirs(pre, exist_ok=True)
-    try:
-        with Placement(config, lane, out) as place:
-            texts, sources = _query(place, pre)
-    except LaneRefusal as exc:
-        # An unknown or changed host key, or a node that cannot be reached: nothing was asked there.
-        print(exc.diagnostics(), file=sys.stderr, flush=True)
-        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=exc.diagnostics())
-        return exc.exit_code
-    missing = [
-        "this machine" if place.local else place.nodes[i].label
-        for i, (csv_text, apps_text) in enumerate(zip(texts["csv"], texts["compute_apps"], strict=True))
-        if csv_text is None or apps_text is None
-    ]
-    if missing:
-        reason = f"nvidia-smi cannot be queried on {', '.join(missing)}"
-        print(f"preflight: {reason}", file=sys.stderr)
-        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=reason)
-        return 1
-    products = _allowed(config, "products", DEFAULT_PRODUCTS)
-    drivers = _allowed(config, "driver", DEFAULT_DRIVER)
-    failures: list[str] = []
-    gpus: list[dict[str, Any]] = []
-    bound: dict[int, list[str]] = {}
-    for role, minor in zip(OWNERS, config["minors"], strict=True):
-        node = place.node_of(role)
-        found = [g for g in parse_gpu_csv(texts["csv"][node] or "") if g["minor"] == minor]
-        where = "" if len(place.nodes) < 2 else f" on {place.where(role)}"
-        if len(found) != 1:
-            failures.append(f"{role}: minor {minor}{where} selects {len(found)} GPUs, not exactly one")
-            continue
-        gpu = found[0]
-        gpus.append(gpu)
-        bound.setdefault(node, []).append(str(gpu["uuid"]))
-        if gpu["product"] not in products:
-            failures.append(f"{role}: product {gpu['product']!r} is not allowed ({products})")
-        if not _release_ok(str(gpu["driver"]), drivers):
-            failures.append(f"{role}: driver {gpu['driver']} is not a {'/'.join(drivers)} release")
-    uuids = [g["uuid"] for g in gpus]
-    apps = [
-        a
-        for node, text in enumerate(texts["compute_apps"])
-        for a in parse_compute_apps(text or "")
-        if a["uuid"] in bound.get(node, [])
-    ]
-    undecided: list[str] = []
-    if apps:
-        undecided.append(f"{len(apps)} other compute process(es) on the bound GPUs")
-    if len(set(uuids)) != len(uuids):
-        undecided.append("the two UUIDs do not differ (both roles are bound to one GPU)")
-    status = "fail" if failures else ("inconclusive" if undecided else "pass")
-    roles: dict[str, Any] = {}
-    for role, gpu in zip(OWNERS, gpus, strict=False):
-        roles[role] = {"kind": "gpu", "minor": gpu["minor"], "uuid": gpu["uuid"], "product": gpu["product"]}
-    binding = {
-        "format": "alpha-lane-binding/1",
-        "lane": lane,
-        "gpus": gpus,
-        "compute_processes": apps,
-        "roles": roles,
-        "coordinator": {"started_from": "owner-0", "arithmetic": "host binary64", "binding": "owner-0's"},
-        "allowed": {"products": products, "driver": drivers},
-        "host": config.get("host"),
-        "transport": config.get("transport"),
-        "remote_root": config.get("remote_root"),
-        "nodes": describe(place),
-        "sources": sources,
-        "findings": failures + undecided,
-    }
-    _write_json(paths["binding"], binding)
-    artifact(paths["binding"])
-    for line in failures + undecided:
-        print(f"preflight: {line}", file=sys.stderr)
-    receipt(
-        "preflight",
-        status,
-        gpus=gpus,
-        compute_processes=apps,
-        binding=rel(paths["binding"]),
-        findings=failures + undecided,
-    )
-    # A busy device or shared UUIDs leave the verdict open, but the lane still runs to gather evidence.
-    return 1 if failures or len(gpus) != len(OWNERS) else 0
-
-
 def _bindings(out: str, lane: str) -> dict[str, dict[str, Any]]:
-    roles: dict[str, dict[str, Any]] = _read_json(_paths(out, lane)["binding"])["roles"]
+    roles: dict[str, dict[str, Any]] = read_json(_paths(out, lane)["binding"])["roles"]
     return roles
 
 
@@ -489,13 +268,13 @@ def split(lane: str, out: str, config_path: str | None = None) -> int:
         reference = os.path.join(out, "uninterrupted", "checkpoint.json")
         equal = os.path.exists(reference) and sha256_file(reference) == sha256_file(after["checkpoint"])
         findings.append("resumed checkpoint " + ("equals" if equal else "differs from") + " the uninterrupted one")
-        rows = _read_json(before["trajectory"])["rows"] + _read_json(after["trajectory"])["rows"]
-        ref_rows = _read_json(os.path.join(out, "uninterrupted", "trajectory.json"))["rows"]
+        rows = read_json(before["trajectory"])["rows"] + read_json(after["trajectory"])["rows"]
+        ref_rows = read_json(os.path.join(out, "uninterrupted", "trajectory.json"))["rows"]
         same_rows = "equals" if rows == ref_rows else "differs from"
         findings.append(f"split trajectory {same_rows} the uninterrupted one")
         ok = ok and equal and rows == ref_rows
-    epoch_before = _read_json(before["membership"])["epoch"] if ran1 else None
-    epoch_after = _read_json(after["membership"])["epoch"] if ran2 else None
+    epoch_before = read_json(before["membership"])["epoch"] if ran1 else None
+    epoch_after = read_json(after["membership"])["epoch"] if ran2 else None
     ok = ok and epoch_before == 1 and epoch_after == 2
     receipt(
         "split-run",
@@ -527,7 +306,7 @@ def host_shadow(lane: str, out: str, config_path: str | None = None) -> int:
         "checkpoint_sha256": sha256_file(ref["checkpoint"]),
         "shadow_checkpoint_sha256": sha256_file(files["checkpoint"]) if ran else None,
     }
-    overwrites = [o["shadow_overwrites"] for o in _read_json(files["membership"])["owners"]] if ran else []
+    overwrites = [o["shadow_overwrites"] for o in read_json(files["membership"])["owners"]] if ran else []
     resident, where = _owners_report(files["membership"], True) if ran else (False, "")
     ok = (
         ran
@@ -565,7 +344,7 @@ def fresh_evaluation(lane: str, out: str, config_path: str | None = None) -> int
     detail = f"evaluator exited {code}"
     if ok:
         artifact(output)
-        body = _read_json(output)
+        body = read_json(output)
         device = str(body["device"]["kind"])
         checkpoint.load(ckpt)  # the resumed checkpoint still verifies
         expected = _oracle().evaluation(lane, _oracle().trajectory(lane, 5)[-1])
@@ -621,7 +400,7 @@ def qualification(lane: str, out: str, config_path: str | None = None) -> int:
     target = os.path.join(out, "qualification.json")
     files = [f for f in _files_under(out) if os.path.abspath(f) != os.path.abspath(target)]
     entries = [{"path": os.path.relpath(f, out), "sha256": sha256_file(f)} for f in files]
-    digest = _write_json(target, {"lane": lane, "files": entries})
+    digest = write_json(target, {"lane": lane, "files": entries})
     done = captured()
     missing = [f for f in files if rel(f) not in done]
     artifact(*missing, target)

@@ -1,6 +1,6 @@
 """Where a lane's roles run: this machine, or nodes reached over SSH (driver side, never embedded).
 
-The lane config decides (docs: samples/lane/README.md, "Where the roles run"):
+The lane config decides (lanekit.config; samples/lane/README.md, "Where the roles run"):
 
 - ``transport: "loopback"``: both roles on one machine. ``host`` ``"local"`` (or
   none) is this machine and ``remote_root`` a folder of it; any other ``host`` is a
@@ -30,78 +30,15 @@ import sys
 from typing import Any
 
 from .build import sha256_file
+from .config import parse_nodes
 from .device import run_smi
 from .refusals import RemoteDigest
-from .remote import Link, Node, is_local, remote_command
+from .remote import Link, remote_command
 from .remote_run import run_remote, start_participant
 from .session import RunResult, run_lane
 from .spec import COORDINATOR_HOST, MEMBERS, OWNERS
 
-__all__ = ["TRANSPORTS", "ConfigError", "Placement", "parse_nodes"]
-
-TRANSPORTS = ("loopback", "ssh-tunnel")
-
-
-class ConfigError(Exception):
-    """The lane config is missing, unreadable or not of the driver's shape."""
-
-
-def _str_map(value: Any, what: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise ConfigError(f"{what} must map variable names to strings")
-    return dict(value)
-
-
-def _node(index: int, entry: dict[str, Any], top: dict[str, Any]) -> Node:
-    host = entry.get("host")
-    if not isinstance(host, str) or not host or host.startswith("-"):
-        raise ConfigError(f"node {index}: host must be a name such as user@address")
-    port = entry.get("port", top.get("port") if entry is not top else None)
-    if port is not None and not (isinstance(port, int) and 0 < port < 65536):
-        raise ConfigError(f"node {index}: port must be an integer 1-65535")
-    paths = {}
-    for key in ("ssh_key", "known_hosts", "remote_root"):
-        value = entry.get(key, top.get(key))
-        if value is not None and not (isinstance(value, str) and os.path.isabs(value)):
-            raise ConfigError(f"node {index}: {key} must be an absolute path")
-        paths[key] = value
-    if paths["remote_root"] is None:
-        raise ConfigError(f"node {index}: remote_root is missing")
-    env = {**_str_map(top.get("node_env"), "node_env"), **_str_map(entry.get("node_env"), f"node {index}: node_env")}
-    python = entry.get("python", top.get("python", "python3"))
-    if not isinstance(python, str) or not python:
-        raise ConfigError(f"node {index}: python must name the node's interpreter")
-    return Node(index, host, paths["remote_root"], port, paths["ssh_key"], paths["known_hosts"], env, python)
-
-
-def parse_nodes(config: dict[str, Any]) -> list[Node]:
-    """The nodes a config names, in role order for ``ssh-tunnel``; none when the roles run on this machine."""
-    transport = config.get("transport")
-    if transport == "ssh-tunnel":
-        nodes = config.get("nodes")
-        if not (isinstance(nodes, list) and len(nodes) == len(OWNERS) and all(isinstance(n, dict) for n in nodes)):
-            raise ConfigError(f"ssh-tunnel needs nodes: {len(OWNERS)} objects, one per role, in role order")
-        if any(is_local(n.get("host")) for n in nodes):
-            raise ConfigError("ssh-tunnel nodes are SSH hosts (user@address), not this machine")
-        return [_node(i, n, config) for i, n in enumerate(nodes)]
-    if is_local(config.get("host")):
-        return []
-    return [_node(0, config, config)]
-
-
-def node_minors(config: dict[str, Any]) -> list[Any] | None:
-    """The minors the ssh-tunnel nodes name (``minors: [M]`` each), or None where they name none."""
-    nodes = config.get("nodes")
-    if config.get("transport") != "ssh-tunnel" or not isinstance(nodes, list):
-        return None
-    found = [n.get("minors") for n in nodes if isinstance(n, dict)]
-    if not any(m is not None for m in found):
-        return None
-    if not all(isinstance(m, list) and len(m) == 1 and isinstance(m[0], int) for m in found):
-        raise ConfigError("each ssh-tunnel node's minors must be a list of one integer (its role's GPU)")
-    return [m[0] for m in found]
+__all__ = ["Placement", "describe"]
 
 
 class Placement:

@@ -131,6 +131,7 @@ def _end(parts: dict[str, Participant], timeout: float, grace: float = 1.0) -> d
     deadline = time.monotonic() + timeout
     failed_at: float | None = None
     stopping_at: float | None = None
+    terminated = False
     while True:
         codes = {name: p.proc.poll() for name, p in parts.items()}
         if all(code is not None for code in codes.values()):
@@ -142,7 +143,8 @@ def _end(parts: dict[str, Participant], timeout: float, grace: float = 1.0) -> d
             stopping_at = now
             for p in parts.values():
                 p.close_stdin()  # the role on the node reads EOF and exits; ssh follows
-        if stopping_at is not None and now > stopping_at + 15:
+        if stopping_at is not None and now > stopping_at + 15 and not terminated:
+            terminated = True
             for p in parts.values():
                 if p.proc.poll() is None:
                     p.proc.terminate()  # a step client passes it on to its ssh (the recorder's child)
