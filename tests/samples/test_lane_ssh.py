@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -284,19 +285,29 @@ class TestOnTheNode:
         assert not (out / "uninterrupted" / "checkpoint.json").exists()
         assert (out / "build" / "owner-1.pyz").exists()
 
-    def test_node_lost_mid_run_is_refused_and_outputs_kept(self, ssh_node: Any, tmp_path: Path) -> None:
-        """The node goes away after the build: the next step refuses (node-unreachable); every output stays."""
+    def test_node_lost_mid_run_stops_the_lane_and_keeps_outputs(self, ssh_node: Any, tmp_path: Path) -> None:
+        """The node goes away once the build is made: a later step refuses (node-unreachable), none after it runs."""
         from tests.helpers.sshd import running_node  # ssh_node above: the suite's skip-or-fail policy for sshd
 
         with running_node(tmp_path / "node", "lost") as node:
-            config, out, remote = _built(node, tmp_path / "lane", "partitioned")
-            before = {p.relative_to(out) for p in out.rglob("*")}
-            node.stop()
-            done = _phase("uninterrupted-run", "partitioned", out, config)
-        assert 29 == done.returncode, done.stderr
-        assert "refused: node-unreachable: " in done.stderr
-        assert before <= {p.relative_to(out) for p in out.rglob("*")}
-        assert (remote / "owner-0.pyz").exists()
+            config = _write(tmp_path / "config.json", _loopback(node, node.root / "lane"))
+            proc = _start_gate("distributed-device", tmp_path, config)
+            built = tmp_path / "out" / "build" / "owner-1.pyz.sha256"
+            while not built.exists() and proc.poll() is None:
+                time.sleep(0.01)
+            node.stop()  # the build phase's own connection stands; every later phase finds no node
+            code, verdict, stream = _finish_gate("distributed-device", tmp_path, proc)
+        events = read_stream(stream).events
+        phases = [e for e in events if e.kind == "step.start" and e.attrs["parent"] is None]
+        ends = {e.step: e.attrs for e in events if e.kind == "step.end"}
+        lost = [e for e in phases if ends[e.step]["exit_code"] == 29]
+        assert lost, [(e.attrs["name"], ends[e.step]["exit_code"]) for e in phases]
+        stderr = b"".join(e.data or b"" for e in events if e.kind == "stderr" and e.step == lost[0].step)
+        assert b"refused: node-unreachable: " in stderr
+        assert phases[-1] is lost[0]  # no step after the refusal
+        assert (1, "fail") == (code, verdict["verdict"])
+        assert (tmp_path / "out" / "build" / "owner-0.pyz").exists()
+        assert (node.root / "lane" / "partitioned" / "owner-1.pyz").exists()
 
 
 class TestLink:
