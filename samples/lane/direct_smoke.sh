@@ -17,7 +17,7 @@ row=$(nvidia-smi --query-gpu=index,uuid,name,driver_version --format=csv,noheade
 product=$(echo "$row" | awk -F', *' '{print $3}')
 driver=$(echo "$row" | awk -F', *' '{print $4}')
 cat > "$OUT/config.json" <<JSON
-{"owner": "direct-smoke", "pod_ids": ["local"], "host": "localhost", "port": 22, "ssh_key": "/dev/null",
+{"owner": "direct-smoke", "pod_ids": ["local"], "host": "local",
  "minors": [0, 0], "remote_root": "$OUT/remote", "transport": "loopback",
  "products": ["$product"], "driver": ["${driver%%.*}"]}
 JSON

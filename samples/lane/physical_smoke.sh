@@ -31,9 +31,7 @@ import json, os, sys
 config = {
     "owner": "alpha-observe-physical-smoke",
     "pod_ids": ["lent-machine"],
-    "host": "localhost",
-    "port": 22,
-    "ssh_key": "/dev/null",
+    "host": "local",
     "minors": [0, 0],
     "remote_root": os.environ["REMOTE"],
     "transport": "loopback",

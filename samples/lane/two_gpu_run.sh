@@ -43,9 +43,7 @@ import json, os, sys
 config = {
     "owner": "alpha-observe-two-gpu",
     "pod_ids": ["lent-machine"],
-    "host": "localhost",
-    "port": 22,
-    "ssh_key": "/dev/null",
+    "host": "local",
     "minors": [int(sys.argv[2]), int(sys.argv[3])],
     "remote_root": os.environ["REMOTE"],
     "transport": "loopback",

@@ -10,6 +10,13 @@
 # config. The script never changes directory: receipt paths are relative to
 # the recording's working directory. Exit 0 when every step did its work
 # (including a preflight that leaves the verdict open), 1 otherwise, 2 on usage.
+#
+# Where the roles run is the config's: host "local" (or none) is this machine;
+# any other host is a node over SSH (samples/lane/README.md, "Where the roles
+# run"). There each phase starts every role's process as a nested step the
+# recorder runs (`alpha observe step PHASE.MEMBER -- ssh ...`); a refusal of the
+# driver's (remote-digest 26, host-key-unknown 27, host-key-changed 28,
+# node-unreachable 29) stops the physical lane there: no later step runs.
 
 LANE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 export PYTHONPATH="$LANE_ROOT/samples/lane${PYTHONPATH:+:$PYTHONPATH}"
@@ -20,9 +27,22 @@ REFUSED_DEVICE_UUID=20
 REFUSED_NVIDIA_PLAN_HOST=21
 REFUSED_CHECKPOINT_CHUNK=22
 
+# The driver's own refusals on a node (lanekit/refusals.py): after one, no later step runs.
+REFUSED_DRIVER_FIRST=26
+REFUSED_DRIVER_LAST=29
+
 lane_step() {  # lane_step STEP -> runs phase STEP in its own span; returns its exit code
-    local step=$1
+    local step=$1 rc
+    if [ -n "${LANE_REFUSED:-}" ]; then
+        return "$LANE_REFUSED"
+    fi
     alpha observe step "$step" -- "$LANE_PYTHON" -m lanekit "$step" "$LANE" "$OUT" ${LANE_CONFIG:+"$LANE_CONFIG"}
+    rc=$?
+    if [ "$rc" -ge "$REFUSED_DRIVER_FIRST" ] && [ "$rc" -le "$REFUSED_DRIVER_LAST" ]; then
+        LANE_REFUSED=$rc
+        echo "$LANE lane: $step: the driver refused (exit $rc, its refused: line says why); no later step runs" >&2
+    fi
+    return $rc
 }
 
 lane_main() {
@@ -31,6 +51,7 @@ lane_main() {
         return 2
     fi
     LANE=$1
+    LANE_REFUSED=
     local variable=$2
     OUT=$3
     LANE_CONFIG="${!variable:-}"
@@ -80,6 +101,9 @@ lane_main() {
     [ "$rc" -eq "$REFUSED_CHECKPOINT_CHUNK" ] || { echo "$LANE lane: corrupted-checkpoint control exited $rc" >&2; failed=1; }
     lane_step qualification || failed=1
 
+    if [ -n "${LANE_REFUSED:-}" ]; then
+        return 1
+    fi
     if [ $failed -eq 0 ]; then
         echo "$LANE lane: physical lane complete; qualification in $OUT/qualification.json"
     else

@@ -40,9 +40,7 @@ def _fake_gpu_env(tmp_path: Path, gate: str, minors: list[int]) -> dict[str, str
     config = {
         "owner": "test",
         "pod_ids": ["none"],
-        "host": "localhost",
-        "port": 22,
-        "ssh_key": "/dev/null",
+        "host": "local",
         "minors": minors,
         "remote_root": str(tmp_path / "remote"),
         "transport": "loopback",

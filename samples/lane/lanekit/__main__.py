@@ -5,6 +5,9 @@ static-check, preflight, build, refusal-wrong-uuid, refusal-wrong-product,
 uninterrupted-run, split-run, host-shadow-control, fresh-evaluation,
 corrupted-checkpoint, qualification); LANE is partitioned, coordinates or
 independent. The scripts in scripts/ci/ run each under ``alpha observe step``.
+A refusal of the driver's (``host-key-unknown``, ``host-key-changed``,
+``node-unreachable``, ``remote-digest``) is printed as ``refused: NAME: ...`` and
+exits with its code (lanekit/refusals.py).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import sys
 
 from .phases import PHASES, ConfigError
+from .refusals import LaneRefusal
 from .spec import LANES
 
 
@@ -27,6 +31,10 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except LaneRefusal as exc:
+        # The driver's own refusals on a node (host key, reachability, a digest there): outputs are kept.
+        print(exc.diagnostics(), file=sys.stderr, flush=True)
+        return exc.exit_code
 
 
 if __name__ == "__main__":

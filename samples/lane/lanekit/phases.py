@@ -6,77 +6,30 @@ A phase returns its exit code: 0 when it did its work and the result held,
 non-zero otherwise; a refusal control returns the refused role's own exit
 code, since the gate compares it with the step's.
 
-Phases hand state to each other only through files under OUT.
+Phases hand state to each other only through files under OUT. Where the roles
+run (this machine, or nodes over SSH) is a :class:`lanekit.placement.Placement`
+of the config: it uploads, checks SHA-256 there, runs and copies back.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import sys
 from typing import Any
 
 from . import checkpoint
 from .build import build_role, check_executable, sha256_file
-from .device import APPS_QUERY, GPU_QUERY, host_binding, parse_compute_apps, parse_gpu_csv, run_smi
+from .config import ConfigError, load_config, read_json, write_json
+from .device import host_binding
+from .placement import Placement
+from .preflight import preflight
 from .receipts import artifact, captured, receipt, rel
-from .session import run_lane
-from .spec import OWNERS, ROLES, default_spec
+from .spec import ROLES, default_spec
 
-__all__ = ["PHASES", "load_config"]
+__all__ = ["PHASES", "ConfigError", "load_config"]
 
-DEFAULT_PRODUCTS = ["NVIDIA GeForce RTX 3070", "NVIDIA GeForce RTX 3090"]
-DEFAULT_DRIVER = ["580"]
-CONFIG_KEYS = ("owner", "pod_ids", "host", "port", "ssh_key", "minors", "remote_root", "transport")
 WRONG_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 EVALUATOR = "owner-0"  # evaluates on its GPU, for every lane
-
-
-class ConfigError(Exception):
-    """The lane config is missing, unreadable or not of the driver's shape."""
-
-
-def load_config(path: str) -> dict[str, Any]:
-    """Read and check a lane config (the qualification driver's JSON)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            config = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read lane config {path}: {exc}") from None
-    if not isinstance(config, dict):
-        raise ConfigError("lane config is not a JSON object")
-    missing = [k for k in CONFIG_KEYS if k not in config]
-    if missing:
-        raise ConfigError(f"lane config lacks {', '.join(missing)}")
-    minors = config["minors"]
-    if not (isinstance(minors, list) and len(minors) == len(OWNERS) and all(isinstance(m, int) for m in minors)):
-        raise ConfigError(f"minors must be {len(OWNERS)} integers, one per owner role")
-    if not isinstance(config["remote_root"], str) or not os.path.isabs(config["remote_root"]):
-        raise ConfigError("remote_root must be an absolute path")
-    return config
-
-
-def _allowed(config: dict[str, Any], key: str, default: list[str]) -> list[str]:
-    value = config.get(key, default)
-    return [str(v) for v in (value if isinstance(value, list) else [value])]
-
-
-def _release_ok(driver: str, allowed: list[str]) -> bool:
-    return any(driver == a or driver.startswith(a + ".") for a in allowed)
-
-
-def _write_json(path: str, value: Any) -> str:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(value, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    return sha256_file(path)
-
-
-def _read_json(path: str) -> Any:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
 
 
 def _files_under(folder: str) -> list[str]:
@@ -107,16 +60,13 @@ def _matches_oracle(lane: str, ckpt_path: str, steps: int) -> tuple[bool, str]:
     return False, f"step {step} state {got} differs from the oracle's step {steps} state {want}"
 
 
-def _paths(out: str, lane: str, config: dict[str, Any] | None = None) -> dict[str, str]:
-    p = {
+def _paths(out: str, lane: str) -> dict[str, str]:
+    return {
         "static": os.path.join(out, "static"),
         "build": os.path.join(out, "build"),
         "binding": os.path.join(out, "binding.json"),
         "config": os.path.join(out, "lane-config.json"),
     }
-    if config is not None:
-        p["remote"] = os.path.join(config["remote_root"], lane)
-    return p
 
 
 def _executables(folder: str) -> dict[str, str]:
@@ -127,22 +77,14 @@ def _run_files(folder: str) -> dict[str, str]:
     return {name: os.path.join(folder, f"{name}.json") for name in ("checkpoint", "trajectory", "membership")}
 
 
-def _run(exes: dict[str, str], folder: str, **kwargs: Any) -> tuple[bool, dict[str, str]]:
-    files = _run_files(folder)
-    os.makedirs(folder, exist_ok=True)
-    result = run_lane(
-        exes,
-        checkpoint_out=files["checkpoint"],
-        trajectory_out=files["trajectory"],
-        membership_out=files["membership"],
-        **kwargs,
-    )
+def _run(place: Placement, exes: dict[str, str], label: str, folder: str, **kwargs: Any) -> tuple[bool, dict[str, str]]:
+    result, files = place.run(exes, label, folder, **kwargs)
     artifact(*[f for f in files.values() if os.path.exists(f)])
     return result.ok and all(os.path.exists(f) for f in files.values()), files
 
 
 def _owners_report(membership_path: str, physical: bool) -> tuple[bool, str]:
-    owners = _read_json(membership_path)["owners"]
+    owners = read_json(membership_path)["owners"]
     kinds = [o["backend"]["kind"] for o in owners]
     ok = all(o["resident"] for o in owners) and (not physical or all(k == "gpu" for k in kinds))
     return ok, f"owner state resident in {', '.join(kinds)} memory"
@@ -186,174 +128,43 @@ def static_check(lane: str, out: str, config: str | None = None) -> int:
 # -- physical half ----------------------------------------------------------------
 
 
-# What the physical half writes under OUT; an earlier run's copies are removed first,
-# so qualification.json never names a file this run did not produce.
-PHYSICAL_OUTPUTS = (
-    "lane-config.json",
-    "preflight",
-    "binding.json",
-    "build",
-    "refusal",
-    "uninterrupted",
-    "split",
-    "host-shadow",
-    "evaluation",
-    "corrupted",
-    "qualification.json",
-)
-
-
-def _clear_physical_outputs(out: str) -> None:
-    for name in PHYSICAL_OUTPUTS:
-        path = os.path.join(out, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        elif os.path.lexists(path):
-            os.unlink(path)
-
-
-def preflight(lane: str, out: str, config_path: str | None = None) -> int:
-    """Query the devices, judge them against the config, write binding.json."""
-    paths = _paths(out, lane)
-    os.makedirs(out, exist_ok=True)
-    _clear_physical_outputs(out)
-    if config_path and os.path.exists(config_path):
-        shutil.copyfile(config_path, paths["config"])
-        artifact(paths["config"])
-    try:
-        config = load_config(str(config_path))
-    except ConfigError as exc:
-        print(f"preflight: {exc}", file=sys.stderr)
-        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=str(exc))
-        return 1
-    pre = os.path.join(out, "preflight")
-    os.makedirs(pre, exist_ok=True)
-    captures = {
-        "csv": (GPU_QUERY, "nvidia-smi.csv"),
-        "xml": (["nvidia-smi", "-q", "-x"], "nvidia-smi.xml"),
-        "compute_apps": (APPS_QUERY, "compute-apps.csv"),
-    }
-    texts: dict[str, str | None] = {}
-    sources: dict[str, str] = {}
-    for key, (argv, name) in captures.items():
-        texts[key] = run_smi(argv)
-        if texts[key] is not None:
-            path = os.path.join(pre, name)
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(texts[key] or "")
-            artifact(path)
-            sources[key] = rel(path)
-    if texts["csv"] is None or texts["compute_apps"] is None:
-        reason = "nvidia-smi cannot be queried on this machine"
-        print(f"preflight: {reason}", file=sys.stderr)
-        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=reason)
-        return 1
-    if config.get("transport") != "loopback":
-        reason = f"transport {config.get('transport')!r} is not supported by the reference lane (loopback only)"
-        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=reason)
-        return 1
-    all_gpus = parse_gpu_csv(texts["csv"] or "")
-    products = _allowed(config, "products", DEFAULT_PRODUCTS)
-    drivers = _allowed(config, "driver", DEFAULT_DRIVER)
-    failures: list[str] = []
-    gpus: list[dict[str, Any]] = []
-    for role, minor in zip(OWNERS, config["minors"], strict=True):
-        found = [g for g in all_gpus if g["minor"] == minor]
-        if len(found) != 1:
-            failures.append(f"{role}: minor {minor} selects {len(found)} GPUs, not exactly one")
-            continue
-        gpu = found[0]
-        gpus.append(gpu)
-        if gpu["product"] not in products:
-            failures.append(f"{role}: product {gpu['product']!r} is not allowed ({products})")
-        if not _release_ok(str(gpu["driver"]), drivers):
-            failures.append(f"{role}: driver {gpu['driver']} is not a {'/'.join(drivers)} release")
-    uuids = [g["uuid"] for g in gpus]
-    apps = [a for a in parse_compute_apps(texts["compute_apps"] or "") if a["uuid"] in uuids]
-    undecided: list[str] = []
-    if apps:
-        undecided.append(f"{len(apps)} other compute process(es) on the bound GPUs")
-    if len(set(uuids)) != len(uuids):
-        undecided.append("the two UUIDs do not differ (both roles are bound to one GPU)")
-    status = "fail" if failures else ("inconclusive" if undecided else "pass")
-    roles: dict[str, Any] = {}
-    for role, gpu in zip(OWNERS, gpus, strict=False):
-        roles[role] = {"kind": "gpu", "minor": gpu["minor"], "uuid": gpu["uuid"], "product": gpu["product"]}
-    binding = {
-        "format": "alpha-lane-binding/1",
-        "lane": lane,
-        "gpus": gpus,
-        "compute_processes": apps,
-        "roles": roles,
-        "coordinator": {"started_from": "owner-0", "arithmetic": "host binary64", "binding": "owner-0's"},
-        "allowed": {"products": products, "driver": drivers},
-        "host": config.get("host"),
-        "transport": config.get("transport"),
-        "remote_root": config.get("remote_root"),
-        "sources": sources,
-        "findings": failures + undecided,
-    }
-    _write_json(paths["binding"], binding)
-    artifact(paths["binding"])
-    for line in failures + undecided:
-        print(f"preflight: {line}", file=sys.stderr)
-    receipt(
-        "preflight",
-        status,
-        gpus=gpus,
-        compute_processes=apps,
-        binding=rel(paths["binding"]),
-        findings=failures + undecided,
-    )
-    # A busy device or shared UUIDs leave the verdict open, but the lane still runs to gather evidence.
-    return 1 if failures or len(gpus) != len(OWNERS) else 0
-
-
 def _bindings(out: str, lane: str) -> dict[str, dict[str, Any]]:
-    roles: dict[str, dict[str, Any]] = _read_json(_paths(out, lane)["binding"])["roles"]
+    roles: dict[str, dict[str, Any]] = read_json(_paths(out, lane)["binding"])["roles"]
     return roles
-
-
-def _upload(local: str, remote_dir: str) -> tuple[str, str]:
-    """Copy an executable to the (loopback) remote root; return the remote path and its SHA-256 read there."""
-    os.makedirs(remote_dir, exist_ok=True)
-    remote = os.path.join(remote_dir, os.path.basename(local))
-    shutil.copyfile(local, remote)
-    shutil.copyfile(f"{local}.sha256", f"{remote}.sha256")
-    os.chmod(remote, 0o755)
-    return remote, sha256_file(remote)
 
 
 def build(lane: str, out: str, config_path: str | None = None) -> int:
     """Build every role with its device binding, check it, upload it, compare SHA-256 on both sides."""
     config = load_config(str(config_path))
-    paths = _paths(out, lane, config)
+    paths = _paths(out, lane)
     spec = default_spec(lane)
     ok = True
-    for role, binding in ((r, _bindings(out, lane)[r]) for r in ROLES):
-        path, local = build_role(spec, role, binding, paths["build"])
-        artifact(path, f"{path}.sha256")
-        checks = check_executable(path, role=role, lane=lane)
-        remote, remote_sha = _upload(path, paths["remote"])
-        good = local == remote_sha and all(c["result"] == "pass" for c in checks)
-        ok = ok and good
-        receipt(
-            "build",
-            "pass" if good else "fail",
-            role=role,
-            target=rel(path),
-            sha256_local=local,
-            sha256_remote=remote_sha,
-            remote=remote,
-            binding=binding,
-            checks={c["check"]: c["result"] for c in checks},
-        )
+    with Placement(config, lane, out) as place:
+        for role, binding in ((r, _bindings(out, lane)[r]) for r in ROLES):
+            path, local = build_role(spec, role, binding, paths["build"])
+            artifact(path, f"{path}.sha256")
+            checks = check_executable(path, role=role, lane=lane)
+            remote, remote_sha = place.upload(path, role)
+            good = local == remote_sha and all(c["result"] == "pass" for c in checks)
+            ok = ok and good
+            receipt(
+                "build",
+                "pass" if good else "fail",
+                role=role,
+                target=rel(path),
+                sha256_local=local,
+                sha256_remote=remote_sha,
+                remote=remote,
+                node=place.where(role),
+                binding=binding,
+                checks={c["check"]: c["result"] for c in checks},
+            )
     return 0 if ok else 1
 
 
 def _refusal(lane: str, out: str, config_path: str | None, control: str) -> int:
     config = load_config(str(config_path))
-    paths = _paths(out, lane, config)
+    paths = _paths(out, lane)
     spec = default_spec(lane)
     expected = {"wrong-uuid": "device-uuid", "wrong-product": "nvidia-plan-host"}[control]
     good = _bindings(out, lane)["owner-0"]
@@ -365,20 +176,12 @@ def _refusal(lane: str, out: str, config_path: str | None, control: str) -> int:
     folder = os.path.join(out, "refusal", control)
     path, _digest = build_role(spec, "owner-0", wrong, folder)
     artifact(path, f"{path}.sha256")
-    remote, _ = _upload(path, os.path.join(paths["remote"], "refusal", control))
-    exes = _executables(paths["remote"])
-    exes["owner-0"] = remote
+    exes = _executables(paths["build"])
+    exes["owner-0"] = path
     run_dir = os.path.join(folder, "run")
-    files = _run_files(run_dir)
-    result = run_lane(
-        exes,
-        updates=5,
-        epoch=1,
-        checkpoint_out=files["checkpoint"],
-        trajectory_out=files["trajectory"],
-        membership_out=files["membership"],
-        timeout=120,
-    )
+    with Placement(config, lane, out) as place:
+        place.upload(path, "owner-0")
+        result, files = place.run(exes, f"refusal-{control}", run_dir, updates=5, epoch=1, timeout=120)
     code = result.exit_codes["owner-0"]
     stderr = result.output.get("owner-0", "")
     name = next((line.split(":")[1].strip() for line in stderr.splitlines() if line.startswith("refused: ")), "")
@@ -418,8 +221,9 @@ def refusal_wrong_product(lane: str, out: str, config_path: str | None = None) -
 def uninterrupted(lane: str, out: str, config_path: str | None = None) -> int:
     """Five updates from fresh processes; the checkpoint must equal the oracle's."""
     config = load_config(str(config_path))
-    exes = _executables(_paths(out, lane, config)["remote"])
-    ran, files = _run(exes, os.path.join(out, "uninterrupted"), updates=5, epoch=1)
+    exes = _executables(_paths(out, lane)["build"])
+    with Placement(config, lane, out) as place:
+        ran, files = _run(place, exes, "uninterrupted-run", os.path.join(out, "uninterrupted"), updates=5, epoch=1)
     ok, detail = _matches_oracle(lane, files["checkpoint"], 5) if ran else (False, "the run did not finish")
     resident, where = _owners_report(files["membership"], True) if ran else (False, "")
     good = ok and resident
@@ -439,18 +243,21 @@ def uninterrupted(lane: str, out: str, config_path: str | None = None) -> int:
 def split(lane: str, out: str, config_path: str | None = None) -> int:
     """Three updates, a checkpoint, two more in fresh processes at membership epoch 2."""
     config = load_config(str(config_path))
-    exes = _executables(_paths(out, lane, config)["remote"])
-    ran1, before = _run(exes, os.path.join(out, "split", "before"), updates=3, epoch=1)
-    ran2, after = False, _run_files(os.path.join(out, "split", "after"))
-    if ran1:
-        ran2, after = _run(
-            exes,
-            os.path.join(out, "split", "after"),
-            updates=2,
-            epoch=2,
-            resume=before["checkpoint"],
-            resume_membership=before["membership"],
-        )
+    exes = _executables(_paths(out, lane)["build"])
+    with Placement(config, lane, out) as place:
+        ran1, before = _run(place, exes, "split-run.before", os.path.join(out, "split", "before"), updates=3, epoch=1)
+        ran2, after = False, _run_files(os.path.join(out, "split", "after"))
+        if ran1:
+            ran2, after = _run(
+                place,
+                exes,
+                "split-run.after",
+                os.path.join(out, "split", "after"),
+                updates=2,
+                epoch=2,
+                resume=before["checkpoint"],
+                resume_membership=before["membership"],
+            )
     findings: list[str] = []
     ok = ran1 and ran2
     if ok:
@@ -461,13 +268,13 @@ def split(lane: str, out: str, config_path: str | None = None) -> int:
         reference = os.path.join(out, "uninterrupted", "checkpoint.json")
         equal = os.path.exists(reference) and sha256_file(reference) == sha256_file(after["checkpoint"])
         findings.append("resumed checkpoint " + ("equals" if equal else "differs from") + " the uninterrupted one")
-        rows = _read_json(before["trajectory"])["rows"] + _read_json(after["trajectory"])["rows"]
-        ref_rows = _read_json(os.path.join(out, "uninterrupted", "trajectory.json"))["rows"]
+        rows = read_json(before["trajectory"])["rows"] + read_json(after["trajectory"])["rows"]
+        ref_rows = read_json(os.path.join(out, "uninterrupted", "trajectory.json"))["rows"]
         same_rows = "equals" if rows == ref_rows else "differs from"
         findings.append(f"split trajectory {same_rows} the uninterrupted one")
         ok = ok and equal and rows == ref_rows
-    epoch_before = _read_json(before["membership"])["epoch"] if ran1 else None
-    epoch_after = _read_json(after["membership"])["epoch"] if ran2 else None
+    epoch_before = read_json(before["membership"])["epoch"] if ran1 else None
+    epoch_after = read_json(after["membership"])["epoch"] if ran2 else None
     ok = ok and epoch_before == 1 and epoch_after == 2
     receipt(
         "split-run",
@@ -487,8 +294,11 @@ def split(lane: str, out: str, config_path: str | None = None) -> int:
 def host_shadow(lane: str, out: str, config_path: str | None = None) -> int:
     """The run again with the owners' host shadows overwritten before every forward pass."""
     config = load_config(str(config_path))
-    exes = _executables(_paths(out, lane, config)["remote"])
-    ran, files = _run(exes, os.path.join(out, "host-shadow"), updates=5, epoch=1, shadow=True)
+    exes = _executables(_paths(out, lane)["build"])
+    with Placement(config, lane, out) as place:
+        ran, files = _run(
+            place, exes, "host-shadow-control", os.path.join(out, "host-shadow"), updates=5, epoch=1, shadow=True
+        )
     ref = _run_files(os.path.join(out, "uninterrupted"))
     digests = {
         "trajectory_sha256": sha256_file(ref["trajectory"]),
@@ -496,7 +306,7 @@ def host_shadow(lane: str, out: str, config_path: str | None = None) -> int:
         "checkpoint_sha256": sha256_file(ref["checkpoint"]),
         "shadow_checkpoint_sha256": sha256_file(files["checkpoint"]) if ran else None,
     }
-    overwrites = [o["shadow_overwrites"] for o in _read_json(files["membership"])["owners"]] if ran else []
+    overwrites = [o["shadow_overwrites"] for o in read_json(files["membership"])["owners"]] if ran else []
     resident, where = _owners_report(files["membership"], True) if ran else (False, "")
     ok = (
         ran
@@ -517,28 +327,24 @@ def host_shadow(lane: str, out: str, config_path: str | None = None) -> int:
     return 0 if ok else 1
 
 
-def _evaluator(lane: str, out: str, config: dict[str, Any]) -> str:
-    return _executables(_paths(out, lane, config)["remote"])[EVALUATOR]
+def _evaluator(lane: str, out: str) -> str:
+    return _executables(_paths(out, lane)["build"])[EVALUATOR]
 
 
 def fresh_evaluation(lane: str, out: str, config_path: str | None = None) -> int:
     """A new process (owner-0's executable) evaluates from the resumed checkpoint, on its GPU."""
-    import subprocess
-
     config = load_config(str(config_path))
     ckpt = os.path.join(out, "split", "after", "checkpoint.json")
     output = os.path.join(out, "evaluation", "evaluation.json")
     os.makedirs(os.path.dirname(output), exist_ok=True)
-    done = subprocess.run(
-        [sys.executable, _evaluator(lane, out, config), "evaluate", "--checkpoint", ckpt, "--output", output],
-        check=False,
-    )
-    ok = done.returncode == 0 and os.path.exists(output)
+    with Placement(config, lane, out) as place:
+        code, _stdout, _output = place.evaluate(_evaluator(lane, out), "fresh-evaluation", ckpt, output)
+    ok = code == 0 and os.path.exists(output)
     device = "none"
-    detail = f"evaluator exited {done.returncode}"
+    detail = f"evaluator exited {code}"
     if ok:
         artifact(output)
-        body = _read_json(output)
+        body = read_json(output)
         device = str(body["device"]["kind"])
         checkpoint.load(ckpt)  # the resumed checkpoint still verifies
         expected = _oracle().evaluation(lane, _oracle().trajectory(lane, 5)[-1])
@@ -560,8 +366,6 @@ def fresh_evaluation(lane: str, out: str, config_path: str | None = None) -> int
 
 def corrupted(lane: str, out: str, config_path: str | None = None) -> int:
     """A corrupted copy of the resumed checkpoint must be refused (``checkpoint-chunk``)."""
-    import subprocess
-
     config = load_config(str(config_path))
     source = os.path.join(out, "split", "after", "checkpoint.json")
     folder = os.path.join(out, "corrupted")
@@ -573,28 +377,22 @@ def corrupted(lane: str, out: str, config_path: str | None = None) -> int:
         fh.write(data)
     artifact(bad)
     output = os.path.join(folder, "evaluation.json")
-    done = subprocess.run(
-        [sys.executable, _evaluator(lane, out, config), "evaluate", "--checkpoint", bad, "--output", output],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    sys.stdout.write(done.stdout)
-    sys.stderr.write(done.stderr)
-    name = next((line.split(":")[1].strip() for line in done.stderr.splitlines() if line.startswith("refused: ")), "")
+    with Placement(config, lane, out) as place:
+        code, stdout, printed = place.evaluate(_evaluator(lane, out), "corrupted-checkpoint", bad, output)
+    name = next((line.split(":")[1].strip() for line in printed.splitlines() if line.startswith("refused: ")), "")
     wrote = os.path.exists(output)
     if wrote:
         artifact(output)
-    held = done.returncode != 0 and name == "checkpoint-chunk" and not wrote and not done.stdout
+    held = code != 0 and name == "checkpoint-chunk" and not wrote and not stdout
     receipt(
         "corrupted-checkpoint",
         "pass" if held else "fail",
-        exit_code=done.returncode,
+        exit_code=code,
         exit_name=name,
         checkpoint=rel(bad),
         output_written=wrote,
     )
-    return done.returncode if done.returncode != 0 else 1
+    return code if code != 0 else 1
 
 
 def qualification(lane: str, out: str, config_path: str | None = None) -> int:
@@ -602,7 +400,7 @@ def qualification(lane: str, out: str, config_path: str | None = None) -> int:
     target = os.path.join(out, "qualification.json")
     files = [f for f in _files_under(out) if os.path.abspath(f) != os.path.abspath(target)]
     entries = [{"path": os.path.relpath(f, out), "sha256": sha256_file(f)} for f in files]
-    digest = _write_json(target, {"lane": lane, "files": entries})
+    digest = write_json(target, {"lane": lane, "files": entries})
     done = captured()
     missing = [f for f in files if rel(f) not in done]
     artifact(*missing, target)

@@ -3,6 +3,10 @@
 The three names the device gates match on are ``device-uuid``,
 ``nvidia-plan-host`` and ``checkpoint-chunk`` (docs/GATES.md, "Lane receipts").
 Each refusal has its own exit code so a lane script can tell them apart.
+
+The driver's own refusals on a node reached over SSH (``lanekit.remote``) are
+``host-key-unknown``, ``host-key-changed``, ``node-unreachable`` and
+``remote-digest``: the lane stops there and keeps every output it has.
 """
 
 from __future__ import annotations
@@ -13,9 +17,13 @@ __all__ = [
     "CheckpointEpoch",
     "CheckpointLearner",
     "DeviceUuid",
+    "HostKeyChanged",
+    "HostKeyUnknown",
     "LaneRefusal",
+    "NodeUnreachable",
     "NvidiaPlanHost",
     "PeerIdentity",
+    "RemoteDigest",
 ]
 
 
@@ -76,7 +84,46 @@ class CheckpointLearner(LaneRefusal):
     exit_code = 25
 
 
+class RemoteDigest(LaneRefusal):
+    """A file on a node does not hash to the SHA-256 of what the driver built (or sent) there."""
+
+    name = "remote-digest"
+    exit_code = 26
+
+
+class HostKeyUnknown(LaneRefusal):
+    """A node's host key is not in the known_hosts the config names (or the user's): never accepted."""
+
+    name = "host-key-unknown"
+    exit_code = 27
+
+
+class HostKeyChanged(LaneRefusal):
+    """A node presents another host key than the one known_hosts holds for it: never accepted."""
+
+    name = "host-key-changed"
+    exit_code = 28
+
+
+class NodeUnreachable(LaneRefusal):
+    """A node cannot be reached over SSH (or the connection to it was lost)."""
+
+    name = "node-unreachable"
+    exit_code = 29
+
+
 EXIT_CODES: dict[str, int] = {
     cls.name: cls.exit_code
-    for cls in (DeviceUuid, NvidiaPlanHost, CheckpointChunk, PeerIdentity, CheckpointEpoch, CheckpointLearner)
+    for cls in (
+        DeviceUuid,
+        NvidiaPlanHost,
+        CheckpointChunk,
+        PeerIdentity,
+        CheckpointEpoch,
+        CheckpointLearner,
+        RemoteDigest,
+        HostKeyUnknown,
+        HostKeyChanged,
+        NodeUnreachable,
+    )
 }

@@ -10,6 +10,14 @@ Commands:
 ``serve`` and ``evaluate`` check the device binding first and refuse by name
 (``device-uuid``, ``nvidia-plan-host``) before writing anything; a checkpoint is
 verified before any state is built from it (``checkpoint-chunk``).
+
+Participants meet on ``--socket PATH`` (a Unix socket the driver names, on one
+machine), or, on a node reached over SSH, through the driver's link on stdin:
+the coordinator started with ``--listen unix|tcp`` makes its own listener (a
+Unix socket in a private folder, or TCP on 127.0.0.1 for an SSH tunnel) once its
+binding holds and announces it on stderr (``coordinator: listening on ADDR``);
+an owner started with ``--connect-stdin`` reads that address as the first line
+of its stdin. Either exits once its stdin closes: the driver's connection is gone.
 """
 
 from __future__ import annotations
@@ -18,8 +26,10 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -35,6 +45,8 @@ from .wire import Channel, WireError, compare_hello, hello
 __all__ = ["main", "run_in_process", "trajectory_bytes"]
 
 ACCEPT_TIMEOUT = 300.0
+#: A role whose driver link (stdin) closed exits with this code, before anything else happens.
+LINK_LOST = 1
 
 
 def trajectory_bytes(spec: LearnerSpec, rows: list[dict[str, Any]]) -> bytes:
@@ -73,18 +85,63 @@ def _accept_owners(spec: LearnerSpec, server: socket.socket, epoch: int) -> dict
     return channels
 
 
-def _connect(path: str, deadline: float) -> socket.socket:
+def _connect(address: str, deadline: float) -> socket.socket:
+    """Connect to ``unix:PATH``, ``tcp:HOST:PORT`` or a bare Unix socket path, retrying until ``deadline``."""
+    kind, _, rest = address.partition(":")
     while True:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if kind == "tcp":
+            host, _, port = rest.rpartition(":")
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            target: Any = (host, int(port))
+        else:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            target = rest if kind == "unix" else address
         try:
-            sock.connect(path)
+            sock.connect(target)
             sock.settimeout(ACCEPT_TIMEOUT)
             return sock
         except (FileNotFoundError, ConnectionRefusedError):
             sock.close()
             if time.monotonic() > deadline:
-                raise WireError(f"no coordinator at {path}") from None
+                raise WireError(f"no coordinator at {address}") from None
             time.sleep(0.02)
+
+
+def _first_line(limit: int = 4096) -> bytes:
+    """The first line of stdin, read from the descriptor byte by byte (nothing past it is consumed)."""
+    line = b""
+    while len(line) < limit:
+        byte = os.read(0, 1)
+        if not byte or byte == b"\n":
+            break
+        line += byte
+    return line
+
+
+def _watch_link(role: str) -> None:
+    """End this process once stdin (the driver's link over SSH) closes: a lost driver leaves no role behind."""
+
+    def watch() -> None:
+        # The descriptor itself: sys.stdin's buffer holds a lock that a daemon thread must not at shutdown.
+        while os.read(0, 1 << 12):
+            pass
+        print(f"error: {role}: the driver's link (stdin) closed; stopping", file=sys.stderr, flush=True)
+        os._exit(LINK_LOST)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _listener(kind: str) -> tuple[socket.socket, str, str | None]:
+    """A listening socket of ``kind`` (unix: in a private folder; tcp: 127.0.0.1, any port), its address, its folder."""
+    if kind == "tcp":
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.bind(("127.0.0.1", 0))
+        return server, f"tcp:127.0.0.1:{server.getsockname()[1]}", None
+    folder = tempfile.mkdtemp(prefix="lane-")
+    path = os.path.join(folder, "coordinator.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    return server, f"unix:{path}", folder
 
 
 def owner_session(
@@ -153,14 +210,23 @@ def _serve_coordinator(spec: LearnerSpec, args: argparse.Namespace) -> int:
                 raise CheckpointEpoch(
                     f"resume at epoch {args.epoch} does not advance the checkpoint's epoch {epoch_before}"
                 )
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(args.socket)
+    folder = None
+    if args.listen:
+        _watch_link("coordinator")
+        server, address, folder = _listener(args.listen)
+    else:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(args.socket)
     server.listen(len(OWNERS))
+    if args.listen:
+        print(f"coordinator: listening on {address}", file=sys.stderr, flush=True)
     try:
         channels = _accept_owners(spec, server, args.epoch)
         chunks, rows, reports = Coordinator(spec, channels).run(step, chunks, args.updates)
     finally:
         server.close()
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
     final_step = step + args.updates
     sha = checkpoint.write(args.checkpoint_out, spec.lane, spec.learner_id, final_step, chunks)
     traj_sha = _write(args.trajectory_out, trajectory_bytes(spec, rows))
@@ -183,7 +249,13 @@ def _serve_coordinator(spec: LearnerSpec, args: argparse.Namespace) -> int:
 
 
 def _serve_owner(spec: LearnerSpec, role: str, backend: Any, args: argparse.Namespace) -> int:
-    sock = _connect(args.socket, time.monotonic() + ACCEPT_TIMEOUT)
+    address = args.socket
+    if args.connect_stdin:
+        address = _first_line().decode("utf-8", "replace").strip()
+        if not address:
+            raise WireError("no coordinator address on stdin (the driver's link closed)")
+        _watch_link(role)
+    sock = _connect(address, time.monotonic() + ACCEPT_TIMEOUT)
     chan = Channel(sock, "coordinator")
     try:
         report = owner_session(spec, role, chan, backend, args.epoch, args.shadow)
@@ -220,7 +292,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for name in ("serve", "coordinate"):
         serve = sub.add_parser(name)
-        serve.add_argument("--socket", required=True)
+        meet = serve.add_mutually_exclusive_group(required=True)
+        meet.add_argument("--socket")
+        if name == "coordinate":
+            meet.add_argument("--listen", choices=("unix", "tcp"))
+        else:
+            meet.add_argument("--connect-stdin", action="store_true")
         serve.add_argument("--epoch", type=int, default=1)
         serve.add_argument("--updates", type=int, default=5)
         serve.add_argument("--checkpoint-out")
