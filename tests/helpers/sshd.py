@@ -137,10 +137,12 @@ class SshNode:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        """End this node's sshd (its sessions end with it: a node lost mid-run)."""
+        """End this node's sshd and every session it serves (each in a session of its own, so not in the
+        listener's group): the node is lost, mid-run too."""
         if self.process is not None and self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, 9)
+            for pid in [*_descendants(self.process.pid), self.process.pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
             self.process.wait(timeout=10)
         self.process = None
 
@@ -160,6 +162,23 @@ class SshNode:
         )
         _wait_listening(self.port)
         return self.host_key_pub
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live descendant of ``root``, children before their own children."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                parents[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    found, todo = [], [root]
+    while todo:
+        parent = todo.pop()
+        kids = [pid for pid, ppid in parents.items() if ppid == parent]
+        found += kids
+        todo += kids
+    return found
 
 
 def _wait_listening(port: int, timeout: float = 20.0) -> None:
