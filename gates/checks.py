@@ -131,7 +131,9 @@ def device_preflight(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     if any(not isinstance(u, str) or not u for u in uuids):
         f.fail(f"a binding lacks its UUID: {uuids}")
     else:
-        # A minor names one card and a card has one minor: anything else contradicts itself.
+        # A minor names one card of its host and a card has one minor: anything else contradicts itself.
+        # Across hosts (a binding names its ``node``) each host counts its own minors from 0.
+        minors = [f"{g['node']}:{m}" if g.get("node") is not None else m for g, m in zip(gpus, minors, strict=True)]
         pairs = set(zip(minors, map(str, uuids), strict=True))
         if len({m for m, _ in pairs}) != len(pairs) or len({u for _, u in pairs}) != len(pairs):
             f.fail(f"minors and UUIDs do not pair one to one: {sorted(pairs)}")

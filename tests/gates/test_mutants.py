@@ -422,6 +422,19 @@ class TestPreflight:
         v = lane.evaluate()
         assert ("fail", "fail") == (v.verdict, status_of(v, "preflight-rules"))
 
+    def test_one_minor_on_each_of_two_hosts(self) -> None:
+        """Two hosts each binding their minor 0 (distinct cards, each binding naming its node) pair one to one;
+        two bindings naming one node and one minor still contradict themselves."""
+        lane = device_lane()
+        gpus = lane.fields("preflight")["gpus"]
+        self._set_gpus(lane, {"minor": gpus[1]["minor"], "node": "root@10.0.0.1:22"})
+        self._set_gpus(lane, {"node": "root@10.0.0.2:22"}, index=1)
+        assert "pass" == status_of(lane.evaluate(), "preflight-rules")
+        self._set_gpus(lane, {"node": "root@10.0.0.2:22"})
+        v = lane.evaluate()
+        assert ("fail", "fail") == (v.verdict, status_of(v, "preflight-rules"))
+        assert "do not pair one to one" in reason_of(v, "preflight-rules")
+
     def test_uuids_not_distinct(self) -> None:
         """One card under two minors contradicts itself: preflight-rules fails."""
         lane = device_lane()

@@ -135,7 +135,7 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
         if len(found) != 1:
             failures.append(f"{role}: minor {minor}{where} selects {len(found)} GPUs, not exactly one")
             continue
-        gpu = found[0]
+        gpu = found[0] if len(place.nodes) < 2 else {**found[0], "node": place.where(role)}  # minors are per host
         gpus.append(gpu)
         bound.setdefault(node, []).append(str(gpu["uuid"]))
         if gpu["product"] not in products:
