@@ -23,6 +23,10 @@ those kinds. This check binds the lane's claims to those observations:
    (NVML inside a container lists only that container's processes):
    inconclusive, never physical.
 
+When the lane config the recorder captured names remote nodes (pods over SSH),
+the same rules are applied to each node's own observations instead
+(gates/devices_nodes.py).
+
 Streams whose observations carry no identities (recorded before this rule,
 without ``namespace``) are inconclusive: "recorded before attribution by
 identity".
@@ -236,7 +240,12 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     """Observer nvml; the preflight's GPUs are the recorder's; each bound GPU ran the recorded tree in the run steps."""
     f = Findings()
     run_steps = tuple(str(s) for s in args.get("steps", RUN_STEPS))
-    obs = ev.observations
+    from gates.devices_nodes import config_nodes, devices_observed_on_nodes
+
+    remote = config_nodes(ev, args.get("config_env"))
+    if remote is not None:  # the roles ran on remote nodes: judged by the nodes' observations (gates/devices_nodes.py)
+        return devices_observed_on_nodes(ev, remote[0], remote[1], run_steps)
+    obs = [o for o in ev.observations if not isinstance(o.attrs.get("node"), dict)]  # this machine's own
     if not obs:
         f.inconclusive(
             "no device observation: the recorder recorded no device.observed event, so nothing the recorder "
