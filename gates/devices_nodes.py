@@ -170,7 +170,7 @@ def devices_observed_on_nodes(
         f.inconclusive(f"the preflight (seq {pre.seq}) names no GPU: no binding to compare with the observation")
         return f.outcome("")
     for g in claimed:
-        gpu_uuid = g.get("gpu_uuid")
+        gpu_uuid = g.get("uuid")
         owner: str | None = next((r for r, u in roles.of_role.items() if u == gpu_uuid), None)
         bound_on = node_of(owner) if owner is not None else None
         if bound_on is None:
