@@ -2,9 +2,9 @@
 
 Usage: ``python3 observe_pod.py OUT [--simulated]``, from the repository root with ``PYTHONPATH`` on it and
 the OpenSSH tools on ``PATH``. It starts a throwaway sshd on 127.0.0.1 (tests/helpers/sshd.py), writes the
-lane config naming it, runs ``alpha observe gate observed-worker`` over lane.py, and leaves in OUT the stream,
-its HTML report and the observations as JSON lines (the host key's ``ssh-keygen -lf`` is printed). ``--simulated``: a dry run on a machine without a
-GPU (the simulated observer on the node; never physical).
+lane config naming it, runs ``alpha observe gate observed-worker`` over lane.py, and leaves in OUT the
+stream, its HTML report and the observations as JSON lines (and prints the host key's ``ssh-keygen -lf``).
+``--simulated``: a dry run on a machine without a GPU (the simulated observer on the node; never physical).
 """
 
 import json
