@@ -15,7 +15,10 @@ those kinds. This check binds the lane's claims to those observations:
    receipts). argv is for display. A role's process working on a GPU other than
    its role's fails, wherever and whenever it is seen; each role's own process
    must be seen on its own bound GPU during the run steps (descending from one of
-   them); a process on a bound GPU during a run step that is tied to no role
+   them); a process seen exiting (its script closed by its interpreter's
+   finalisation, or its ``/proc`` entry gone while NVML still lists it) keeps
+   the identity it was read with earlier under the same pid and ``exe``;
+   a process on a bound GPU during a run step that is tied to no role
    (another tenant, or a process of the tree running no role's executable) makes
    it inconclusive; a process of the tree on a GPU no role is bound to fails;
 4. a bound GPU is shared when memory in use that the listed processes do not
@@ -349,8 +352,11 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
                 )
                 + ": its processes cannot be recognised"
             )
+    from gates.devices_nodes import _carry_identity
+
     seen: dict[str, tuple[str, int]] = {}
     told: set[tuple[int, str]] = set()  # (pid, GPU) already reported: one finding per process and GPU
+    identified: dict[int, tuple[str, str | None]] = {}  # pid -> (exe, script) read in full
     for o in obs:
         step_now = _during(o.seq, intervals)
         if o.attrs.get("attribution") == "unavailable":
@@ -365,6 +371,8 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         for proc in _processes(o):
             work, listed = proc.work()
             on = work or "/".join(listed)
+            if proc.in_tree:
+                _carry_identity(proc, identified)  # a process seen exiting keeps the identity it was read with
             if not proc.in_tree:
                 shared = [g for g in listed if g in bound]
                 if shared and step_now is not None and (proc.pid, shared[0]) not in told:

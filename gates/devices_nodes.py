@@ -20,7 +20,9 @@ check judges those observations, node by node:
    GPU of its node during the run steps; one running a role's executable on
    another GPU fails; a process on a bound GPU during a run step whose digest
    is no role's is inconclusive (another tenant, or a lane process the
-   recorder cannot recognise);
+   recorder cannot recognise); a process seen exiting (its script closed by its
+   interpreter's finalisation, or its ``/proc`` entry gone while NVML still lists
+   it) keeps the identity it was read with under the same pid and ``exe``;
 4. a bound GPU with memory or activity its listed processes do not explain is
    shared: inconclusive (as on the recorder's own machine).
 """
@@ -28,11 +30,14 @@ check judges those observations, node by node:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aos.event import Event
 from gates.evidence import Evidence
 from gates.typing import Findings, Outcome
+
+if TYPE_CHECKING:
+    from gates.devices import _Process
 
 __all__ = ["config_nodes", "devices_observed_on_nodes"]
 
@@ -117,6 +122,19 @@ def _node_findings(name: str, obs: Sequence[Event], lost: Sequence[Event], f: Fi
         "driver": obs[0].attrs.get("driver"),
         "library": obs[0].attrs.get("library"),
     }
+
+
+def _carry_identity(proc: _Process, identified: dict[int, tuple[str, str | None]]) -> None:
+    """A process seen exiting keeps the identity it was read with earlier under the same pid: NVML lists a CUDA
+    process until its context is torn down, after its interpreter closed its script (finalisation) or after its
+    ``/proc`` entry is gone. Only a reading with no digest at all, or the same ``exe`` without a script, inherits;
+    any other reading (another program under a reused pid) is judged as it is."""
+    if proc.exe is not None and (proc.script is not None or proc.pid not in identified):
+        identified[proc.pid] = (proc.exe, proc.script)
+        return
+    before = identified.get(proc.pid)
+    if before is not None and proc.exe in (None, before[0]):
+        proc.exe, proc.script = before
 
 
 def devices_observed_on_nodes(
@@ -207,6 +225,7 @@ def devices_observed_on_nodes(
         name = _name(*n)
         mine = {u for r, u in roles.of_role.items() if node_of(r) == n}
         _shared_findings(node_obs[n], mine, f)
+        identified: dict[int, tuple[str, str | None]] = {}  # pid -> (exe, script) read in full on this node
         for o in node_obs[n]:
             step_now = _during(o.seq, intervals)
             if o.attrs.get("attribution") == "unavailable":
@@ -218,6 +237,7 @@ def devices_observed_on_nodes(
             for proc in _processes(o):
                 work, listed = proc.work()
                 on = work or "/".join(listed)
+                _carry_identity(proc, identified)
                 role = roles.role_of(proc)
                 what = proc.describe()
                 if role is None:

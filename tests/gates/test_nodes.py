@@ -173,3 +173,29 @@ def test_a_preflight_gpu_the_node_never_showed_fails() -> None:
     check = devices(s, "distributed-device")
     assert "fail" == check["status"]
     assert "which the recorder never observed on node root@pod-a:2222" in check["reason"]
+
+
+def _exiting(s: SyntheticStream, exe: dict[str, Any] | None, script: dict[str, Any] | None) -> None:
+    """After the run sample, the same pids listed again while exiting: read as ``exe`` and ``script``."""
+    run = next(op for op in s.ops if op["kind"] == "device.observed" and op["attrs"]["processes"])
+    late = copy.deepcopy(run)
+    for p in late["attrs"]["processes"]:
+        p.update(exe=exe, script=script)
+    s.ops.insert(s.ops.index(run) + 1, late)
+
+
+def test_a_role_process_seen_exiting_keeps_its_identity() -> None:
+    """A role's process listed again once its /proc entry is gone (no digest) keeps the role it was read with."""
+    s = remote("distributed-device")
+    _exiting(s, {"path": None, "sha256": None, "error": "No such file or directory"}, None)
+    check = devices(s, "distributed-device")
+    assert "pass" == check["status"], check["reason"]
+
+
+def test_another_program_under_a_reused_pid_is_judged_as_it_is() -> None:
+    """A later reading of the pid with another exe digest inherits nothing: unattributable on the bound GPU."""
+    s = remote("distributed-device")
+    _exiting(s, {"path": "/usr/bin/other", "sha256": "d" * 64}, None)
+    check = devices(s, "distributed-device")
+    assert "inconclusive" == check["status"]
+    assert "(other: exe sha256 dddddddddddd) ran on bound GPU" in check["reason"]
