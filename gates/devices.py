@@ -28,7 +28,8 @@ those kinds. This check binds the lane's claims to those observations:
 
 When the lane config the recorder captured names remote nodes (pods over SSH),
 the same rules are applied to each node's own observations instead
-(gates/devices_nodes.py).
+(gates/devices_nodes.py, which registers the check); here, only this
+machine's observations (those without ``node``) count.
 
 Streams whose observations carry no identities (recorded before this rule,
 without ``namespace``) are inconclusive: "recorded before attribution by
@@ -243,11 +244,6 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     """Observer nvml; the preflight's GPUs are the recorder's; each bound GPU ran the recorded tree in the run steps."""
     f = Findings()
     run_steps = tuple(str(s) for s in args.get("steps", RUN_STEPS))
-    from gates.devices_nodes import config_nodes, devices_observed_on_nodes
-
-    remote = config_nodes(ev, args.get("config_env"))
-    if remote is not None:  # the roles ran on remote nodes: judged by the nodes' observations (gates/devices_nodes.py)
-        return devices_observed_on_nodes(ev, remote[0], remote[1], run_steps)
     obs = [o for o in ev.observations if not isinstance(o.attrs.get("node"), dict)]  # this machine's own
     if not obs:
         f.inconclusive(
@@ -352,8 +348,6 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
                 )
                 + ": its processes cannot be recognised"
             )
-    from gates.devices_nodes import _carry_identity
-
     seen: dict[str, tuple[str, int]] = {}
     told: set[tuple[int, str]] = set()  # (pid, GPU) already reported: one finding per process and GPU
     identified: dict[int, tuple[str, str | None]] = {}  # pid -> (exe, script) read in full
@@ -445,6 +439,19 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         "processes attributed by the SHA-256 of what they execute; no memory or activity unexplained by them: "
         + "; ".join(notes)
     )
+
+
+def _carry_identity(proc: _Process, identified: dict[int, tuple[str, str | None]]) -> None:
+    """A process seen exiting keeps the identity it was read with earlier under the same pid: NVML lists a CUDA
+    process until its context is torn down, after its interpreter closed its script (finalisation) or after its
+    ``/proc`` entry is gone. Only a reading with no digest at all, or the same ``exe`` without a script, inherits;
+    any other reading (another program under a reused pid) is judged as it is."""
+    if proc.exe is not None and (proc.script is not None or proc.pid not in identified):
+        identified[proc.pid] = (proc.exe, proc.script)
+        return
+    before = identified.get(proc.pid)
+    if before is not None and proc.exe in (None, before[0]):
+        proc.exe, proc.script = before
 
 
 def _shared_findings(obs: Sequence[Event], bound: set[str], f: Findings) -> None:

@@ -25,21 +25,33 @@ check judges those observations, node by node:
    it) keeps the identity it was read with under the same pid and ``exe``;
 4. a bound GPU with memory or activity its listed processes do not explain is
    shared: inconclusive (as on the recorder's own machine).
+
+Streams of recorders before remote nodes (``stream.open`` without
+``observes_nodes: true`` and no observation with ``node``) are judged by the
+rules of the recorder's own machine, as they were sealed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aos.event import Event
+from gates.devices import (
+    RUN_STEPS,
+    _carry_identity,
+    _during,
+    _intervals,
+    _list,
+    _processes,
+    _Roles,
+    _shared_findings,
+    devices_observed,
+)
 from gates.evidence import Evidence
 from gates.typing import Findings, Outcome
 
-if TYPE_CHECKING:
-    from gates.devices import _Process
-
-__all__ = ["config_nodes", "devices_observed_on_nodes"]
+__all__ = ["config_nodes", "devices_observed_anywhere", "devices_observed_on_nodes"]
 
 LOCAL = ("", "local")
 
@@ -124,19 +136,6 @@ def _node_findings(name: str, obs: Sequence[Event], lost: Sequence[Event], f: Fi
     }
 
 
-def _carry_identity(proc: _Process, identified: dict[int, tuple[str, str | None]]) -> None:
-    """A process seen exiting keeps the identity it was read with earlier under the same pid: NVML lists a CUDA
-    process until its context is torn down, after its interpreter closed its script (finalisation) or after its
-    ``/proc`` entry is gone. Only a reading with no digest at all, or the same ``exe`` without a script, inherits;
-    any other reading (another program under a reused pid) is judged as it is."""
-    if proc.exe is not None and (proc.script is not None or proc.pid not in identified):
-        identified[proc.pid] = (proc.exe, proc.script)
-        return
-    before = identified.get(proc.pid)
-    if before is not None and proc.exe in (None, before[0]):
-        proc.exe, proc.script = before
-
-
 def devices_observed_on_nodes(
     ev: Evidence,
     nodes: list[tuple[str, int | None]],
@@ -144,8 +143,6 @@ def devices_observed_on_nodes(
     run_steps: tuple[str, ...],
 ) -> Outcome:
     """The check of the module's docstring."""
-    from gates.devices import _during, _intervals, _list, _processes, _Roles, _shared_findings
-
     f = Findings()
     node_obs = {n: [o for o in ev.observations if _of(o, *n)] for n in nodes}
     lost = {n: [e for e in ev.events if e.kind == "node.lost" and _of(e, *n)] for n in nodes}
@@ -288,3 +285,16 @@ def devices_observed_on_nodes(
         "observer nvml on " + "; ".join(described) + "; the preflight's GPUs are ones each role's node showed; "
         "processes attributed by the SHA-256 of what they execute: " + "; ".join(seen.values())
     )
+
+
+def devices_observed_anywhere(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
+    """``devices-observed``: over the remote nodes the captured lane config names, else on the recorder's machine."""
+    remote = config_nodes(ev, args.get("config_env"))
+    opened = ev.events[0].attrs if ev.events and ev.events[0].kind == "stream.open" else {}
+    nodes_seen = any(isinstance(o.attrs.get("node"), dict) for o in ev.observations)
+    if remote is None or not (opened.get("observes_nodes") is True or nodes_seen):
+        # A recorder before remote nodes observed only its own machine (a "localhost" host was this machine
+        # then): its streams are judged as they were sealed.
+        return devices_observed(ev, args)
+    run_steps = tuple(str(s) for s in args.get("steps", RUN_STEPS))
+    return devices_observed_on_nodes(ev, remote[0], remote[1], run_steps)

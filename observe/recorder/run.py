@@ -145,6 +145,8 @@ def _stream_open(rec: Recording) -> dict[str, Any]:
         "timeout": options.timeout,
         "observe_devices": options.observe_devices,
         "sample_interval_ns": int(options.sample_interval * 1e9),
+        # This recorder observes the remote nodes a captured lane config names (observe.devices.remote).
+        "observes_nodes": options.observe_devices != "off",
     }
 
 

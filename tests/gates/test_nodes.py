@@ -32,6 +32,7 @@ def remote(gate: str, hosts: tuple[str, ...] = ("root@pod-a",)) -> SyntheticStre
     """The right lane of ``gate``, its config naming ``hosts`` (one: loopback; two: ssh-tunnel, one per role), its
     observations the nodes' (no process of the recorded tree; each role's on its own node)."""
     s = device_lane(gate)
+    s.ops[0]["attrs"]["observes_nodes"] = True  # a recorder that observes remote nodes
     tunnel = len(hosts) > 1
     cfg: dict[str, Any] = {"owner": "ci", "minors": [0, 1], "remote_root": "/srv/lane"}
     if tunnel:
@@ -86,6 +87,15 @@ def test_two_hosts_over_ssh_tunnel_pass() -> None:
     check = devices(remote("distributed-device", ("root@pod-a", "root@pod-b")), "distributed-device")
     assert "pass" == check["status"], check["reason"]
     assert "of node root@pod-b:2222" in check["reason"]
+
+
+def test_a_stream_of_a_recorder_before_remote_nodes_is_judged_as_sealed() -> None:
+    """No observes_nodes in stream.open (a "localhost" host was this machine then): the local rules, as sealed."""
+    s = remote("distributed-device")
+    s.ops = [op for op in s.ops if op["kind"] != "device.observed"]
+    s.ops += [op for op in device_lane("distributed-device").ops if op["kind"] == "device.observed"]
+    del s.ops[0]["attrs"]["observes_nodes"]
+    assert "pass" == devices(s, "distributed-device")["status"]
 
 
 def test_the_local_observations_do_not_stand_for_a_pod() -> None:
