@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gates.captured import same_bytes
-from gates.devices import devices_observed
+from gates.devices_nodes import devices_observed_anywhere
 from gates.evidence import Artifact, Evidence, Receipt, glob_match
 from gates.typing import CheckFunction, Findings, Outcome
 
@@ -229,7 +229,7 @@ def qualification_files(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     return f.outcome(f"{art.path} names {len(named)} file(s), each captured with that SHA-256")
 
 
-register("devices-observed")(devices_observed)
+register("devices-observed")(devices_observed_anywhere)
 register("same-bytes")(same_bytes)
 
 

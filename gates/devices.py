@@ -15,13 +15,21 @@ those kinds. This check binds the lane's claims to those observations:
    receipts). argv is for display. A role's process working on a GPU other than
    its role's fails, wherever and whenever it is seen; each role's own process
    must be seen on its own bound GPU during the run steps (descending from one of
-   them); a process on a bound GPU during a run step that is tied to no role
+   them); a process seen exiting (its script closed by its interpreter's
+   finalisation, or its ``/proc`` entry gone while NVML still lists it) keeps
+   the identity it was read with earlier under the same pid and ``exe``;
+   a process on a bound GPU during a run step that is tied to no role
    (another tenant, or a process of the tree running no role's executable) makes
    it inconclusive; a process of the tree on a GPU no role is bound to fails;
 4. a bound GPU is shared when memory in use that the listed processes do not
    explain exceeds ``IDLE_MEMORY``, or it is busy while listing no process
    (NVML inside a container lists only that container's processes):
    inconclusive, never physical.
+
+When the lane config the recorder captured names remote nodes (pods over SSH),
+the same rules are applied to each node's own observations instead
+(gates/devices_nodes.py, which registers the check); here, only this
+machine's observations (those without ``node``) count.
 
 Streams whose observations carry no identities (recorded before this rule,
 without ``namespace``) are inconclusive: "recorded before attribution by
@@ -236,7 +244,7 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     """Observer nvml; the preflight's GPUs are the recorder's; each bound GPU ran the recorded tree in the run steps."""
     f = Findings()
     run_steps = tuple(str(s) for s in args.get("steps", RUN_STEPS))
-    obs = ev.observations
+    obs = [o for o in ev.observations if not isinstance(o.attrs.get("node"), dict)]  # this machine's own
     if not obs:
         f.inconclusive(
             "no device observation: the recorder recorded no device.observed event, so nothing the recorder "
@@ -342,6 +350,7 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
             )
     seen: dict[str, tuple[str, int]] = {}
     told: set[tuple[int, str]] = set()  # (pid, GPU) already reported: one finding per process and GPU
+    identified: dict[int, tuple[str, str | None]] = {}  # pid -> (exe, script) read in full
     for o in obs:
         step_now = _during(o.seq, intervals)
         if o.attrs.get("attribution") == "unavailable":
@@ -356,6 +365,8 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         for proc in _processes(o):
             work, listed = proc.work()
             on = work or "/".join(listed)
+            if proc.in_tree:
+                _carry_identity(proc, identified)  # a process seen exiting keeps the identity it was read with
             if not proc.in_tree:
                 shared = [g for g in listed if g in bound]
                 if shared and step_now is not None and (proc.pid, shared[0]) not in told:
@@ -428,6 +439,19 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         "processes attributed by the SHA-256 of what they execute; no memory or activity unexplained by them: "
         + "; ".join(notes)
     )
+
+
+def _carry_identity(proc: _Process, identified: dict[int, tuple[str, str | None]]) -> None:
+    """A process seen exiting keeps the identity it was read with earlier under the same pid: NVML lists a CUDA
+    process until its context is torn down, after its interpreter closed its script (finalisation) or after its
+    ``/proc`` entry is gone. Only a reading with no digest at all, or the same ``exe`` without a script, inherits;
+    any other reading (another program under a reused pid) is judged as it is."""
+    if proc.exe is not None and (proc.script is not None or proc.pid not in identified):
+        identified[proc.pid] = (proc.exe, proc.script)
+        return
+    before = identified.get(proc.pid)
+    if before is not None and proc.exe in (None, before[0]):
+        proc.exe, proc.script = before
 
 
 def _shared_findings(obs: Sequence[Event], bound: set[str], f: Findings) -> None:

@@ -396,12 +396,12 @@ def device_lane(
     config = {
         "owner": "ci",
         "pod_ids": ["p1"],
-        "host": "gpu-host",
+        "host": "local",  # the recorder's own machine (a remote host would be judged by its nodes' observations)
         "port": 22,
         "ssh_key": "/k",
         "minors": [0, 1],
         "remote_root": "/srv/lane",
-        "transport": "ssh",
+        "transport": "loopback",
     }
     # The recorder's side, before the command ran: its observation and its capture of the config.
     if observer is not None:

@@ -327,6 +327,7 @@ def observation(
     identities: Identities | None = None,
     namespace: Mapping[str, Any] | None = None,
     recent: Collection[str] = (),
+    everyone: bool = False,
 ) -> dict[str, Any]:
     """The attrs of one ``device.observed`` event (docs/FORMAT.md).
 
@@ -334,7 +335,10 @@ def observation(
     first; ``baseline`` each GPU's memory in use at the start observation;
     ``identities`` reads what each process of the tree executes; ``namespace``
     is where the recorder runs; ``recent`` the GPUs that listed a process within
-    the last ``QUIET_SECONDS`` (their utilisation is still explained).
+    the last ``QUIET_SECONDS`` (their utilisation is still explained);
+    ``everyone`` identifies every listed process, not only those of ``tree`` (a
+    remote node's observer: no process there is of the recorded tree, and each is
+    recognised by its digest alone).
     """
     by_pid: dict[int, list[str]] = {}
     for name, pid in open_steps:
@@ -348,8 +352,8 @@ def observation(
         steps: list[str] = []
         for ancestor in reversed(tree.ancestry(pid)):  # outermost first: innermost step last
             steps.extend(by_pid.get(ancestor, []))
-        argv = tree.argv(pid) if in_tree else None
-        if in_tree and identities is not None and pid not in known:
+        argv = tree.argv(pid) if in_tree or everyone else None
+        if (in_tree or everyone) and identities is not None and pid not in known:
             known[pid] = identities.read(pid, argv).attrs()
         who = known.get(pid, {"exe": None, "script": None})
         processes.append(

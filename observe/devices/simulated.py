@@ -25,6 +25,13 @@ utilisation to its GPU but lists no process: a tenant of another PID namespace,
 as NVML inside a container sees it. ``compute_mode`` defaults to ``"default"``.
 ``"attribution": "unavailable"`` simulates an NVML that cannot list
 processes. A file that cannot be read or parsed gives no GPUs and the ``error``.
+
+On a remote node (observe.devices.node_observer) the recorder sends the file's
+bytes to the node's observer, where ``"pid": "tree"`` stands for the node's own
+processes (no process there is of the recorded tree), and an optional
+``"nodes": {"USER@ADDRESS:PORT": {...}}`` gives one node GPUs of its own: the
+object under the node's key (its config's ``host`` and ``port``) replaces the
+file's top level there.
 """
 
 from __future__ import annotations
@@ -68,7 +75,7 @@ class SimulatedObserver:
     name = "simulated"
     library: dict[str, str] | None = None
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, data: bytes | None = None, node: str | None = None) -> None:
         self.driver: str | None = None
         self.cuda_driver: int | None = None
         self.error: str | None = None
@@ -77,28 +84,32 @@ class SimulatedObserver:
         self.processes: list[dict[str, Any]] = []
         self.listed = True
         absolute = os.path.abspath(path)
-        try:
-            fd = os.open(absolute, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        if data is None:
             try:
-                data = os.read(fd, SIMULATED_MAX_BYTES + 1)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            self.error = f"{ENV_SIMULATED}: cannot read {absolute}: {exc.strerror or exc}"
-            return
+                fd = os.open(absolute, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                try:
+                    data = os.read(fd, SIMULATED_MAX_BYTES + 1)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                self.error = f"{ENV_SIMULATED}: cannot read {absolute}: {exc.strerror or exc}"
+                return
         self.simulated_from = {"path": absolute, "sha256": hashlib.sha256(data).hexdigest()}
         try:
             if len(data) > SIMULATED_MAX_BYTES:
                 raise SimulatedError(f"larger than {SIMULATED_MAX_BYTES} bytes")
-            self._parse(data)
+            self._parse(data, node)
         except (SimulatedError, ValueError, RecursionError) as exc:
             self.gpus, self.processes, self.driver, self.cuda_driver = [], [], None, None
             self.error = f"{ENV_SIMULATED}: {absolute}: {exc}"
 
-    def _parse(self, data: bytes) -> None:
+    def _parse(self, data: bytes, node: str | None) -> None:
         doc = json.loads(data)
         if not isinstance(doc, dict):
             raise SimulatedError("not a JSON object")
+        nodes = doc.get("nodes")
+        if node is not None and isinstance(nodes, dict) and isinstance(nodes.get(node), dict):
+            doc = nodes[node]  # this remote node's own GPUs
         self.driver = _str(doc, "driver", "the file")
         if "cuda_driver" in doc:
             self.cuda_driver = _int(doc, "cuda_driver", "the file")

@@ -118,6 +118,8 @@ def _stream_open(rec: Recording) -> dict[str, Any]:
         "timeout": options.timeout,
         "observe_devices": options.observe_devices,
         "sample_interval_ns": int(options.sample_interval * 1e9),
+        # This recorder observes the remote nodes a captured lane config names (observe.devices.remote).
+        "observes_nodes": options.observe_devices != "off",
     }
 
 
@@ -136,6 +138,7 @@ def _start_sampler(rec: Recording, control: Control) -> Sampler | None:
         open_steps=control.open_steps,
         mask=lambda text: mask_text(text, rec.secrets),
         opening=rec.observer_opening,
+        cwd=rec.cwd,
     )
     sampler.start()
     return sampler
@@ -184,6 +187,8 @@ def _run_command(rec: Recording, control: Control, sampler: Sampler | None) -> t
         start = sampler.take_start()
         if start is not None:
             rec.sink.append("device.observed", start)
+        for kind, attrs in sampler.take_node_starts():  # the remote nodes' (observe.devices.remote)
+            rec.sink.append(kind, attrs)
     env = _command_env(rec, control)
     not_ours = frozenset(children_of(os.getpid()))  # a library caller's own children are not the command's
     container = open_container(rec.stream_id, not_ours)  # what the recorder ends as a whole at the end

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from observe.devices.identity import Identities
 from observe.devices.namespace import namespace_facts
@@ -38,16 +38,23 @@ from observe.devices.observers import (
     Observer,
     Tree,
     gpu_telemetry,
+    lane_configs,
     observation,
 )
 from observe.recorder.sinks import Sink, logger
 
-__all__ = ["END_WAIT", "START_WAIT", "ObserverOpening", "ProcessTree", "Sampler"]
+if TYPE_CHECKING:
+    from observe.devices.remote import NodeLink
+
+__all__ = ["END_WAIT", "NODE_START_WAIT", "START_WAIT", "ObserverOpening", "ProcessTree", "Sampler"]
 
 #: Seconds the recorder waits for the start observation before it starts the command anyway.
 START_WAIT = 5.0
 #: Seconds the recorder waits for the end observation before it goes on without it.
 END_WAIT = 10.0
+#: Seconds the recorder waits for each remote node's start observation (the SSH connection, the upload,
+#: NVML on the node) before it starts the command anyway (the node's start follows when it comes).
+NODE_START_WAIT = 15.0
 
 OpenSteps = Callable[[], Sequence[tuple[str, int | None]]]
 
@@ -225,6 +232,7 @@ class Sampler:
         open_steps: OpenSteps,
         mask: Callable[[str], str],
         opening: ObserverOpening | None = None,
+        cwd: str | None = None,
     ) -> None:
         self.opening = opening  # the observer, already being opened (None: open it on the thread)
         if opening is not None:
@@ -250,11 +258,39 @@ class Sampler:
         self._namespace: dict[str, Any] | None = None
         self._listed_at: dict[str, float] = {}  # GPU uuid -> when it last listed a process (monotonic)
         self._thread = threading.Thread(target=self._main, name="aos-sampler", daemon=True)
+        self.cwd = cwd  # where the lane configs' paths are resolved (None: no remote nodes)
+        self.links: list[NodeLink] = []
+        self._nodes_finished = False
 
     # -- called by the recorder --------------------------------------------------------
 
     def start(self) -> None:
         self._thread.start()
+        self._open_nodes()
+
+    def _open_nodes(self) -> None:
+        """Connect to each remote node the lane configs name (observe.devices.remote), each on its own thread.
+        Without a lane config in the environment nothing is imported."""
+        if self.cwd is None or not lane_configs(self.env):
+            return
+        try:
+            from observe.devices.remote import open_links
+
+            self.links, problems = open_links(self.env, self.cwd, interval=self.interval, append=self._append)
+        except Exception as exc:  # noqa: BLE001 - a broken node observer never stops a recording
+            logger().error("the remote node observers failed to start", error=f"{type(exc).__name__}: {exc}")
+            return
+        for problem in problems:
+            logger().warning("a lane config names no usable node", problem=problem)
+
+    def take_node_starts(self, timeout: float = NODE_START_WAIT) -> list[tuple[str, dict[str, Any]]]:
+        """Each remote node's start observation ready within ``timeout`` (and what followed it already), as
+        ``(kind, attrs)``; the others are appended as they come."""
+        deadline = time.monotonic() + timeout
+        found = []
+        for link in self.links:
+            found += link.take_start(max(deadline - time.monotonic(), 0.0))
+        return found
 
     def take_start(self, timeout: float = START_WAIT) -> dict[str, Any] | None:
         """The start observation, for the recorder to append (None: not ready; the thread appends it later)."""
@@ -270,7 +306,20 @@ class Sampler:
         self._wake.set()
 
     def finish(self, timeout: float = END_WAIT) -> None:
-        """Stop sampling and append the end observation (bounded wait; idempotent)."""
+        """Stop sampling and append the end observations, the nodes' too (bounded wait; idempotent)."""
+        if not self._nodes_finished:
+            self._nodes_finished = True
+            for link in self.links:
+                link.end()
+            deadline = time.monotonic() + timeout
+            self._finish_local(timeout)
+            for link in self.links:
+                link.done.wait(max(deadline - time.monotonic(), 0.0))
+                link.close()
+        else:
+            self._finish_local(timeout)
+
+    def _finish_local(self, timeout: float) -> None:
         if not self._thread.is_alive() and self._stop.is_set():
             return
         self._stop.set()

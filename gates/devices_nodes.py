@@ -1,0 +1,300 @@
+"""``devices-observed`` over remote nodes: the lane's roles ran on GPUs of pods the recorder reached over SSH.
+
+When the lane config the recorder captured (``origin: recorder``) names a host
+other than ``"local"`` (or, with ``"transport": "ssh-tunnel"``, a list of
+``nodes``, one per role in role order), the recorder observed each node over its
+own SSH connection and its ``device.observed`` events carry ``node``. Then the
+check judges those observations, node by node:
+
+1. every node the config names was observed, from ``start`` to ``end``, by the
+   observer ``nvml`` over a connection whose host key the recorder verified
+   (one fingerprint per node throughout); a node refused (unknown or changed
+   host key), unreachable, without python3 or NVML (observer ``none``, with the
+   reason), simulated, or lost mid-run (``node.lost``) is inconclusive, naming
+   the node and the reason;
+2. each GPU the preflight binds is one its role's node observed, with the same
+   name and driver (else fail); no GPU UUID is observed on two nodes (two
+   nodes that show one card are one machine: inconclusive);
+3. processes are tied to roles by digest alone (no node process is of the
+   recorded tree): each role's own executable must be seen working on its bound
+   GPU of its node during the run steps; one running a role's executable on
+   another GPU fails; a process on a bound GPU during a run step whose digest
+   is no role's is inconclusive (another tenant, or a lane process the
+   recorder cannot recognise); a process seen exiting (its script closed by its
+   interpreter's finalisation, or its ``/proc`` entry gone while NVML still lists
+   it) keeps the identity it was read with under the same pid and ``exe``;
+4. a bound GPU with memory or activity its listed processes do not explain is
+   shared: inconclusive (as on the recorder's own machine).
+
+Streams of recorders before remote nodes (``stream.open`` without
+``observes_nodes: true`` and no observation with ``node``) are judged by the
+rules of the recorder's own machine, as they were sealed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aos.event import Event
+from gates.devices import (
+    RUN_STEPS,
+    _carry_identity,
+    _during,
+    _intervals,
+    _list,
+    _processes,
+    _Roles,
+    _shared_findings,
+    devices_observed,
+)
+from gates.evidence import Evidence
+from gates.typing import Findings, Outcome
+
+__all__ = ["config_nodes", "devices_observed_anywhere", "devices_observed_on_nodes"]
+
+LOCAL = ("", "local")
+
+
+def config_nodes(ev: Evidence, config_env: Any) -> tuple[list[tuple[str, int | None]], str | None] | None:
+    """The remote nodes the recorder-captured lane config names, in role order (``(host, port)``), and its
+    transport; None when it names none (the roles run on the recorder's own machine)."""
+    wanted = {"origin": "recorder", "env": config_env} if isinstance(config_env, str) and config_env else None
+    configs = ev.artifacts_matching("**", wanted or {"origin": "recorder"})
+    configs = [a for a in configs if isinstance(a.event.attrs.get("env"), str)]  # a lane config, not a rebuild's
+    for art in reversed(configs):
+        try:
+            doc = art.json()
+        except ValueError:
+            continue
+        if not isinstance(doc, dict):
+            continue
+        transport = doc.get("transport")
+        entries = doc.get("nodes") if transport == "ssh-tunnel" else [doc]
+        if not isinstance(entries, list):
+            continue
+        nodes = []
+        for e in entries:
+            host = str(e.get("host") or "").strip() if isinstance(e, dict) else ""
+            if host not in LOCAL:
+                port = e.get("port")
+                nodes.append((host, int(port) if isinstance(port, int) else None))
+        if nodes:
+            return nodes, str(transport) if transport is not None else None
+    return None
+
+
+def _name(host: str, port: int | None) -> str:
+    return f"{host}:{port}" if port is not None else host
+
+
+def _of(o: Event, host: str, port: int | None) -> bool:
+    node = o.attrs.get("node")
+    return isinstance(node, dict) and node.get("host") == host and (port is None or node.get("port") == port)
+
+
+def _node_findings(name: str, obs: Sequence[Event], lost: Sequence[Event], f: Findings) -> dict[str, Any] | None:
+    """Inconclusive unless the node was observed by nvml, over a verified host key, start to end; the node's
+    facts (from its start observation) when it was."""
+    if not obs:
+        f.inconclusive(f"node {name}: the recorder recorded no observation of it")
+        return None
+    for o in obs:
+        a = o.attrs
+        if a.get("observer") == "none" or not (a.get("node") or {}).get("host_key_verified"):
+            f.use([o.seq])
+            f.inconclusive(f"node {name}: observer none (seq {o.seq}): {a.get('error') or 'no reason recorded'}")
+            return None
+    for o in obs:
+        a = o.attrs
+        if a.get("observer") == "simulated" or a.get("simulated_from") is not None:
+            f.use([o.seq])
+            f.inconclusive(f"node {name}: the devices were simulated (seq {o.seq}): never a physical GPU")
+            return None
+        if a.get("observer") != "nvml":
+            f.use([o.seq])
+            f.inconclusive(f"node {name}: unknown device observer {a.get('observer')!r} (seq {o.seq})")
+            return None
+    for e in lost:
+        f.use([e.seq])
+        f.inconclusive(f"node {name} was lost during the recording (seq {e.seq}): {e.attrs.get('reason')}")
+    phases = {str(o.attrs.get("phase")) for o in obs}
+    for phase in ("start", "end"):
+        if phase not in phases:
+            f.inconclusive(f"node {name}: no {phase} observation")
+    keys = {str(((o.attrs.get("node") or {}).get("host_key") or {}).get("sha256")) for o in obs}
+    libraries = {str((o.attrs.get("library") or {}).get("sha256")) for o in obs}
+    drivers = {str(o.attrs.get("driver")) for o in obs}
+    if len(keys) > 1:
+        f.fail(f"node {name}: the verified host key changed during the recording: {sorted(keys)}")
+    if len(libraries) > 1 or len(drivers) > 1:
+        f.fail(f"node {name}: the driver or NVML library changed during the recording")
+    f.use([obs[0].seq, obs[-1].seq])
+    return dict(obs[0].attrs.get("node") or {}) | {
+        "driver": obs[0].attrs.get("driver"),
+        "library": obs[0].attrs.get("library"),
+    }
+
+
+def devices_observed_on_nodes(
+    ev: Evidence,
+    nodes: list[tuple[str, int | None]],
+    transport: str | None,
+    run_steps: tuple[str, ...],
+) -> Outcome:
+    """The check of the module's docstring."""
+    f = Findings()
+    node_obs = {n: [o for o in ev.observations if _of(o, *n)] for n in nodes}
+    lost = {n: [e for e in ev.events if e.kind == "node.lost" and _of(e, *n)] for n in nodes}
+    facts = {n: _node_findings(_name(*n), node_obs[n], lost[n], f) for n in nodes}
+    if not f.ok:
+        return f.outcome("")
+    seen_gpus: dict[tuple[str, int | None], dict[str, dict[str, Any]]] = {}
+    for n in nodes:
+        gpus = seen_gpus.setdefault(n, {})
+        for o in node_obs[n]:
+            for g in _list(o.attrs.get("gpus")):
+                if isinstance(g.get("uuid"), str):
+                    gpus.setdefault(g["uuid"], g)
+    where: dict[str, set[str]] = {}
+    for n, gpus in seen_gpus.items():
+        for uuid in gpus:
+            where.setdefault(uuid, set()).add(_name(*n))
+    for uuid, names in where.items():
+        if len(names) > 1:
+            f.inconclusive(f"GPU {uuid} was observed on nodes {', '.join(sorted(names))}: they are one machine")
+
+    preflights = ev.receipts_named("preflight")
+    if not preflights:
+        f.inconclusive("no preflight receipt: no bound GPU to compare with what the recorder observed")
+        return f.outcome("")
+    pre = preflights[-1]
+    f.use([pre.seq])
+    roles = _Roles(ev, pre, f)
+    order = list(dict.fromkeys(str(r.fields.get("role")) for r in ev.receipts_named("static-build")))
+    per_node = transport == "ssh-tunnel" and len(nodes) > 1
+
+    def node_of(role: str) -> tuple[str, int | None] | None:
+        if not per_node:
+            return nodes[0]
+        i = order.index(role) if role in order else -1
+        return nodes[i] if 0 <= i < len(nodes) else None
+
+    claimed = _list(pre.fields.get("gpus"))
+    if not claimed:
+        f.inconclusive(f"the preflight (seq {pre.seq}) names no GPU: no binding to compare with the observation")
+        return f.outcome("")
+    for g in claimed:
+        gpu_uuid = g.get("uuid")
+        owner: str | None = next((r for r, u in roles.of_role.items() if u == gpu_uuid), None)
+        bound_on = node_of(owner) if owner is not None else None
+        if bound_on is None:
+            f.inconclusive(f"the preflight's GPU {gpu_uuid} is bound to no role that a node of the lane config runs")
+            continue
+        n = bound_on
+        observed = seen_gpus.get(n, {}).get(gpu_uuid) if isinstance(gpu_uuid, str) else None
+        driver = (facts[n] or {}).get("driver")
+        if observed is None:
+            f.fail(
+                f"the preflight (seq {pre.seq}) names GPU {gpu_uuid} ({g.get('product')}) for {owner}, which the "
+                f"recorder never observed on node {_name(*n)} "
+                f"(it observed: {', '.join(seen_gpus.get(n, {})) or 'none'})"
+            )
+            continue
+        if g.get("product") != observed.get("name"):
+            f.fail(
+                f"node {_name(*n)}: the preflight says GPU {gpu_uuid} is a {g.get('product')!r}; observed a "
+                f"{observed.get('name')!r}"
+            )
+        if driver is not None and str(g.get("driver")) != str(driver):
+            f.fail(
+                f"node {_name(*n)}: the preflight says GPU {gpu_uuid} runs driver {g.get('driver')!r}; "
+                f"observed {driver!r}"
+            )
+
+    intervals = _intervals(ev, run_steps)
+    if not intervals:
+        f.inconclusive(f"none of the run steps ({', '.join(run_steps)}) was recorded")
+        return f.outcome("")
+    seen: dict[str, str] = {}
+    told: set[tuple[str, int, str]] = set()
+    for n in nodes:
+        name = _name(*n)
+        mine = {u for r, u in roles.of_role.items() if node_of(r) == n}
+        _shared_findings(node_obs[n], mine, f)
+        identified: dict[int, tuple[str, str | None]] = {}  # pid -> (exe, script) read in full on this node
+        for o in node_obs[n]:
+            step_now = _during(o.seq, intervals)
+            if o.attrs.get("attribution") == "unavailable":
+                if (name, -1, "") not in told:
+                    told.add((name, -1, ""))
+                    f.use([o.seq])
+                    f.inconclusive(f"node {name}: NVML could not attribute processes (seq {o.seq})")
+                continue
+            for proc in _processes(o):
+                work, listed = proc.work()
+                on = work or "/".join(listed)
+                _carry_identity(proc, identified)
+                role = roles.role_of(proc)
+                what = proc.describe()
+                if role is None:
+                    if step_now is not None and (mine & set(listed)) and (name, proc.pid, on) not in told:
+                        told.add((name, proc.pid, on))
+                        f.use([o.seq])
+                        f.inconclusive(
+                            f"node {name}: {what} ran on bound GPU {on} during {step_now} (seq {o.seq}), but what it "
+                            "executes is no role's captured executable: unattributable"
+                        )
+                    continue
+                want = roles.of_role.get(role)
+                right = node_of(role) == n and want is not None and (work == want or (work is None and want in listed))
+                if not right:
+                    if (name, proc.pid, on) not in told:
+                        told.add((name, proc.pid, on))
+                        f.use([o.seq])
+                        home = node_of(role)
+                        f.fail(
+                            f"node {name}: {role}'s {what} worked on GPU {on}, but {role} is bound to GPU {want}"
+                            + (f" of node {_name(*home)}" if home is not None else "")
+                            + f" (seq {o.seq})"
+                        )
+                    continue
+                if step_now is not None and role not in seen:
+                    f.use([o.seq])
+                    seen[role] = f"{role}'s {what} on GPU {want} of node {name} during {step_now} (seq {o.seq})"
+    for role in roles.of_role:
+        if role not in seen and role in roles.executables:
+            home = node_of(role)
+            f.inconclusive(
+                f"{role}'s own process (running its captured executable) was not seen on its bound GPU "
+                f"{roles.of_role[role]} of node {_name(*home) if home else '?'} during the run steps"
+            )
+        elif role not in roles.executables:
+            f.inconclusive(f"no captured executable of {role}: its processes cannot be recognised on a node")
+    described = []
+    for n in nodes:
+        x = facts[n] or {}
+        lib: Mapping[str, Any] = x["library"] if isinstance(x.get("library"), Mapping) else {}
+        key: Mapping[str, Any] = x["host_key"] if isinstance(x.get("host_key"), Mapping) else {}
+        described.append(
+            f"node {_name(*n)} (host key {key.get('sha256')}, observer sha256 {str(x.get('observer_sha256'))[:12]}, "
+            f"driver {x.get('driver')}, NVML sha256 {str(lib.get('sha256'))[:12]}, PID namespace "
+            f"{x.get('pid_namespace')})"
+        )
+    return f.outcome(
+        "observer nvml on " + "; ".join(described) + "; the preflight's GPUs are ones each role's node showed; "
+        "processes attributed by the SHA-256 of what they execute: " + "; ".join(seen.values())
+    )
+
+
+def devices_observed_anywhere(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
+    """``devices-observed``: over the remote nodes the captured lane config names, else on the recorder's machine."""
+    remote = config_nodes(ev, args.get("config_env"))
+    opened = ev.events[0].attrs if ev.events and ev.events[0].kind == "stream.open" else {}
+    nodes_seen = any(isinstance(o.attrs.get("node"), dict) for o in ev.observations)
+    if remote is None or not (opened.get("observes_nodes") is True or nodes_seen):
+        # A recorder before remote nodes observed only its own machine (a "localhost" host was this machine
+        # then): its streams are judged as they were sealed.
+        return devices_observed(ev, args)
+    run_steps = tuple(str(s) for s in args.get("steps", RUN_STEPS))
+    return devices_observed_on_nodes(ev, remote[0], remote[1], run_steps)

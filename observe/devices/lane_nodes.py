@@ -1,0 +1,164 @@
+"""The remote nodes a captured lane config names, and how the recorder reaches each.
+
+A lane config (docs/GATES.md, "Lane config") names the machine its roles run
+on: ``"host"`` absent or ``"local"`` is the recorder's own machine (observed
+locally, no SSH); any other host, ``localhost`` included, is ``USER@ADDRESS``
+(or ``ADDRESS``) reached over SSH at ``port`` (default 22) with ``ssh_key``,
+its host key verified against ``known_hosts`` (the config's file when named,
+else the user's ``~/.ssh/known_hosts``). ``"transport": "ssh-tunnel"`` names one
+node per role instead, in role order: ``"nodes": [{"host", "port", "ssh_key",
+"minors", "remote_root", "known_hosts"}, ...]``.
+
+``~/.ssh/config`` (the recorder's ``HOME``) is honoured for what the lane config
+leaves open: ``HostName``, ``User``, ``Port``, ``IdentityFile`` and
+``UserKnownHostsFile`` of the first matching ``Host`` blocks. Not honoured, by
+design: ``Match`` blocks (``Match exec`` would run a program), ``ProxyCommand``
+and ``ProxyJump`` (a program or a hop the command could reach), ``ControlMaster``
+and ``ControlPath`` (a shared connection is one the command could use),
+``StrictHostKeyChecking`` (always yes), ``IdentityAgent`` and agent forwarding
+(BatchMode with keys only), ciphers and algorithms (the SSH library's own).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Node", "lane_nodes", "node_key"]
+
+#: ``host`` values that name the recorder's own machine.
+LOCAL = ("", "local")
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node the recorder connects to: where, as whom, with which key, verified against which file."""
+
+    #: The config's ``host`` as written (``user@address``): the node's name in the stream.
+    host: str
+    address: str
+    port: int
+    user: str
+    ssh_key: str | None
+    known_hosts: str
+    #: The roles (indices, in role order) that run on this node; empty for a ``loopback`` pod (all of them).
+    roles: tuple[int, ...] = ()
+    #: What ~/.ssh/config supplied, for the record (``{"HostName": ...}``).
+    from_ssh_config: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        """The part of the ``node`` attrs that says which node this is."""
+        return {"host": self.host, "address": self.address, "port": self.port, "user": self.user}
+
+
+def node_key(host: str, port: int) -> str:
+    """The key a node goes by in a simulated-GPU file's ``nodes`` (``USER@ADDRESS:PORT``)."""
+    return f"{host}:{port}"
+
+
+def _ssh_config(path: str, alias: str) -> dict[str, str]:
+    """The options ``Host`` blocks of ``path`` give ``alias`` (first value wins; ``Match`` blocks skipped)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(1 << 20)
+    except OSError:
+        return {}
+    import fnmatch
+
+    found: dict[str, str] = {}
+    applies = True  # options before the first Host line apply to every host
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.replace("=", " ", 1).partition(" ")
+        key, value = key.lower(), value.strip().strip('"')
+        if key == "host":
+            patterns = value.split()
+            positive = [p for p in patterns if not p.startswith("!")]
+            negated = [p[1:] for p in patterns if p.startswith("!")]
+            applies = any(fnmatch.fnmatch(alias, p) for p in positive) and not any(
+                fnmatch.fnmatch(alias, p) for p in negated
+            )
+        elif key == "match":
+            applies = False
+        elif applies:
+            names = {
+                "hostname": "HostName",
+                "user": "User",
+                "port": "Port",
+                "identityfile": "IdentityFile",
+                "userknownhostsfile": "UserKnownHostsFile",
+            }
+            if key in names and names[key] not in found:
+                found[names[key]] = value.split()[0] if key == "userknownhostsfile" else value
+    return found
+
+
+def _node(entry: Mapping[str, Any], base: str, home: str, roles: tuple[int, ...]) -> Node | str:
+    host = str(entry.get("host") or "")
+    user, _, address = host.rpartition("@")
+    ssh = _ssh_config(os.path.join(home, ".ssh", "config"), address)
+    user = user or ssh.get("User") or getpass.getuser()
+    real = ssh.get("HostName", address).replace("%h", address)
+    port_value = entry.get("port", ssh.get("Port", 22))
+    try:
+        port = int(port_value)
+    except (TypeError, ValueError):
+        return f"node {host}: port {port_value!r} is not a number"
+
+    def path(value: Any) -> str | None:
+        if not isinstance(value, str) or not value:
+            return None
+        if value.startswith("~/"):
+            value = home + value[1:]
+        return value if os.path.isabs(value) else os.path.join(base, value)
+
+    key = path(entry.get("ssh_key")) or path(ssh.get("IdentityFile"))
+    known = path(entry.get("known_hosts")) or path(ssh.get("UserKnownHostsFile"))
+    used = {k: v for k, v in ssh.items() if k in ("HostName", "User", "Port", "IdentityFile", "UserKnownHostsFile")}
+    return Node(
+        host=host,
+        address=real,
+        port=port,
+        user=user,
+        ssh_key=key,
+        known_hosts=known or os.path.join(home, ".ssh", "known_hosts"),
+        roles=roles,
+        from_ssh_config=used,
+    )
+
+
+def lane_nodes(config: Any, base: str, home: str | None = None) -> tuple[list[Node], list[str]]:
+    """The remote nodes ``config`` names (one per distinct user, address and port) and what is wrong with it.
+
+    ``base`` resolves relative paths (the config file's folder); ``home`` is the recorder's ``HOME``.
+    """
+    home = home if home is not None else os.path.expanduser("~")
+    if not isinstance(config, dict):
+        return [], ["the lane config is not a JSON object"]
+    if config.get("transport") == "ssh-tunnel":
+        entries = config.get("nodes")
+        if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+            return [], ['transport "ssh-tunnel" needs "nodes": a list of objects, one per role']
+        named: list[tuple[dict[str, Any], tuple[int, ...]]] = [(e, (i,)) for i, e in enumerate(entries)]
+    else:
+        named = [(config, ())]
+    nodes: dict[tuple[str, str, int], Node] = {}
+    problems: list[str] = []
+    for entry, roles in named:
+        if str(entry.get("host") or "").strip() in LOCAL:
+            continue
+        made = _node(entry, base, home, roles)
+        if isinstance(made, str):
+            problems.append(made)
+            continue
+        key = (made.user, made.address, made.port)
+        if key in nodes:  # two roles on one host: one connection observes both
+            before = nodes[key]
+            made = Node(**{**vars(before), "roles": before.roles + made.roles})
+        nodes[key] = made
+    return list(nodes.values()), problems

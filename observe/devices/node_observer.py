@@ -1,0 +1,210 @@
+"""The observer the recorder runs on a remote node, over its own SSH connection.
+
+The recorder uploads this module with what it needs (observe.devices.bundle): the
+node's ``python3`` runs a bootstrap that reads the bundle from stdin, checks its
+SHA-256 against the digest the recorder named on the command line, and imports
+the modules from memory (nothing is written on the node). Then :func:`main`
+reads one setup line and streams JSON lines back on stdout, one object each:
+
+- ``{"type": "hello", "sha256", "python", "kernel", "namespace"}``: the digest
+  the node computed of the bundle it runs, its Python, ``uname`` and PID-namespace
+  facts (observe.devices.namespace, read on the node);
+- ``{"type": "device.observed", "attrs": {...}}``: an observation of the node's
+  GPUs, with the schema of the recorder's own (observe.devices.observers), at
+  ``start``, every interval when something changed (``sample``) and at ``end``;
+- ``{"type": "telemetry", "attrs": {"gpus": [...]}}``: every interval;
+- ``{"type": "bye"}``: after the end observation.
+
+It ends after the ``end`` observation, taken when the recorder writes ``end`` on
+stdin or closes it (the connection dropped): nothing of it outlives the recording.
+No process on a node is of the recorded tree: every GPU process is identified by
+what the kernel says it executes (observe.devices.identity), never by its argv.
+
+Only the standard library and the bundled modules are imported: the node needs a
+python3 (3.9 or later) and nothing installed.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from observe.devices.identity import Identities
+from observe.devices.namespace import namespace_facts
+from observe.devices.observers import (
+    QUIET_SECONDS,
+    DeviceReading,
+    NvmlObserver,
+    Observer,
+    Tree,
+    gpu_telemetry,
+    observation,
+)
+
+__all__ = ["main"]
+
+
+def _not_dumpable() -> None:
+    """Keep same-user processes on the node (not root) out of this process's memory (``PR_SET_DUMPABLE`` 0)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _argv(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read(1 << 16)
+    except OSError:
+        return None
+    return [a.decode("utf-8", "backslashreplace") for a in raw.split(b"\0")[:-1]] if raw else None
+
+
+def _all_processes() -> Tree:
+    """Every process of the node and its parent: what a simulated ``"pid": "tree"`` entry stands for here."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            parents[int(name)] = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    me = os.getpid()
+    parents.pop(me, None)
+    return Tree(parents=parents, argv=_argv)
+
+
+def _open(setup: dict[str, Any]) -> Observer:
+    simulated = setup.get("simulated")
+    if isinstance(simulated, dict):
+        from observe.devices.simulated import SimulatedObserver
+
+        data = base64.b64decode(str(simulated.get("data_b64", "")))
+        return SimulatedObserver(str(simulated.get("path")), data, node=setup.get("node"))
+    return NvmlObserver.open(required=True)
+
+
+class _Node:
+    """The observations of this node, as the recorder's sampler takes them of its own machine."""
+
+    def __init__(self, observer: Observer, namespace: dict[str, Any]) -> None:
+        self.observer = observer
+        self.namespace = namespace
+        self.identities = Identities()
+        self.baseline: dict[str, int] = {}
+        self.listed_at: dict[str, float] = {}
+        self.last_key: object = None
+        self.scan = getattr(observer, "name", "") == "simulated"
+
+    def observe(self, phase: str) -> tuple[dict[str, Any], DeviceReading]:
+        failure = None
+        reading = DeviceReading()
+        try:
+            reading = self.observer.read(_all_processes() if self.scan else Tree())
+        except Exception as exc:  # noqa: BLE001 - recorded in the observation, never raised
+            failure = f"the device observer failed: {type(exc).__name__}: {exc}"
+        if phase == "start":
+            self.baseline = {g.uuid: g.memory_used for g in reading.gpus if g.memory_used is not None}
+        now = time.monotonic()
+        for _pid, uuid, _used in reading.processes:
+            self.listed_at[uuid] = now
+        recent = {u for u, at in self.listed_at.items() if now - at <= QUIET_SECONDS}
+        attrs = observation(
+            phase,
+            self.observer,
+            reading,
+            Tree(argv=_argv),
+            (),
+            baseline=self.baseline,
+            mask=lambda text: text,  # the recorder's sink masks what it appends
+            extra_error=failure,
+            identities=self.identities,
+            namespace=self.namespace,
+            recent=recent,
+            everyone=True,
+        )
+        return attrs, reading
+
+    def changed(self, attrs: dict[str, Any]) -> bool:
+        key = json.dumps(
+            [
+                [(g["uuid"], g["compute_mode"], _step(g.get("unexplained_memory"))) for g in attrs["gpus"]],
+                [(p["pid"], p["gpu"], _sha(p["exe"]), _sha(p["script"])) for p in attrs["processes"]],
+                attrs["attribution"],
+                attrs["error"],
+            ]
+        )
+        if key == self.last_key:
+            return False
+        self.last_key = key
+        return True
+
+
+def _step(memory: Any) -> int | None:
+    return memory // (256 << 20) if isinstance(memory, int) else None
+
+
+def _sha(file: Any) -> Any:
+    return file.get("sha256") if isinstance(file, dict) else None
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def main(digest: str) -> int:
+    """Observe this node until the recorder says ``end`` (or goes away); ``digest`` is the bundle's SHA-256."""
+    _not_dumpable()
+    stdin = sys.stdin.buffer
+    setup = json.loads(stdin.readline() or b"{}")
+    interval = max(float(setup.get("interval", 1.0)), 0.05)
+    stop = threading.Event()
+
+    def listen() -> None:
+        for line in stdin:
+            if line.strip() == b"end":
+                break
+        stop.set()
+
+    threading.Thread(target=listen, name="aos-node-stdin", daemon=True).start()
+    u = os.uname()
+    namespace = namespace_facts(os.environ)
+    _emit(
+        {
+            "type": "hello",
+            "sha256": digest,
+            "python": sys.version.split()[0],
+            "kernel": {"sysname": u.sysname, "release": u.release, "version": u.version, "machine": u.machine},
+            "namespace": namespace,
+        }
+    )
+    node = _Node(_open(setup), namespace)
+    attrs, _reading = node.observe("start")
+    node.changed(attrs)
+    _emit({"type": "device.observed", "attrs": attrs})
+    next_at = time.monotonic() + interval
+    while not stop.wait(max(next_at - time.monotonic(), 0.0)):
+        next_at = max(next_at + interval, time.monotonic())
+        attrs, reading = node.observe("sample")
+        _emit({"type": "telemetry", "attrs": {"gpus": gpu_telemetry(reading)}})
+        if node.changed(attrs):
+            _emit({"type": "device.observed", "attrs": attrs})
+    attrs, _reading = node.observe("end")
+    _emit({"type": "device.observed", "attrs": attrs})
+    with contextlib.suppress(Exception):  # closing NVML must not lose the end observation
+        node.observer.close()
+    _emit({"type": "bye"})
+    return 0
