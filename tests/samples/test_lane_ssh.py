@@ -75,14 +75,23 @@ def _write(path: Path, config: dict[str, Any]) -> Path:
     return path
 
 
+def _simulated(folder: Path) -> str:
+    """The lane's fake cards as a simulated-observer file (samples/lane/testing/gpus.py), forged to claim NVML:
+    the recorder sends it to each node's observer."""
+    path = folder / "simulated-gpus.json"
+    path.write_bytes(subprocess.check_output([sys.executable, str(TESTING / "gpus.py"), "--simulated", "--claim-nvml"]))
+    return str(path)
+
+
 def _start_gate(gate: str, folder: Path, config: Path) -> subprocess.Popen[str]:
-    """Start a lane under its gate in ``folder`` (its stream: ``folder/GATE.aos``)."""
+    """Start a lane under its gate in ``folder`` (its stream: ``folder/GATE.aos``), each node observed by the
+    recorder with the simulated observer."""
     script = ROOT / "scripts" / "ci" / f"{gate}.sh"
     stream = folder / f"{gate}.aos"
     return subprocess.Popen(
         [ALPHA, "observe", "gate", gate, "--out", str(stream), "--quiet", "--", "bash", str(script), "out"],
         cwd=folder,
-        env=child_env({VARIABLE[gate]: str(config)}),
+        env=child_env({VARIABLE[gate]: str(config), "ALPHA_OBSERVE_SIMULATED_GPUS": _simulated(folder)}),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -179,6 +188,19 @@ class TestLanesOverSsh:
             verdict["scope"],
             _open_checks(verdict),
         ), verdict["summary"]
+
+    def test_each_node_is_observed_by_the_recorder_and_named_in_the_reason(self, lane_run: dict[str, Any]) -> None:
+        """The recorder observed every node of the config over its own connection (the node's host key verified,
+        the simulated observer there, from start to end); devices-observed names the simulated observer."""
+        observed = [e.attrs for e in lane_run["events"] if e.kind == "device.observed" and e.attrs.get("node")]
+        ports = {n.port for n in lane_run["nodes"]}
+        assert ports == {o["node"]["port"] for o in observed}
+        for port in ports:
+            mine = [o for o in observed if o["node"]["port"] == port]
+            assert ["start", "end"] == [mine[0]["phase"], mine[-1]["phase"]]
+            assert all(o["node"]["host_key_verified"] and o["simulated_from"] for o in mine)
+        reason = next(c["reason"] for c in lane_run["verdict"]["checks"] if c["name"] == "devices-observed")
+        assert "simulated" in reason, reason
 
     def test_each_role_runs_on_its_node_as_a_recorder_step(self, lane_run: dict[str, Any]) -> None:
         """Each participant of every run is a step the recorder ran: ssh to its node, exit 0, nested in its phase."""
