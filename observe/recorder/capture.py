@@ -25,7 +25,7 @@ from observe.exits import Exit
 from observe.recorder.containment import Container, End
 from observe.recorder.control import Control
 from observe.recorder.sinks import Echo, Sink
-from observe.recorder.spawn import Spawned, exit_status, signal_name
+from observe.recorder.spawn import Spawned, exit_status, exit_waker, signal_name
 from observe.secrets.masking import Masker, SecretSet
 
 __all__ = ["Capture", "Outcome"]
@@ -251,7 +251,7 @@ class Capture:
         for src in self.sources:
             sel.register(src.fd, selectors.EVENT_READ, ("pipe", src))
         self.control.register(sel)
-        waker = self._exit_waker()
+        waker = exit_waker(self.spawned.pid)
         sel.register(waker, selectors.EVENT_READ, ("exit", None))
         previous = self._install_handlers()
         start = time.monotonic()
@@ -366,24 +366,6 @@ class Capture:
             },
         )
         self._drain_until = time.monotonic() + self.drain_seconds
-
-    def _exit_waker(self) -> int:
-        """An fd that becomes readable when the command exits (a pidfd, or a pipe fed by a thread)."""
-        pid = self.spawned.pid
-        try:
-            return os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            r, w = os.pipe2(os.O_CLOEXEC)
-
-            def _wait() -> None:
-                try:
-                    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-                finally:
-                    os.write(w, b"x")
-                    os.close(w)
-
-            threading.Thread(target=_wait, name="aos-wait", daemon=True).start()
-            return r
 
     def _install_handlers(self) -> dict[int, Any]:
         previous: dict[int, Any] = {}

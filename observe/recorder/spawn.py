@@ -30,6 +30,7 @@ __all__ = [
     "become_subreaper",
     "children_of",
     "exit_status",
+    "exit_waker",
     "signal_name",
     "spawn",
     "spawn_step",
@@ -325,3 +326,25 @@ def become_subreaper() -> Callable[[], None]:
             libc.prctl(_PR_SET_CHILD_SUBREAPER, previous, 0, 0, 0)
 
     return restore
+
+
+def exit_waker(pid: int) -> int:
+    """An fd that becomes readable when ``pid`` exits (a pidfd, or a pipe fed by a thread): the command's, a step's."""
+    import threading
+
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        r, w = os.pipe2(os.O_CLOEXEC)
+
+        def _wait() -> None:
+            try:
+                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            except OSError:
+                pass
+            finally:
+                os.write(w, b"x")
+                os.close(w)
+
+        threading.Thread(target=_wait, name="aos-wait", daemon=True).start()
+        return r

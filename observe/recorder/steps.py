@@ -22,7 +22,6 @@ import errno
 import os
 import selectors
 import signal
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from observe.channel.protocol import FRAME_ERR, FRAME_OUT, encode_frame, encode_json
 from observe.recorder.sinks import Echo, Sink
-from observe.recorder.spawn import Spawned, SpawnFailure, exit_status, signal_name, spawn_step
+from observe.recorder.spawn import Spawned, SpawnFailure, exit_status, exit_waker, signal_name, spawn_step
 from observe.secrets.masking import Masker, SecretSet
 
 if TYPE_CHECKING:
@@ -134,7 +133,7 @@ class Steps:
         run = Run(span, spawned, pipes, started, sock, conn)
         for pipe in pipes:
             self._watch(sel, run, pipe)
-        run.waker = _exit_waker(spawned.pid)
+        run.waker = exit_waker(spawned.pid)
         sel.register(run.waker, selectors.EVENT_READ, ("stepexit", run))
         self.runs[run.pid] = run
         return run
@@ -366,23 +365,3 @@ class Steps:
                     run.sock.settimeout(1.0)
                     run.sock.sendall(run.outbox)
                 run.outbox.clear()
-
-
-def _exit_waker(pid: int) -> int:
-    """An fd that becomes readable when ``pid`` exits (a pidfd, or a pipe fed by a thread)."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        r, w = os.pipe2(os.O_CLOEXEC)
-
-        def _wait() -> None:
-            try:
-                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-            except OSError:
-                pass
-            finally:
-                os.write(w, b"x")
-                os.close(w)
-
-        threading.Thread(target=_wait, name="aos-step-wait", daemon=True).start()
-        return r
