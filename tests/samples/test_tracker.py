@@ -29,12 +29,13 @@ def run_example(work: Path, script: Path = EXAMPLE) -> str:
 def test_worked_example(tmp_path: Path) -> None:
     """The example attaches a static pass; the tracker refuses a physical pass and a hardware verification with it."""
     work = tmp_path / "example"
-    for _ in range(2):  # re-runnable in the same place
-        out = run_example(work)
-        assert re.search(r"refused: tracker-physical-pass: run [0-9a-f]{8}-[0-9a-f-]{27}: ", out)
-        assert "refused: tracker-hardware-evidence: item N10: " in out
-        assert "4 work items across 2 milestones: 1 implemented, 2 planned; 1 verified" in out
-        assert "audit: 1 stream: 1 intact, 0 changed, 0 missing; rules intact; journal intact" in out
+    (work / "left-over").mkdir(parents=True)  # re-runnable in the same place: the script empties it first
+    out = run_example(work)
+    assert not (work / "left-over").exists()
+    assert re.search(r"refused: tracker-physical-pass: run [0-9a-f]{8}-[0-9a-f-]{27}: ", out)
+    assert "refused: tracker-hardware-evidence: item N10: " in out
+    assert "4 work items across 2 milestones: 1 implemented, 2 planned; 1 verified" in out
+    assert "audit: 1 stream: 1 intact, 0 changed, 0 missing; rules intact; journal intact" in out
     conn = sqlite3.connect(work / "progress.sqlite3")
     try:
         assert [("completed", 0)] == conn.execute("SELECT state, physical_pass FROM runs").fetchall()
