@@ -71,6 +71,13 @@ def _gpus(receipt: Receipt, f: Findings) -> list[dict[str, Any]] | None:
     return gpus
 
 
+def _hosts(cfg: Any) -> int:
+    """How many hosts a captured lane config spreads its roles over (``ssh-tunnel``'s ``nodes``; else one)."""
+    if isinstance(cfg, dict) and cfg.get("transport") == "ssh-tunnel" and isinstance(cfg.get("nodes"), list):
+        return len(cfg["nodes"])
+    return 1
+
+
 def _allowed(value: Any, default: tuple[str, ...]) -> tuple[str, ...]:
     if value is None:
         return default
@@ -132,8 +139,10 @@ def device_preflight(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         f.fail(f"a binding lacks its UUID: {uuids}")
     else:
         # A minor names one card of its host and a card has one minor: anything else contradicts itself.
-        # Across hosts (a binding names its ``node``) each host counts its own minors from 0.
-        minors = [f"{g['node']}:{m}" if g.get("node") is not None else m for g, m in zip(gpus, minors, strict=True)]
+        # Across the hosts of an ``ssh-tunnel`` config the recorder captured, each host counts its own minors
+        # from 0 (a binding names its ``node``); elsewhere a binding's ``node`` is a claim that changes nothing.
+        if _hosts(cfg if known else None) > 1:
+            minors = [f"{g.get('node')}:{m}" for g, m in zip(gpus, minors, strict=True)]
         pairs = set(zip(minors, map(str, uuids), strict=True))
         if len({m for m, _ in pairs}) != len(pairs) or len({u for _, u in pairs}) != len(pairs):
             f.fail(f"minors and UUIDs do not pair one to one: {sorted(pairs)}")

@@ -426,11 +426,24 @@ class TestPreflight:
         """Two hosts each binding their minor 0 (distinct cards, each binding naming its node) pair one to one;
         two bindings naming one node and one minor still contradict themselves."""
         lane = device_lane()
+        nodes = [{"host": f"root@10.0.0.{i}", "minors": [0], "remote_root": "/r"} for i in (1, 2)]
+        rewrite_json(lane, RECORDED_CONFIG, {"transport": "ssh-tunnel", "nodes": nodes})
         gpus = lane.fields("preflight")["gpus"]
         self._set_gpus(lane, {"minor": gpus[1]["minor"], "node": "root@10.0.0.1:22"})
         self._set_gpus(lane, {"node": "root@10.0.0.2:22"}, index=1)
         assert "pass" == status_of(lane.evaluate(), "preflight-rules")
         self._set_gpus(lane, {"node": "root@10.0.0.2:22"})
+        v = lane.evaluate()
+        assert ("fail", "fail") == (v.verdict, status_of(v, "preflight-rules"))
+        assert "do not pair one to one" in reason_of(v, "preflight-rules")
+
+    def test_a_node_claimed_on_one_host_pairs_nothing_away(self) -> None:
+        """A lane on one host that names a different ``node`` in each binding to hide one minor bound to two cards
+        still contradicts itself: only an ssh-tunnel config the recorder captured spreads minors over hosts."""
+        lane = device_lane()
+        gpus = lane.fields("preflight")["gpus"]
+        self._set_gpus(lane, {"minor": gpus[1]["minor"], "node": "a"})
+        self._set_gpus(lane, {"node": "b"}, index=1)
         v = lane.evaluate()
         assert ("fail", "fail") == (v.verdict, status_of(v, "preflight-rules"))
         assert "do not pair one to one" in reason_of(v, "preflight-rules")
