@@ -67,6 +67,16 @@ _MIB = 1 << 20
 BEFORE_IDENTITY = "recorded before attribution by identity"
 
 
+def lane_preflight(ev: Evidence, f: Findings) -> Receipt | None:
+    """The lane's last `preflight` receipt (the GPUs it bound), used; None, inconclusive, when there is none."""
+    preflights = ev.receipts_named("preflight")
+    if not preflights:
+        f.inconclusive("no preflight receipt: no bound GPU to compare with what the recorder observed")
+        return None
+    f.use([preflights[-1].seq])
+    return preflights[-1]
+
+
 def _list(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
@@ -294,12 +304,9 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         return f.outcome("")
 
     # The lane's claims: the preflight names the GPUs it bound.
-    preflights = ev.receipts_named("preflight")
-    if not preflights:
-        f.inconclusive("no preflight receipt: no bound GPU to compare with what the recorder observed")
+    pre = lane_preflight(ev, f)
+    if pre is None:
         return f.outcome("")
-    pre = preflights[-1]
-    f.use([pre.seq])
     claimed = _list(pre.fields.get("gpus"))
     if not claimed:
         f.inconclusive(f"the preflight (seq {pre.seq}) names no GPU: no binding to compare with the observation")

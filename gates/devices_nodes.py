@@ -47,6 +47,7 @@ from gates.devices import (
     _Roles,
     _shared_findings,
     devices_observed,
+    lane_preflight,
 )
 from gates.evidence import Evidence
 from gates.typing import Findings, Outcome
@@ -164,12 +165,9 @@ def devices_observed_on_nodes(
         if len(names) > 1:
             f.inconclusive(f"GPU {uuid} was observed on nodes {', '.join(sorted(names))}: they are one machine")
 
-    preflights = ev.receipts_named("preflight")
-    if not preflights:
-        f.inconclusive("no preflight receipt: no bound GPU to compare with what the recorder observed")
+    pre = lane_preflight(ev, f)
+    if pre is None:
         return f.outcome("")
-    pre = preflights[-1]
-    f.use([pre.seq])
     roles = _Roles(ev, pre, f)
     order = list(dict.fromkeys(str(r.fields.get("role")) for r in ev.receipts_named("static-build")))
     per_node = transport == "ssh-tunnel" and len(nodes) > 1
