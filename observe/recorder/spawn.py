@@ -126,25 +126,16 @@ def spawn(
 
 
 def _spawn_pipes(argv: Sequence[str], env: Mapping[str, str], pipe_size: int) -> Spawned | SpawnFailure:
-    out_r, out_w = _pipe(pipe_size)
-    err_r, err_w = _pipe(pipe_size)
-    out_id, err_id = _identity(out_w), _identity(err_w)
-    env = {**env, ENV_STDOUT_ID: out_id, ENV_STDERR_ID: err_id}
-    try:
-        proc = subprocess.Popen(list(argv), stdout=out_w, stderr=err_w, env=env, process_group=0, close_fds=True)
-    except OSError as exc:
-        for fd in (out_r, out_w, err_r, err_w):
-            os.close(fd)
-        return _failure(argv, exc)
-    except ValueError as exc:  # embedded NUL and the like
-        for fd in (out_r, out_w, err_r, err_w):
-            os.close(fd)
-        return SpawnFailure(126, f"cannot execute: {exc}")
-    os.close(out_w)
-    os.close(err_w)
-    for fd in (out_r, err_r):
-        os.set_blocking(fd, False)
-    return Spawned(proc, out_r, err_r, out_id, err_id, _hand_terminal(proc.pid))
+    def start(out_w: int, err_w: int, out_id: str, err_id: str) -> subprocess.Popen[bytes]:
+        ids = {ENV_STDOUT_ID: out_id, ENV_STDERR_ID: err_id}
+        return subprocess.Popen(
+            list(argv), stdout=out_w, stderr=err_w, env={**env, **ids}, process_group=0, close_fds=True
+        )
+
+    started = _on_fresh_pipes(argv, pipe_size, start)
+    if isinstance(started, SpawnFailure):
+        return started
+    return Spawned(*started, _hand_terminal(started[0].pid))
 
 
 def spawn_step(
@@ -169,27 +160,46 @@ def spawn_step(
     """
     if not argv:
         return SpawnFailure(127, "no command given")
-    out_r, out_w = _pipe(pipe_size)
-    err_r, err_w = _pipe(pipe_size)
-    out_id, err_id = _identity(out_w), _identity(err_w)
-    env = {**env, ENV_STDOUT_ID: out_id if echo[0] else "", ENV_STDERR_ID: err_id if echo[1] else ""}
     inside = container.spawning() if container is not None else contextlib.nullcontext()
-    try:
+
+    def start(out_w: int, err_w: int, out_id: str, err_id: str) -> subprocess.Popen[bytes]:
+        ids = {ENV_STDOUT_ID: out_id if echo[0] else "", ENV_STDERR_ID: err_id if echo[1] else ""}
         with inside:  # in the command's container before it runs, as the command is
-            proc = subprocess.Popen(
+            return subprocess.Popen(
                 list(argv),
                 stdin=subprocess.DEVNULL if stdin is None else stdin,
                 stdout=out_w,
                 stderr=err_w,
-                env=env,
+                env={**env, **ids},
                 cwd=cwd,
                 start_new_session=True,
                 close_fds=True,
             )
+
+    started = _on_fresh_pipes(argv, pipe_size, start, cwd=cwd)
+    if isinstance(started, SpawnFailure):
+        return started
+    return Spawned(*started)
+
+
+def _on_fresh_pipes(
+    argv: Sequence[str],
+    pipe_size: int,
+    start: Callable[[int, int, str, str], subprocess.Popen[bytes]],
+    *,
+    cwd: str | None = None,
+) -> tuple[subprocess.Popen[bytes], int, int, str, str] | SpawnFailure:
+    """``start(out_w, err_w, out_id, err_id)`` on two fresh pipes: the process and the non-blocking read
+    ends with the pipes' identities, or why it could not start (every descriptor closed)."""
+    out_r, out_w = _pipe(pipe_size)
+    err_r, err_w = _pipe(pipe_size)
+    out_id, err_id = _identity(out_w), _identity(err_w)
+    try:
+        proc = start(out_w, err_w, out_id, err_id)
     except OSError as exc:
         for fd in (out_r, out_w, err_r, err_w):
             os.close(fd)
-        if exc.filename == cwd and exc.filename != (argv[0] if argv else None):
+        if cwd is not None and exc.filename == cwd and exc.filename != argv[0]:
             return SpawnFailure(126, f"{argv[0]}: cannot execute in {cwd} ({exc.strerror or exc})")
         return _failure(argv, exc)
     except (ValueError, subprocess.SubprocessError) as exc:  # embedded NUL and the like
@@ -200,7 +210,7 @@ def spawn_step(
     os.close(err_w)
     for fd in (out_r, err_r):
         os.set_blocking(fd, False)
-    return Spawned(proc, out_r, err_r, out_id, err_id)
+    return proc, out_r, err_r, out_id, err_id
 
 
 def _hand_terminal(pgid: int) -> Callable[[], None] | None:
