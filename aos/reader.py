@@ -165,6 +165,20 @@ def check_metadata(raw: dict[bytes, bytes] | None, where: str) -> dict[str, str]
     return meta
 
 
+def read_options(included_fields: list[int] | None = None) -> pa.ipc.IpcReadOptions:
+    """How every reader of this project asks pyarrow to decode: on the calling thread (``use_threads=False``).
+
+    On pyarrow's thread pool a failed allocation aborts the process (an uncaught
+    ``std::bad_alloc``) where on the caller's thread it raises ``MemoryError``, which is the
+    named refusal ``resource``; and one batch decodes no slower on one thread.
+    """
+    import pyarrow.ipc as ipc
+
+    if included_fields is None:
+        return ipc.IpcReadOptions(use_threads=False)
+    return ipc.IpcReadOptions(use_threads=False, included_fields=included_fields)
+
+
 def null_damage(batch: pa.RecordBatch, start: int) -> StreamSchema | None:
     """``stream-schema`` when a column that may not hold a null holds one (FORMAT.md section 2)."""
     for i in NOT_NULL:
@@ -217,6 +231,8 @@ class StreamFile:
         self.view = view
         self._released = 0
         self._buf = self._pa.py_buffer(self.view)
+        self._source: pa.BufferReader | None = None
+        self._decoder: pa.ipc.RecordBatchStreamReader | None = None
         self.damage: Refusal | None = None
         self.eos_at: int | None = None
         self.metadata: dict[str, str] = {}
@@ -294,7 +310,7 @@ class StreamFile:
                 message = self._ipc.read_message(self._buf.slice(pos, frame.end - pos))
                 if message.type != "record batch":
                     raise ValueError(f"it is a {message.type}, not a batch")
-                batch = self._ipc.read_record_batch(message, self.schema)
+                batch = self._decode(pos, frame.end)
                 batch.validate(full=True)
             except Exception as exc:
                 if machine_error(exc):
@@ -308,6 +324,25 @@ class StreamFile:
             yield RawBatch(pos, frame.end, batch)
             self._release(frame.end)
             pos = frame.end
+
+    def _decode(self, start: int, end: int) -> pa.RecordBatch:
+        """The batch of the frame (already checked) from ``start`` to ``end``, decoded on this thread.
+
+        A stream reader of pyarrow's walks the same bytes in step with ``batches()``: it is the one
+        way pyarrow takes read options (:func:`read_options`: on this thread). It must end where the
+        frame ends.
+        """
+        if self._decoder is None:
+            self._source = self._pa.BufferReader(self._buf)
+            self._decoder = self._ipc.open_stream(self._source, options=read_options())
+            if self._source.tell() != self.schema_end:
+                raise ValueError(f"pyarrow read the schema to byte {self._source.tell()}, not {self.schema_end}")
+        assert self._source is not None
+        self._source.seek(start)  # where this frame starts (batches() may be walked more than once)
+        batch = self._decoder.read_next_batch()
+        if self._source.tell() != end:
+            raise ValueError(f"pyarrow read the batch to byte {self._source.tell()}, its frame ends at {end}")
+        return batch
 
     def events(self) -> Iterator[Event]:
         """Every event of every complete batch, in order. A batch whose values do not convert ends it

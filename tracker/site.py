@@ -309,7 +309,7 @@ def _read_observed(view: StreamView, path: Path) -> None:
     import pyarrow.compute as pc
     import pyarrow.ipc as ipc
 
-    from aos.reader import StreamFile
+    from aos.reader import StreamFile, read_options
     from aos.schema import COLUMNS
     from aos.text import display
 
@@ -318,7 +318,7 @@ def _read_observed(view: StreamView, path: Path) -> None:
     gpus: dict[tuple[str, str, str | None], Gpu] = {}
     observers: set[str] = set()
     with StreamFile(path) as f:
-        for batch in ipc.open_stream(pa.py_buffer(f.view), options=ipc.IpcReadOptions(included_fields=fields)):
+        for batch in ipc.open_stream(pa.py_buffer(f.view), options=read_options(included_fields=fields)):
             mask = pc.is_in(batch.column(0), value_set=wanted)
             if not pc.any(mask).as_py():
                 continue

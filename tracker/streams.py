@@ -141,12 +141,12 @@ def _observed(path: Path, file_blake3: str) -> tuple[int, str | None, tuple[str,
     import pyarrow.ipc as ipc
     from blake3 import blake3
 
-    from aos.reader import StreamFile
+    from aos.reader import StreamFile, read_options
     from aos.schema import COLUMNS
 
     # Only the three columns needed are decompressed; in each batch they are 0, 1, 2.
     fields = [COLUMNS.index("wall_ns"), COLUMNS.index("kind"), COLUMNS.index("attrs")]
-    options = ipc.IpcReadOptions(included_fields=fields)
+    options = read_options(included_fields=fields)
     wanted = pa.array(["stream.open", "device.observed"])
     opened: int | None = None
     commit: str | None = None

@@ -213,7 +213,7 @@ def _follow(source: _Growing, path: str, out_fd: int, err_fd: int) -> bool:
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    from aos.reader import check_metadata, null_damage
+    from aos.reader import check_metadata, null_damage, read_options
     from aos.schema import arrow_schema
 
     head = source.read(4)
@@ -221,7 +221,7 @@ def _follow(source: _Growing, path: str, out_fd: int, err_fd: int) -> bool:
         raise StreamSchema(f"{path} is not an AOS stream (no Arrow IPC stream header)")
     source.unread(head)
     try:
-        reader = ipc.open_stream(source)
+        reader = ipc.open_stream(source, options=read_options())
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise StreamSchema(f"{path} is not an AOS stream: {exc}") from None
     expected = arrow_schema(check_metadata(reader.schema.metadata, path)["aos.stream_id"])
