@@ -4,7 +4,8 @@ The environment policy: a child gets this process's environment minus every vari
 belongs to an enclosing recording, a CI system or the tool's own configuration, so a test
 sees the same tool whether the suite runs by hand, inside ``alpha observe gate`` (as
 ``.ci/run`` runs it) or on a CI runner. Removed are the names starting with ``ALPHA_``,
-``AOS_``, ``GITHUB_``, ``GITLAB_``, ``CI_`` or ``BUILDKITE``, and ``CI``, ``GITLAB_CI``,
+``AOS_``, ``GITHUB_``, ``GITLAB_``, ``CI_``, ``BUILDKITE`` or ``PYTEST_XDIST_`` (this suite's
+own worker: a pytest the test records is not one), and ``CI``, ``GITLAB_CI``,
 ``NO_COLOR`` and ``FORCE_COLOR``. What a test passes in ``env`` is added on top of that
 (a value of ``None`` removes the variable), so a test that needs one of them says so.
 
@@ -27,7 +28,7 @@ from typing import Any
 ALPHA = shutil.which("alpha", path=str(Path(sys.executable).parent)) or shutil.which("alpha") or "alpha"
 
 #: Prefixes and names of the variables a child does not inherit (see the module's docstring).
-FOREIGN_PREFIXES = ("ALPHA_", "AOS_", "GITHUB_", "GITLAB_", "CI_", "BUILDKITE")
+FOREIGN_PREFIXES = ("ALPHA_", "AOS_", "GITHUB_", "GITLAB_", "CI_", "BUILDKITE", "PYTEST_XDIST_")
 FOREIGN_NAMES = frozenset({"CI", "GITLAB_CI", "NO_COLOR", "FORCE_COLOR"})
 
 

@@ -17,6 +17,7 @@ import yaml
 from aos.signing import generate_keypair
 from tests.helpers.ci_runner import GitHubJob, expand, read_outputs, run_gitlab, yaml_blocks
 from tests.helpers.paths import ROOT
+from tests.helpers.run import child_env
 
 CI_MD = (ROOT / "docs" / "CI.md").read_text(encoding="utf-8")
 _SHA_PIN = re.compile(r"^[\w.-]+/[\w.-]+@[0-9a-f]{40}$")
@@ -37,10 +38,8 @@ def _gitlab_job() -> dict[str, Any]:
 
 
 def _clean_env(tmp_path: Path) -> dict[str, str]:
-    """This process's environment without AWS, recorder or CI variables, and no AWS files of the machine."""
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AOS_", "GITHUB_", "GITLAB", "CI_", "ALPHA_"))
-    }
+    """A child's environment (tests.helpers.run) without AWS variables either, and no AWS files of the machine."""
+    env = child_env({name: None for name in os.environ if name.startswith("AWS_")})
     env.update(
         AWS_CONFIG_FILE=str(tmp_path / "aws-config-absent"),
         AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "aws-credentials-absent"),

@@ -25,6 +25,7 @@ import pytest
 from aos.reader import read_stream
 from tests.helpers.paths import ROOT
 from tests.helpers.run import ALPHA, child_env
+from tests.helpers.workers import LANES_OVER_SSH
 
 LANE = ROOT / "samples" / "lane"
 TESTING = LANE / "testing"
@@ -37,7 +38,7 @@ LANE_OF = {"distributed-device": "partitioned", "coordinate-device": "coordinate
 # The lanes run in a temporary folder, which no git repository holds: nothing to rebuild from.
 NO_REPOSITORY = {"rebuild": "inconclusive"}
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), LANES_OVER_SSH]
 
 
 def _node_env() -> dict[str, str]:

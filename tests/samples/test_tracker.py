@@ -11,6 +11,7 @@ from typing import Any
 
 from tests.helpers.paths import ROOT
 from tests.helpers.run import child_env
+from tests.helpers.workers import TWO_GPU_TRACKER
 
 EXAMPLE = ROOT / "samples" / "tracker" / "example.sh"
 TWO_GPU = ROOT / "samples" / "tracker" / "two_gpu.sh"
@@ -50,6 +51,7 @@ def test_worked_example(tmp_path: Path) -> None:
     assert "bash samples/tracker/example.sh" in readme
 
 
+@TWO_GPU_TRACKER
 def test_two_gpu_example(two_gpu_tracker: tuple[Path, str]) -> None:
     """The passing H200 streams give each lane's run a physical pass; runs holding only a control get none."""
     work, out = two_gpu_tracker  # the script empties its folder first: a second run starts as the first did

@@ -18,6 +18,7 @@ from tests.helpers.backends import PlainClient
 from tests.helpers.cli import Cli
 from tests.helpers.paths import ROOT
 from tests.helpers.run import child_env
+from tests.helpers.workers import TWO_GPU_TRACKER
 from tracker import records
 from tracker.attach import attach
 from tracker.backends import Connection
@@ -436,6 +437,7 @@ TWO_GPU_REGENERATE = (
 )
 
 
+@TWO_GPU_TRACKER
 def test_two_gpu_sample_site(two_gpu_tracker: tuple[Path, str]) -> None:
     """samples/tracker/two-gpu-site is the site two_gpu.sh writes today (issue 15): every page the same once
     run ids, times and the checkout's folder are set aside; it shows the lanes' physical passes as proven by

@@ -25,7 +25,10 @@ from click.testing import CliRunner
 
 from aos.reader import read_stream
 from observe.cli.root import main
+from tests.helpers.workers import PHOENIX
 from tests.observe.interop.test_otlp_send import lane  # noqa: F401 - the recorded lane fixture, shared
+
+pytestmark = PHOENIX
 
 pytest.importorskip("phoenix", reason="arize-phoenix is not installed (pip install '.[test]')")
 
