@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -234,9 +235,10 @@ class TestCiRunGate:
     def run(self, cwd: Path) -> tuple[int, str]:
         # .ci/run's suite runs on its checkout's .venv: here, the interpreter running these tests stands for it.
         venv_python = cwd / ".venv" / "bin" / "python"
-        if not venv_python.exists():
+        if not venv_python.exists():  # a script, not a link: a link to a venv's python leaves the venv behind
             venv_python.parent.mkdir(parents=True)
-            venv_python.symlink_to(sys.executable)
+            venv_python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+            venv_python.chmod(0o755)
         script = f'out=.ci-out; mkdir -p "$out"; stream="$out/ci-$(date +%s%N).aos"\n{ci_gate_lines()}'
         p = subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, timeout=120, check=False)
         return p.returncode, p.stderr.decode()
