@@ -179,7 +179,9 @@ class TestSimulatedObserver:
         assert {"unavailable"} == {a["attribution"] for a in _observed(evs)}
         assert all(a["processes"] == [] for a in _observed(evs))
         used = [e.attrs["gpus"][1]["memory_used"] for e in evs if e.kind == "telemetry"]
-        assert GIB in used  # the activity is still seen
+        # The activity is still seen. GIB per matching process: the step client's argv holds the marker as
+        # well as the step the recorder runs, so a sample may count one or both, never none while it runs.
+        assert max(used) in (GIB, 2 * GIB)
 
     @pytest.mark.parametrize(
         ("content", "error"),
