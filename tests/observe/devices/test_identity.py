@@ -42,12 +42,16 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def _start(procs: list[subprocess.Popen[bytes]], argv: list[str], cwd: Path, wait: str | None = None) -> int:
+    """Start ``argv`` in ``cwd``; return its pid once its argv[0] is ``wait`` (it has exec'd) or, without one,
+    once it has touched ``cwd/ready`` (its first instruction: the interpreter has opened its script, and
+    python has closed it again, having read it whole). Never a fixed sleep: under load a start takes any time."""
     p = subprocess.Popen(argv, cwd=cwd)
     procs.append(p)
-    deadline = time.monotonic() + 10
-    while wait is not None and wait not in " ".join(_argv(p.pid)) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if (_argv(p.pid)[:1] == [wait]) if wait is not None else (cwd / "ready").exists():
+            break
         time.sleep(0.02)
-    time.sleep(0.3)  # the interpreter has opened (and, for python, closed) its script
     return p.pid
 
 
@@ -64,7 +68,7 @@ class TestIdentities:
     def test_bash_script_is_the_file_it_holds(self, tmp_path: Path, started: list[Any]) -> None:
         """bash holds its script open: script is that file's digest, read through the descriptor."""
         script = tmp_path / "role.sh"
-        script.write_text("sleep 30\n")
+        script.write_text("touch ready\nsleep 30\n")
         pid = _start(started, ["bash", "role.sh"], tmp_path)
         ident = Identities().read(pid, _argv(pid))
         assert ident.script is not None
@@ -74,7 +78,7 @@ class TestIdentities:
     def test_python_that_closed_its_script_has_none(self, tmp_path: Path, started: list[Any]) -> None:
         """python closes its script once read: no script identity (so such a process is tied to no role)."""
         script = tmp_path / "helper.py"
-        script.write_text("import time\ntime.sleep(30)\n")
+        script.write_text("import pathlib, time\npathlib.Path('ready').touch()\ntime.sleep(30)\n")
         pid = _start(started, [sys.executable, "helper.py"], tmp_path)
         ident = Identities().read(pid, _argv(pid))
         assert ident.script is not None
@@ -83,7 +87,9 @@ class TestIdentities:
     def test_python_holding_its_own_file(self, tmp_path: Path, started: list[Any]) -> None:
         """A python program that holds its own file (as the lane's role executables do) is known by it."""
         script = tmp_path / "role.py"
-        script.write_text("import time\n_held = open(__file__, 'rb')\ntime.sleep(30)\n")
+        script.write_text(
+            "import pathlib, time\n_held = open(__file__, 'rb')\npathlib.Path('ready').touch()\ntime.sleep(30)\n"
+        )
         pid = _start(started, [sys.executable, "role.py", "serve"], tmp_path)
         ident = Identities().read(pid, _argv(pid))
         assert ident.script is not None
