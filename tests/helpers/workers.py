@@ -15,5 +15,11 @@ TWO_GPU_TRACKER = pytest.mark.xdist_group("two-gpu-tracker")
 #: tests/samples/test_lane_ssh.py's ``lane_runs``: the three lanes over SSH, recorded once (about 45 s).
 LANES_OVER_SSH = pytest.mark.xdist_group("lanes-over-ssh")
 
+#: tests/observe/cli/test_resource.py: its limited processes run as one unprivileged user, and the thread limit
+#: is the threads that user holds: a second worker's limited process ending gave the first one room to start
+#: some of its threads (DuckDB then crashed with SIGSEGV, 2 in 30 with two at once). One at a time, with
+#: every other test that runs a process as that user.
+RESOURCE_LIMITS = pytest.mark.xdist_group("resource-limits")
+
 #: tests/observe/interop/test_otlp_phoenix.py's ``phoenix``: a Phoenix server (about 13 s to start).
 PHOENIX = pytest.mark.xdist_group("phoenix")

@@ -24,6 +24,7 @@ from aos.verify import verify_stream
 from tests.aos.test_bounded_reading import AT_BOUND_DATA, at_bound_stream
 from tests.helpers.paths import ROOT
 from tests.helpers.run import alpha, child_env
+from tests.helpers.workers import RESOURCE_LIMITS
 
 #: Loads the tool, then sets the limit KIND (with EXTRA bytes of address space) and runs ``alpha ARGS``.
 #: ``threads`` sets RLIMIT_NPROC before anything loads to the threads the (unprivileged) user holds, so
@@ -72,6 +73,9 @@ sys.argv = ["alpha", *sys.argv[1:]]
 from observe.cli.entry import main
 main()
 """
+
+#: One worker runs them all: see RESOURCE_LIMITS.
+pytestmark = RESOURCE_LIMITS
 
 UNPRIVILEGED = [
     "setpriv",

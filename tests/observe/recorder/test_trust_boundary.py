@@ -33,6 +33,7 @@ from observe.exits import Exit
 from tests.helpers.paths import ATTACKS
 from tests.helpers.recorder import events, one, output, record
 from tests.helpers.run import ALPHA, alpha, child_env
+from tests.helpers.workers import RESOURCE_LIMITS
 
 ATTACK = ATTACKS / "swap_stream.py"
 
@@ -217,6 +218,7 @@ def test_recorder_makes_itself_not_dumpable(tmp_path: Path) -> None:
     assert b"[0]" == p.stdout.strip()
 
 
+@RESOURCE_LIMITS  # as the same unprivileged user as the resource tests' limited processes
 def test_command_of_another_user_cannot_open_the_recorders_descriptors(tmp_path: Path) -> None:
     """Recorder and command as one unprivileged user: the command can neither list /proc/RECORDER/fd nor read
     /proc/RECORDER/environ (where the key of --sign-key-env is)."""
