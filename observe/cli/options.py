@@ -108,15 +108,7 @@ def reports_refusals(
 
     def report(exc: Refusal) -> None:
         click.echo(exc.diagnostics(), err=True)
-        code = codes.get(exc.name, exit)
-        if exc.name == "resource":
-            # Out of threads or memory, a library's half-started thread pool can crash the
-            # interpreter's teardown (DuckDB's did: SIGSEGV after the refusal was printed).
-            # Every `finally` of the command has run; nothing is left but to exit with the code.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-        sys.exit(code)
+        sys.exit(codes.get(exc.name, exit))
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
