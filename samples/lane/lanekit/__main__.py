@@ -7,7 +7,8 @@ corrupted-checkpoint, qualification); LANE is partitioned, coordinates or
 independent. The scripts in scripts/ci/ run each under ``alpha observe step``.
 A refusal of the driver's (``host-key-unknown``, ``host-key-changed``,
 ``node-unreachable``, ``remote-digest``) is printed as ``refused: NAME: ...`` and
-exits with its code (lanekit/refusals.py).
+exits with its code (lanekit/refusals.py). An interrupt (SIGINT) ends the phase
+quietly with exit 130, no traceback.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ def main(argv: list[str]) -> int:
         # The driver's own refusals on a node (host key, reachability, a digest there): outputs are kept.
         print(exc.diagnostics(), file=sys.stderr, flush=True)
         return exc.exit_code
+    except KeyboardInterrupt:
+        # The operator's interrupt (sent on by the recorder): the phase stops here, quietly; the lane stops too.
+        print(f"{phase}: interrupted", file=sys.stderr, flush=True)
+        return 130
 
 
 if __name__ == "__main__":
