@@ -399,6 +399,21 @@ class Evidence:
                 if owner is not None:
                     owner.chunks.append(ev)
 
+    def before(self, seq: int) -> Evidence:
+        """The evidence of the events before ``seq`` alone: what was complete when the run was cut there (an
+        interrupt, a setup refusal; gates.engine). Without the output's bytes kept in ``events``, each step that
+        ended before ``seq`` gets its output from this index (all of it precedes its ``step.end``)."""
+        prefix = Evidence((e for e in self.events if e.seq < seq), keep_output=self.keep_output)
+        if not self.keep_output:
+            whole = {s.span: s for s in self.steps}
+            for step in prefix.steps:
+                full = whole.get(step.span)
+                if full is not None and step.end is not None:
+                    step.stderr[:] = full.stderr
+                    step.stdout[:] = full.stdout
+                    step.output_seqs[:] = [n for n in full.output_seqs if n < seq]
+        return prefix
+
     # -- queries -------------------------------------------------------------------
 
     @property
