@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING
 from aos.text import printable
 from observe.exits import Exit
 from observe.recorder import outpath, tuning
-from observe.recorder.recording import BeforeSeal, Recording, RecordOptions, RecordResult, command_environ
+from observe.recorder.recording import (
+    DEFAULT_DIR,
+    BeforeSeal,
+    Recording,
+    RecordOptions,
+    RecordResult,
+    command_environ,
+)
 from observe.recorder.run import run_recorded
 from observe.recorder.sinks import Echo, logger
 from observe.recorder.spawn import become_subreaper
@@ -54,10 +61,6 @@ __all__ = [
     "default_out",
     "record",
 ]
-
-
-#: Where streams go without ``--out`` (not hidden: CI artifact uploaders skip hidden folders).
-DEFAULT_DIR = "aos-streams"
 
 
 def default_out(cwd: str, stream_id: str) -> Path:

@@ -17,7 +17,7 @@ from aos.bounds import LABELS_BUDGET, bounded_list, bounded_mapping
 from aos.text import printable, text_key, text_value
 from observe.channel.protocol import ENV_STDERR_ID, ENV_STDOUT_ID, ENV_STEP, ENV_STREAM, ENV_STREAM_ID
 from observe.recorder import artifacts, source, tuning
-from observe.recorder.recording import Recording, command_environ
+from observe.recorder.recording import DEFAULT_DIR, Recording, command_environ
 from observe.recorder.shim import put_alpha_first
 from observe.recorder.sinks import logger
 from observe.recorder.spawn import children_of
@@ -128,9 +128,8 @@ def _stream_open(rec: Recording) -> dict[str, Any]:
 
 def _own_files(rec: Recording) -> source.OwnFiles:
     """The recorder's own files in the tree: the stream it writes, the lane configs it captures, and earlier
-    streams in its default folder (observe.recorder.record.DEFAULT_DIR)."""
+    streams in its default folder (``DEFAULT_DIR``)."""
     from observe.devices.observers import lane_configs
-    from observe.recorder.record import DEFAULT_DIR
 
     files = {os.path.realpath(os.path.join(rec.cwd, value)): f"a lane config the recorder captures ({name})"
              for name, value in lane_configs(os.environ)}  # fmt: skip
