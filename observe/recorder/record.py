@@ -25,7 +25,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -207,8 +207,9 @@ def _record_and_seal(rec: Recording, before_seal: BeforeSeal | None) -> RecordRe
     held = None
     try:
         outcome, crashed = _run_guarded(rec)
-        held = outpath.hold(rec.writer)  # the private copy, kept past the seal for the check of the path
-        seal, hook_failed = _seal(rec, before_seal)
+        with _sealing_through_signals():
+            held = outpath.hold(rec.writer)  # the private copy, kept past the seal for the check of the path
+            seal, hook_failed = _seal(rec, before_seal)
     finally:
         restore_reaper()
         rec.sink.stop()
@@ -220,6 +221,25 @@ def _record_and_seal(rec: Recording, before_seal: BeforeSeal | None) -> RecordRe
         sys.stderr.flush()
     failed = rec.sink.failed or crashed or hook_failed or seal is None or (kept is not None and kept.failed)
     return _result(rec, outcome, seal, failed=failed, kept=kept)
+
+
+@contextlib.contextmanager
+def _sealing_through_signals() -> Iterator[None]:
+    """While the gate is judged and the stream sealed, SIGINT, SIGTERM and SIGHUP wait (a second Ctrl-C must not
+    leave the stream unsealed, nor print a traceback): the command has ended, the seal is bounded work."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, lambda _signum, _frame: None) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run_guarded(rec: Recording) -> tuple[Outcome, bool]:

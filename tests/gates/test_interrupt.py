@@ -3,7 +3,8 @@
 The device lane runs for real under its gate on the CPU test doubles (samples/lane/testing), and the
 interrupt is a real signal sent as a terminal sends Ctrl-C: to the whole foreground process group, here the
 recorder's own (the recorder starts the command in a group of its own and sends the signal on). Where a
-phase must still be running when the signal comes, the lane's ``LANE_PYTHON`` starts that one phase with
+phase must still be running when the signal comes (on a pseudo-terminal too, where Ctrl-C reaches the
+command's process group and not the recorder), the lane's ``LANE_PYTHON`` starts that one phase with
 its work replaced by a wait (the phase entry point, its signal handling and everything around it are the
 lane's own); every other phase runs as it is.
 
@@ -182,6 +183,79 @@ class TestInterrupted:
         assert "inconclusive" == checks["step:refusal-wrong-product"]["status"]
         assert "Traceback" not in said
         assert "refusal-wrong-product" == _step_starts(evs)[-1]
+
+
+def _start_on_terminal(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int, bytearray]:
+    """The gate on a pseudo-terminal of its own (its controlling terminal, stdin a terminal, so the recorder hands
+    the terminal's foreground to the command's process group); what it writes there is read as it comes."""
+    import fcntl
+    import pty
+    import termios
+    import threading
+
+    master, slave = pty.openpty()
+
+    def controlling() -> None:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    script = ["bash", str(ROOT / "scripts" / "ci" / f"{GATE}.sh"), "out"]
+    proc = subprocess.Popen(
+        [ALPHA, "observe", "gate", GATE, "--out", str(tmp_path / "run.aos"), "--", *script],
+        cwd=tmp_path,
+        env=env,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        preexec_fn=controlling,  # the child's own terminal, set before it runs
+    )
+    os.close(slave)
+    said = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 1 << 16)
+            except OSError:
+                return
+            if not chunk:
+                return
+            said.extend(chunk)
+
+    threading.Thread(target=read, daemon=True).start()
+    return proc, master, said
+
+
+class TestInterruptedOnATerminal:
+    def test_ctrl_c_on_the_terminal_is_inconclusive(self, tmp_path: Path) -> None:
+        """Ctrl-C typed on the recorder's terminal: the terminal signals the command's process group (the
+        recorder gave it the foreground), not the recorder; the step client asks the recorder to send SIGINT on
+        to its step. Inconclusive, said as the command's word, no traceback, no later step."""
+        proc, master, said = _start_on_terminal(tmp_path, _lane_env(tmp_path, WAIT_PHASE="refusal-wrong-uuid"))
+        try:
+            mark = tmp_path / "waiting"
+            deadline = time.monotonic() + 120
+            while not mark.exists():
+                assert proc.poll() is None, bytes(said).decode(errors="replace")
+                assert time.monotonic() < deadline, "the waiting phase never started"
+                time.sleep(0.05)
+            time.sleep(0.3)
+            os.write(master, b"\x03")  # the terminal's interrupt character
+            rc = proc.wait(timeout=150)
+        finally:
+            time.sleep(0.2)
+            os.close(master)
+        text = bytes(said).decode(errors="replace")
+        evs = events(tmp_path / "run.aos")
+        verdict = next(e.attrs for e in evs if e.kind == "verdict")
+        assert (3, "inconclusive") == (rc, verdict["verdict"]), verdict["summary"]
+        assert "Traceback" not in text
+        first = verdict["checks"][0]
+        assert ("interrupted", "inconclusive") == (first["name"], first["status"])
+        assert "at its client's request" in first["reason"]
+        assert "interrupted (SIGINT to step 'refusal-wrong-uuid')" in verdict["summary"]
+        assert not [c for c in verdict["checks"] if c["status"] == "fail"]
+        assert "refusal-wrong-uuid" == _step_starts(evs)[-1]
 
 
 class TestDidNotRun:
