@@ -193,8 +193,8 @@ def _interrupted(ev: Evidence) -> list[_Cut]:
     """The interrupts of the run: the recorder's own (``recorder.interrupted`` during the command: a signal it
     got and sent on), else a step its client asked the recorder to interrupt (on a terminal, the operator's
     Ctrl-C reaches the command's process group, not the recorder: the client's word, said as such)."""
-    for e in ev.events:
-        if e.kind == "recorder.interrupted" and e.attrs.get("during") == "command":
+    for e in ev.interrupts:
+        if e.attrs.get("during") == "command":
             sig = str(e.attrs.get("signal"))
             reason = (
                 f"interrupted by the operator: {sig} reached the recorder (seq {e.seq}) before the command exited, "

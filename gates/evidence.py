@@ -289,6 +289,8 @@ class Evidence:
         self.artifacts: list[Artifact] = []
         self.observations: list[Event] = []
         self.telemetry: list[Event] = []
+        #: ``recorder.interrupted`` events: signals the recorder got (``during: "command"``: while the command ran).
+        self.interrupts: list[Event] = []
         #: What a rule derived from the evidence and another may ask again (a captured file, parsed).
         self.memo: dict[Any, Any] = {}
         self.rebuild_steps: list[Step] = []
@@ -393,6 +395,8 @@ class Evidence:
                 self.observations.append(ev)
             elif kind == "telemetry":
                 self.telemetry.append(ev)
+            elif kind == "recorder.interrupted":
+                self.interrupts.append(ev)
             elif kind == "artifact.chunk":
                 path = normalise_path(_name(ev.attrs.get("path")))
                 owner = pending_artifacts.get(path)
