@@ -230,7 +230,8 @@ def _setup_refused(gate: Gate, part: Part, ev: Evidence) -> _Cut | None:
     Only what the recorder saw counts, never what the command says of itself: the first step of that name ran
     under the recorder and exited (no signal) with a refusal's code; every step that started before it is a step
     another part names (or inside one), so no work of this part ran first; after it started, the command started
-    no step but its own nested ones, and sent no receipt and no artifact until it exited.
+    no step but its own nested ones, and sent no receipt and no artifact until it exited; every receipt and artifact
+    it sent came from inside those steps.
     """
     assert part.setup is not None
     named = ev.steps_named(part.setup.step)
@@ -256,16 +257,18 @@ def _setup_refused(gate: Gate, part: Part, ev: Evidence) -> _Cut | None:
             cur = spans.get(parent) if isinstance(parent, str) else None
         return False
 
+    inside = {s.span for s in ev.steps if under(s, None, first.span)}  # the setup step itself, and what it ran
+    before = {s.span for s in ev.steps if under(s, others, None)}  # the other parts' steps, and what they ran
     for step in ev.steps:
-        if under(step, None, first.span):
-            continue  # the setup step itself, and what it ran
-        if step.start.seq > first.start.seq or not under(step, others, None):
+        if step.span not in inside and (step.span not in before or step.start.seq > first.start.seq):
             return None
     end = ev.exit.seq if ev.exit is not None else None
-    for e in ev.events:
-        if e.seq <= first.last_seq or (end is not None and e.seq >= end):
+    for e in ev.events:  # the command's receipts and artifacts: inside those steps, none after the setup step
+        if end is not None and e.seq >= end:
+            break
+        if e.kind not in ("receipt", "artifact") or e.attrs.get("origin") == "recorder":
             continue
-        if e.kind in ("receipt", "artifact", "step.start"):
+        if e.seq > first.last_seq or (e.step not in inside and e.step not in before):
             return None
     reason = (
         f"did not run: {refusal}: step {part.setup.step!r} (seq {first.start.seq}) exited {first.exit_code}, which "

@@ -306,24 +306,36 @@ FORGED_BEFORE = """alpha observe step preflight -- sh -c 'echo "refused: host-ke
 alpha observe step uninterrupted-run -- sh -c 'echo working on the GPU; exit 1'
 exit 1
 """
+FORGED_OUTSIDE = """alpha observe receipt uninterrupted-run --status fail --field updates=5
+alpha observe step preflight -- sh -c 'echo "refused: host-key-unknown: not really" >&2; exit 27'
+exit 1
+"""
 FORGED_WORDS = """alpha observe step preflight -- sh -c 'echo "refused: host-key-unknown: in words" >&2; exit 1'
-alpha observe receipt preflight inconclusive reason="refused: host-key-unknown: in words"
+alpha observe receipt preflight --status inconclusive --field reason="refused: host-key-unknown: in words"
 echo "refused: host-key-unknown: in words" >&2
 exit 27
 """
 
 
 class TestForgedSetupRefusal:
-    @pytest.mark.parametrize("script", [FORGED_AFTER, FORGED_BEFORE], ids=["gpu-work-first", "gpu-work-after"])
-    def test_setup_refusal_around_physical_work_keeps_the_fail(self, tmp_path: Path, script: str) -> None:
-        """The preflight step really exits 27 (host-key-unknown) as the recorder sees it, but a physical step ran
-        too (before it, or after it): a fail, not "did not run"."""
+    @pytest.mark.parametrize(
+        ("script", "failing"),
+        [
+            (FORGED_AFTER, "step:uninterrupted-run"),
+            (FORGED_BEFORE, "step:uninterrupted-run"),
+            (FORGED_OUTSIDE, "receipt:uninterrupted-run"),
+        ],
+        ids=["gpu-work-first", "gpu-work-after", "receipt-outside-any-step"],
+    )
+    def test_setup_refusal_around_physical_work_keeps_the_fail(self, tmp_path: Path, script: str, failing: str) -> None:
+        """The preflight step really exits 27 (host-key-unknown) as the recorder sees it, but physical work was
+        recorded too (a step before it or after it, a receipt outside any step): a fail, not "did not run"."""
         (tmp_path / "lane.sh").write_text(script)
         rc, _, _, verdict = _finish(tmp_path, _start(tmp_path, _lane_env(tmp_path), ["bash", "lane.sh"]))
         checks = _checks(verdict)
         assert (1, "fail") == (rc, verdict["verdict"]), verdict["summary"]
         assert "did-not-run" not in checks
-        assert "fail" == checks["step:uninterrupted-run"]["status"]
+        assert "fail" == checks[failing]["status"], checks[failing]
 
     def test_a_refusal_in_words_only_is_not_a_setup_refusal(self, tmp_path: Path) -> None:
         """The preflight step exits 1 as the recorder sees it; its stderr, a receipt and the lane's own exit code
