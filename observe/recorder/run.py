@@ -154,21 +154,23 @@ def _say_dirty(rec: Recording, src: Any) -> None:
     listed = ", ".join(names[:_DIRTY_NAMED]) + (f" and {more} more" if more > 0 and names else "")
     parts = []
     if changes.get("tracked"):
-        parts.append(f"{changes['tracked']} tracked file(s) differ from HEAD")
+        tracked = source.changed_paths(rec.cwd, _DIRTY_NAMED)
+        more_tracked = int(changes["tracked"]) - len(tracked)
+        named = ", ".join(tracked) + (f" and {more_tracked} more" if more_tracked > 0 and tracked else "")
+        parts.append(f"changed: {named}" if tracked else f"{changes['tracked']} tracked file(s) differ from HEAD")
     if names:
         parts.append(f"untracked: {listed}")
     if changes.get("hidden"):
-        parts.append(f"{changes['hidden']} index entr(ies) hide changes")
+        parts.append(f"index entries that hide changes: {changes['hidden']}")
     if changes.get("error"):
         parts.append(str(changes["error"]))
-    sys.stderr.write(
-        printable(
-            "alpha observe: the working tree is dirty ("
-            + "; ".join(parts or ["changes"])
-            + "): a device gate's [[rebuild]] stays inconclusive, so the verdict cannot be physical; "
-            "commit, ignore or remove them before recording\n"
-        )
+    said = (
+        "alpha observe: the working tree is dirty ("
+        + "; ".join(parts or ["changes"])
+        + "): a device gate's [[rebuild]] stays inconclusive, so the verdict cannot be physical; "
+        "commit, ignore or remove them before recording"
     )
+    sys.stderr.write(printable(mask_text(said, rec.secrets)) + "\n")
 
 
 def _start_sampler(rec: Recording, control: Control) -> Sampler | None:

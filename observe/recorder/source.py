@@ -51,6 +51,7 @@ __all__ = [
     "MAX_UNTRACKED",
     "GitResult",
     "OwnFiles",
+    "changed_paths",
     "git_env",
     "mask_userinfo",
     "record_source",
@@ -212,6 +213,18 @@ def run_git(
 def mask_userinfo(url: str) -> str:
     """A remote URL with the userinfo of ``scheme://USER:PASS@host`` replaced by ``***``."""
     return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1***@", url)
+
+
+def changed_paths(cwd: str, limit: int, *, timeout: float = 5.0) -> list[str]:
+    """The first ``limit`` tracked files that differ from HEAD in the repository holding ``cwd`` (as git, run as
+    ``record_source`` runs it, names them; empty when it cannot): for saying so, never for the stream."""
+    done = run_git(
+        ["diff", "--name-only", "-z", "--no-ext-diff", "--no-textconv", "--no-renames", "HEAD", "--"],
+        cwd=cwd,
+        deadline=time.monotonic() + timeout,
+    )
+    names = [n for n in done.out.split(b"\0") if n] if done.code == 0 or done.stopped == "output limit" else []
+    return [printable(n.decode("utf-8", "replace")) for n in names[:limit]]
 
 
 class _Refused(Exception):

@@ -99,6 +99,7 @@ def test_another_file_in_the_recorders_folder_still_counts(tmp_path: Path) -> No
     (folder / "x.py").write_text("print('built from here')\n")
     (folder / f"20250101T000000.000000Z-{'0' * 32}.aos").write_text("not a stream\n")
     (repo / "notes.txt").write_text("scratch\n")
+    (repo / "README").write_text("a project, edited\n")
     (repo / "config.json").write_text("{}")
     src, stderr = record(repo, env={"ALPHA_COORDINATE_DEVICE_CONFIG": "config.json"})
     assert True is src["dirty"]
@@ -106,6 +107,7 @@ def test_another_file_in_the_recorders_folder_still_counts(tmp_path: Path) -> No
     assert expected == untracked(src)
     line = next(ln for ln in stderr.splitlines() if "working tree is dirty" in ln)
     assert all(path in line for path in expected), line
+    assert "changed: README" in line
     # Without a device config nothing is said (the source is still recorded).
     _, quiet = record(repo)
     assert "working tree is dirty" not in quiet
