@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from aos.event import Event
@@ -25,6 +26,7 @@ from gates.language import (
     ExitRule,
     Gate,
     OrderRule,
+    Part,
     RebuildRule,
     ReceiptRule,
     Rule,
@@ -101,6 +103,8 @@ def evaluate_evidence(gate: Gate, ev: Evidence) -> Verdict:
     skipped: list[str] = []
     applied: list[str] = []
     test_files: list[dict[str, Any]] = []
+    ran: list[tuple[Part, Rule, int]] = []  # each rule run, its part, and where its check is in ``checks``
+    cuts: list[_Cut] = []
     if ev.open is None:
         checks.append(Check("stream-open", "inconclusive", "the stream has no stream.open event: no recording start"))
     for part in gate.parts:
@@ -114,11 +118,20 @@ def evaluate_evidence(gate: Gate, ev: Evidence) -> Verdict:
             applied.append(part.name)
         if part.scope is not None:
             scope = part.scope
+        if part.setup is not None:
+            cut = _setup_refused(gate, part, ev)
+            if cut is not None:
+                cuts.append(cut)
         for rule in part.rules:
             if holds(rule.when, ev) and not versioned_out(rule, ev):
+                ran.append((part, rule, len(checks)))
                 checks.append(_run(rule, ev))
                 if isinstance(rule, TestsRule):
                     test_files.append(_test_files(rule, ev))
+    cuts.extend(_interrupted(ev))
+    if cuts:
+        _judge_cut(min(cuts, key=lambda c: c.seq), ran, checks, ev)
+        checks[:0] = [c.check for c in sorted(cuts, key=lambda c: c.seq)]  # the cause, before what it cut
     if gate.uses_receipts:
         checks.append(_late_receipts(ev))
         checks.append(_invalid_receipts(ev))
@@ -129,11 +142,142 @@ def evaluate_evidence(gate: Gate, ev: Evidence) -> Verdict:
         head += f", {counts['fail']} failed"
     if counts["inconclusive"]:
         head += f", {counts['inconclusive']} inconclusive"
-    summary = "; ".join([head, *skipped])
+    summary = "; ".join([head, *(c.said for c in sorted(cuts, key=lambda c: c.seq)), *skipped])
     extra: dict[str, Any] = {"not_run": skipped, "gate_source": gate.source, "gate_sha256": gate.digest}
     if test_files:
         extra["test_files"] = test_files
     return Verdict(verdict.gate, verdict.verdict, scope, verdict.checks, summary, extra)
+
+
+# -- runs cut short: an interrupt, a refusal of the run's own setup -------------------------------------
+
+#: The signals that interrupt a run (the operator's Ctrl-C, a CI's cancel, a hang-up), as recorded.
+INTERRUPTS = frozenset({"SIGINT", "SIGTERM", "SIGHUP"})
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """Where the evidence of a run was cut short: what follows ``seq`` is not complete evidence of the work.
+
+    ``said`` prefixes the reason of each check that fails only on what follows; ``check`` names the cut.
+    """
+
+    seq: int
+    said: str
+    check: Check
+    part: Part | None = None  # a part that did not run: none of its checks fails
+
+
+def _judge_cut(cut: _Cut, ran: list[tuple[Part, Rule, int]], checks: list[Check], ev: Evidence) -> None:
+    """Each failing check whose rule does not also fail over the events before the cut alone becomes inconclusive,
+    saying why: a fail means something that ran failed. A check that fails on the evidence complete before the
+    cut stays a fail (that evidence is whole whatever came after), except in a part that did not run (its setup
+    refused), where nothing ran to fail. Once, for every rule, here."""
+    prefix: Evidence | None = None
+    interrupted_exit = ev.exit is not None and bool(ev.exit.attrs.get("interrupted"))
+    for part, rule, at in ran:
+        check = checks[at]
+        if check.status != "fail":
+            continue
+        if isinstance(rule, ExitRule) and interrupted_exit:
+            continue  # the [exit] rule's own ``interrupted`` status said what an interrupted exit is
+        if part is not cut.part:
+            if prefix is None:
+                prefix = ev.before(cut.seq)
+            if _run(rule, prefix).status == "fail":
+                continue
+        checks[at] = Check(check.name, "inconclusive", f"{cut.said}: {check.reason}", check.evidence)
+
+
+def _interrupted(ev: Evidence) -> list[_Cut]:
+    """The interrupts of the run: the recorder's own (``recorder.interrupted`` during the command: a signal it
+    got and sent on), else a step its client asked the recorder to interrupt (on a terminal, the operator's
+    Ctrl-C reaches the command's process group, not the recorder: the client's word, said as such)."""
+    for e in ev.interrupts:
+        if e.attrs.get("during") == "command":
+            sig = str(e.attrs.get("signal"))
+            reason = (
+                f"interrupted by the operator: {sig} reached the recorder (seq {e.seq}) before the command exited, "
+                "and was sent on to the command and each running step; what ran from there on is not complete "
+                "evidence, so no check fails on it"
+            )
+            return [
+                _Cut(
+                    e.seq,
+                    f"interrupted by the operator ({sig})",
+                    Check("interrupted", "inconclusive", reason, (e.seq,)),
+                )
+            ]
+    for step in ev.steps:
+        if step.end is None or step.start.attrs.get("runner") != "recorder" or step.end.attrs.get("interrupted"):
+            continue
+        asked = [str(x) for x in step.end.attrs.get("forwarded") or [] if str(x) in INTERRUPTS]
+        if asked:
+            reason = (
+                f"interrupted: step {step.name!r} (seq {step.start.seq}) was sent {asked[0]} at its client's request "
+                "(a terminal's Ctrl-C reaches the command, not the recorder: this is the command's word); what ran "
+                "from that step on is not complete evidence, so no check fails on it"
+            )
+            said = f"interrupted ({asked[0]} to step {step.name!r})"
+            return [_Cut(step.start.seq, said, Check("interrupted", "inconclusive", reason, tuple(step.seqs)))]
+    return []
+
+
+def _setup_refused(gate: Gate, part: Part, ev: Evidence) -> _Cut | None:
+    """The cut of a part that did not run: its setup step (``[part.setup]``), as the recorder ran and saw it,
+    exited with one of the refusals of the run's own setup, and nothing else of the part ran.
+
+    Only what the recorder saw counts, never what the command says of itself: the first step of that name ran
+    under the recorder and exited (no signal) with a refusal's code; every step that started before it is a step
+    another part names (or inside one), so no work of this part ran first; after it started, the command started
+    no step but its own nested ones, and sent no receipt and no artifact until it exited; every receipt and artifact
+    it sent came from inside those steps.
+    """
+    assert part.setup is not None
+    named = ev.steps_named(part.setup.step)
+    if not named:
+        return None
+    first = min(named, key=lambda s: s.start.seq)
+    if first.start.attrs.get("runner") != "recorder" or not first.finished or first.signal:
+        return None
+    refusal = part.setup.refusal(first.exit_code)
+    if refusal is None:
+        return None
+    others = {r.name for p in gate.parts if p is not part for r in p.rules if isinstance(r, StepRule)}
+    spans = {s.span: s for s in ev.steps}
+
+    def under(step: Step, names: set[str] | None, span: str | None) -> bool:
+        seen: set[str] = set()
+        cur: Step | None = step
+        while cur is not None and cur.span not in seen:
+            if (names is not None and cur.name in names and cur.start.attrs.get("parent") is None) or cur.span == span:
+                return True
+            seen.add(cur.span)
+            parent = cur.start.attrs.get("parent")
+            cur = spans.get(parent) if isinstance(parent, str) else None
+        return False
+
+    inside = {s.span for s in ev.steps if under(s, None, first.span)}  # the setup step itself, and what it ran
+    before = {s.span for s in ev.steps if under(s, others, None)}  # the other parts' steps, and what they ran
+    for step in ev.steps:
+        if step.span not in inside and (step.span not in before or step.start.seq > first.start.seq):
+            return None
+    end = ev.exit.seq if ev.exit is not None else None
+    for e in ev.events:  # the command's receipts and artifacts: inside those steps, none after the setup step
+        if end is not None and e.seq >= end:
+            break
+        if e.kind not in ("receipt", "artifact") or e.attrs.get("origin") == "recorder":
+            continue
+        if e.seq > first.last_seq or (e.step not in inside and e.step not in before):
+            return None
+    reason = (
+        f"did not run: {refusal}: step {part.setup.step!r} (seq {first.start.seq}) exited {first.exit_code}, which "
+        f"this gate names the refusal {refusal!r} of the run's own setup, before any other step of {part.name!r} "
+        "ran, and the command recorded nothing after it: none of that part's checks fails (nothing of it ran); a "
+        "check of another part that fails on what came before it still fails"
+    )
+    check = Check("did-not-run", "inconclusive", reason, tuple(first.seqs))
+    return _Cut(first.start.seq, f"did not run: {refusal}", check, part)
 
 
 def _run(rule: Rule, ev: Evidence) -> Check:

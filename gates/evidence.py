@@ -289,6 +289,8 @@ class Evidence:
         self.artifacts: list[Artifact] = []
         self.observations: list[Event] = []
         self.telemetry: list[Event] = []
+        #: ``recorder.interrupted`` events: signals the recorder got (``during: "command"``: while the command ran).
+        self.interrupts: list[Event] = []
         #: What a rule derived from the evidence and another may ask again (a captured file, parsed).
         self.memo: dict[Any, Any] = {}
         self.rebuild_steps: list[Step] = []
@@ -393,11 +395,28 @@ class Evidence:
                 self.observations.append(ev)
             elif kind == "telemetry":
                 self.telemetry.append(ev)
+            elif kind == "recorder.interrupted":
+                self.interrupts.append(ev)
             elif kind == "artifact.chunk":
                 path = normalise_path(_name(ev.attrs.get("path")))
                 owner = pending_artifacts.get(path)
                 if owner is not None:
                     owner.chunks.append(ev)
+
+    def before(self, seq: int) -> Evidence:
+        """The evidence of the events before ``seq`` alone: what was complete when the run was cut there (an
+        interrupt, a setup refusal; gates.engine). Without the output's bytes kept in ``events``, each step that
+        ended before ``seq`` gets its output from this index (all of it precedes its ``step.end``)."""
+        prefix = Evidence((e for e in self.events if e.seq < seq), keep_output=self.keep_output)
+        if not self.keep_output:
+            whole = {s.span: s for s in self.steps}
+            for step in prefix.steps:
+                full = whole.get(step.span)
+                if full is not None and step.end is not None:
+                    step.stderr[:] = full.stderr
+                    step.stdout[:] = full.stdout
+                    step.output_seqs[:] = [n for n in full.output_seqs if n < seq]
+        return prefix
 
     # -- queries -------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ __all__ = [
     "ReceiptArtifact",
     "ReceiptRule",
     "Rule",
+    "Setup",
     "StepRule",
     "TestsRule",
     "load_gate",
@@ -345,6 +346,19 @@ Rule = (
 
 
 @dataclass(frozen=True)
+class Setup:
+    """A part's setup step (``[part.setup]``) and the exit codes of it that are refusals of the run's own setup
+    (``refusals``: name -> code): a run that stopped at one, before anything else of the part ran, did not run."""
+
+    step: str
+    refusals: tuple[tuple[str, int], ...]
+
+    def refusal(self, code: int | None) -> str | None:
+        """The refusal's name for the step's exit ``code``, or None when it is none of them."""
+        return next((name for name, value in self.refusals if value == code), None)
+
+
+@dataclass(frozen=True)
 class Part:
     """A group of rules that applies when its condition holds."""
 
@@ -353,6 +367,7 @@ class Part:
     when: Condition | None = None
     scope: str | None = None
     skipped: str = ""
+    setup: Setup | None = None
 
 
 @dataclass(frozen=True)
@@ -482,6 +497,27 @@ class _Table:
         unknown = sorted(set(self.data) - self.used)
         if unknown:
             raise self.error(f"unknown key(s) {', '.join(repr(k) for k in unknown)}")
+
+
+def _setup(part: _Table) -> Setup | None:
+    """``[part.setup]``: ``step`` (a step name) and ``refusals`` (a table of refusal name -> exit code, 1..255)."""
+    value = part.get("setup", dict)
+    if value is None:
+        return None
+    t = _Table(value, f"{part.where}setup", part.source)
+    step = t.get("step", str, required=True)
+    refusals = t.get("refusals", dict, required=True)
+    t.done()
+    if not step:
+        raise t.error("'step' must name a step")
+    if not refusals:
+        raise t.error("'refusals' must name at least one refusal")
+    for name, code in refusals.items():
+        if not name or isinstance(code, bool) or not isinstance(code, int) or not 1 <= code <= 255:
+            raise t.error(f"refusal {name!r} needs an exit code from 1 to 255, not {code!r}")
+    if len(set(refusals.values())) != len(refusals):
+        raise t.error("two refusals share an exit code")
+    return Setup(step, tuple(sorted(refusals.items(), key=lambda kv: kv[1])))
 
 
 def _statuses(t: _Table, key: str) -> tuple[str, ...]:
@@ -725,9 +761,10 @@ def parse_gate(data: Mapping[str, Any], source: str = "<gate>", digest: str = ""
         when = pt.when()
         pscope = pt.get("scope", str)
         skipped = pt.get("skipped", str, f"{pname} did not run")
+        setup = _setup(pt)
         prules = _rules(pt)
         pt.done()
-        parts.append(Part(pname, tuple(prules), when, pscope, skipped))
+        parts.append(Part(pname, tuple(prules), when, pscope, skipped, setup))
     top.done()
     ids = [r.id for p in parts for r in p.rules]
     dup = sorted({i for i in ids if ids.count(i) > 1})

@@ -93,7 +93,7 @@ def main() -> None:
 
     An error of the machine that no command caught (a thread, memory or a descriptor that
     could not be had while the tool starts) is printed as ``refused: resource: ...`` and
-    exits 1, never as a traceback.
+    exits 1, never as a traceback; an interrupt (SIGINT) exits 130, also without one.
     """
     try:
         code = _fast(sys.argv[1:])
@@ -102,7 +102,9 @@ def main() -> None:
         from observe.cli.root import main as cli
 
         cli()
-    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+    except KeyboardInterrupt:
+        sys.exit(130)  # an interrupt (a lane's Ctrl-C reaching `receipt` or `step`): quietly, as a shell says it
+    except (SystemExit, GeneratorExit):
         raise
     except BaseException as exc:  # a Rust extension's panic is a BaseException
         from observe.refusals import resource_refusal

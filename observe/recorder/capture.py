@@ -128,6 +128,7 @@ class Capture:
         self._drain_until: float | None = None
         self._deadline: float | None = None
         self._deferred: list[int] = []
+        self._mark_pending = False  # an interrupt arrived; its recorder.interrupted is not appended yet
         #: Processes of the command's tree (not the command itself) signalled at --timeout.
         self._signalled: dict[int, dict[str, Any]] = {}
         #: Children this process had before the command started: never the command's to end.
@@ -219,7 +220,16 @@ class Capture:
             return
         if self.outcome.interrupted is None:
             self.outcome.interrupted = name
+            self._mark_pending = True
         self._killpg(signum)
+        self.control.steps.interrupt(signum)  # the steps run in sessions of their own: sent on to each, once
+
+    def _mark_interrupt(self) -> None:
+        """Append ``recorder.interrupted`` once, at the first turn of the loop after the signal (never from the
+        handler itself, which may run in the middle of an append): what follows it was cut by the interrupt."""
+        if self._mark_pending:
+            self._mark_pending = False
+            self.sink.append("recorder.interrupted", {"signal": self.outcome.interrupted, "during": "command"})
 
     def _killpg(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -284,9 +294,11 @@ class Capture:
                 for t in (deadline if not self.outcome.timed_out else None, kill_at, self._drain_until):
                     if t is not None:
                         wait = min(wait, max(t - now, 0.0))
+                self._mark_interrupt()
                 ready = sel.select(wait)
                 ready.sort(key=lambda kv: _ORDER[kv[0].data[0]])
                 for key, mask in ready:
+                    self._mark_interrupt()
                     what, obj = key.data
                     if what == "stdin":
                         if self._stdin is not None and not self.exited:
@@ -306,6 +318,7 @@ class Capture:
                     elif what == "exit" and not self.exited:
                         sel.unregister(waker)
                         self._on_exit()
+                self._mark_interrupt()
                 self.control.poll_receipts()
                 self.control.steps.tick(sel)
                 if self._stdin is not None and not self.exited:
@@ -341,6 +354,7 @@ class Capture:
         return self.outcome
 
     def _on_exit(self) -> None:
+        self._mark_interrupt()
         pid = self.spawned.pid
         _, status, ru = os.wait4(pid, 0)
         self.spawned.proc.returncode = status  # reaped here; keep Popen from waiting again

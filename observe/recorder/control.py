@@ -469,6 +469,8 @@ class Control:
         attrs.update(exit_code=run.exit_code, signal=run.signal, duration_ns=run.duration_ns)
         if run.forwarded:
             attrs["forwarded"] = list(run.forwarded)
+        if run.interrupted is not None:
+            attrs["interrupted"] = run.interrupted
         if run.stray_writers:
             attrs["stray_writers"] = True
         if run.sock is None:

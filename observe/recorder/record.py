@@ -25,7 +25,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING
 from aos.text import printable
 from observe.exits import Exit
 from observe.recorder import outpath, tuning
-from observe.recorder.recording import BeforeSeal, Recording, RecordOptions, RecordResult, command_environ
+from observe.recorder.recording import (
+    DEFAULT_DIR,
+    BeforeSeal,
+    Recording,
+    RecordOptions,
+    RecordResult,
+    command_environ,
+)
 from observe.recorder.run import run_recorded
 from observe.recorder.sinks import Echo, logger
 from observe.recorder.spawn import become_subreaper
@@ -54,10 +61,6 @@ __all__ = [
     "default_out",
     "record",
 ]
-
-
-#: Where streams go without ``--out`` (not hidden: CI artifact uploaders skip hidden folders).
-DEFAULT_DIR = "aos-streams"
 
 
 def default_out(cwd: str, stream_id: str) -> Path:
@@ -204,8 +207,9 @@ def _record_and_seal(rec: Recording, before_seal: BeforeSeal | None) -> RecordRe
     held = None
     try:
         outcome, crashed = _run_guarded(rec)
-        held = outpath.hold(rec.writer)  # the private copy, kept past the seal for the check of the path
-        seal, hook_failed = _seal(rec, before_seal)
+        with _sealing_through_signals():
+            held = outpath.hold(rec.writer)  # the private copy, kept past the seal for the check of the path
+            seal, hook_failed = _seal(rec, before_seal)
     finally:
         restore_reaper()
         rec.sink.stop()
@@ -217,6 +221,25 @@ def _record_and_seal(rec: Recording, before_seal: BeforeSeal | None) -> RecordRe
         sys.stderr.flush()
     failed = rec.sink.failed or crashed or hook_failed or seal is None or (kept is not None and kept.failed)
     return _result(rec, outcome, seal, failed=failed, kept=kept)
+
+
+@contextlib.contextmanager
+def _sealing_through_signals() -> Iterator[None]:
+    """While the gate is judged and the stream sealed, SIGINT, SIGTERM and SIGHUP wait (a second Ctrl-C must not
+    leave the stream unsealed, nor print a traceback): the command has ended, the seal is bounded work."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, lambda _signum, _frame: None) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run_guarded(rec: Recording) -> tuple[Outcome, bool]:

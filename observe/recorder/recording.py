@@ -15,7 +15,10 @@ if TYPE_CHECKING:
     from observe.secrets.masking import SecretSet
     from observe.secrets.sources import MaskingSink
 
-__all__ = ["BeforeSeal", "RecordOptions", "RecordResult", "Recording", "command_environ"]
+__all__ = ["DEFAULT_DIR", "BeforeSeal", "RecordOptions", "RecordResult", "Recording", "command_environ"]
+
+#: Where streams go without ``--out`` (not hidden: CI artifact uploaders skip hidden folders).
+DEFAULT_DIR = "aos-streams"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from aos.bounds import LABELS_BUDGET, bounded_list, bounded_mapping
 from aos.text import printable, text_key, text_value
 from observe.channel.protocol import ENV_STDERR_ID, ENV_STDOUT_ID, ENV_STEP, ENV_STREAM, ENV_STREAM_ID
 from observe.recorder import artifacts, source, tuning
-from observe.recorder.recording import Recording, command_environ
+from observe.recorder.recording import DEFAULT_DIR, Recording, command_environ
 from observe.recorder.shim import put_alpha_first
 from observe.recorder.sinks import logger
 from observe.recorder.spawn import children_of
@@ -68,7 +68,9 @@ def run_recorded(rec: Recording) -> Outcome:
     ``--artifact`` files; the control server is closed and the CI's folds too before the seal."""
     from observe.recorder.control import Control
 
-    rec.sink.append("stream.open", _stream_open(rec))
+    opened = _stream_open(rec)
+    rec.sink.append("stream.open", opened)
+    _say_dirty(rec, opened["source"])
     control = Control(
         rec.channel_dir,
         rec.sink,
@@ -106,7 +108,8 @@ def _stream_open(rec: Recording) -> dict[str, Any]:
         # names always, values on the allow-list; the sink masks every event's attrs (byte text included)
         "env": _env_text(dict(recorded_env(command_environ(options), options.env))),
         "host": text_value(socket.gethostname()),
-        "source": source.record_source(rec.cwd),  # the git commit and tree state, before the command starts
+        # the git commit and tree state, before the command starts; the recorder's own files are not changes
+        "source": source.record_source(rec.cwd, own=_own_files(rec)),
         "gate": options.gate,
         "labels": bounded_mapping(
             {text_key(str(k)): mask_text(str(v), secrets) for k, v in dict(options.labels).items()},
@@ -121,6 +124,53 @@ def _stream_open(rec: Recording) -> dict[str, Any]:
         # This recorder observes the remote nodes a captured lane config names (observe.devices.remote).
         "observes_nodes": options.observe_devices != "off",
     }
+
+
+def _own_files(rec: Recording) -> source.OwnFiles:
+    """The recorder's own files in the tree: the stream it writes, the lane configs it captures, and earlier
+    streams in its default folder (``DEFAULT_DIR``)."""
+    from observe.devices.observers import lane_configs
+
+    files = {os.path.realpath(os.path.join(rec.cwd, value)): f"a lane config the recorder captures ({name})"
+             for name, value in lane_configs(os.environ)}  # fmt: skip
+    files[os.path.realpath(os.path.join(rec.cwd, rec.path))] = "the stream being written"
+    return source.OwnFiles(files, folder=os.path.join(os.path.realpath(rec.cwd), DEFAULT_DIR))
+
+
+#: The most changed files named on stderr when a device config meets a dirty tree.
+_DIRTY_NAMED = 5
+
+
+def _say_dirty(rec: Recording, src: Any) -> None:
+    """With a device config set and a dirty tree, say so on stderr before the lane runs, naming the files:
+    a dirty tree leaves ``[[rebuild]]`` inconclusive, so the recording cannot reach scope physical."""
+    from observe.devices.observers import lane_configs
+
+    if not isinstance(src, dict) or not src.get("dirty") or not lane_configs(os.environ):
+        return
+    changes = src.get("changes") or {}
+    names = [str(f.get("path")) for f in changes.get("untracked_files", [])]
+    more = int(changes.get("untracked", 0)) - len(names[:_DIRTY_NAMED])
+    listed = ", ".join(names[:_DIRTY_NAMED]) + (f" and {more} more" if more > 0 and names else "")
+    parts = []
+    if changes.get("tracked"):
+        tracked = source.changed_paths(rec.cwd, _DIRTY_NAMED)
+        more_tracked = int(changes["tracked"]) - len(tracked)
+        named = ", ".join(tracked) + (f" and {more_tracked} more" if more_tracked > 0 and tracked else "")
+        parts.append(f"changed: {named}" if tracked else f"{changes['tracked']} tracked file(s) differ from HEAD")
+    if names:
+        parts.append(f"untracked: {listed}")
+    if changes.get("hidden"):
+        parts.append(f"index entries that hide changes: {changes['hidden']}")
+    if changes.get("error"):
+        parts.append(str(changes["error"]))
+    said = (
+        "alpha observe: the working tree is dirty ("
+        + "; ".join(parts or ["changes"])
+        + "): a device gate's [[rebuild]] stays inconclusive, so the verdict cannot be physical; "
+        "commit, ignore or remove them before recording"
+    )
+    sys.stderr.write(printable(mask_text(said, rec.secrets)) + "\n")
 
 
 def _start_sampler(rec: Recording, control: Control) -> Sampler | None:

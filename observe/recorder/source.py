@@ -11,6 +11,12 @@ outside a git repository, ``{"error": ...}`` where git cannot or will not read o
 ``changes`` only when ``dirty``. It is read before the command starts, so what the
 command does to the tree later never changes it.
 
+The recorder's own files are not changes (``OwnFiles``): the stream being written,
+earlier streams in the recorder's default folder (named as the recorder names them,
+beginning as an Arrow IPC stream does), and the lane configs it captures (their bytes
+are in the stream). They are listed in ``not_counted``, never in ``changes``; any
+other untracked file counts, in that folder too.
+
 Git is run as plumbing the command cannot steer: never interactive (stdin
 ``/dev/null``, ``GIT_TERMINAL_PROMPT=0``, no pager), no system or global
 configuration (a ``safe.directory`` the command planted in ``~/.gitconfig`` is not
@@ -34,7 +40,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aos.text import printable, text_value
@@ -44,6 +50,8 @@ __all__ = [
     "MAX_DIFF_BYTES",
     "MAX_UNTRACKED",
     "GitResult",
+    "OwnFiles",
+    "changed_paths",
     "git_env",
     "mask_userinfo",
     "record_source",
@@ -207,6 +215,18 @@ def mask_userinfo(url: str) -> str:
     return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1***@", url)
 
 
+def changed_paths(cwd: str, limit: int, *, timeout: float = 5.0) -> list[str]:
+    """The first ``limit`` tracked files that differ from HEAD in the repository holding ``cwd`` (as git, run as
+    ``record_source`` runs it, names them; empty when it cannot): for saying so, never for the stream."""
+    done = run_git(
+        ["diff", "--name-only", "-z", "--no-ext-diff", "--no-textconv", "--no-renames", "HEAD", "--"],
+        cwd=cwd,
+        deadline=time.monotonic() + timeout,
+    )
+    names = [n for n in done.out.split(b"\0") if n] if done.code == 0 or done.stopped == "output limit" else []
+    return [printable(n.decode("utf-8", "replace")) for n in names[:limit]]
+
+
 class _Refused(Exception):
     """Git could not or would not read the repository: recorded as ``{"error": ...}``."""
 
@@ -220,11 +240,53 @@ def _timeout() -> float:
     return value if 0 < value <= 3600 else SOURCE_TIMEOUT
 
 
-def record_source(cwd: str, *, timeout: float | None = None) -> dict[str, Any] | None:
-    """The ``source`` attr of ``stream.open`` for ``cwd``: None outside a repository; never raises."""
+#: How the recorder names a stream in its default folder (observe.recorder.record.default_out).
+_STREAM_NAME = re.compile(rb"^[0-9]{8}T[0-9]{6}\.[0-9]{6}Z-[0-9a-f]{32}\.aos$")
+#: The first bytes of every stream the recorder writes: an Arrow IPC stream's continuation marker.
+_STREAM_START = b"\xff\xff\xff\xff"
+#: The most ``not_counted`` entries listed (all are left out of ``dirty``).
+MAX_NOT_COUNTED = 100
+
+
+@dataclass(frozen=True)
+class OwnFiles:
+    """The recorder's own files in the tree, which are not changes: ``files`` maps an absolute path to why it is
+    the recorder's (the stream being written, a captured lane config); in ``folder`` (the default stream folder),
+    earlier streams as the recorder names and writes them."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    folder: str | None = None
+
+    def why(self, path: bytes) -> str | None:
+        """Why ``path`` (absolute) is the recorder's own, or None when it is not."""
+        text = os.fsdecode(path)
+        own = self.files.get(os.path.normpath(text))
+        if own is not None:
+            return own
+        if self.folder is None or os.path.dirname(os.path.normpath(text)) != self.folder:
+            return None
+        if not _STREAM_NAME.match(os.path.basename(path)):
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or os.read(fd, len(_STREAM_START)) != _STREAM_START:
+                return None
+        finally:
+            os.close(fd)
+        return "an earlier stream in the recorder's folder"
+
+
+def record_source(cwd: str, *, timeout: float | None = None, own: OwnFiles | None = None) -> dict[str, Any] | None:
+    """The ``source`` attr of ``stream.open`` for ``cwd``: None outside a repository; never raises.
+
+    ``own`` names the recorder's own files, which never make the tree dirty (listed as ``not_counted``).
+    """
     deadline = time.monotonic() + (timeout if timeout is not None else _timeout())
     try:
-        return _Reader(cwd, deadline).read()
+        return _Reader(cwd, deadline, own or OwnFiles()).read()
     except _Refused as exc:
         return {"error": printable(str(exc))}
     except OSError as exc:  # pragma: no cover - a pipe or process the machine cannot give
@@ -234,9 +296,12 @@ def record_source(cwd: str, *, timeout: float | None = None) -> dict[str, Any] |
 class _Reader:
     """One reading of the repository holding ``cwd``."""
 
-    def __init__(self, cwd: str, deadline: float) -> None:
+    def __init__(self, cwd: str, deadline: float, own: OwnFiles) -> None:
         self.cwd = cwd
         self.deadline = deadline
+        self.own = own
+        self.not_counted: list[dict[str, Any]] = []
+        self.not_counted_total = 0
         self.env = git_env()
         self.drivers: list[bytes] = []
 
@@ -304,6 +369,9 @@ class _Reader:
         }
         if dirty:
             source["changes"] = changes
+        if self.not_counted_total:
+            source["not_counted"] = self.not_counted
+            source["not_counted_omitted"] = self.not_counted_total - len(self.not_counted)
         return source
 
     def changes(self) -> dict[str, Any]:
@@ -319,6 +387,12 @@ class _Reader:
             for entry in done:
                 tag, path = entry[:1], entry[2:]
                 if tag == b"?":
+                    why = self.own.why(os.path.join(os.fsencode(self.cwd), path))
+                    if why is not None:  # the recorder's own file: not a change
+                        self.not_counted_total += 1
+                        if len(self.not_counted) < MAX_NOT_COUNTED:
+                            self.not_counted.append({"path": text_value(path), "why": why})
+                        continue
                     counts["untracked"] += 1
                     if len(untracked) < MAX_UNTRACKED:
                         untracked.append(path)

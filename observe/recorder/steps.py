@@ -80,6 +80,7 @@ class Run:
     stray_writers: bool = False
     done: bool = False
     forwarded: list[str] = field(default_factory=list)  # signals the client asked to be sent
+    interrupted: str | None = None  # the signal the recorder itself got and sent on to this step (an interrupt)
     outbox: bytearray = field(default_factory=bytearray)
     forward_lost: bool = False
     writing: bool = False  # the connection is registered for writing
@@ -184,10 +185,26 @@ class Steps:
         """The client's connection can take more of what is forwarded to it (its step's pipes may resume)."""
         self._settle(sel, run)
 
+    def interrupt(self, signum: int) -> None:
+        """The recorder was interrupted: send ``signum`` on to every step still running (each in a session of its
+        own, out of the command's process group), once; each records it as ``interrupted``. Called from the
+        recorder's signal handler: it only signals and sets a field."""
+        name = signal_name(signum)
+        for run in list(self.runs.values()):
+            if run.exited or run.interrupted is not None:
+                continue
+            run.interrupted = name
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(run.pid, signum)
+
     def send_signal(self, run: Run, signum: int) -> bool:
-        """Send ``signum`` (one of FORWARDED_SIGNALS) to the step's command and its process group."""
+        """Send ``signum`` (one of FORWARDED_SIGNALS) to the step's command and its process group; not again
+        when the recorder already sent it on as an interrupt (the step gets one interrupt, not two)."""
         if signum not in FORWARDED_SIGNALS or run.exited:
             return False
+        if run.interrupted == signal_name(signum):
+            run.forwarded.append(signal_name(signum))
+            return True
         run.forwarded.append(signal_name(signum))
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(run.pid, signum)  # its own session: the group is the leader's pid, not reused before reaping

@@ -17,6 +17,10 @@
 # recorder runs (`alpha observe step PHASE.MEMBER -- ssh ...`); a refusal of the
 # driver's (remote-digest 26, host-key-unknown 27, host-key-changed 28,
 # node-unreachable 29) stops the physical lane there: no later step runs.
+#
+# An interrupt (SIGINT, SIGTERM: the operator's Ctrl-C, a CI's cancel, sent on by
+# the recorder) stops the lane at once: the step running ends (the recorder sends
+# the signal on to it too) and no later step starts; the script exits 130 or 143.
 
 LANE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 export PYTHONPATH="$LANE_ROOT/samples/lane${PYTHONPATH:+:$PYTHONPATH}"
@@ -30,6 +34,11 @@ REFUSED_CHECKPOINT_CHUNK=22
 # The driver's own refusals on a node (lanekit/refusals.py): after one, no later step runs.
 REFUSED_DRIVER_FIRST=26
 REFUSED_DRIVER_LAST=29
+
+lane_interrupted() {  # lane_interrupted SIGNAL CODE: the trap of an interrupt; no later step runs
+    echo "$LANE lane: interrupted ($1); no later step runs" >&2
+    exit "$2"
+}
 
 lane_step() {  # lane_step STEP -> runs phase STEP in its own span; returns its exit code
     local step=$1 rc
@@ -59,6 +68,8 @@ lane_main() {
     ALPHA_LANE_LEDGER="$(mktemp "${TMPDIR:-/tmp}/lane-ledger.XXXXXX")" || return 1
     export ALPHA_LANE_LEDGER
     trap 'rm -f "$ALPHA_LANE_LEDGER"' EXIT
+    trap 'lane_interrupted SIGINT 130' INT
+    trap 'lane_interrupted SIGTERM 143' TERM
 
     local failed=0
     lane_step static-build || failed=1

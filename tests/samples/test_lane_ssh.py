@@ -260,7 +260,10 @@ class TestHostKeys:
         stderr = b"".join(e.data or b"" for e in events if e.kind == "stderr" and e.step == span)
         end = next(e.attrs for e in events if e.kind == "step.end" and e.step == span)
         assert (27, True) == (end["exit_code"], b"refused: host-key-unknown: " in stderr)
-        assert (1, "fail") == (code, verdict["verdict"])  # the preflight step exited non-zero
+        # A refusal of the lane's own setup before anything else ran: not a fail, it did not run (issue 31).
+        assert (3, "inconclusive") == (code, verdict["verdict"]), verdict["summary"]
+        assert "did not run: host-key-unknown" in verdict["summary"]
+        assert not [c["name"] for c in verdict["checks"] if c["status"] == "fail"]
         (pre,) = [e.attrs for e in events if e.kind == "receipt" and e.attrs["name"] == "preflight"]
         assert ("inconclusive", []) == (pre["status"], pre["fields"]["gpus"])
         assert "refused: host-key-unknown: " in pre["fields"]["reason"]

@@ -7,16 +7,31 @@ corrupted-checkpoint, qualification); LANE is partitioned, coordinates or
 independent. The scripts in scripts/ci/ run each under ``alpha observe step``.
 A refusal of the driver's (``host-key-unknown``, ``host-key-changed``,
 ``node-unreachable``, ``remote-digest``) is printed as ``refused: NAME: ...`` and
-exits with its code (lanekit/refusals.py).
+exits with its code (lanekit/refusals.py). An interrupt ends the phase quietly,
+no traceback: SIGINT with exit 130, SIGTERM with 143.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from .phases import PHASES, ConfigError
 from .refusals import LaneRefusal
 from .spec import LANES
+
+
+class Interrupted(BaseException):
+    """SIGTERM (a CI's cancel, sent on by the recorder), raised where the phase is, as SIGINT raises
+    KeyboardInterrupt: the phase unwinds (its roles ended by their ``finally``) instead of dying where it stands."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise Interrupted(signum)
 
 
 def main(argv: list[str]) -> int:
@@ -26,6 +41,7 @@ def main(argv: list[str]) -> int:
         return 2
     phase, lane, out = argv[:3]
     config = argv[3] if len(argv) == 4 else None
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         return PHASES[phase](lane, out, config)
     except ConfigError as exc:
@@ -35,6 +51,11 @@ def main(argv: list[str]) -> int:
         # The driver's own refusals on a node (host key, reachability, a digest there): outputs are kept.
         print(exc.diagnostics(), file=sys.stderr, flush=True)
         return exc.exit_code
+    except (KeyboardInterrupt, Interrupted) as exc:
+        # The operator's interrupt (sent on by the recorder): the phase stops here, quietly; the lane stops too.
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        print(f"{phase}: interrupted ({signal.Signals(signum).name})", file=sys.stderr, flush=True)
+        return 128 + signum
 
 
 if __name__ == "__main__":

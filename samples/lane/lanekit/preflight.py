@@ -11,7 +11,7 @@ from .config import TRANSPORTS, ConfigError, load_config, write_json
 from .device import APPS_QUERY, GPU_QUERY, parse_compute_apps, parse_gpu_csv
 from .placement import Placement, describe
 from .receipts import artifact, receipt, rel
-from .refusals import LaneRefusal
+from .refusals import LaneConfig, LaneRefusal, MinorMissing
 from .spec import OWNERS
 
 __all__ = ["DEFAULT_DRIVER", "DEFAULT_PRODUCTS", "preflight"]
@@ -94,15 +94,12 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
     try:
         config = load_config(str(config_path))
     except ConfigError as exc:
-        print(f"preflight: {exc}", file=sys.stderr)
-        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=str(exc))
-        return 1
+        return _refused(LaneConfig(str(exc)))
     if config.get("transport") not in TRANSPORTS:
         reason = (
             f"transport {config.get('transport')!r} is not supported by the reference lane ({' or '.join(TRANSPORTS)})"
         )
-        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=reason)
-        return 1
+        return _refused(LaneConfig(reason))
     pre = os.path.join(out, "preflight")
     os.makedirs(pre, exist_ok=True)
     try:
@@ -110,9 +107,7 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
             texts, sources = _query(place, pre)
     except LaneRefusal as exc:
         # An unknown or changed host key, or a node that cannot be reached: nothing was asked there.
-        print(exc.diagnostics(), file=sys.stderr, flush=True)
-        receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=exc.diagnostics())
-        return exc.exit_code
+        return _refused(exc)
     missing = [
         "this machine" if place.local else place.nodes[i].label
         for i, (csv_text, apps_text) in enumerate(zip(texts["csv"], texts["compute_apps"], strict=True))
@@ -126,6 +121,7 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
     products = _allowed(config, "products", DEFAULT_PRODUCTS)
     drivers = _allowed(config, "driver", DEFAULT_DRIVER)
     failures: list[str] = []
+    absent: list[str] = []  # roles whose minor selects no GPU: a refusal of the setup (minor-missing)
     gpus: list[dict[str, Any]] = []
     bound: dict[int, list[str]] = {}
     for role, minor in zip(OWNERS, config["minors"], strict=True):
@@ -134,6 +130,8 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
         where = "" if len(place.nodes) < 2 else f" on {place.where(role)}"
         if len(found) != 1:
             failures.append(f"{role}: minor {minor}{where} selects {len(found)} GPUs, not exactly one")
+            if not found:
+                absent.append(f"{role}: minor {minor}{where} selects no GPU")
             continue
         gpu = found[0] if len(place.nodes) < 2 else {**found[0], "node": place.where(role)}  # minors are per host
         gpus.append(gpu)
@@ -185,5 +183,15 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
         binding=rel(paths["binding"]),
         findings=failures + undecided,
     )
+    if absent:
+        print(MinorMissing("; ".join(absent)).diagnostics(), file=sys.stderr, flush=True)
+        return MinorMissing.exit_code
     # A busy device or shared UUIDs leave the verdict open, but the lane still runs to gather evidence.
     return 1 if failures or len(gpus) != len(OWNERS) else 0
+
+
+def _refused(exc: LaneRefusal) -> int:
+    """A refusal of the lane's own setup, before any device was asked: said, receipted inconclusive, its code."""
+    print(exc.diagnostics(), file=sys.stderr, flush=True)
+    receipt("preflight", "inconclusive", gpus=[], compute_processes=[], reason=exc.diagnostics())
+    return exc.exit_code

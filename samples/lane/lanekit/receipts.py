@@ -54,7 +54,9 @@ def receipt(name: str, status: str, **fields: Any) -> None:
     argv = [*_alpha(), "observe", "receipt", name, "--status", status]
     for key, value in fields.items():
         argv += ["--field", f"{key}={json.dumps(value, sort_keys=True)}"]
-    done = subprocess.run(argv, check=False)
+    # In a process group of its own: an interrupt sent to the phase's group stops the phase, not a client
+    # half way through its start (a Python interrupted while it imports dies with a fatal error, not quietly).
+    done = subprocess.run(argv, check=False, process_group=0)
     if done.returncode != 0:
         raise RuntimeError(f"alpha observe receipt {name} exited {done.returncode}")
 
@@ -77,7 +79,7 @@ def artifact(*paths: str | os.PathLike[str]) -> None:
         for name in names:
             print(f"artifact (not recording): {name}", file=sys.stderr, flush=True)
     else:
-        done = subprocess.run([*_alpha(), "observe", "artifact", *names], check=False)
+        done = subprocess.run([*_alpha(), "observe", "artifact", *names], check=False, process_group=0)
         if done.returncode != 0:
             raise RuntimeError(f"alpha observe artifact exited {done.returncode}")
     ledger = os.environ.get("ALPHA_LANE_LEDGER")

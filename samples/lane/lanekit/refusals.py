@@ -7,6 +7,12 @@ Each refusal has its own exit code so a lane script can tell them apart.
 The driver's own refusals on a node reached over SSH (``lanekit.remote``) are
 ``host-key-unknown``, ``host-key-changed``, ``node-unreachable`` and
 ``remote-digest``: the lane stops there and keeps every output it has.
+
+The preflight's refusals of the lane's own setup, before any device work:
+``lane-config`` (the config cannot be read or is not valid) and ``minor-missing``
+(a bound minor selects no GPU). With ``host-key-unknown``, ``host-key-changed``
+and ``node-unreachable`` they are the ``[part.setup]`` refusals of the device
+gates: a lane that stops at one did not run (docs/GATES.md).
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ __all__ = [
     "DeviceUuid",
     "HostKeyChanged",
     "HostKeyUnknown",
+    "LaneConfig",
     "LaneRefusal",
+    "MinorMissing",
     "NodeUnreachable",
     "NvidiaPlanHost",
     "PeerIdentity",
@@ -112,6 +120,20 @@ class NodeUnreachable(LaneRefusal):
     exit_code = 29
 
 
+class LaneConfig(LaneRefusal):
+    """The lane config cannot be read, or is not valid (the preflight, before anything is asked of a device)."""
+
+    name = "lane-config"
+    exit_code = 30
+
+
+class MinorMissing(LaneRefusal):
+    """A role's bound minor selects no GPU on its host (the preflight's query of the devices)."""
+
+    name = "minor-missing"
+    exit_code = 31
+
+
 EXIT_CODES: dict[str, int] = {
     cls.name: cls.exit_code
     for cls in (
@@ -125,5 +147,7 @@ EXIT_CODES: dict[str, int] = {
         HostKeyUnknown,
         HostKeyChanged,
         NodeUnreachable,
+        LaneConfig,
+        MinorMissing,
     )
 }

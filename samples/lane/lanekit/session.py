@@ -113,7 +113,9 @@ def run_lane(
                     argv += ["--resume-membership", resume_membership]
             elif shadow:
                 argv.append("--shadow")
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            # A process group of its own: an interrupt of the phase ends the phase, which ends its roles (the
+            # finally below), instead of reaching each role's Python wherever it is (a traceback, or worse).
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0)
             procs[role] = proc
             for stream, sink, only in (
                 (proc.stdout, sys.stdout, stdout.setdefault(role, [])),
