@@ -325,3 +325,20 @@ def test_an_observer_beyond_its_bounds_is_node_lost_and_memory_stays_bounded(
     assert ["start"] == [e.attrs["phase"] for e in of_node(evs, ssh_node)]
     assert peak_kib < 400 * 1024, peak_kib
     assert any(e.kind == "process.exit" for e in evs)
+
+
+def test_observe_once_opens_the_observers_connection_and_closes_it(ssh_node: SshNode, tmp_path: Path) -> None:
+    """observe.devices.remote.observe_once (what a check of the nodes before a recording uses): the start and end
+    observation through the observer account; a refused node says why."""
+    from observe.devices.lane_nodes import lane_nodes
+    from observe.devices.remote import ObserverKey, observe_once
+
+    (node,), problems = lane_nodes(ssh_node.config(transport="loopback"), str(tmp_path), str(tmp_path))
+    assert [] == problems
+    key = ObserverKey("env", "$KEY", observer_key().read_text())
+    found = observe_once(node, key)
+    phases = [(kind, a.get("phase"), a.get("observer")) for kind, a in found if kind == "device.observed"]
+    assert ("start", "end") == (phases[0][1], phases[-1][1]), phases
+    assert {"root"} == {a["node"]["user"] for _kind, a in found}
+    (refused,) = observe_once(node, None)
+    assert ("none", "no-key") == (refused[1]["observer"], refused[1]["node"]["refused"])
