@@ -342,3 +342,13 @@ def test_observe_once_opens_the_observers_connection_and_closes_it(ssh_node: Ssh
     assert {"root"} == {a["node"]["user"] for _kind, a in found}
     (refused,) = observe_once(node, None)
     assert ("none", "no-key") == (refused[1]["observer"], refused[1]["node"]["refused"])
+
+
+def test_nodes_without_an_observer_key_are_refused_and_said_at_start(ssh_node: SshNode, tmp_path: Path) -> None:
+    """No --observer-key-env: the node is refused (no-key) in the stream, and stderr says what to give."""
+    proc, path = record(tmp_path, ["true"], env=lane_env(tmp_path, ssh_node))
+    assert 0 == proc.returncode, proc.stderr.decode()
+    (start,) = of_node(events(path), ssh_node)
+    assert ("none", "no-key") == (start.attrs["observer"], start.attrs["node"]["refused"])
+    assert b"no observer key was given" in proc.stderr
+    assert b"--observer-key-env NAME" in proc.stderr
