@@ -96,6 +96,7 @@ EOF
 mkdir -p /run/sshd
 "$SSHD" -D -e -f "$work/sshd_config" 2>>"$work/sshd.log" </dev/null &
 sshd_pid=$!
+# shellcheck disable=SC2329 # the EXIT trap calls it
 cleanup() { kill "$sshd_pid" 2>/dev/null; wait "$sshd_pid" 2>/dev/null; remove_plant; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -220,11 +221,13 @@ cd "$repo" || exit 2
     key=$(cat "$work/observer_key") && rm -f "$work/observer_key" || exit 2
     export OBSERVER_KEY=$key "$variable=$config"
     [ -z "$simulated" ] || export ALPHA_OBSERVE_SIMULATED_GPUS="$simulated"
+    echo "local-pod: running alpha observe gate $gate --out $OUT/pod.aos --observer-key-env OBSERVER_KEY $*"
     exec alpha observe gate "$gate" --out "$OUT/pod.aos" --observer-key-env OBSERVER_KEY "$@"
 )
 rc=$?
-echo "local-pod: stream $OUT/pod.aos, lane config $config; gate exit $rc"
-alpha observe verdict "$OUT/pod.aos" || true
+verdict=$(alpha observe verdict "$OUT/pod.aos" --json 2>/dev/null \
+    | python3 -c 'import json, sys; v = json.load(sys.stdin); print(v["verdict"], "(scope " + v["scope"] + ")")')
+echo "local-pod: stream $OUT/pod.aos: ${verdict:-no verdict}, gate exit $rc; lane config $config"
 if [ -z "$gpu" ]; then
     echo "local-pod: expected inconclusive (exit 3), scope physical: the lane ran every step on the CPU test doubles,"
     echo "  and the recorder's observer on the node (root, /usr/bin/python3 -I -S) saw simulated cards, not NVML:"
