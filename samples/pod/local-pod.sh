@@ -53,6 +53,10 @@ LANE_USER=alpha-lane
 for tool in "$SSHD" ssh ssh-keygen scp alpha python3; do
     command -v "$tool" >/dev/null || { echo "local-pod: $tool is not installed" >&2; exit 2; }
 done
+case $(getent shadow root | cut -d: -f2) in
+    '!'*) echo "local-pod: root's account is locked ('!' in /etc/shadow), and an sshd without PAM refuses every" \
+        "login to it; \`usermod --password '*' root\` allows key logins (no password)" >&2; exit 2 ;;
+esac
 [ -x /usr/bin/python3 ] || { echo "local-pod: the observer needs /usr/bin/python3 (3.9 or later)" >&2; exit 2; }
 
 mkdir -p "$OUT" || exit 2

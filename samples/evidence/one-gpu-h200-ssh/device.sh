@@ -43,6 +43,8 @@ uname -a; nvidia-smi -L || true; command -v python3 nvidia-smi; python3 --versio
 /usr/bin/python3 --version; ssh -V; echo "sshd: ${SSHD:-/usr/sbin/sshd}"; ls -l /dev/nvidia*
 echo "== the lane account and the GPU"
 id alpha-lane >/dev/null 2>&1 || useradd --create-home --shell /bin/bash alpha-lane
+getent shadow root | cut -d: -f1,2 | cut -c1-7
+case $(getent shadow root | cut -d: -f2) in '!'*) echo "root was locked: key logins allowed"; usermod --password '*' root ;; esac
 probe='import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
 if [ -n "$gpu" ] && ! runuser -u alpha-lane -- "$(command -v python3)" -c "$probe"; then
     echo "alpha-lane cannot use the GPU: the device files made 0666, as a pod's are"
