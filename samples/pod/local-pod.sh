@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A pod on this machine, set up as a real one is: try the device lanes over SSH without a GPU.
 #
-#   bash samples/pod/local-pod.sh [--gpu] [--plant] [--python PATH] OUT [GATE [OPTIONS] -- COMMAND...]
+#   bash samples/pod/local-pod.sh [--gpu] [--plant] [--python PATH] [--config-var NAME] [--minors M,...] OUT
+#                                 [GATE [OPTIONS] -- COMMAND...]
 #
 # Run as root, from the repository root, with alpha-observe[ssh] installed (`alpha` on PATH) and
 # Debian's openssh-server and openssh-client. It starts a throwaway sshd on 127.0.0.1 (its own host
@@ -15,8 +16,9 @@
 # It writes the lane config (OUT/lane-config.json) naming that node, then runs
 #   alpha observe gate coordinate-device --out OUT/pod.aos --observer-key-env OBSERVER_KEY \
 #       -- bash scripts/ci/coordinate-device.sh OUT/lane
-# (or the GATE, OPTIONS and COMMAND given after OUT, with the config in --config-var's variable), and
-# prints where the stream is and its verdict. It exits with the gate's exit code.
+# (or the GATE, OPTIONS and COMMAND given after OUT, with the config in --config-var's variable and the
+# roles' GPU minors from --minors), and prints where the stream is and its verdict. It exits with the
+# gate's exit code.
 #
 # Without --gpu the lane runs on its CPU test doubles (samples/lane/testing: a fake nvidia-smi and a
 # fake torch, copied to the node and put on node_env's PATH and PYTHONPATH), and the recorder's node
@@ -32,19 +34,20 @@
 # it: the verdict is not a pass. The plant is removed at the end (and before every run).
 set -u
 
-gpu="" plant="" python="" variable=ALPHA_COORDINATE_DEVICE_CONFIG
+gpu="" plant="" python="" minors="" variable=ALPHA_COORDINATE_DEVICE_CONFIG
 while [ $# -gt 0 ]; do
     case $1 in
         --gpu) gpu=1 ;;
         --plant) plant=1 ;;
         --python) python=${2:?--python needs a path}; shift ;;
         --config-var) variable=${2:?--config-var needs a name}; shift ;;
+        --minors) minors="[${2:?--minors needs a list such as 0,1}]"; shift ;;
         -*) echo "local-pod: unknown option $1" >&2; exit 2 ;;
         *) break ;;
     esac
     shift
 done
-OUT=${1:?usage: local-pod.sh [--gpu] [--plant] [--python PATH] [--config-var NAME] OUT [GATE [OPTIONS] -- COMMAND...]}
+OUT=${1:?usage: local-pod.sh [--gpu] [--plant] [--python PATH] [--config-var NAME] [--minors M,...] OUT [GATE [OPTIONS] -- COMMAND...]}
 shift
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 SSHD=${SSHD:-/usr/sbin/sshd}
@@ -126,13 +129,13 @@ if [ -n "$gpu" ]; then
     product=$(echo "$row" | awk -F', *' '{print $2}')
     driver=$(echo "$row" | awk -F', *' '{print $3}')
     count=$("$smi" --query-gpu=index --format=csv,noheader | wc -l)
-    minors=$([ "$count" -ge 2 ] && echo "[0, 1]" || echo "[0, 0]")
+    [ -n "$minors" ] || minors=$([ "$count" -ge 2 ] && echo "[0, 1]" || echo "[0, 0]")
     path="$(dirname "$smi"):/usr/local/bin:/usr/bin:/bin"
     pythonpath=""
     simulated=""
 else
     cp -r "$repo/samples/lane/testing" "$node/doubles"
-    python=${python:-python3} product="" driver="" minors="[0, 1]"
+    python=${python:-python3} product="" driver="" minors=${minors:-[0, 1]}
     path="$node/doubles/bin:/usr/local/bin:/usr/bin:/bin"
     pythonpath="$node/doubles"
     simulated="$work/simulated-gpus.json"

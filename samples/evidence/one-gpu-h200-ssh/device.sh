@@ -54,7 +54,7 @@ fi
 work=/tmp/evidence
 rm -rf "$work" && mkdir -p "$work"
 echo "== (a) worker on cuda:0, observed-worker"
-bash samples/pod/local-pod.sh $gpu --config-var ALPHA_PARTITIONED_DEVICE_CONFIG "$work/worker" observed-worker \
+bash samples/pod/local-pod.sh $gpu --config-var ALPHA_PARTITIONED_DEVICE_CONFIG --minors 0 "$work/worker" observed-worker \
     --gate-file "$here/gate.toml" --sample-interval 0.5 -- python3 "$here/lane.py" "$work/worker/lane"
 echo "== (b) the plant, on the test doubles, coordinate-device"
 bash samples/pod/local-pod.sh --plant "$work/plant"
