@@ -66,7 +66,19 @@ mkdir -p "$OUT" || exit 2
 OUT=$(cd "$OUT" && pwd)
 work="$OUT/pod"
 rm -rf "$work" "$OUT/pod.aos" "$OUT/lane" "$OUT/plant.log"
-mkdir -p "$work/authorized_keys" && chmod 755 "$OUT" "$work"
+mkdir -p "$work" || exit 2
+# What sshd reads as the lane account, and the plant's log, in a folder any account can reach (OUT may not be).
+shared=$(mktemp -d /tmp/local-pod.XXXXXX) && chmod 755 "$shared" && mkdir -m 755 "$shared/authorized_keys" || exit 2
+sshd_pid=""
+# shellcheck disable=SC2329 # the EXIT trap calls it
+cleanup() {
+    [ -z "$sshd_pid" ] || { kill "$sshd_pid" 2>/dev/null; wait "$sshd_pid" 2>/dev/null; }
+    [ -z "${plant_dir:-}" ] || rm -f "$plant_dir/usercustomize.py"
+    [ ! -e "$shared/plant.log" ] || cp "$shared/plant.log" "$OUT/plant.log"
+    rm -rf "$shared"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 # The lane's account: unprivileged, its own home, a usable (not locked) entry for sshd.
 id "$LANE_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$LANE_USER" || exit 2
@@ -81,15 +93,16 @@ remove_plant
 ssh-keygen -q -t ed25519 -N "" -C local-pod-host -f "$work/host_key" || exit 2
 ssh-keygen -q -t ed25519 -N "" -C "$LANE_USER" -f "$work/lane_key" || exit 2
 ssh-keygen -q -t ed25519 -N "" -C local-pod-observer -f "$work/observer_key" || exit 2
-cp "$work/lane_key.pub" "$work/authorized_keys/$LANE_USER"
-cp "$work/observer_key.pub" "$work/authorized_keys/root"
+cp "$work/lane_key.pub" "$shared/authorized_keys/$LANE_USER"
+cp "$work/observer_key.pub" "$shared/authorized_keys/root"
+chmod 644 "$shared"/authorized_keys/*
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 echo "[127.0.0.1]:$port $(cut -d' ' -f1,2 "$work/host_key.pub")" >"$work/known_hosts"
 cat >"$work/sshd_config" <<EOF
 ListenAddress 127.0.0.1
 Port $port
 HostKey $work/host_key
-AuthorizedKeysFile $work/authorized_keys/%u
+AuthorizedKeysFile $shared/authorized_keys/%u
 PidFile $work/sshd.pid
 PermitRootLogin prohibit-password
 PasswordAuthentication no
@@ -103,10 +116,6 @@ EOF
 mkdir -p /run/sshd
 "$SSHD" -D -e -f "$work/sshd_config" 2>>"$work/sshd.log" </dev/null &
 sshd_pid=$!
-# shellcheck disable=SC2329 # the EXIT trap calls it
-cleanup() { kill "$sshd_pid" 2>/dev/null; wait "$sshd_pid" 2>/dev/null; remove_plant; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 lane_ssh=(ssh -F /dev/null -p "$port" -i "$work/lane_key" -o BatchMode=yes -o IdentitiesOnly=yes
     -o StrictHostKeyChecking=yes -o "UserKnownHostsFile=$work/known_hosts" -o GlobalKnownHostsFile=/dev/null)
 for _ in $(seq 100); do
@@ -192,10 +201,10 @@ if [ -n "$plant" ]; then
     # The lane account writes it, in its own account, over its own SSH login: nothing of root's is touched.
     "${lane_ssh[@]}" "$LANE_USER@127.0.0.1" "mkdir -p '$plant_dir' && cat > '$plant_dir/usercustomize.py'" <<EOF
 # Planted by the lane account (a forgery control): in any Python that loads it, a simulated GPU
-# observation is relabelled as NVML, and each load is logged (uid and argv) to $OUT/plant.log.
+# observation is relabelled as NVML, and each load is logged (uid and argv) to $shared/plant.log.
 import json, os, sys
 try:
-    with open("$OUT/plant.log", "a") as log:
+    with open("$shared/plant.log", "a") as log:
         log.write(f"uid {os.getuid()} loaded usercustomize: {sys.executable} {sys.argv!r}\n")
 except OSError:
     pass
@@ -212,10 +221,10 @@ def dumps(obj, *args, **kwargs):
     return _dumps(_relabel(obj), *args, **kwargs)
 json.dumps = dumps
 EOF
-    touch "$OUT/plant.log" && chmod 666 "$OUT/plant.log"
+    touch "$shared/plant.log" && chmod 666 "$shared/plant.log"
     "${lane_ssh[@]}" "$LANE_USER@127.0.0.1" "/usr/bin/python3 -c 'pass'"
     echo "local-pod: planted $plant_dir/usercustomize.py as $LANE_USER; the lane account's python3 loads it:"
-    cat "$OUT/plant.log"
+    cat "$shared/plant.log"
 fi
 
 if [ $# -eq 0 ]; then
@@ -236,12 +245,12 @@ verdict=$(alpha observe verdict "$OUT/pod.aos" --json 2>/dev/null \
     | python3 -c 'import json, sys; v = json.load(sys.stdin); print(v["verdict"], "(scope " + v["scope"] + ")")')
 echo "local-pod: stream $OUT/pod.aos: ${verdict:-no verdict}, gate exit $rc; lane config $config"
 if [ -z "$gpu" ]; then
-    echo "local-pod: expected inconclusive (exit 3), scope physical: the lane ran every step on the CPU test doubles,"
+    echo "local-pod: expected inconclusive (exit 3): the lane ran every step on the CPU test doubles,"
     echo "  and the recorder's observer on the node (root, /usr/bin/python3 -I -S) saw simulated cards, not NVML:"
     echo "  devices-observed stays open. A physical pass needs real GPUs observed through NVML (run with --gpu on a pod)."
 fi
 if [ -n "$plant" ]; then
     echo "local-pod: plant log (a uid 0 line would mean the observer loaded the lane account's code):"
-    cat "$OUT/plant.log"
+    cat "$shared/plant.log"
 fi
 exit $rc
