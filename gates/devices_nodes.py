@@ -6,7 +6,7 @@ other than ``"local"`` (or, with ``"transport": "ssh-tunnel"``, a list of
 own SSH connection and its ``device.observed`` events carry ``node``. Then the
 check judges those observations, node by node:
 
-1. every node was observed as DESIGN's two accounts need (:func:`_account_findings`):
+1. every node was observed as DESIGN's two accounts need (:func:`node_account_findings`):
    the recorder logged into the node's observer account, which is not the
    lane's account (neither by name nor by uid), the lane's account is not root
    (uid 0) there, the observer's key came from the recorder's environment
@@ -61,7 +61,7 @@ from gates.devices import (
 from gates.evidence import Evidence
 from gates.typing import Findings, Outcome
 
-__all__ = ["config_nodes", "devices_observed_anywhere", "devices_observed_on_nodes"]
+__all__ = ["config_nodes", "devices_observed_anywhere", "devices_observed_on_nodes", "node_account_findings"]
 
 LOCAL = ("", "local")
 
@@ -103,7 +103,7 @@ def _of(o: Event, host: str, port: int | None) -> bool:
     return isinstance(node, dict) and node.get("host") == host and (port is None or node.get("port") == port)
 
 
-def _account_findings(name: str, obs: Sequence[Event], lost: Sequence[Event], f: Findings) -> None:
+def node_account_findings(name: str, obs: Sequence[Event], lost: Sequence[Event], f: Findings) -> None:
     """Inconclusive unless the node was observed through an observer account the lane could not speak for (the
     module's rule 1), each reason with its fix."""
     facts = [o.attrs["node"] for o in [*obs, *lost] if isinstance(o.attrs.get("node"), Mapping)]
@@ -173,7 +173,7 @@ def _node_findings(name: str, obs: Sequence[Event], lost: Sequence[Event], f: Fi
             f.use([o.seq])
             f.inconclusive(f"node {name}: observer none (seq {o.seq}): {a.get('error') or 'no reason recorded'}")
             return None
-    _account_findings(name, obs, lost, f)
+    node_account_findings(name, obs, lost, f)
     for o in obs:
         a = o.attrs
         if a.get("observer") == "simulated" or a.get("simulated_from") is not None:

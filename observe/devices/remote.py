@@ -60,7 +60,17 @@ from observe.devices.bundle import BOOTSTRAP, Bundle, build_bundle
 from observe.devices.lane_nodes import Node, lane_nodes, node_key
 from observe.devices.observers import ENV_SIMULATED, lane_configs, schema_problem
 
-__all__ = ["CONNECT_TIMEOUT", "NodeLink", "ObserverKey", "connect", "fingerprint", "observer_command", "open_links"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "NodeLink",
+    "ObserverKey",
+    "Refused",
+    "connect",
+    "fingerprint",
+    "observe_once",
+    "observer_command",
+    "open_links",
+]
 
 #: Seconds for the TCP connection, the SSH handshake and the login, each.
 CONNECT_TIMEOUT = 10.0
@@ -370,7 +380,8 @@ class NodeLink:
         if msg.get("sha256") != self.bundle.sha256:
             raise Refused("observer-digest", f"the node ran an observer of SHA-256 {msg.get('sha256')}")
         space = msg.get("namespace")
-        flags = msg.get("flags") if isinstance(msg.get("flags"), dict) else {}
+        given = msg.get("flags")
+        flags: dict[str, Any] = given if isinstance(given, dict) else {}
 
         def num(value: Any) -> int | None:
             return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -472,6 +483,30 @@ class NodeLink:
 
 class _Overrun(Exception):
     """The node's observer sent more than the bounds allow (the message says which)."""
+
+
+def observe_once(
+    node: Node, key: ObserverKey | None, *, simulated: dict[str, str] | None = None, timeout: float = 45.0
+) -> list[tuple[str, dict[str, Any]]]:
+    """Connect to ``node``'s observer account as a recording does (host key verified, ``key``, the isolated
+    observer), take its start and end observations and close: the ``(kind, attrs)`` a recording would append for
+    it (a refused or unreachable node: one observation of observer ``none`` whose ``node.refused`` says why)."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    link = NodeLink(
+        node,
+        build_bundle(),
+        interval=1.0,
+        simulated=simulated,
+        config={},
+        append=lambda kind, attrs: found.append((kind, attrs)),
+        key=key,
+    )
+    link.start()
+    found += link.take_start(timeout)
+    link.end()
+    link.done.wait(timeout)
+    link.close()
+    return found
 
 
 #: The largest lane config (and simulated-GPU file) the recorder reads for its nodes.
