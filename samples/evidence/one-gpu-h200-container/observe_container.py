@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-LANE = Path(__file__).resolve().parent.parent / "one-gpu-h200-ssh"
+LANE = Path(__file__).resolve().parent.parent / "one-gpu-h200-ssh" / "before-two-accounts"
 HOLD = (
     "import time, torch\n"
     "x = torch.ones(6 << 30, dtype=torch.uint8, device='cuda:0'); torch.cuda.synchronize()\n"

@@ -1,8 +1,9 @@
 """A one-role lane, recorded by ``alpha observe gate``: build, upload (SHA-256 checked on the node), preflight and run.
 
-The node is reached with the lane's own ``ssh`` (``LANE_SSH``: a JSON argv prefix; empty: this machine).
-``LANE_ROOT`` is the node's ``remote_root``, ``LANE_PYTHON`` the interpreter that runs the worker there,
-``LANE_NVIDIA_SMI`` the node's ``nvidia-smi`` (``simulated:FILE`` on a dry run: the GPUs of that file).
+It reaches its node as the lane config says (``ALPHA_PARTITIONED_DEVICE_CONFIG``, one node: ``host``, ``port``,
+``ssh_key``, ``known_hosts``, ``remote_root``, ``python``, ``node_env``; read through the project's one reader of
+lane configs), with its own ``ssh`` and its own account: never the observer's. The worker runs on the node's
+GPU 0 (``cuda:0``). Usage: ``python3 lane.py OUT`` (its files go to OUT).
 """
 
 import hashlib
@@ -13,23 +14,46 @@ import subprocess
 import sys
 from pathlib import Path
 
+from observe.devices.lane_config import node_entries
+
 HERE = Path(__file__).resolve().parent
-SSH = json.loads(os.environ.get("LANE_SSH", "[]"))
-ROOT = os.environ["LANE_ROOT"]
-PYTHON = os.environ.get("LANE_PYTHON", "python3")
-SMI = os.environ.get("LANE_NVIDIA_SMI", "nvidia-smi")
+with open(os.environ["ALPHA_PARTITIONED_DEVICE_CONFIG"], encoding="utf-8") as fh:
+    NODE = node_entries(json.load(fh))[0]
+SSH = [
+    "ssh",
+    "-F",
+    "/dev/null",
+    "-p",
+    str(NODE["port"]),
+    "-i",
+    NODE["ssh_key"],
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "IdentitiesOnly=yes",
+    "-o",
+    "StrictHostKeyChecking=yes",
+    "-o",
+    f"UserKnownHostsFile={NODE['known_hosts']}",
+    "-o",
+    "GlobalKnownHostsFile=/dev/null",
+    NODE["host"],
+]
+ENV = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted((NODE.get("node_env") or {}).items()))
+ROOT = NODE["remote_root"]
+PYTHON = NODE.get("python", "python3")
 
 
 def on_node(command: str) -> list[str]:
-    return [*SSH, command] if SSH else ["sh", "-c", command]
+    return [*SSH, f"exec env {ENV} sh -c {shlex.quote(command)}"]
 
 
 def alpha(*args: str) -> str:
     return subprocess.run(["alpha", "observe", *args], check=True, capture_output=True, text=True).stdout
 
 
-out = Path("out")
-out.mkdir(exist_ok=True)
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
 exe = out / "worker.py"
 exe.write_bytes((HERE / "worker.py").read_bytes())
 digest = hashlib.sha256(exe.read_bytes()).hexdigest()
@@ -50,16 +74,13 @@ alpha(
     json.dumps({"role": "worker", "target": str(exe), "sha256_local": digest, "sha256_remote": there}),
 )
 
-if SMI.startswith("simulated:"):
-    sim = json.loads(Path(SMI.split(":", 1)[1]).read_text())
-    rows = [(g["index"], g["uuid"], g["name"], sim["driver"]) for g in sim["gpus"]]
-else:
-    query = f"{SMI} --query-gpu=index,uuid,name,driver_version --format=csv,noheader"
-    text = alpha("step", "preflight", "--", *on_node(query))
-    rows = [tuple(c.strip() for c in line.split(",")) for line in text.splitlines() if line.strip()]
+query = "nvidia-smi --query-gpu=index,uuid,name,driver_version --format=csv,noheader"
+text = alpha("step", "preflight", "--", *on_node(query))
+rows = [tuple(c.strip() for c in line.split(",")) for line in text.splitlines() if line.strip()]
 gpu = next(r for r in rows if str(r[0]) == "0")
 gpus = [{"minor": 0, "uuid": gpu[1], "product": gpu[2], "driver": gpu[3]}]
 alpha("receipt", "preflight", "--status", "pass", "--json", json.dumps({"gpus": gpus, "compute_processes": []}))
 
-print(alpha("step", "uninterrupted-run", "--", *on_node(f"exec {PYTHON} {shlex.quote(remote)} 6")), end="")
+run = alpha("step", "uninterrupted-run", "--", *on_node(f"exec {shlex.quote(PYTHON)} {shlex.quote(remote)} 6"))
+print(run, end="")
 sys.exit(0)
