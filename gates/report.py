@@ -21,6 +21,7 @@ from aos.attrs import json_int
 from aos.event import Event
 from aos.text import display
 from gates.verdict import Check, Verdict
+from gates.wording import count
 
 __all__ = [
     "TAIL_BYTES",
@@ -28,6 +29,7 @@ __all__ = [
     "FactsGatherer",
     "SpanFacts",
     "facts_from_events",
+    "first_cause",
     "junit_element",
     "junit_text",
     "junit_xml",
@@ -83,6 +85,12 @@ def table(v: Verdict, *, width: int | None = None, stream: str | None = None, co
     lines = [f"gate {gate}: {_paint(v.verdict.upper(), v.verdict, colour)} (scope {scope})"]
     if stream:
         lines.append(f"stream {_line(stream)}")
+    cause = first_cause(v)
+    if cause is not None:
+        first, later = cause
+        lines.append(f"first: {_line(first.name)}: {_paint(_MARK[first.status], first.status, colour)}: {_line(first.reason)}")
+        if later:
+            lines.append(f"  {count(len(later), 'later check')} that did not pass {_depend(len(later))} on it")
     names = [_line(c.name) for c in v.checks]
     name_w = min(max((len(n) for n in names), default=4), 34)
     for c, name in zip(v.checks, names, strict=True):
@@ -99,6 +107,33 @@ def table(v: Verdict, *, width: int | None = None, stream: str | None = None, co
         lines.append(f"  not run: {_line(note)}")
     lines.append(_line(v.summary) if v.summary else f"gate {gate}: {v.verdict.upper()} (scope {scope})")
     return "\n".join(lines) + "\n"
+
+
+def _depend(n: int) -> str:
+    return "depends" if n == 1 else "depend"
+
+
+def _first_seq(c: Check) -> float:
+    """Where a check stands in the order the run went: its first cited event; one citing no event
+    found nothing the run recorded, so it stands after every event."""
+    return min(c.evidence) if c.evidence else float("inf")
+
+
+def first_cause(v: Verdict) -> tuple[Check, list[Check]] | None:
+    """The first check that did not pass in the order the run went, and the checks that depend on it.
+
+    Order: a check's first cited event (the lowest seq it cites); checks citing no event come after
+    every event, in the gate's order. A later check *depends* on the first when it did not pass either
+    and stands at or after it (its first cited event is at or after the first's, or it cites none):
+    what a step that failed or never ran leaves behind. None when every check passed.
+    """
+    bad = [(i, c) for i, c in enumerate(v.checks) if c.status != "pass"]
+    if not bad:
+        return None
+    i0, first = min(bad, key=lambda ic: (_first_seq(ic[1]), ic[0]))
+    at = _first_seq(first)
+    later = [c for i, c in bad if i != i0 and _first_seq(c) >= at]
+    return first, later
 
 
 def _not_run(v: Verdict) -> list[str]:
