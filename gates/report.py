@@ -27,6 +27,7 @@ __all__ = [
     "TAIL_BYTES",
     "Facts",
     "FactsGatherer",
+    "SIMULATED",
     "SpanFacts",
     "facts_from_events",
     "first_cause",
@@ -48,6 +49,10 @@ TAIL_BYTES = 4096
 TAIL_LINES = 40
 #: The largest test-results capture a report reads back (as ``[[tests]]`` reads at most).
 MAX_FILE = 64 << 20
+#: How many simulated GPUs a report names.
+KEEP_GPUS = 16
+#: What the simulated observer is, wherever a view names its devices.
+SIMULATED = "simulated: a test double, not hardware"
 
 
 def use_colour(isatty: bool, env: Mapping[str, str]) -> bool:
@@ -75,20 +80,27 @@ def _paint(text: str, status: str, colour: bool) -> str:
     return f"\x1b[{_SGR[status]}m{text}\x1b[0m" if colour else text
 
 
-def table(v: Verdict, *, width: int | None = None, stream: str | None = None, colour: bool = False) -> str:
+def table(
+    v: Verdict, *, width: int | None = None, stream: str | None = None, colour: bool = False, facts: Facts | None = None
+) -> str:
     """A short table a person can read at a glance: one line per check.
 
     ``width`` (a terminal's) wraps long reasons; None writes each reason whole
-    on its line (for a log or a pipe: nothing is cut).
+    on its line (for a log or a pipe: nothing is cut). ``facts``, when given, name
+    the simulated GPUs the stream holds (``observed on ... (simulated: ...)``).
     """
     gate, scope = _line(v.gate), _line(v.scope)
     lines = [f"gate {gate}: {_paint(v.verdict.upper(), v.verdict, colour)} (scope {scope})"]
     if stream:
         lines.append(f"stream {_line(stream)}")
+    if facts is not None and facts.simulated:
+        lines.append(f"observed on {_line(', '.join(facts.simulated))} ({SIMULATED})")
     cause = first_cause(v)
     if cause is not None:
         first, later = cause
-        lines.append(f"first: {_line(first.name)}: {_paint(_MARK[first.status], first.status, colour)}: {_line(first.reason)}")
+        lines.append(
+            f"first: {_line(first.name)}: {_paint(_MARK[first.status], first.status, colour)}: {_line(first.reason)}"
+        )
         if later:
             lines.append(f"  {count(len(later), 'later check')} that did not pass {_depend(len(later))} on it")
     names = [_line(c.name) for c in v.checks]
@@ -179,6 +191,8 @@ class Facts:
     spans: dict[str, SpanFacts] = field(default_factory=dict)
     files: dict[int, tuple[str, bytes | None]] = field(default_factory=dict)
     cited: dict[int, tuple[str, str | None]] = field(default_factory=dict)  # seq -> (kind, span)
+    #: The GPU UUIDs a simulated observer (the test double) reported, in the order first seen (at most ``KEEP_GPUS``).
+    simulated: list[str] = field(default_factory=list)
 
     def spans_of(self, check: Check) -> list[SpanFacts]:
         """The steps whose events ``check`` cites, outermost first, each once."""
@@ -243,7 +257,7 @@ class FactsGatherer:
         if (kind == "artifact" or kind == "artifact.chunk") and (self.want_files or self._open):
             self._file(ev)
             return
-        if kind not in ("stream.open", "step.start", "step.end", "process.exit"):
+        if kind not in ("stream.open", "step.start", "step.end", "process.exit", "device.observed"):
             return
         try:
             a = ev.attrs
@@ -261,6 +275,12 @@ class FactsGatherer:
             f.spans[ev.step].exit_code = json_int(a.get("exit_code"))
         elif kind == "process.exit":
             f.command_ns = json_int(a.get("duration_ns"))
+        elif kind == "device.observed" and (a.get("observer") == "simulated" or a.get("simulated_from") is not None):
+            gpus = a.get("gpus")
+            for g in gpus if isinstance(gpus, list) else []:
+                uuid = g.get("uuid") if isinstance(g, dict) else None
+                if isinstance(uuid, str) and uuid not in f.simulated and len(f.simulated) < KEEP_GPUS:
+                    f.simulated.append(display(uuid))
 
     def _file(self, ev: Event) -> None:
         """Keep the bytes of a wanted capture: its ``artifact`` event, then its chunks in order."""

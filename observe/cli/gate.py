@@ -103,7 +103,7 @@ def _emit(
         target = sys.stderr if table_err else sys.stdout
         tty = target.isatty()
         width = _terminal_width(target) if tty else None
-        text = report.table(v, width=width, stream=stream, colour=report.use_colour(tty, os.environ))
+        text = report.table(v, width=width, stream=stream, colour=report.use_colour(tty, os.environ), facts=facts)
         click.echo(text, nl=False, err=table_err, color=True)
     return publish_verdict(
         v,
@@ -224,7 +224,8 @@ def verdict_command(stream: Path, as_json: bool, junit: Path | None, summary: Pa
 
     checked = verify_stream(stream, public_key(key))
     v = Verdict.from_attrs(require_verdict(checked))
-    facts = stream_facts(stream, v) if junit is not None or detect(os.environ) == GITHUB else None
+    # The facts name the stream's simulated GPUs in the table too (and feed --junit and GitHub's summary).
+    facts = stream_facts(stream, v) if junit is not None or detect(os.environ) == GITHUB or not as_json else None
     ok = _emit(
         v,
         stream=str(stream),

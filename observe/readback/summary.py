@@ -192,6 +192,10 @@ def _devices(s: Summary) -> str:
     gpus = d.get("gpus") or []
     names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict)})
     text = f"observer {d.get('observer')}"
+    if d.get("observer") == "simulated" or d.get("simulated_from") is not None:
+        from gates.report import SIMULATED
+
+        text += f" ({SIMULATED})"
     if d.get("driver"):
         text += f", driver {d.get('driver')}"
     text += f": {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}" + (f" ({', '.join(names)})" if names else "")

@@ -76,6 +76,16 @@ class TestReads:
         by_stream = json.loads(tracker(db, "show", shown["evidence"][0]["stream_id"][:12], "--json").stdout)
         assert "evidence" == by_stream["type"]
 
+    def test_show_says_simulated(self, db: str, tmp_path: Path) -> None:
+        """A run observed on a simulated observer's GPUs says so wherever `show` names them (as the site does)."""
+        run = tracker(db, "run", "start", "--lane", "distributed-device").stdout.strip()
+        gpu = "GPU-5e5e5e5e-0000-0000-0000-000000000001"
+        sealed_stream(tmp_path / "s.aos", devices=[gpu])
+        assert 0 == invoke("observe", "attach", str(tmp_path / "s.aos"), "--tracker", str(db), "--run", run).exit_code
+        shown = tracker(db, "show", run).stdout
+        assert f"observed on {gpu} (simulated: a test double, not hardware)" in shown, shown
+        assert {gpu: "simulated"} == json.loads(tracker(db, "show", run, "--json").stdout)["evidence"][0]["observers"]
+
     def test_lists_json(self, db: str) -> None:
         """`item list --json` and `run list --json` parse."""
         assert 3 == len(json.loads(tracker(db, "item", "list", "--json").stdout))

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from tests.helpers.run import alpha
 
+GPU = "GPU-5e5e5e5e-0000-0000-0000-000000000001"
+
 LANE_GATE = """\
 [gate]
 name = "little-lane"
@@ -38,8 +40,19 @@ def _gate(tmp_path: Path, script: str, *more: str) -> tuple[int, str]:
     (tmp_path / "lane.toml").write_text(LANE_GATE)
     (tmp_path / "lane.sh").write_text(script)
     done = alpha(
-        "observe", "gate", "little-lane", "--gate-file", "lane.toml", "--out", "s.aos", *more, "--", "bash", "lane.sh",
-        cwd=tmp_path, text=True,
+        "observe",
+        "gate",
+        "little-lane",
+        "--gate-file",
+        "lane.toml",
+        "--out",
+        "s.aos",
+        *more,
+        "--",
+        "bash",
+        "lane.sh",
+        cwd=tmp_path,
+        text=True,
     )
     return done.returncode, done.stderr
 
@@ -79,3 +92,46 @@ class TestCauseFirst:
         assert 1 == rc, err
         assert "first: step:work: FAIL: step 'work' exited 5; expected exit 0" in err
         assert "\n  1 later check that did not pass depends on it\n" in err
+
+
+class TestSimulatedSaid:
+    """Every CLI view that names a simulated observer's GPUs says they are simulated."""
+
+    @staticmethod
+    def _stream(tmp_path: Path) -> Path:
+        from tracker.testing import sealed_stream
+
+        sealed_stream(tmp_path / "s.aos", gate="distributed-device", devices=[GPU])
+        return tmp_path / "s.aos"
+
+    def test_show(self, tmp_path: Path) -> None:
+        self._stream(tmp_path)
+        out = alpha("observe", "show", "s.aos", cwd=tmp_path, text=True).stdout
+        line = next(x for x in out.splitlines() if x.startswith("devices"))
+        assert "observer simulated (simulated: a test double, not hardware)" in line, out
+
+    def test_verdict(self, tmp_path: Path) -> None:
+        self._stream(tmp_path)
+        out = alpha("observe", "verdict", "s.aos", cwd=tmp_path, text=True).stdout
+        assert f"\nobserved on {GPU} (simulated: a test double, not hardware)\n" in out, out
+
+    def test_gate(self, tmp_path: Path) -> None:
+        """A recording under the simulated observer (the test double's config) says it in the gate's table."""
+        import json
+
+        config = {"driver": "0.0", "gpus": [{"index": 0, "minor": 0, "uuid": GPU, "name": "Double", "memory": 1 << 30}]}
+        (tmp_path / "sim.json").write_text(json.dumps(config))
+        done = alpha(
+            "observe",
+            "gate",
+            "exit-zero",
+            "--out",
+            "g.aos",
+            "--",
+            "true",
+            cwd=tmp_path,
+            text=True,
+            env={"ALPHA_OBSERVE_SIMULATED_GPUS": str(tmp_path / "sim.json")},
+        )
+        assert 0 == done.returncode, done.stderr
+        assert f"\nobserved on {GPU} (simulated: a test double, not hardware)\n" in done.stderr, done.stderr
