@@ -24,10 +24,10 @@ from gates.verdict import Check, Verdict
 from gates.wording import count
 
 __all__ = [
+    "SIMULATED",
     "TAIL_BYTES",
     "Facts",
     "FactsGatherer",
-    "SIMULATED",
     "SpanFacts",
     "facts_from_events",
     "first_cause",
