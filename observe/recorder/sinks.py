@@ -21,6 +21,7 @@ from aos.refusals import StreamWrite
 if TYPE_CHECKING:
     from aos.writer import SealInfo, StreamWriter
     from observe.ci.systems import Markers
+    from observe.recorder.progress import Progress
 
 __all__ = ["Echo", "Sink", "logger"]
 
@@ -44,26 +45,41 @@ class Echo:
     Under CI (``markers``, from ``observe.ci.systems``) each step is also folded in the
     CI's markers, written here only: the echo is the recorder's own output, the
     stream holds what the command wrote. A marker starts on a line of its own.
+    On a terminal (``progress``, from ``observe.recorder.progress``) the status
+    line is taken off before each write, so what is echoed is the command's bytes.
     """
 
-    def __init__(self, enabled: bool, fds: dict[str, int] | None = None, markers: Markers | None = None) -> None:
+    def __init__(
+        self,
+        enabled: bool,
+        fds: dict[str, int] | None = None,
+        markers: Markers | None = None,
+        progress: Progress | None = None,
+    ) -> None:
         self.fds: dict[str, int] = dict(fds or {"stdout": 1, "stderr": 2}) if enabled else {}
         self.markers = markers if enabled else None
+        self.progress = progress if enabled else None
         self._mid_line: dict[int, bool] = {}  # fd -> the last byte echoed there was not a newline
 
     def begin_step(self, span: str, name: str) -> None:
         """Open the CI's fold for a step that starts (nothing outside CI)."""
+        if self.progress is not None:
+            self.progress.step_started(span, name)
         if self.markers is not None:
             self._marker(self.markers.begin(span, name))
 
     def end_step(self, span: str, exit_code: object) -> None:
         """Close the step's fold (nothing outside CI, or when the step got none)."""
+        if self.progress is not None:
+            self.progress.step_ended(span)
         if self.markers is not None:
             self._marker(self.markers.end(span, exit_code))
 
     def close_folds(self) -> None:
         """Close any fold still open (the recording ends); under GitHub, end the lines the command left open and
-        resume workflow commands the command stopped, leaving them running for the recorder's annotations."""
+        resume workflow commands the command stopped, leaving them running for the recorder's annotations.
+        The status line, on a terminal, is taken off for good."""
+        self.close_progress()
         if self.markers is None:
             return
         commands = self.markers.commands
@@ -84,6 +100,12 @@ class Echo:
             )
             sys.stderr.flush()
 
+    def close_progress(self) -> None:
+        """Take the status line off the terminal for good (again: nothing)."""
+        progress, self.progress = self.progress, None
+        if progress is not None:
+            progress.close()
+
     def _marker(self, data: bytes, *, again: bool = True) -> None:
         """Echo a fold marker on a line of its own. Under GitHub, when the command stopped workflow commands, the
         marker goes between ``::TOKEN::`` and (``again``) the same stop, so the command's own lines stay as it
@@ -103,6 +125,16 @@ class Echo:
         fd = self.fds.get(name)
         if fd is None or not data:
             return
+        progress = self.progress
+        if progress is None:
+            self._write(name, fd, data)
+            return
+        with progress.lock:
+            progress.clear()
+            self._write(name, fd, data)
+            progress.wrote(data)
+
+    def _write(self, name: str, fd: int, data: bytes) -> None:
         if self.markers is not None:
             self._mid_line[fd] = not data.endswith(b"\n")
             if self.markers.commands is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tests.helpers.run import alpha
@@ -135,3 +136,79 @@ class TestSimulatedSaid:
         )
         assert 0 == done.returncode, done.stderr
         assert f"\nobserved on {GPU} (simulated: a test double, not hardware)\n" in done.stderr, done.stderr
+
+
+PROGRESS_LANE = 'for i in 1 2 3; do alpha observe step "s$i" -- sh -c "echo hi $i; sleep 0.7"; done'
+STATUS = re.compile(rb"\r\x1b\[K(alpha: [^\r\n]*)?")
+
+
+def _on_a_terminal(args: list[str], cwd: Path) -> tuple[int, bytes]:
+    """Run ``alpha ARGS`` with stdin, stdout and stderr on one pseudo-terminal; its exit code and every byte."""
+    import os
+    import pty
+    import subprocess
+
+    from tests.helpers.run import ALPHA, child_env
+
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen(
+            [ALPHA, *args],
+            cwd=cwd,
+            env=child_env({"TERM": "xterm"}),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            close_fds=True,
+        )
+        os.close(slave)
+        out = bytearray()
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's last writer closed it
+                break
+            if not chunk:
+                break
+            out += chunk
+        return p.wait(timeout=60), bytes(out)
+    finally:
+        os.close(master)
+
+
+class TestProgress:
+    def test_a_status_line_on_a_terminal_cleared_before_each_echo(self, tmp_path: Path) -> None:
+        """On a terminal the status line names the running step, the time, the steps done and the bytes
+        recorded; taken out, what is left is exactly the command's output (the terminal's CR LF aside)."""
+        rc, out = _on_a_terminal(["observe", "record", "--out", "s.aos", "--", "bash", "-c", PROGRESS_LANE], tmp_path)
+        assert 0 == rc, out
+        shown = [m.group(1) for m in STATUS.finditer(out) if m.group(1)]
+        assert any(re.fullmatch(rb"alpha: step s2 running, 0:0\d, 1 step done, 10 B recorded", s) for s in shown), out
+        assert any(b"2 steps done, 15 B recorded" in s for s in shown), out
+        assert b"hi 1\nhi 2\nhi 3\n" == STATUS.sub(b"", out).replace(b"\r\n", b"\n"), out
+        assert out.endswith(b"\r\x1b[K"), out  # the line is taken off at the end
+
+    def test_redrawn_at_most_four_times_a_second(self, tmp_path: Path) -> None:
+        rc, out = _on_a_terminal(["observe", "record", "--out", "s.aos", "--", "sleep", "2"], tmp_path)
+        assert 0 == rc, out
+        draws = [m for m in STATUS.finditer(out) if m.group(1)]
+        assert 1 <= len(draws) <= 4 * 2 + 1, out  # and only when the line changed: about once a second here
+        assert b"alpha: the command running, 0:01, 0 steps done, 0 B recorded" in out
+
+    def test_off_a_terminal_the_output_is_the_commands_bytes(self, tmp_path: Path) -> None:
+        """Pipes get exactly what the command wrote, and nothing else."""
+        done = alpha(
+            "observe", "record", "--out", "s.aos", "--", "bash", "-c", PROGRESS_LANE + "; echo err >&2", cwd=tmp_path
+        )
+        assert (0, b"hi 1\nhi 2\nhi 3\n", b"err\n") == (done.returncode, done.stdout, done.stderr)
+
+    def test_the_gate_on_a_terminal(self, tmp_path: Path) -> None:
+        """``gate`` shows it too, and prints its table after the line is gone."""
+        rc, out = _on_a_terminal(
+            ["observe", "gate", "exit-zero", "--out", "s.aos", "--", "bash", "-c", PROGRESS_LANE], tmp_path
+        )
+        assert 0 == rc, out
+        assert b"alpha: step s1 running" in out
+        text = STATUS.sub(b"", out).replace(b"\r\n", b"\n")
+        assert text.startswith(b"hi 1\nhi 2\nhi 3\n"), out
+        assert b"gate exit-zero: " in text
