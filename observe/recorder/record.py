@@ -190,7 +190,13 @@ def _open_stream(argv: Sequence[str], options: RecordOptions, opening: ObserverO
         from observe.recorder.progress import for_terminal
 
         progress = for_terminal(2, os.environ)
-    echo = Echo(not options.quiet, fds, markers=markers_for(os.environ), progress=progress)
+    echo = Echo(
+        not options.quiet,
+        fds,
+        markers=markers_for(os.environ),
+        progress=progress,
+        expected_refusals=frozenset(options.expected_refusals),
+    )
     return Recording(
         argv=list(argv),
         options=options,

@@ -55,25 +55,46 @@ class Echo:
         fds: dict[str, int] | None = None,
         markers: Markers | None = None,
         progress: Progress | None = None,
+        expected_refusals: frozenset[str] = frozenset(),
     ) -> None:
         self.fds: dict[str, int] = dict(fds or {"stdout": 1, "stderr": 2}) if enabled else {}
         self.markers = markers if enabled else None
         self.progress = progress if enabled else None
+        self.expected_refusals = expected_refusals
+        self._controls: dict[str, str] = {}  # span -> name of an expected refusal control under way
         self._mid_line: dict[int, bool] = {}  # fd -> the last byte echoed there was not a newline
 
     def begin_step(self, span: str, name: str) -> None:
-        """Open the CI's fold for a step that starts (nothing outside CI)."""
+        """Open the CI's fold for a step that starts (nothing outside CI); label an expected refusal control."""
         if self.progress is not None:
             self.progress.step_started(span, name)
         if self.markers is not None:
             self._marker(self.markers.begin(span, name))
+        if name in self.expected_refusals:
+            self._controls[span] = name
+            self._label(f"expected refusal control: step {name} must refuse; its 'refused:' line is expected")
 
     def end_step(self, span: str, exit_code: object) -> None:
         """Close the step's fold (nothing outside CI, or when the step got none)."""
         if self.progress is not None:
             self.progress.step_ended(span)
+        name = self._controls.pop(span, None)
+        if name is not None:
+            self._label(f"end of expected refusal control {name} (exit {exit_code}; the gate judges the refusal)")
         if self.markers is not None:
             self._marker(self.markers.end(span, exit_code))
+
+    def _label(self, text: str) -> None:
+        """A line of the recorder's own on the echo's stderr (never in the stream), on a line of its own."""
+        fd = self.fds.get("stderr")
+        if fd is None:
+            return
+        from aos.text import display
+
+        line = f"[alpha] {display(text)}\n".encode("utf-8", "backslashreplace")
+        if self._mid_line.get(fd):
+            line = b"\n" + line
+        self._echo("stderr", line, output=False)
 
     def close_folds(self) -> None:
         """Close any fold still open (the recording ends); under GitHub, end the lines the command left open and
@@ -125,6 +146,12 @@ class Echo:
         fd = self.fds.get(name)
         if fd is None or not data:
             return
+        self._echo(name, data, output=True)
+
+    def _echo(self, name: str, data: bytes, *, output: bool) -> None:
+        fd = self.fds.get(name)
+        if fd is None or not data:
+            return
         progress = self.progress
         if progress is None:
             self._write(name, fd, data)
@@ -132,11 +159,11 @@ class Echo:
         with progress.lock:
             progress.clear()
             self._write(name, fd, data)
-            progress.wrote(data)
+            progress.wrote(data, output=output)
 
     def _write(self, name: str, fd: int, data: bytes) -> None:
+        self._mid_line[fd] = not data.endswith(b"\n")
         if self.markers is not None:
-            self._mid_line[fd] = not data.endswith(b"\n")
             if self.markers.commands is not None:
                 self.markers.commands.feed(fd, data)  # what the runner reads, the recorder's own lines included
         view = memoryview(data)

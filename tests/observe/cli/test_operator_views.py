@@ -212,3 +212,60 @@ class TestProgress:
         text = STATUS.sub(b"", out).replace(b"\r\n", b"\n")
         assert text.startswith(b"hi 1\nhi 2\nhi 3\n"), out
         assert b"gate exit-zero: " in text
+
+
+CONTROL_GATE = """\
+[gate]
+name = "controls"
+scope = "lane"
+
+[[step]]
+name = "work"
+
+[[step]]
+name = "refusal-bad-input"
+exit = "nonzero"
+stderr_contains = "refused: bad-input"
+"""
+
+CONTROL_LANE = """\
+alpha observe step work -- sh -c 'echo working >&2'
+alpha observe step refusal-bad-input -- sh -c 'printf "refused: bad-input: as it should" >&2; exit 20' || true
+"""
+
+
+class TestExpectedRefusalControls:
+    def test_the_echo_labels_a_step_the_gate_expects_to_refuse(self, tmp_path: Path) -> None:
+        """The control's ``refused:`` line is framed as expected (its own line, even after an unended one);
+        a step that must succeed is not; the stream holds the command's bytes only."""
+        (tmp_path / "g.toml").write_text(CONTROL_GATE)
+        (tmp_path / "lane.sh").write_text(CONTROL_LANE)
+        done = alpha(
+            "observe",
+            "gate",
+            "controls",
+            "--gate-file",
+            "g.toml",
+            "--out",
+            "s.aos",
+            "--",
+            "bash",
+            "lane.sh",
+            cwd=tmp_path,
+            text=True,
+        )
+        assert 0 == done.returncode, done.stderr
+        head = done.stderr[: done.stderr.index("gate controls:")]
+        assert (
+            "working\n"
+            "[alpha] expected refusal control: step refusal-bad-input must refuse; its 'refused:' line is expected\n"
+            "refused: bad-input: as it should\n"
+            "[alpha] end of expected refusal control refusal-bad-input (exit 20; the gate judges the refusal)\n"
+        ) == head
+        read = alpha("observe", "read", "s.aos", "--stderr", cwd=tmp_path, text=True)
+        assert "working\nrefused: bad-input: as it should" == read.stdout
+
+    def test_record_without_a_gate_labels_nothing(self, tmp_path: Path) -> None:
+        (tmp_path / "lane.sh").write_text(CONTROL_LANE)
+        done = alpha("observe", "record", "--out", "s.aos", "--", "bash", "lane.sh", cwd=tmp_path, text=True)
+        assert "working\nrefused: bad-input: as it should" == done.stderr
