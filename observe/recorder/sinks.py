@@ -163,9 +163,8 @@ class Echo:
 
     def _write(self, name: str, fd: int, data: bytes) -> None:
         self._mid_line[fd] = not data.endswith(b"\n")
-        if self.markers is not None:
-            if self.markers.commands is not None:
-                self.markers.commands.feed(fd, data)  # what the runner reads, the recorder's own lines included
+        if self.markers is not None and self.markers.commands is not None:
+            self.markers.commands.feed(fd, data)  # what the runner reads, the recorder's own lines included
         view = memoryview(data)
         while view:
             try:
