@@ -34,6 +34,7 @@ from gates.language import (
 from gates.rebuild import SOURCE_CHECK, evaluate_rebuild
 from gates.typing import Findings, Outcome
 from gates.verdict import Check, Status, Verdict
+from gates.wording import count
 
 __all__ = ["evaluate", "evaluate_evidence", "holds", "needs_output", "schema_errors"]
 
@@ -308,7 +309,8 @@ def _receipt(rule: ReceiptRule, ev: Evidence) -> Outcome:
             done = _receipt_artifact(f, ev, r, spec.path, spec.sha256, spec.required, what)
             if done:
                 checked_artifacts.append(done)
-    passed = f"{len(found)} {what} recorded, status {'/'.join(sorted({r.status for r in found})) or '-'}"
+    statuses = "/".join(sorted({r.status for r in found})) or "-"
+    passed = f"{count(len(found), 'receipt')} {what.removeprefix('receipt ')} recorded, status {statuses}"
     if rule.schema is not None:
         passed += ", fields match schema"
     if checked_artifacts:
@@ -422,7 +424,8 @@ def _artifact(rule: ArtifactRule, ev: Evidence) -> Outcome:
                 continue
             for err in schema_errors(rule.schema, doc)[:3]:
                 f.fail(f"artifact {a.path} fails its schema at {err}")
-    return f.outcome(f"{len(arts)} {rule.what()}: {', '.join(sorted(a.path for a in arts))}")
+    what = rule.what() if len(arts) != 1 else "artifact" + rule.what().removeprefix("artifacts")
+    return f.outcome(f"{len(arts)} {what}: {', '.join(sorted(a.path for a in arts))}")
 
 
 # -- cross-receipt rules ---------------------------------------------------------------
@@ -493,7 +496,7 @@ def _each(rule: EachRule, ev: Evidence) -> Outcome:
                 good = True
         if not good:
             f.fail(f"receipt {rule.receipt!r} ({_label(key)}) has no good {rule.needs!r}: " + "; ".join(problems))
-    return f.outcome(f"each of {len(lefts)} {rule.receipt!r} receipt(s) has a good {rule.needs!r}")
+    return f.outcome(f"each of {count(len(lefts), repr(rule.receipt) + ' receipt')} has a good {rule.needs!r}")
 
 
 def _label(key: Mapping[str, Any]) -> str:

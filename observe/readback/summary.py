@@ -11,6 +11,7 @@ from typing import Any
 
 from aos.attrs import json_int
 from aos.refusals import Refusal
+from gates.wording import count
 from observe.readback.cuts import MARKERS, cuts_of, entry
 from observe.readback.events import event_json, iter_stream, only_seqs
 from observe.util import formatting
@@ -240,8 +241,8 @@ def format_summary(s: Summary) -> str:
         extra = " (timed out)" if e.get("timed_out") is True else ""
         lines.append(f"exit       {how}{extra} after {formatting.seconds(e.get('duration_ns'))}")
     lines.append(
-        f"output     stdout {formatting.size(s.out_bytes['stdout'])} in {s.out_chunks['stdout']} chunks, "
-        f"stderr {formatting.size(s.out_bytes['stderr'])} in {s.out_chunks['stderr']} chunks"
+        f"output     stdout {formatting.size(s.out_bytes['stdout'])} in {count(s.out_chunks['stdout'], 'chunk')}, "
+        f"stderr {formatting.size(s.out_bytes['stderr'])} in {count(s.out_chunks['stderr'], 'chunk')}"
     )
     lines.append(f"steps      {len(s.steps) + s.omitted['steps']}")
     for st in s.steps:
@@ -279,7 +280,7 @@ def format_summary(s: Summary) -> str:
         tail = f"; not passing: {', '.join(failing)}" if failing else ""
         lines.append(
             f"verdict    {_text(v.get('verdict'))} (gate {_text(v.get('gate'))}, scope {_text(v.get('scope'))}, "
-            f"{len(checks)} checks{tail})"
+            f"{count(len(checks), 'check')}{tail})"
         )
     if s.cuts:
         n = len(s.cuts) + s.cuts_omitted
@@ -321,6 +322,27 @@ def summary_json(s: Summary, stream: str) -> str:
         "integrity": s.integrity,
     }
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _data_note(kind: str, data: bytes) -> str:
+    """An event's bytes as ``show --check`` prints them: a captured file's bytes, or output that is not
+    text, never as such (their size and digest); text output as a short preview."""
+    import hashlib
+
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    if kind in ("artifact", "artifact.chunk"):
+        return f"{len(data)} B of a captured file, not shown (sha256 {digest}...; read --artifact PATH writes them)"
+    if b"\x00" in data[:4096] or not _is_text(data[:4096]):
+        return f"{len(data)} B, binary, not shown (sha256 {digest}...)"
+    return f"{len(data)} B: {_preview(data)}"
+
+
+def _is_text(head: bytes) -> bool:
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(head) - 3  # only a character cut at the end of the head
+    return True
 
 
 def _preview(data: bytes, n: int = 160) -> str:
@@ -370,7 +392,7 @@ def format_check(path: str | os.PathLike[str], s: Summary, name: str, *, as_json
         step = f" [{_key(ev.step)}]" if ev.step else ""
         lines.append(f"  {ev.seq:>6} {ev.kind}{step} {_text(ev.attrs_json)}")
         if ev.data:
-            lines.append(f"         data {len(ev.data)} B: {_preview(ev.data)}")
+            lines.append(f"         data {_data_note(ev.kind, ev.data)}")
     for seq in sorted(evidence - found):
         lines.append(f"  {seq:>6} (not in the stream)")
     if evidence:

@@ -108,7 +108,7 @@ class TestReadmeTour:
         block = _blocks()[1]
         done = _bash(block, tmp_path)
         assert 0 == done.returncode, done.stdout + done.stderr
-        assert "reports/junit.xml: 1 test(s): 1 passed, 0 failed, 0 error(s), 0 skipped" in done.stderr
+        assert "reports/junit.xml: 1 test: 1 passed, 0 failed, 0 errors, 0 skipped" in done.stderr
         with (tmp_path / "test_app.py").open("a") as f:
             f.write("def test_fails():\n    assert 1 + 1 == 3\n")
         done = _bash(block.splitlines()[-1], tmp_path)

@@ -269,3 +269,50 @@ class TestExpectedRefusalControls:
         (tmp_path / "lane.sh").write_text(CONTROL_LANE)
         done = alpha("observe", "record", "--out", "s.aos", "--", "bash", "lane.sh", cwd=tmp_path, text=True)
         assert "working\nrefused: bad-input: as it should" == done.stderr
+
+
+ARTIFACT_GATE = """\
+[gate]
+name = "kept"
+scope = "files"
+
+[[artifact]]
+glob = "b.bin"
+"""
+
+
+class TestFirstReading:
+    def test_show_check_never_prints_a_captured_files_bytes(self, tmp_path: Path) -> None:
+        """A check citing a captured binary file shows its size and digest, not its bytes (escaped or not)."""
+        (tmp_path / "g.toml").write_text(ARTIFACT_GATE)
+        script = "printf '\\000\\001\\002ELF-ish\\377' > b.bin; alpha observe artifact b.bin"
+        done = alpha(
+            "observe",
+            "gate",
+            "kept",
+            "--gate-file",
+            "g.toml",
+            "--out",
+            "s.aos",
+            "--",
+            "sh",
+            "-c",
+            script,
+            cwd=tmp_path,
+            text=True,
+        )
+        assert 0 == done.returncode, done.stderr
+        shown = alpha("observe", "show", "s.aos", "--check", "artifact:b.bin", cwd=tmp_path).stdout
+        assert b"ELF-ish" not in shown and b"\\x00" not in shown and b"\x00" not in shown, shown
+        assert b"reason     1 artifact matching 'b.bin': b.bin\n" in shown, shown
+        assert re.search(rb"data 11 B of a captured file, not shown \(sha256 [0-9a-f]{16}\.\.\.;", shown), shown
+
+    def test_counts_read_as_sentences_in_show(self, tmp_path: Path) -> None:
+        done = alpha(
+            "observe", "gate", "exit-zero", "--out", "s.aos", "--", "sh", "-c", "printf '\\000\\001\\002'", cwd=tmp_path
+        )
+        assert 0 == done.returncode
+        # exit-code cites process.exit only; the stdout event is shown through a check citing it: read --seq
+        shown = alpha("observe", "show", "s.aos", cwd=tmp_path, text=True).stdout
+        assert "stdout 3 B in 1 chunk, stderr 0 B in 0 chunks" in shown, shown
+        assert "(gate exit-zero, scope command, 1 check)" in shown, shown
