@@ -463,11 +463,15 @@ def experiment_group() -> None:
 @click.pass_context
 @_refusals
 def experiment_add_command(ctx: click.Context, name: str, item: str | None, description: str | None) -> None:
-    """Add an experiment; prints its id."""
+    """Add an experiment; says what it made (its name, id and item): runs name it with --experiment NAME."""
     from tracker.records import add_experiment
 
     with _open(ctx) as conn:
-        click.echo(add_experiment(conn, name, item=item, description=description))
+        exp = add_experiment(conn, name, item=item, description=description)
+    where = f", for work item {item}" if item else ""
+    click.echo(
+        f"added experiment {name} (id {exp}{where}); start its runs with: alpha tracker run start --experiment {name}"
+    )
 
 
 @example("alpha tracker device add --product 'NVIDIA GeForce RTX 3090' --uuid GPU-aaaa")

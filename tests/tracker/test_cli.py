@@ -86,6 +86,13 @@ class TestReads:
         assert f"observed on {gpu} (simulated: a test double, not hardware)" in shown, shown
         assert {gpu: "simulated"} == json.loads(tracker(db, "show", run, "--json").stdout)["evidence"][0]["observers"]
 
+    def test_experiment_add_says_what_it_made(self, db: str) -> None:
+        """`experiment add` names the experiment, its id and item, and how runs take it."""
+        result = tracker(db, "experiment", "add", "E7", "--item", "N2")
+        assert 0 == result.exit_code, result.output
+        assert result.stdout.startswith("added experiment E7 (id "), result.stdout
+        assert ", for work item N2); start its runs with: alpha tracker run start --experiment E7\n" in result.stdout
+
     def test_lists_json(self, db: str) -> None:
         """`item list --json` and `run list --json` parse."""
         assert 3 == len(json.loads(tracker(db, "item", "list", "--json").stdout))
