@@ -128,6 +128,14 @@ class TestModel:
         assert runs[built.runs["physical"]].physical_pass_proven
         assert not runs[built.runs["static"]].physical_pass_proven
 
+    def test_the_stream_badge_says_what_it_means(self, built: Built, tmp_path: Path) -> None:
+        """Beside a verdict, a proven stream's badge reads "file verified" and says in full what was verified."""
+        write_site(built.conn, tmp_path / "site")
+        index = html(tmp_path / "site" / "index.html")
+        assert '<span class="badge t-proven" title="the stream file verified (intact, sealed)' in index
+        assert ">file verified</span>" in index
+        assert ">proven</span>" not in index
+
     def test_honest_status(self, built: Built, tmp_path: Path) -> None:
         """Implemented is not verified; a verified item is shown verified when its streams prove it; hardware
         items without a physical run are listed as such; an item with no run is listed as not run."""
