@@ -399,7 +399,8 @@ def _artifact(rule: ArtifactRule, ev: Evidence) -> Outcome:
         others = [a for a in ev.artifacts_matching(rule.glob) if not a.has_attrs(rule.attrs)]
         if others:
             f.inconclusive(
-                f"{len(others)} other capture(s) ({', '.join(sorted(a.path for a in others)[:3])}) lack those attrs "
+                f"{count(len(others), 'other capture')} ({', '.join(sorted(a.path for a in others)[:3])}) "
+                f"{'lacks' if len(others) == 1 else 'lack'} those attrs "
                 "and do not count: a file the command sent is not the recorder's capture"
             )
     claims: list[tuple[Receipt, Any]] = []
@@ -573,7 +574,7 @@ def _late_receipts(ev: Evidence) -> Check:
         return Check(
             "receipts-after-exit",
             "inconclusive",
-            f"{len(ev.late_receipts)} receipt(s) ({', '.join(names)}) arrived after the command exited "
+            f"{count(len(ev.late_receipts), 'receipt')} ({', '.join(names)}) arrived after the command exited "
             f"({ev.describe_exit()}): something outlived the command; they do not count",
             tuple(r.seq for r in ev.late_receipts) + ((ev.exit.seq,) if ev.exit else ()),
         )
@@ -586,7 +587,8 @@ def _invalid_receipts(ev: Evidence) -> Check:
         return Check(
             "receipts-invalid",
             "inconclusive",
-            f"{len(ev.invalid_receipts)} receipt line(s) were not valid receipts "
+            f"{count(len(ev.invalid_receipts), 'receipt line')} "
+            f"{'was not a valid receipt' if len(ev.invalid_receipts) == 1 else 'were not valid receipts'} "
             f"(first: {first.attrs.get('reason', '?')}); what they meant to report is missing",
             tuple(e.seq for e in ev.invalid_receipts),
         )

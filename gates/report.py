@@ -98,9 +98,10 @@ def table(
     cause = first_cause(v)
     if cause is not None:
         first, later = cause
-        lines.append(
-            f"first: {_line(first.name)}: {_paint(_MARK[first.status], first.status, colour)}: {_line(first.reason)}"
-        )
+        refused = _refusal_of(first, facts)
+        said = f" (refused: {_line(refused)})" if refused else ""
+        mark = _paint(_MARK[first.status], first.status, colour)
+        lines.append(f"first: {_line(first.name)}: {mark}: {_line(first.reason)}{said}")
         if later:
             lines.append(f"  {count(len(later), 'later check')} that did not pass {_depend(len(later))} on it")
     names = [_line(c.name) for c in v.checks]
@@ -119,6 +120,21 @@ def table(
         lines.append(f"  not run: {_line(note)}")
     lines.append(_line(v.summary) if v.summary else f"gate {gate}: {v.verdict.upper()} (scope {scope})")
     return "\n".join(lines) + "\n"
+
+
+_REFUSED = re.compile(rb"^refused: ([A-Za-z0-9._-]{1,64}):", re.M)
+
+
+def _refusal_of(check: Check, facts: Facts | None) -> str | None:
+    """The name of the last ``refused: NAME:`` line the check's cited steps wrote to stderr (what the lane
+    refused), None when they wrote none (or no facts)."""
+    if facts is None:
+        return None
+    for span in reversed(facts.spans_of(check)):
+        found = _REFUSED.findall(bytes(span.stderr))
+        if found:
+            return str(found[-1].decode("ascii"))
+    return None
 
 
 def _depend(n: int) -> str:

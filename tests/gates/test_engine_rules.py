@@ -315,7 +315,7 @@ class TestArtifacts:
         v = run('[[artifact]]\nglob = "**/lane-config.json"\nattrs = { origin = "recorder" }\n', s)
         assert "inconclusive" == v.verdict
         assert "out/lane-config.json" in v.checks[0].reason
-        assert "lack those attrs" in v.checks[0].reason
+        assert "1 other capture (out/lane-config.json) lacks those attrs" in v.checks[0].reason
 
 
 class TestConditions:

@@ -68,7 +68,7 @@ class TestCauseFirst:
         head = next(i for i, line in enumerate(lines) if line.startswith("gate little-lane: FAIL"))
         first = lines[head + 2]
         assert first.startswith("first: step:preflight: FAIL: "), err
-        assert "exited 27" in first
+        assert first.endswith("exited 27; expected exit 0 (refused: host-key-unknown)"), first
         # exit-code (cites process.exit, later), step:work and receipt:work (nothing ran) depend on it
         assert "  3 later checks that did not pass depend on it" == lines[head + 3], err
         assert lines[head + 4].lstrip().startswith(("FAIL", "INCONCLUSIVE", "pass")), err
@@ -317,3 +317,45 @@ class TestFirstReading:
         shown = alpha("observe", "show", "s.aos", cwd=tmp_path, text=True).stdout
         assert "stdout 3 B in 1 chunk, stderr 0 B in 0 chunks" in shown, shown
         assert "(gate exit-zero, scope command, 1 check)" in shown, shown
+
+
+COUNT_GATE = """\
+[gate]
+name = "counted"
+scope = "lane"
+
+[[receipt]]
+name = "one"
+count = 1
+
+[[receipt]]
+name = "two"
+min = 1
+"""
+
+
+class TestCountsAsSentences:
+    def test_the_gates_table_says_1_receipt_and_2_receipts(self, tmp_path: Path) -> None:
+        (tmp_path / "g.toml").write_text(COUNT_GATE)
+        script = (
+            "alpha observe receipt one --status pass; for i in 1 2; do alpha observe receipt two --status pass; done"
+        )
+        done = alpha(
+            "observe",
+            "gate",
+            "counted",
+            "--gate-file",
+            "g.toml",
+            "--out",
+            "s.aos",
+            "--",
+            "sh",
+            "-c",
+            script,
+            cwd=tmp_path,
+            text=True,
+        )
+        assert 0 == done.returncode, done.stderr
+        assert "1 receipt 'one' recorded, status pass" in done.stderr, done.stderr
+        assert "2 receipts 'two' recorded, status pass" in done.stderr, done.stderr
+        assert "(s)" not in done.stderr
