@@ -332,10 +332,8 @@ _RST_ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|obj|ref):`~?([^`]+)`"
 
 
 def _plain(text: str) -> str:
-    """Text for a terminal: reStructuredText markup (``code``, :func:`name`) as the plain words it marks,
-    and counts as sentences ("1 time", not "1 time(s)")."""
-    text = _RST_ROLE.sub(r"\1", _RST_LITERAL.sub(r"\1", text))
-    return re.sub(r"\b1 time\(s\)", "1 time", text).replace("time(s)", "times")
+    """Text for a terminal: reStructuredText markup (``code``, :func:`name`) as the plain words it marks."""
+    return _RST_ROLE.sub(r"\1", _RST_LITERAL.sub(r"\1", text))
 
 
 COMMANDS: list[click.Command] = [gate_command, verdict_command, gates_command]
