@@ -586,6 +586,8 @@ def run_finish_command(ctx: click.Context, run: str, state: str, physical_pass: 
 @_refusals
 def run_list_command(ctx: click.Context, as_json: bool) -> None:
     """List runs with their evidence counts."""
+    from gates.wording import count
+
     with _open(ctx) as conn:
         rows = [
             dict(r)
@@ -604,7 +606,7 @@ def run_list_command(ctx: click.Context, as_json: bool) -> None:
     for r in rows:
         pp = ", physical pass" if r["physical_pass"] else ""
         what = " ".join(x for x in (r["experiment"], r["lane"]) if x) or "-"
-        click.echo(f"{r['id']}  {r['state']:<12} {what}: {r['streams']} stream(s){pp}")
+        click.echo(f"{r['id']}  {r['state']:<12} {what}: {count(r['streams'], 'stream')}{pp}")
 
 
 @example("alpha tracker measure 3 step-time 0.42 --unit s")

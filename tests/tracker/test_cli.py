@@ -93,6 +93,16 @@ class TestReads:
         assert result.stdout.startswith("added experiment E7 (id "), result.stdout
         assert ", for work item N2); start its runs with: alpha tracker run start --experiment E7\n" in result.stdout
 
+    def test_run_list_and_site_count_as_sentences(self, db: str, tmp_path: Path) -> None:
+        """`run list` says "1 stream", `site` "1 run page, 1 stream report": never "(s)"."""
+        run = tracker(db, "run", "start", "--lane", "distributed-device").stdout.strip()
+        sealed_stream(tmp_path / "s.aos")
+        assert 0 == invoke("observe", "attach", str(tmp_path / "s.aos"), "--tracker", str(db), "--run", run).exit_code
+        listed = tracker(db, "run", "list").stdout
+        assert f"{run}  running      distributed-device: 1 stream\n" == listed, listed
+        site = tracker(db, "site", str(tmp_path / "site")).stdout
+        assert "index.html, 1 run page, 1 stream report (" in site, site
+
     def test_lists_json(self, db: str) -> None:
         """`item list --json` and `run list --json` parse."""
         assert 3 == len(json.loads(tracker(db, "item", "list", "--json").stdout))
