@@ -502,6 +502,17 @@ def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def _md_cause(v: Verdict) -> list[str]:
+    """The cause first (``first_cause``), as a paragraph before the table; nothing when every check passed."""
+    cause = first_cause(v)
+    if cause is None:
+        return []
+    first, later = cause
+    reason = md_text(_cut(first.reason, MARKDOWN_MAX_REASON))
+    depend = f" {count(len(later), 'later check')} that did not pass {_depend(len(later))} on it." if later else ""
+    return [f"**First:** {md_text(first.name)}: {_ICON[first.status]} {first.status}: {reason}.{depend}", ""]
+
+
 def markdown(v: Verdict, *, stream: str | None = None, stream_id: str | None = None) -> str:
     """The verdict as markdown: gate, verdict, scope, every check with its reason, what did
     not run, the stream and how to verify it (a job summary, an annotation)."""
@@ -511,6 +522,7 @@ def markdown(v: Verdict, *, stream: str | None = None, stream_id: str | None = N
         "",
         md_text(v.summary) if v.summary else "",
         "",
+        *_md_cause(v),
         "| check | status | reason | evidence (event seqs) |",
         "| --- | --- | --- | --- |",
     ]

@@ -359,3 +359,31 @@ class TestCountsAsSentences:
         assert "1 receipt 'one' recorded, status pass" in done.stderr, done.stderr
         assert "2 receipts 'two' recorded, status pass" in done.stderr, done.stderr
         assert "(s)" not in done.stderr
+
+
+class TestCauseFirstInTheSummary:
+    def test_the_markdown_summary_names_the_cause_before_its_table(self, tmp_path: Path) -> None:
+        """``--summary`` (GitHub's job summary, Buildkite's annotation) says the cause first too."""
+        (tmp_path / "lane.toml").write_text(LANE_GATE)
+        (tmp_path / "lane.sh").write_text(LANE)
+        done = alpha(
+            "observe",
+            "gate",
+            "little-lane",
+            "--gate-file",
+            "lane.toml",
+            "--out",
+            "s.aos",
+            "--summary",
+            "sum.md",
+            "--",
+            "bash",
+            "lane.sh",
+            cwd=tmp_path,
+            text=True,
+        )
+        assert 1 == done.returncode, done.stderr
+        text = (tmp_path / "sum.md").read_text()
+        first = text.index("**First:** step\\:preflight: ❌ fail: step \\'preflight\\' exited 27")
+        assert "3 later checks that did not pass depend on it." in text
+        assert first < text.index("| check | status |")
