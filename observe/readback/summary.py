@@ -51,7 +51,8 @@ class Summary:
         default_factory=lambda: {"steps": 0, "receipts": 0, "artifacts": 0, "gpu_processes": 0}
     )  # what was not kept of each list (beyond KEEP)
     verdict: dict[str, Any] | None = None
-    devices: dict[str, Any] | None = None  # the first device.observed
+    devices: dict[str, Any] | None = None  # the first device.observed of the recorder's own machine
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> its first device.observed (KEEP)
     gpu_processes: set[tuple[int, str]] = field(default_factory=set)  # (pid, gpu) of the tree seen on a GPU
     cuts: list[str] = field(default_factory=list)  # what the recorder cut, one entry a line (KEEP at most)
     cuts_omitted: int = 0
@@ -159,7 +160,13 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
         elif ev.kind == "verdict":
             s.verdict = a
         elif ev.kind == "device.observed":
-            s.devices = s.devices or a
+            node = a.get("node")
+            if isinstance(node, dict):
+                key = f"{_text(node.get('host'))}:{_text(node.get('port'))}"
+                if key not in s.nodes and len(s.nodes) < KEEP:
+                    s.nodes[key] = a
+            else:
+                s.devices = s.devices or a
             for p in a.get("processes") or []:
                 if isinstance(p, dict) and p.get("in_tree"):
                     seen = (json_int(p.get("pid")) or 0, _text(p.get("gpu")))
@@ -187,9 +194,17 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
 
 
 def _devices(s: Summary) -> str:
-    d = s.devices
-    if d is None:
+    if s.devices is None:
         return "not observed"
+    text = _observation(s.devices)
+    if s.devices.get("gpus"):
+        n = len(s.gpu_processes) + s.omitted["gpu_processes"]
+        text += f"; {n} process{'es' if n != 1 else ''} of the recorded tree seen on a GPU"
+    return text
+
+
+def _observation(d: dict[str, Any]) -> str:
+    """One ``device.observed``: its observer (said ``simulated`` where it is), driver, GPUs and error."""
     gpus = d.get("gpus") or []
     names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict)})
     text = f"observer {d.get('observer')}"
@@ -200,9 +215,6 @@ def _devices(s: Summary) -> str:
     if d.get("driver"):
         text += f", driver {d.get('driver')}"
     text += f": {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}" + (f" ({', '.join(names)})" if names else "")
-    if gpus:
-        n = len(s.gpu_processes) + s.omitted["gpu_processes"]
-        text += f"; {n} process{'es' if n != 1 else ''} of the recorded tree seen on a GPU"
     if d.get("error"):
         text += f"; error: {d.get('error')}"
     return text
@@ -271,6 +283,7 @@ def format_summary(s: Summary) -> str:
         lines.append(f"  {_shown(a.get('path'))}  {formatting.size(a.get('size'))}  sha256 {digest}")
     _more(lines, s.omitted["artifacts"], "artifacts")
     lines.append(f"devices    {_devices(s)}")
+    lines.extend(f"  node {node}: {_observation(d)}" for node, d in s.nodes.items())
     if s.verdict is None:
         lines.append("verdict    none")
     else:
@@ -315,6 +328,7 @@ def summary_json(s: Summary, stream: str) -> str:
         "cut": {"entries": s.cuts, "omitted": s.cuts_omitted},
         "artifacts": s.artifacts,
         "devices": s.devices,
+        "nodes": s.nodes,
         "gpu_processes": [{"pid": pid, "gpu": gpu} for pid, gpu in sorted(s.gpu_processes)],
         "verdict": s.verdict,
         "events": s.events,

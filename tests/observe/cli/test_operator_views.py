@@ -387,3 +387,26 @@ class TestCauseFirstInTheSummary:
         first = text.index("**First:** step\\:preflight: ❌ fail: step \\'preflight\\' exited 27")
         assert "3 later checks that did not pass depend on it." in text
         assert first < text.index("| check | status |")
+
+
+class TestNodesShown:
+    def test_show_names_each_nodes_observer_and_says_simulated(self, tmp_path: Path) -> None:
+        """A node's observation (over SSH) is shown beside the recorder's own, simulated said."""
+        from gates.testing import SyntheticStream
+
+        s = SyntheticStream()
+        s.add("device.observed", {"phase": "start", "observer": "none", "gpus": [], "processes": []})
+        gpu = {"index": 0, "minor": 0, "uuid": GPU, "name": "Double", "memory": 1 << 30}
+        node = {"host": "lane@pod-a", "port": 2222}
+        s.add(
+            "device.observed",
+            {"phase": "start", "observer": "simulated", "driver": "0.0", "gpus": [gpu], "processes": [], "node": node},
+        )
+        s.exit(0)
+        s.write(tmp_path / "s.aos")
+        out = alpha("observe", "show", "s.aos", cwd=tmp_path, text=True).stdout
+        assert "devices    observer none: 0 GPUs\n" in out, out
+        assert (
+            "  node lane@pod-a:2222: observer simulated (simulated: a test double, not hardware), "
+            "driver 0.0: 1 GPU (Double)\n" in out
+        ), out
