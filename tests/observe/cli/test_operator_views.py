@@ -1,4 +1,6 @@
-"""What an operator reads first: the cause of a verdict that did not pass, before its check list."""
+"""What an operator reads first (DESIGN "Operating a lane", issue 31): the cause of a verdict that did not pass
+before its check list, expected refusal controls labelled, a status line on a terminal only, ``simulated``
+wherever simulated GPUs are named, counts as sentences, no binary bytes in ``show --check``."""
 
 from __future__ import annotations
 
