@@ -335,7 +335,7 @@ def test_cli(built: Built, tmp_path: Path, cli: Cli) -> None:
     out = tmp_path / "site"
     r = cli("tracker", "--db", built.db, "site", str(out))
     assert 0 == r.exit_code, r.output
-    assert re.match(rf"site {re.escape(str(out))}: index.html, 5 run page\(s\), \d+ stream report\(s\) ", r.output)
+    assert re.match(rf"site {re.escape(str(out))}: index.html, 5 run pages, \d+ stream reports ", r.output)
     assert "streams: 2 proven, 1 damaged, 1 missing" in r.output
     r = cli("tracker", "--db", built.db, "site", str(out), "--json")
     data: dict[str, Any] = json.loads(r.output)
