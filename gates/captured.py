@@ -24,6 +24,7 @@ from typing import Any
 
 from gates.evidence import Evidence
 from gates.typing import Findings, Outcome
+from gates.wording import count
 
 __all__ = ["same_bytes"]
 
@@ -83,6 +84,6 @@ def same_bytes(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
             f.fail(f"{ref} (seq {receipts[-1].seq}) says {claim}, but the captured files hash to {', '.join(digests)}")
     shown = next(iter(digests), "")
     return f.outcome(
-        f"{len(files)} captured file(s), hashed from their bytes, are the same bytes (sha256 {shown[:12]})"
+        f"{count(len(files), 'captured file')}, hashed from their bytes, are the same bytes (sha256 {shown[:12]})"
         + (", the pinned digest" if pinned is not None else "")
     )

@@ -17,6 +17,7 @@ from gates.captured import same_bytes
 from gates.devices_nodes import devices_observed_anywhere
 from gates.evidence import Artifact, Evidence, Receipt, glob_match
 from gates.typing import CheckFunction, Findings, Outcome
+from gates.wording import count
 
 __all__ = ["CHECKS", "DEFAULT_DRIVER", "DEFAULT_PRODUCTS", "register"]
 
@@ -132,7 +133,7 @@ def device_preflight(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     roles = sorted({str(r.fields.get("role")) for r in ev.receipts_named("static-build")})
     f.use(r.seq for r in ev.receipts_named("static-build"))
     if roles and len(gpus) != len(roles):
-        f.fail(f"preflight binds {len(gpus)} GPU(s) for {len(roles)} role(s) ({', '.join(roles)})")
+        f.fail(f"preflight binds {count(len(gpus), 'GPU')} for {count(len(roles), 'role')} ({', '.join(roles)})")
     minors = [str(g.get("minor")) for g in gpus]
     uuids = [g.get("uuid") for g in gpus]
     if any(not isinstance(u, str) or not u for u in uuids):
@@ -164,7 +165,7 @@ def device_preflight(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         names = ", ".join(f"{p.get('name')} (pid {p.get('pid')})" for p in procs if isinstance(p, dict))
         f.inconclusive(f"the device is busy: other compute process(es) {names}")
     return f.outcome(
-        f"{len(gpus)} GPU(s) {', '.join(str(g.get('product')) for g in gpus)}; products and driver allowed by "
+        f"{count(len(gpus), 'GPU')} {', '.join(str(g.get('product')) for g in gpus)}; products and driver allowed by "
         "the lane config the recorder captured (the defaults where it names none); minors and UUIDs distinct; "
         "no other compute process"
     )
@@ -187,7 +188,7 @@ def preflight_binding(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         captured = doc.get("gpus") if isinstance(doc, dict) else None
         if captured != gpus:
             f.fail(f"the captured {path} names GPUs {captured!r}, the preflight receipt {gpus!r}")
-    return f.outcome(f"the captured {path} names the receipt's {len(gpus or [])} GPU(s)")
+    return f.outcome(f"the captured {path} names the receipt's {count(len(gpus or []), 'GPU')}")
 
 
 @register("qualification-files")
@@ -235,7 +236,7 @@ def qualification_files(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         if base and not p.startswith(base + "/"):
             continue
         f.inconclusive(f"{p} was captured beside {art.path} but it does not name it")
-    return f.outcome(f"{art.path} names {len(named)} file(s), each captured with that SHA-256")
+    return f.outcome(f"{art.path} names {count(len(named), 'file')}, each captured with that SHA-256")
 
 
 register("devices-observed")(devices_observed_anywhere)
@@ -277,7 +278,7 @@ def output_free_of(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
             f.fail(f"{kind} shows {m.group(0)[:80].decode(errors='replace')!r} (seq {at})")
     if ev.exit is None:
         f.inconclusive("the command never finished, so its whole output was not seen")
-    return f.outcome(f"none of {len(patterns)} pattern(s) in {seen} output event(s)")
+    return f.outcome(f"none of {count(len(patterns), 'pattern')} in {count(seen, 'output event')}")
 
 
 @register("source-identity")

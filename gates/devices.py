@@ -50,6 +50,7 @@ from aos.attrs import json_int
 from aos.event import Event
 from gates.evidence import Evidence, Receipt
 from gates.typing import Findings, Outcome
+from gates.wording import count
 
 __all__ = ["IDLE_MEMORY", "RUN_STEPS", "devices_observed"]
 
@@ -442,7 +443,7 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     lib_text = f", NVML {lib[0]} sha256 {lib[1][:12]}" if lib else ", NVML library not identified"
     return f.outcome(
         f"observer nvml (driver {driver}{lib_text}; PID namespace {where}; compute mode {'/'.join(modes)}); "
-        f"the preflight's {len(claimed)} GPU(s) are ones the recorder observed, with the same name and driver; "
+        f"the preflight's {count(len(claimed), 'GPU')} are ones the recorder observed, with the same name and driver; "
         "processes attributed by the SHA-256 of what they execute; no memory or activity unexplained by them: "
         + "; ".join(notes)
     )

@@ -36,6 +36,7 @@ from gates.language import (
 from gates.rebuild import SOURCE_CHECK, evaluate_rebuild
 from gates.typing import Findings, Outcome
 from gates.verdict import Check, Status, Verdict
+from gates.wording import count
 
 __all__ = ["evaluate", "evaluate_evidence", "holds", "needs_output", "schema_errors"]
 
@@ -452,7 +453,8 @@ def _receipt(rule: ReceiptRule, ev: Evidence) -> Outcome:
             done = _receipt_artifact(f, ev, r, spec.path, spec.sha256, spec.required, what)
             if done:
                 checked_artifacts.append(done)
-    passed = f"{len(found)} {what} recorded, status {'/'.join(sorted({r.status for r in found})) or '-'}"
+    statuses = "/".join(sorted({r.status for r in found})) or "-"
+    passed = f"{count(len(found), 'receipt')} {what.removeprefix('receipt ')} recorded, status {statuses}"
     if rule.schema is not None:
         passed += ", fields match schema"
     if checked_artifacts:
@@ -541,7 +543,8 @@ def _artifact(rule: ArtifactRule, ev: Evidence) -> Outcome:
         others = [a for a in ev.artifacts_matching(rule.glob) if not a.has_attrs(rule.attrs)]
         if others:
             f.inconclusive(
-                f"{len(others)} other capture(s) ({', '.join(sorted(a.path for a in others)[:3])}) lack those attrs "
+                f"{count(len(others), 'other capture')} ({', '.join(sorted(a.path for a in others)[:3])}) "
+                f"{'lacks' if len(others) == 1 else 'lack'} those attrs "
                 "and do not count: a file the command sent is not the recorder's capture"
             )
     claims: list[tuple[Receipt, Any]] = []
@@ -566,7 +569,8 @@ def _artifact(rule: ArtifactRule, ev: Evidence) -> Outcome:
                 continue
             for err in schema_errors(rule.schema, doc)[:3]:
                 f.fail(f"artifact {a.path} fails its schema at {err}")
-    return f.outcome(f"{len(arts)} {rule.what()}: {', '.join(sorted(a.path for a in arts))}")
+    what = rule.what() if len(arts) != 1 else "artifact" + rule.what().removeprefix("artifacts")
+    return f.outcome(f"{len(arts)} {what}: {', '.join(sorted(a.path for a in arts))}")
 
 
 # -- cross-receipt rules ---------------------------------------------------------------
@@ -637,7 +641,7 @@ def _each(rule: EachRule, ev: Evidence) -> Outcome:
                 good = True
         if not good:
             f.fail(f"receipt {rule.receipt!r} ({_label(key)}) has no good {rule.needs!r}: " + "; ".join(problems))
-    return f.outcome(f"each of {len(lefts)} {rule.receipt!r} receipt(s) has a good {rule.needs!r}")
+    return f.outcome(f"each of {count(len(lefts), repr(rule.receipt) + ' receipt')} has a good {rule.needs!r}")
 
 
 def _label(key: Mapping[str, Any]) -> str:
@@ -714,7 +718,7 @@ def _late_receipts(ev: Evidence) -> Check:
         return Check(
             "receipts-after-exit",
             "inconclusive",
-            f"{len(ev.late_receipts)} receipt(s) ({', '.join(names)}) arrived after the command exited "
+            f"{count(len(ev.late_receipts), 'receipt')} ({', '.join(names)}) arrived after the command exited "
             f"({ev.describe_exit()}): something outlived the command; they do not count",
             tuple(r.seq for r in ev.late_receipts) + ((ev.exit.seq,) if ev.exit else ()),
         )
@@ -727,7 +731,8 @@ def _invalid_receipts(ev: Evidence) -> Check:
         return Check(
             "receipts-invalid",
             "inconclusive",
-            f"{len(ev.invalid_receipts)} receipt line(s) were not valid receipts "
+            f"{count(len(ev.invalid_receipts), 'receipt line')} "
+            f"{'was not a valid receipt' if len(ev.invalid_receipts) == 1 else 'were not valid receipts'} "
             f"(first: {first.attrs.get('reason', '?')}); what they meant to report is missing",
             tuple(e.seq for e in ev.invalid_receipts),
         )

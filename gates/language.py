@@ -33,6 +33,7 @@ from typing import Any
 
 from aos.attrs import RECEIPT_STATUSES
 from gates.refusals import GateFileError
+from gates.wording import count
 
 __all__ = [
     "ArtifactRule",
@@ -136,7 +137,8 @@ class StepRule:
     when: Condition | None = None
 
     def describe(self) -> str:
-        text = f"step {self.name!r} ran {self.count.describe()} time(s), exit {self.exit}"
+        n = self.count.describe()
+        text = f"step {self.name!r} ran {n} {'time' if n.endswith(' 1') else 'times'}, exit {self.exit}"
         if self.stderr_contains:
             text += f", stderr shows {list(self.stderr_contains)}"
         return text
@@ -278,8 +280,8 @@ class TestsRule:
 
     def describe(self) -> str:
         text = (
-            f"captured {self.format} files matching {self.glob!r}: at least {self.min_tests} test(s), "
-            f"at most {self.failures} failure(s) and {self.errors} error(s)"
+            f"captured {self.format} files matching {self.glob!r}: at least {count(self.min_tests, 'test')}, "
+            f"at most {count(self.failures, 'failure')} and {count(self.errors, 'error')}"
         )
         if self.max_skipped is not None:
             text += f", at most {self.max_skipped} skipped"

@@ -21,13 +21,16 @@ from aos.attrs import json_int
 from aos.event import Event
 from aos.text import display
 from gates.verdict import Check, Verdict
+from gates.wording import count
 
 __all__ = [
+    "SIMULATED",
     "TAIL_BYTES",
     "Facts",
     "FactsGatherer",
     "SpanFacts",
     "facts_from_events",
+    "first_cause",
     "junit_element",
     "junit_text",
     "junit_xml",
@@ -46,6 +49,10 @@ TAIL_BYTES = 4096
 TAIL_LINES = 40
 #: The largest test-results capture a report reads back (as ``[[tests]]`` reads at most).
 MAX_FILE = 64 << 20
+#: How many simulated GPUs a report names.
+KEEP_GPUS = 16
+#: What the simulated observer is, wherever a view names its devices.
+SIMULATED = "simulated: a test double, not hardware"
 
 
 def use_colour(isatty: bool, env: Mapping[str, str]) -> bool:
@@ -73,16 +80,30 @@ def _paint(text: str, status: str, colour: bool) -> str:
     return f"\x1b[{_SGR[status]}m{text}\x1b[0m" if colour else text
 
 
-def table(v: Verdict, *, width: int | None = None, stream: str | None = None, colour: bool = False) -> str:
+def table(
+    v: Verdict, *, width: int | None = None, stream: str | None = None, colour: bool = False, facts: Facts | None = None
+) -> str:
     """A short table a person can read at a glance: one line per check.
 
     ``width`` (a terminal's) wraps long reasons; None writes each reason whole
-    on its line (for a log or a pipe: nothing is cut).
+    on its line (for a log or a pipe: nothing is cut). ``facts``, when given, name
+    the simulated GPUs the stream holds (``observed on ... (simulated: ...)``).
     """
     gate, scope = _line(v.gate), _line(v.scope)
     lines = [f"gate {gate}: {_paint(v.verdict.upper(), v.verdict, colour)} (scope {scope})"]
     if stream:
         lines.append(f"stream {_line(stream)}")
+    if facts is not None and facts.simulated:
+        lines.append(f"observed on {_line(', '.join(facts.simulated))} ({SIMULATED})")
+    cause = first_cause(v)
+    if cause is not None:
+        first, later = cause
+        refused = _refusal_of(first, facts)
+        said = f" (refused: {_line(refused)})" if refused else ""
+        mark = _paint(_MARK[first.status], first.status, colour)
+        lines.append(f"first: {_line(first.name)}: {mark}: {_line(first.reason)}{said}")
+        if later:
+            lines.append(f"  {count(len(later), 'later check')} that did not pass {_depend(len(later))} on it")
     names = [_line(c.name) for c in v.checks]
     name_w = min(max((len(n) for n in names), default=4), 34)
     for c, name in zip(v.checks, names, strict=True):
@@ -99,6 +120,48 @@ def table(v: Verdict, *, width: int | None = None, stream: str | None = None, co
         lines.append(f"  not run: {_line(note)}")
     lines.append(_line(v.summary) if v.summary else f"gate {gate}: {v.verdict.upper()} (scope {scope})")
     return "\n".join(lines) + "\n"
+
+
+_REFUSED = re.compile(rb"^refused: ([A-Za-z0-9._-]{1,64}):", re.M)
+
+
+def _refusal_of(check: Check, facts: Facts | None) -> str | None:
+    """The name of the last ``refused: NAME:`` line the check's cited steps wrote to stderr (what the lane
+    refused), None when they wrote none (or no facts)."""
+    if facts is None:
+        return None
+    for span in reversed(facts.spans_of(check)):
+        found = _REFUSED.findall(bytes(span.stderr))
+        if found:
+            return str(found[-1].decode("ascii"))
+    return None
+
+
+def _depend(n: int) -> str:
+    return "depends" if n == 1 else "depend"
+
+
+def _first_seq(c: Check) -> float:
+    """Where a check stands in the order the run went: its first cited event; one citing no event
+    found nothing the run recorded, so it stands after every event."""
+    return min(c.evidence) if c.evidence else float("inf")
+
+
+def first_cause(v: Verdict) -> tuple[Check, list[Check]] | None:
+    """The first check that did not pass in the order the run went, and the checks that depend on it.
+
+    Order: a check's first cited event (the lowest seq it cites); checks citing no event come after
+    every event, in the gate's order. A later check *depends* on the first when it did not pass either
+    and stands at or after it (its first cited event is at or after the first's, or it cites none):
+    what a step that failed or never ran leaves behind. None when every check passed.
+    """
+    bad = [(i, c) for i, c in enumerate(v.checks) if c.status != "pass"]
+    if not bad:
+        return None
+    i0, first = min(bad, key=lambda ic: (_first_seq(ic[1]), ic[0]))
+    at = _first_seq(first)
+    later = [c for i, c in bad if i != i0 and _first_seq(c) >= at]
+    return first, later
 
 
 def _not_run(v: Verdict) -> list[str]:
@@ -144,6 +207,8 @@ class Facts:
     spans: dict[str, SpanFacts] = field(default_factory=dict)
     files: dict[int, tuple[str, bytes | None]] = field(default_factory=dict)
     cited: dict[int, tuple[str, str | None]] = field(default_factory=dict)  # seq -> (kind, span)
+    #: The GPU UUIDs a simulated observer (the test double) reported, in the order first seen (at most ``KEEP_GPUS``).
+    simulated: list[str] = field(default_factory=list)
 
     def spans_of(self, check: Check) -> list[SpanFacts]:
         """The steps whose events ``check`` cites, outermost first, each once."""
@@ -208,7 +273,7 @@ class FactsGatherer:
         if (kind == "artifact" or kind == "artifact.chunk") and (self.want_files or self._open):
             self._file(ev)
             return
-        if kind not in ("stream.open", "step.start", "step.end", "process.exit"):
+        if kind not in ("stream.open", "step.start", "step.end", "process.exit", "device.observed"):
             return
         try:
             a = ev.attrs
@@ -226,6 +291,12 @@ class FactsGatherer:
             f.spans[ev.step].exit_code = json_int(a.get("exit_code"))
         elif kind == "process.exit":
             f.command_ns = json_int(a.get("duration_ns"))
+        elif kind == "device.observed" and (a.get("observer") == "simulated" or a.get("simulated_from") is not None):
+            gpus = a.get("gpus")
+            for g in gpus if isinstance(gpus, list) else []:
+                uuid = g.get("uuid") if isinstance(g, dict) else None
+                if isinstance(uuid, str) and uuid not in f.simulated and len(f.simulated) < KEEP_GPUS:
+                    f.simulated.append(display(uuid))
 
     def _file(self, ev: Event) -> None:
         """Keep the bytes of a wanted capture: its ``artifact`` event, then its chunks in order."""
@@ -431,6 +502,17 @@ def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def _md_cause(v: Verdict) -> list[str]:
+    """The cause first (``first_cause``), as a paragraph before the table; nothing when every check passed."""
+    cause = first_cause(v)
+    if cause is None:
+        return []
+    first, later = cause
+    reason = md_text(_cut(first.reason, MARKDOWN_MAX_REASON))
+    depend = f" {count(len(later), 'later check')} that did not pass {_depend(len(later))} on it." if later else ""
+    return [f"**First:** {md_text(first.name)}: {_ICON[first.status]} {first.status}: {reason}.{depend}", ""]
+
+
 def markdown(v: Verdict, *, stream: str | None = None, stream_id: str | None = None) -> str:
     """The verdict as markdown: gate, verdict, scope, every check with its reason, what did
     not run, the stream and how to verify it (a job summary, an annotation)."""
@@ -440,6 +522,7 @@ def markdown(v: Verdict, *, stream: str | None = None, stream_id: str | None = N
         "",
         md_text(v.summary) if v.summary else "",
         "",
+        *_md_cause(v),
         "| check | status | reason | evidence (event seqs) |",
         "| --- | --- | --- | --- |",
     ]

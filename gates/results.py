@@ -22,6 +22,7 @@ from gates.language import TestsRule
 from gates.testcases import MAX_BYTES, TestCase, TestFile, TestFileError
 from gates.typing import Findings, Outcome
 from gates.verdict import Verdict
+from gates.wording import count
 
 __all__ = ["FIRST_IDS", "FileResult", "captured_files", "evaluate_tests", "file_bytes", "parse_test_file", "read_file"]
 
@@ -131,7 +132,10 @@ def _counts(cases: Sequence[TestCase]) -> dict[str, int]:
 
 
 def _describe(n: dict[str, int], total: int, flaky: int) -> str:
-    text = f"{total} test(s): {n['passed']} passed, {n['failed']} failed, {n['error']} error(s), {n['skipped']} skipped"
+    text = (
+        f"{count(total, 'test')}: {n['passed']} passed, {n['failed']} failed, {count(n['error'], 'error')}, "
+        f"{n['skipped']} skipped"
+    )
     return text + (f" ({flaky} passed only on a re-run)" if flaky else "")
 
 
@@ -161,13 +165,14 @@ def evaluate_tests(rule: TestsRule, ev: Evidence) -> Outcome:
         first = "; failing: " + ", ".join(failing[:FIRST_IDS])
         first += f" (and {len(failing) - FIRST_IDS} more)" if len(failing) > FIRST_IDS else ""
     if n["failed"] > rule.failures or n["error"] > rule.errors:
-        f.fail(f"{where}{summary}, at most {rule.failures} failure(s) and {rule.errors} error(s) allowed{first}")
+        allowed = f"at most {count(rule.failures, 'failure')} and {count(rule.errors, 'error')} allowed"
+        f.fail(f"{where}{summary}, {allowed}{first}")
     if rule.max_skipped is not None and n["skipped"] > rule.max_skipped:
         f.fail(f"{where}{summary}, at most {rule.max_skipped} skipped allowed")
     for entry in rule.require:
         found = [c for c in cases if _matches(entry, c)]
         if not found:
-            f.inconclusive(f"required test {entry!r} is not among the {len(cases)} test(s) captured")
+            f.inconclusive(f"required test {entry!r} is not among the {count(len(cases), 'test')} captured")
         bad = [c for c in found if c.status != "passed"]
         if bad:
             f.fail(f"required test {entry!r}: {bad[0].id} {bad[0].status}")

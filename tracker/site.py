@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from aos.attrs import json_int
 from aos.refusals import Refusal
+from gates.wording import count
 from observe.util import formatting
 from observe.util.atomic import replace_file
 from tracker.backends import Connection
@@ -630,7 +631,7 @@ class SiteResult:
         )
         kept = f"; kept {len(self.kept)} edited by hand" if self.kept else ""
         return (
-            f"site {self.directory}: index.html, {len(s.runs)} run page(s), {reports} stream report(s)"
+            f"site {self.directory}: index.html, {count(len(s.runs), 'run page')}, {count(reports, 'stream report')}"
             f" ({len(self.written)} written, {len(self.unchanged)} unchanged, {len(self.removed)} removed{kept});"
             f" streams: {states or 'none attached'}"
         )

@@ -161,7 +161,21 @@ def _evidence(row: Any) -> dict[str, Any]:
     d = dict(row)
     d["signed"] = bool(d["signed"])
     d["devices"] = json.loads(d["devices"]) if d["devices"] else None
+    d["observers"] = _observers(d)
     return d
+
+
+def _observers(d: dict[str, Any]) -> dict[str, str]:
+    """Which observer reported each device of an attached stream whose file is here (``simulated`` is said
+    wherever a view names such a GPU); empty when the file is not here."""
+    from pathlib import Path
+
+    from tracker.streams import device_observers
+
+    path = d.get("path")
+    if not d["devices"] or not isinstance(path, str) or not Path(path).is_file():
+        return {}
+    return device_observers(Path(path))
 
 
 def _show_item(conn: Connection, row: Any) -> dict[str, Any]:
@@ -270,12 +284,19 @@ def show(conn: Connection, ref: str) -> dict[str, Any]:
     raise TrackerUnknown(f"no work item, run or attached stream {ref!r}")
 
 
+def _device(e: dict[str, Any], uuid: str) -> str:
+    observer = (e.get("observers") or {}).get(uuid)
+    if observer == "simulated":
+        return f"{uuid} (simulated: a test double, not hardware)"
+    return uuid if observer in (None, "nvml") else f"{uuid} (observer {observer})"
+
+
 def _format_evidence(e: dict[str, Any]) -> str:
     verdict = e["verdict"] or "no verdict"
     scope = f", scope {e['scope']}" if e["scope"] else ""
     gate = f", gate {e['gate']}" if e["gate"] else ""
     signed = f", signed by {e['key_id']}" if e["signed"] else ""
-    devices = f", observed on {', '.join(e['devices'])}" if e["devices"] else ""
+    devices = f", observed on {', '.join(_device(e, u) for u in e['devices'])}" if e["devices"] else ""
     recorded = f", recorded {e['recorded_at']}" if e["recorded_at"] else ""
     return (
         f"stream {e['stream_id']} (run {e['run_id']}): {verdict}{scope}{gate}{signed}{devices}\n"

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from aos.signing import Verifier
     from aos.verify import Verification
 
-__all__ = ["DERIVED", "StreamFacts", "derive", "verify_for_tracker"]
+__all__ = ["DERIVED", "StreamFacts", "derive", "device_observers", "verify_for_tracker"]
 
 #: The evidence columns derived from the stream (and re-derived by ``audit``).
 DERIVED = (
@@ -127,6 +127,41 @@ def _verify_as_signed(path: Path, keys: Mapping[str, Verifier]) -> Verification:
     v = verify_stream(path)
     key = keys.get(v.key_id or "") if v.signed else None
     return verify_stream(path, key) if key is not None else v
+
+
+def device_observers(path: Path) -> dict[str, str]:
+    """Each GPU UUID the stream at ``path`` observed, with the observer that reported it (``nvml``,
+    ``simulated``...); empty when the file cannot be read as a stream. For labels in views only: a view says
+    ``simulated`` from it, never more than the stream's verified row says."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.ipc as ipc
+
+    from aos.reader import StreamFile, read_options
+    from aos.schema import COLUMNS
+
+    fields = [COLUMNS.index("kind"), COLUMNS.index("attrs")]
+    wanted = pa.array(["device.observed"])
+    found: dict[str, str] = {}
+    try:
+        with StreamFile(path) as f:
+            for batch in ipc.open_stream(pa.py_buffer(f.view), options=read_options(included_fields=fields)):
+                mask = pc.is_in(batch.column(0), value_set=wanted)
+                if not pc.any(mask).as_py():
+                    continue
+                for text in batch.filter(mask).column(1).to_pylist():
+                    attrs = json.loads(text)
+                    if not isinstance(attrs, dict):
+                        continue
+                    simulated = attrs.get("observer") == "simulated" or attrs.get("simulated_from") is not None
+                    observer = "simulated" if simulated else str(attrs.get("observer") or "none")
+                    gpus = attrs.get("gpus")
+                    for gpu in gpus if isinstance(gpus, list) else []:
+                        if isinstance(gpu, dict) and isinstance(gpu.get("uuid"), str):
+                            found.setdefault(gpu["uuid"], observer)
+    except Exception:  # noqa: BLE001 - a label only: an unreadable stream gets none (audit names the damage)
+        return {}
+    return found
 
 
 def _observed(path: Path, file_blake3: str) -> tuple[int, str | None, tuple[str, ...], str | None]:

@@ -14,6 +14,7 @@ Both publish the verdict where CI reads it (``observe.ci.publish``): JUnit XML
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,7 +104,7 @@ def _emit(
         target = sys.stderr if table_err else sys.stdout
         tty = target.isatty()
         width = _terminal_width(target) if tty else None
-        text = report.table(v, width=width, stream=stream, colour=report.use_colour(tty, os.environ))
+        text = report.table(v, width=width, stream=stream, colour=report.use_colour(tty, os.environ), facts=facts)
         click.echo(text, nl=False, err=table_err, color=True)
     return publish_verdict(
         v,
@@ -224,7 +225,8 @@ def verdict_command(stream: Path, as_json: bool, junit: Path | None, summary: Pa
 
     checked = verify_stream(stream, public_key(key))
     v = Verdict.from_attrs(require_verdict(checked))
-    facts = stream_facts(stream, v) if junit is not None or detect(os.environ) == GITHUB else None
+    # The facts name the stream's simulated GPUs in the table too (and feed --junit and GitHub's summary).
+    facts = stream_facts(stream, v) if junit is not None or detect(os.environ) == GITHUB or not as_json else None
     ok = _emit(
         v,
         stream=str(stream),
@@ -281,7 +283,7 @@ def _gate_doc(g: Gate) -> dict[str, Any]:
 @gate_file_option("Also list the gates of a TOML gate file (repeatable).")
 @json_option("Print the gates as one JSON document.")
 def gates_command(name: str | None, gate_files: tuple[Path, ...], as_json: bool) -> None:
-    """List every gate and its rules (or only gate NAME)."""
+    """List every gate, one line each; with NAME, gate NAME and its rules."""
     from gates.refusals import GateFileError
     from gates.registry import builtin_gates, load_user_gate
 
@@ -302,25 +304,36 @@ def gates_command(name: str | None, gate_files: tuple[Path, ...], as_json: bool)
         docs = [_gate_doc(g) for g in sorted(found.values(), key=lambda g: g.name)]
         click.echo(json.dumps({"gates": docs}, indent=2, sort_keys=True))
         return
-    first = True
-    for g in sorted(found.values(), key=lambda g: g.name):
-        if not first:
-            click.echo()
-        first = False
-        click.echo(f"{g.name}  ({g.source})")
-        if g.description:
-            click.echo(f"  {g.description}")
-        for part in g.parts:
-            if part.when is None:
-                click.echo(f"  always (scope of a pass: {g.scope}):")
-            else:
-                click.echo(f"  {part.name}, when {part.when.describe()} (scope of a pass: {part.scope or g.scope}):")
-            for rule in part.rules:
-                cond = f"  [when {rule.when.describe()}]" if rule.when is not None else ""
-                click.echo(f"    {rule.id}: {rule.describe()}{cond}")
-        if g.uses_receipts:
-            click.echo("    receipts-after-exit: no receipt arrives after the command exited")
-            click.echo("    receipts-invalid: every receipt line is a valid receipt")
+    if name is None:  # one line per gate; its rules with NAME
+        width = max(len(g.name) for g in found.values())
+        for g in sorted(found.values(), key=lambda g: g.name):
+            about = _plain(g.description) if g.description else "(no description)"
+            click.echo(f"{g.name:<{width}}  {about} [{g.source}]")
+        return
+    g = found[name]
+    click.echo(f"{g.name}  ({g.source})")
+    if g.description:
+        click.echo(f"  {_plain(g.description)}")
+    for part in g.parts:
+        if part.when is None:
+            click.echo(f"  always (scope of a pass: {g.scope}):")
+        else:
+            click.echo(f"  {part.name}, when {part.when.describe()} (scope of a pass: {part.scope or g.scope}):")
+        for rule in part.rules:
+            cond = f"  [when {rule.when.describe()}]" if rule.when is not None else ""
+            click.echo(f"    {rule.id}: {_plain(rule.describe())}{cond}")
+    if g.uses_receipts:
+        click.echo("    receipts-after-exit: no receipt arrives after the command exited")
+        click.echo("    receipts-invalid: every receipt line is a valid receipt")
+
+
+_RST_LITERAL = re.compile(r"``(.+?)``")
+_RST_ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|obj|ref):`~?([^`]+)`")
+
+
+def _plain(text: str) -> str:
+    """Text for a terminal: reStructuredText markup (``code``, :func:`name`) as the plain words it marks."""
+    return _RST_ROLE.sub(r"\1", _RST_LITERAL.sub(r"\1", text))
 
 
 COMMANDS: list[click.Command] = [gate_command, verdict_command, gates_command]

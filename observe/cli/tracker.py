@@ -463,11 +463,15 @@ def experiment_group() -> None:
 @click.pass_context
 @_refusals
 def experiment_add_command(ctx: click.Context, name: str, item: str | None, description: str | None) -> None:
-    """Add an experiment; prints its id."""
+    """Add an experiment; says what it made (its name, id and item): runs name it with --experiment NAME."""
     from tracker.records import add_experiment
 
     with _open(ctx) as conn:
-        click.echo(add_experiment(conn, name, item=item, description=description))
+        exp = add_experiment(conn, name, item=item, description=description)
+    where = f", for work item {item}" if item else ""
+    click.echo(
+        f"added experiment {name} (id {exp}{where}); start its runs with: alpha tracker run start --experiment {name}"
+    )
 
 
 @example("alpha tracker device add --product 'NVIDIA GeForce RTX 3090' --uuid GPU-aaaa")
@@ -582,6 +586,8 @@ def run_finish_command(ctx: click.Context, run: str, state: str, physical_pass: 
 @_refusals
 def run_list_command(ctx: click.Context, as_json: bool) -> None:
     """List runs with their evidence counts."""
+    from gates.wording import count
+
     with _open(ctx) as conn:
         rows = [
             dict(r)
@@ -600,7 +606,7 @@ def run_list_command(ctx: click.Context, as_json: bool) -> None:
     for r in rows:
         pp = ", physical pass" if r["physical_pass"] else ""
         what = " ".join(x for x in (r["experiment"], r["lane"]) if x) or "-"
-        click.echo(f"{r['id']}  {r['state']:<12} {what}: {r['streams']} stream(s){pp}")
+        click.echo(f"{r['id']}  {r['state']:<12} {what}: {count(r['streams'], 'stream')}{pp}")
 
 
 @example("alpha tracker measure 3 step-time 0.42 --unit s")

@@ -11,6 +11,7 @@ from typing import Any
 
 from aos.attrs import json_int
 from aos.refusals import Refusal
+from gates.wording import count
 from observe.readback.cuts import MARKERS, cuts_of, entry
 from observe.readback.events import event_json, iter_stream, only_seqs
 from observe.util import formatting
@@ -50,7 +51,8 @@ class Summary:
         default_factory=lambda: {"steps": 0, "receipts": 0, "artifacts": 0, "gpu_processes": 0}
     )  # what was not kept of each list (beyond KEEP)
     verdict: dict[str, Any] | None = None
-    devices: dict[str, Any] | None = None  # the first device.observed
+    devices: dict[str, Any] | None = None  # the first device.observed of the recorder's own machine
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> its first device.observed (KEEP)
     gpu_processes: set[tuple[int, str]] = field(default_factory=set)  # (pid, gpu) of the tree seen on a GPU
     cuts: list[str] = field(default_factory=list)  # what the recorder cut, one entry a line (KEEP at most)
     cuts_omitted: int = 0
@@ -158,7 +160,13 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
         elif ev.kind == "verdict":
             s.verdict = a
         elif ev.kind == "device.observed":
-            s.devices = s.devices or a
+            node = a.get("node")
+            if isinstance(node, dict):
+                key = f"{_text(node.get('host'))}:{_text(node.get('port'))}"
+                if key not in s.nodes and len(s.nodes) < KEEP:
+                    s.nodes[key] = a
+            else:
+                s.devices = s.devices or a
             for p in a.get("processes") or []:
                 if isinstance(p, dict) and p.get("in_tree"):
                     seen = (json_int(p.get("pid")) or 0, _text(p.get("gpu")))
@@ -186,18 +194,27 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
 
 
 def _devices(s: Summary) -> str:
-    d = s.devices
-    if d is None:
+    if s.devices is None:
         return "not observed"
+    text = _observation(s.devices)
+    if s.devices.get("gpus"):
+        n = len(s.gpu_processes) + s.omitted["gpu_processes"]
+        text += f"; {n} process{'es' if n != 1 else ''} of the recorded tree seen on a GPU"
+    return text
+
+
+def _observation(d: dict[str, Any]) -> str:
+    """One ``device.observed``: its observer (said ``simulated`` where it is), driver, GPUs and error."""
     gpus = d.get("gpus") or []
     names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict)})
     text = f"observer {d.get('observer')}"
+    if d.get("observer") == "simulated" or d.get("simulated_from") is not None:
+        from gates.report import SIMULATED
+
+        text += f" ({SIMULATED})"
     if d.get("driver"):
         text += f", driver {d.get('driver')}"
     text += f": {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}" + (f" ({', '.join(names)})" if names else "")
-    if gpus:
-        n = len(s.gpu_processes) + s.omitted["gpu_processes"]
-        text += f"; {n} process{'es' if n != 1 else ''} of the recorded tree seen on a GPU"
     if d.get("error"):
         text += f"; error: {d.get('error')}"
     return text
@@ -236,8 +253,8 @@ def format_summary(s: Summary) -> str:
         extra = " (timed out)" if e.get("timed_out") is True else ""
         lines.append(f"exit       {how}{extra} after {formatting.seconds(e.get('duration_ns'))}")
     lines.append(
-        f"output     stdout {formatting.size(s.out_bytes['stdout'])} in {s.out_chunks['stdout']} chunks, "
-        f"stderr {formatting.size(s.out_bytes['stderr'])} in {s.out_chunks['stderr']} chunks"
+        f"output     stdout {formatting.size(s.out_bytes['stdout'])} in {count(s.out_chunks['stdout'], 'chunk')}, "
+        f"stderr {formatting.size(s.out_bytes['stderr'])} in {count(s.out_chunks['stderr'], 'chunk')}"
     )
     lines.append(f"steps      {len(s.steps) + s.omitted['steps']}")
     for st in s.steps:
@@ -266,6 +283,7 @@ def format_summary(s: Summary) -> str:
         lines.append(f"  {_shown(a.get('path'))}  {formatting.size(a.get('size'))}  sha256 {digest}")
     _more(lines, s.omitted["artifacts"], "artifacts")
     lines.append(f"devices    {_devices(s)}")
+    lines.extend(f"  node {node}: {_observation(d)}" for node, d in s.nodes.items())
     if s.verdict is None:
         lines.append("verdict    none")
     else:
@@ -275,7 +293,7 @@ def format_summary(s: Summary) -> str:
         tail = f"; not passing: {', '.join(failing)}" if failing else ""
         lines.append(
             f"verdict    {_text(v.get('verdict'))} (gate {_text(v.get('gate'))}, scope {_text(v.get('scope'))}, "
-            f"{len(checks)} checks{tail})"
+            f"{count(len(checks), 'check')}{tail})"
         )
     if s.cuts:
         n = len(s.cuts) + s.cuts_omitted
@@ -310,6 +328,7 @@ def summary_json(s: Summary, stream: str) -> str:
         "cut": {"entries": s.cuts, "omitted": s.cuts_omitted},
         "artifacts": s.artifacts,
         "devices": s.devices,
+        "nodes": s.nodes,
         "gpu_processes": [{"pid": pid, "gpu": gpu} for pid, gpu in sorted(s.gpu_processes)],
         "verdict": s.verdict,
         "events": s.events,
@@ -317,6 +336,27 @@ def summary_json(s: Summary, stream: str) -> str:
         "integrity": s.integrity,
     }
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _data_note(kind: str, data: bytes) -> str:
+    """An event's bytes as ``show --check`` prints them: a captured file's bytes, or output that is not
+    text, never as such (their size and digest); text output as a short preview."""
+    import hashlib
+
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    if kind in ("artifact", "artifact.chunk"):
+        return f"{len(data)} B of a captured file, not shown (sha256 {digest}...; read --artifact PATH writes them)"
+    if b"\x00" in data[:4096] or not _is_text(data[:4096]):
+        return f"{len(data)} B, binary, not shown (sha256 {digest}...)"
+    return f"{len(data)} B: {_preview(data)}"
+
+
+def _is_text(head: bytes) -> bool:
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(head) - 3  # only a character cut at the end of the head
+    return True
 
 
 def _preview(data: bytes, n: int = 160) -> str:
@@ -366,7 +406,7 @@ def format_check(path: str | os.PathLike[str], s: Summary, name: str, *, as_json
         step = f" [{_key(ev.step)}]" if ev.step else ""
         lines.append(f"  {ev.seq:>6} {ev.kind}{step} {_text(ev.attrs_json)}")
         if ev.data:
-            lines.append(f"         data {len(ev.data)} B: {_preview(ev.data)}")
+            lines.append(f"         data {_data_note(ev.kind, ev.data)}")
     for seq in sorted(evidence - found):
         lines.append(f"  {seq:>6} (not in the stream)")
     if evidence:

@@ -30,7 +30,18 @@ if TYPE_CHECKING:
     from gates.verdict import Verdict
     from observe.recorder.record import RecordOptions, RecordResult
 
-__all__ = ["GateOutcome", "run_gate"]
+__all__ = ["GateOutcome", "expected_refusals", "run_gate"]
+
+
+def expected_refusals(gate: Gate) -> tuple[str, ...]:
+    """The steps ``gate`` requires to exit non-zero (a lane's refusal controls), in the gate's order."""
+    from gates.language import StepRule
+
+    names: dict[str, None] = {}
+    for rule in gate.rules:
+        if isinstance(rule, StepRule) and rule.exit not in (0, "any"):
+            names.setdefault(rule.name, None)
+    return tuple(names)
 
 
 @dataclass(frozen=True)
@@ -118,7 +129,8 @@ def run_gate(gate: Gate, argv: Sequence[str], options: RecordOptions) -> GateOut
             f.files = file_bytes(evidence, v)  # the captured test results, for --junit and the job summary
         facts.append(f)
 
-    result = record(list(argv), replace(options, gate=gate.name), before_seal=before_seal)
+    labelled = replace(options, gate=gate.name, expected_refusals=expected_refusals(gate))
+    result = record(list(argv), labelled, before_seal=before_seal)
     ok = sealed and not result.recorder_failed
     if machine and result.seal is not None:  # the inconclusive verdict is sealed; the exit code is 125
         return GateOutcome(result, machine[0])

@@ -137,7 +137,10 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
         opening = ObserverOpening(options.observe_devices, os.environ)  # NVML loads while the rest starts
     try:
         recording = _open_stream(argv, options, opening)
-        return _record_and_seal(recording, before_seal)
+        try:
+            return _record_and_seal(recording, before_seal)
+        finally:
+            recording.echo.close_progress()  # the status line never outlives the recording
     finally:
         if opening is not None:
             opening.release()  # closed here when no sampler took it (a refused --out, a bad key, a crash)
@@ -189,7 +192,18 @@ def _open_stream(argv: Sequence[str], options: RecordOptions, opening: ObserverO
     from observe.ci.systems import markers_for
 
     fds = {"stdout": 2, "stderr": 2} if options.echo_to_stderr else None
-    echo = Echo(not options.quiet, fds, markers=markers_for(os.environ))
+    progress = None
+    if not options.quiet and os.isatty(2):  # a status line on a terminal only
+        from observe.recorder.progress import for_terminal
+
+        progress = for_terminal(2, os.environ)
+    echo = Echo(
+        not options.quiet,
+        fds,
+        markers=markers_for(os.environ),
+        progress=progress,
+        expected_refusals=frozenset(options.expected_refusals),
+    )
     return Recording(
         argv=list(argv),
         options=options,

@@ -46,6 +46,8 @@ class RecordOptions:
     observe_devices: str = "auto"  # auto | nvml | off
     sample_interval: float = 1.0
     echo_to_stderr: bool = False  # the command's stdout echoed on stderr (``--json`` keeps stdout one document)
+    #: Steps the gate expects to refuse (exit non-zero): the echo labels them as expected refusal controls.
+    expected_refusals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from aos.refusals import StreamWrite
 if TYPE_CHECKING:
     from aos.writer import SealInfo, StreamWriter
     from observe.ci.systems import Markers
+    from observe.recorder.progress import Progress
 
 __all__ = ["Echo", "Sink", "logger"]
 
@@ -44,26 +45,62 @@ class Echo:
     Under CI (``markers``, from ``observe.ci.systems``) each step is also folded in the
     CI's markers, written here only: the echo is the recorder's own output, the
     stream holds what the command wrote. A marker starts on a line of its own.
+    On a terminal (``progress``, from ``observe.recorder.progress``) the status
+    line is taken off before each write, so what is echoed is the command's bytes.
     """
 
-    def __init__(self, enabled: bool, fds: dict[str, int] | None = None, markers: Markers | None = None) -> None:
+    def __init__(
+        self,
+        enabled: bool,
+        fds: dict[str, int] | None = None,
+        markers: Markers | None = None,
+        progress: Progress | None = None,
+        expected_refusals: frozenset[str] = frozenset(),
+    ) -> None:
         self.fds: dict[str, int] = dict(fds or {"stdout": 1, "stderr": 2}) if enabled else {}
         self.markers = markers if enabled else None
+        self.progress = progress if enabled else None
+        self.expected_refusals = expected_refusals
+        self._controls: dict[str, str] = {}  # span -> name of an expected refusal control under way
         self._mid_line: dict[int, bool] = {}  # fd -> the last byte echoed there was not a newline
 
     def begin_step(self, span: str, name: str) -> None:
-        """Open the CI's fold for a step that starts (nothing outside CI)."""
+        """Open the CI's fold for a step that starts (nothing outside CI); label an expected refusal control."""
+        if self.progress is not None:
+            self.progress.step_started(span, name)
         if self.markers is not None:
             self._marker(self.markers.begin(span, name))
+        if name in self.expected_refusals:
+            self._controls[span] = name
+            self._label(f"expected refusal control: step {name} must refuse; its 'refused:' line is expected")
 
     def end_step(self, span: str, exit_code: object) -> None:
         """Close the step's fold (nothing outside CI, or when the step got none)."""
+        if self.progress is not None:
+            self.progress.step_ended(span)
+        name = self._controls.pop(span, None)
+        if name is not None:
+            self._label(f"end of expected refusal control {name} (exit {exit_code}; the gate judges the refusal)")
         if self.markers is not None:
             self._marker(self.markers.end(span, exit_code))
 
+    def _label(self, text: str) -> None:
+        """A line of the recorder's own on the echo's stderr (never in the stream), on a line of its own."""
+        fd = self.fds.get("stderr")
+        if fd is None:
+            return
+        from aos.text import display
+
+        line = f"[alpha] {display(text)}\n".encode("utf-8", "backslashreplace")
+        if self._mid_line.get(fd):
+            line = b"\n" + line
+        self._echo("stderr", line, output=False)
+
     def close_folds(self) -> None:
         """Close any fold still open (the recording ends); under GitHub, end the lines the command left open and
-        resume workflow commands the command stopped, leaving them running for the recorder's annotations."""
+        resume workflow commands the command stopped, leaving them running for the recorder's annotations.
+        The status line, on a terminal, is taken off for good."""
+        self.close_progress()
         if self.markers is None:
             return
         commands = self.markers.commands
@@ -84,6 +121,12 @@ class Echo:
             )
             sys.stderr.flush()
 
+    def close_progress(self) -> None:
+        """Take the status line off the terminal for good (again: nothing)."""
+        progress, self.progress = self.progress, None
+        if progress is not None:
+            progress.close()
+
     def _marker(self, data: bytes, *, again: bool = True) -> None:
         """Echo a fold marker on a line of its own. Under GitHub, when the command stopped workflow commands, the
         marker goes between ``::TOKEN::`` and (``again``) the same stop, so the command's own lines stay as it
@@ -103,10 +146,25 @@ class Echo:
         fd = self.fds.get(name)
         if fd is None or not data:
             return
-        if self.markers is not None:
-            self._mid_line[fd] = not data.endswith(b"\n")
-            if self.markers.commands is not None:
-                self.markers.commands.feed(fd, data)  # what the runner reads, the recorder's own lines included
+        self._echo(name, data, output=True)
+
+    def _echo(self, name: str, data: bytes, *, output: bool) -> None:
+        fd = self.fds.get(name)
+        if fd is None or not data:
+            return
+        progress = self.progress
+        if progress is None:
+            self._write(name, fd, data)
+            return
+        with progress.lock:
+            progress.clear()
+            self._write(name, fd, data)
+            progress.wrote(data, output=output)
+
+    def _write(self, name: str, fd: int, data: bytes) -> None:
+        self._mid_line[fd] = not data.endswith(b"\n")
+        if self.markers is not None and self.markers.commands is not None:
+            self.markers.commands.feed(fd, data)  # what the runner reads, the recorder's own lines included
         view = memoryview(data)
         while view:
             try:

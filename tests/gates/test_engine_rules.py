@@ -315,7 +315,7 @@ class TestArtifacts:
         v = run('[[artifact]]\nglob = "**/lane-config.json"\nattrs = { origin = "recorder" }\n', s)
         assert "inconclusive" == v.verdict
         assert "out/lane-config.json" in v.checks[0].reason
-        assert "lack those attrs" in v.checks[0].reason
+        assert "1 other capture (out/lane-config.json) lacks those attrs" in v.checks[0].reason
 
 
 class TestConditions:
@@ -387,10 +387,11 @@ class TestReports:
         )
 
     def test_table_names_each_check(self) -> None:
-        """The table shows the verdict, the scope and every check."""
+        """The table shows the verdict, the scope, the first check that did not pass, and every check."""
         text = report.table(self.verdict())
         assert "gate g: FAIL (scope s)" == text.splitlines()[0]
-        assert ["ok", "bad", "gap"] == [line.split()[1] for line in text.splitlines()[1:4]]
+        assert text.splitlines()[1].startswith("first: bad: FAIL: ")
+        assert ["ok", "bad", "gap"] == [line.split()[1] for line in text.splitlines()[3:6]]
 
     def test_junit(self) -> None:
         """JUnit XML has one testsuite per gate and one testcase per check; inconclusive is an error."""

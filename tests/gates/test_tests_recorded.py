@@ -58,7 +58,7 @@ class TestPytest:
         """Two passing tests, captured: exit 0, both checks pass and the reason counts them."""
         rc, out = pytest_gate(project(tmp_path, PASSING))
         assert 0 == rc, out
-        assert "reports/junit.xml: 2 test(s): 2 passed, 0 failed, 0 error(s), 0 skipped" in out
+        assert "reports/junit.xml: 2 tests: 2 passed, 0 failed, 0 errors, 0 skipped" in out
 
     def test_failing_suite_everything_ci_is_shown(self, tmp_path: Path) -> None:
         """A failing test fails the gate by name; --junit (gate and verdict) carries every case, valid and ASCII;
@@ -68,7 +68,7 @@ class TestPytest:
         env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
         rc, out = pytest_gate(cwd, "--junit", "out/gate.xml", env=env)
         assert 1 == rc, out
-        assert "4 test(s): 2 passed, 1 failed, 0 error(s), 1 skipped" in out
+        assert "4 tests: 2 passed, 1 failed, 0 errors, 1 skipped" in out
         assert "failing: test_calc.test_divides" in out
         assert "::error file=test_calc.py,line=6,title=test test_calc.test_divides failed::" in out
         assert "test\\_calc\\.test\\_divides (test\\_calc\\.py\\:6)" in summary.read_text(encoding="utf-8")
@@ -150,7 +150,7 @@ class TestTapProducers:
         )
         rc, out = tap_gate(tmp_path, "node --test --test-reporter=tap calc.test.js > node.tap; true")
         assert 1 == rc, out
-        assert "node.tap: 5 test(s): 2 passed, 1 failed, 0 error(s), 2 skipped" in out
+        assert "node.tap: 5 tests: 2 passed, 1 failed, 0 errors, 2 skipped" in out
         assert "failing: group > inner bad" in out
 
     @pytest.mark.skipif(shutil.which("perl") is None, reason="perl is not installed")
@@ -164,7 +164,7 @@ class TestTapProducers:
         )
         rc, out = tap_gate(tmp_path, "perl basic.t > perl.tap")
         assert 0 == rc, out
-        assert "perl.tap: 4 test(s): 3 passed, 0 failed, 0 error(s), 1 skipped" in out
+        assert "perl.tap: 4 tests: 3 passed, 0 failed, 0 errors, 1 skipped" in out
 
 
 def _verdict_with(cases: str) -> tuple[Verdict, Facts]:
@@ -249,7 +249,7 @@ class TestCiRunGate:
         cwd = project(tmp_path, PASSING)
         rc, out = self.run(cwd)
         assert 0 == rc, out
-        assert ".ci-out/pytest.xml: 2 test(s): 2 passed" in out
+        assert ".ci-out/pytest.xml: 2 tests: 2 passed" in out
         # pytest now exits 0 before writing any results: the passing file of the first run must not count.
         (cwd / "conftest.py").write_text("import os\ndef pytest_configure(config):\n    os._exit(0)\n")
         rc, out = self.run(cwd)

@@ -78,14 +78,14 @@ class TestCounts:
         """A file of passing and skipped cases passes, naming the counts and citing the capture's events."""
         status, reason, evidence = run('[[tests]]\njunit = "r/*.xml"\n', ("r/j.xml", junit(PASS, SKIP)))
         assert "pass" == status
-        assert "r/j.xml: 2 test(s): 1 passed, 0 failed, 0 error(s), 1 skipped" == reason
+        assert "r/j.xml: 2 tests: 1 passed, 0 failed, 0 errors, 1 skipped" == reason
         assert (2, 3) == evidence  # the artifact event and its one chunk
 
     def test_failure_names_the_failing_ids(self) -> None:
         """A failing case fails the check, naming it, although the suite's totals say no failure."""
         status, reason, _ = run('[[tests]]\njunit = "**/*.xml"\n', ("j.xml", junit(PASS, FAIL)))
         assert "fail" == status
-        assert reason.endswith("at most 0 failure(s) and 0 error(s) allowed; failing: app.test_bad")
+        assert reason.endswith("at most 0 failures and 0 errors allowed; failing: app.test_bad")
 
     def test_failures_allowed(self) -> None:
         """`failures = 1` lets one failure through."""
@@ -110,12 +110,12 @@ class TestCounts:
         status, reason, _ = run('[[tests]]\njunit = "j.xml"\nfailures = 1\nrequire = ["app.test_bad"]\n', data)
         assert ("fail", "required test 'app.test_bad': app.test_bad failed") == (status, reason)
         status, reason, _ = run('[[tests]]\njunit = "j.xml"\nrequire = ["test_gone"]\n', ("j.xml", junit(PASS)))
-        assert ("inconclusive", "required test 'test_gone' is not among the 1 test(s) captured") == (status, reason)
+        assert ("inconclusive", "required test 'test_gone' is not among the 1 test captured") == (status, reason)
 
     def test_files_add_up(self) -> None:
         """Every matching capture counts; the reason names the files."""
         status, reason, _ = run('[[tests]]\njunit = "r/*.xml"\n', ("r/a.xml", junit(PASS)), ("r/b.xml", junit(PASS)))
-        assert ("pass", True) == (status, reason.startswith("2 files (r/a.xml, r/b.xml): 2 test(s): 2 passed"))
+        assert ("pass", True) == (status, reason.startswith("2 files (r/a.xml, r/b.xml): 2 tests: 2 passed"))
 
     def test_not_captured_is_inconclusive(self) -> None:
         """No capture matches: inconclusive, saying how to capture one."""

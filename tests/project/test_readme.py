@@ -16,6 +16,14 @@ def _blocks() -> list[str]:
     return re.findall(r"```sh\n(.*?)```", tour, flags=re.S)
 
 
+def _following() -> str:
+    """The one block of "Following the evidence": commands run against the tour's own files."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Following the evidence") : text.index("## In CI")]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    return block
+
+
 def _bash(
     script: str, cwd: Path, *, inside_recording: bool = False, tmpdir: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -103,14 +111,55 @@ class TestReadmeTour:
         assert "verdict pass, scope command (gate exit-zero)" in done.stdout
         assert "1 run: 1 completed; 0 physical passes recorded" in done.stdout
 
+    def test_following_the_evidence_runs_against_the_tours_stream(self, tmp_path: Path) -> None:
+        """The tour, then "Following the evidence", in order in the tour's own folder: every command exits 0 and
+        shows what its comment says (once, ``read --seq 6,8,9`` and ``--step build`` failed on the tour's
+        own stream)."""
+        record = _blocks()[0]
+        following = _following()
+        commands = [line for line in following.splitlines() if line.strip()]
+        assert 4 == len(commands)
+        marked = "\n".join(f"echo '=== {i}'\n{line}" for i, line in enumerate(commands))
+        done = _bash(record + "\n" + marked + "\n", tmp_path, tmpdir=tmp_path)
+        assert 0 == done.returncode, done.stdout + done.stderr
+        out = done.stdout.split("=== 0\n", 1)[1]
+        show, seqs, stdout, stderr = re.split(r"=== \d\n", out)
+        assert show.startswith("check      exit-code: pass (gate exit-zero, verdict pass)\n"), show
+        assert "read them  alpha observe read ci.aos --seq " in show
+        assert ["0", "2", "3"] == [line.split()[0] for line in seqs.splitlines()], seqs
+        assert "tests pass\n" == stdout
+        assert "" == stderr
+
+    def test_the_tour_says_which_extra_a_command_needs(self) -> None:
+        """Each tour command that needs an extra says so beside it (``query``: DuckDB)."""
+        (line,) = [x for x in _blocks()[0].splitlines() if x.startswith("alpha observe query ")]
+        assert "needs the query extra: pip install '.[query]'" in line
+
     def test_tests_block_passes_or_fails_as_the_run_did(self, tmp_path: Path) -> None:
         """The test-results block passes on a passing suite; its gate fails, naming the test, on a failing one."""
         block = _blocks()[1]
         done = _bash(block, tmp_path)
         assert 0 == done.returncode, done.stdout + done.stderr
-        assert "reports/junit.xml: 1 test(s): 1 passed, 0 failed, 0 error(s), 0 skipped" in done.stderr
+        assert "reports/junit.xml: 1 test: 1 passed, 0 failed, 0 errors, 0 skipped" in done.stderr
         with (tmp_path / "test_app.py").open("a") as f:
             f.write("def test_fails():\n    assert 1 + 1 == 3\n")
         done = _bash(block.splitlines()[-1], tmp_path)
         assert 1 == done.returncode, done.stdout + done.stderr
         assert "failing: test_app.test_fails" in done.stderr
+
+
+class TestLaneNames:
+    def test_the_table_names_each_lane_as_the_code_does(self) -> None:
+        """Each row of the README's lane-names table is one lane: its gate exists and names the variable, and its
+        script runs that lane with that variable."""
+        from gates.registry import builtin_gates
+
+        text = (ROOT / "README.md").read_text(encoding="utf-8")
+        section = text[text.index("### The device lanes' names") : text.index("## Where it runs")]
+        rows = re.findall(r"^\| `([^`]+)` \| `([^`]+)` \| `([^`]+)` \| `([^`]+)` \|$", section, flags=re.M)
+        gates = builtin_gates()
+        device_gates = sorted(name for name in gates if name.endswith("-device"))
+        assert device_gates == sorted(row[0] for row in rows)
+        for gate, script, lane, variable in rows:
+            assert variable in (gates[gate].description or ""), gate
+            assert f"lane_main {lane} {variable} " in (ROOT / script).read_text(encoding="utf-8"), script

@@ -76,6 +76,33 @@ class TestReads:
         by_stream = json.loads(tracker(db, "show", shown["evidence"][0]["stream_id"][:12], "--json").stdout)
         assert "evidence" == by_stream["type"]
 
+    def test_show_says_simulated(self, db: str, tmp_path: Path) -> None:
+        """A run observed on a simulated observer's GPUs says so wherever `show` names them (as the site does)."""
+        run = tracker(db, "run", "start", "--lane", "distributed-device").stdout.strip()
+        gpu = "GPU-5e5e5e5e-0000-0000-0000-000000000001"
+        sealed_stream(tmp_path / "s.aos", devices=[gpu])
+        assert 0 == invoke("observe", "attach", str(tmp_path / "s.aos"), "--tracker", str(db), "--run", run).exit_code
+        shown = tracker(db, "show", run).stdout
+        assert f"observed on {gpu} (simulated: a test double, not hardware)" in shown, shown
+        assert {gpu: "simulated"} == json.loads(tracker(db, "show", run, "--json").stdout)["evidence"][0]["observers"]
+
+    def test_experiment_add_says_what_it_made(self, db: str) -> None:
+        """`experiment add` names the experiment, its id and item, and how runs take it."""
+        result = tracker(db, "experiment", "add", "E7", "--item", "N2")
+        assert 0 == result.exit_code, result.output
+        assert result.stdout.startswith("added experiment E7 (id "), result.stdout
+        assert ", for work item N2); start its runs with: alpha tracker run start --experiment E7\n" in result.stdout
+
+    def test_run_list_and_site_count_as_sentences(self, db: str, tmp_path: Path) -> None:
+        """`run list` says "1 stream", `site` "1 run page, 1 stream report": never "(s)"."""
+        run = tracker(db, "run", "start", "--lane", "distributed-device").stdout.strip()
+        sealed_stream(tmp_path / "s.aos")
+        assert 0 == invoke("observe", "attach", str(tmp_path / "s.aos"), "--tracker", str(db), "--run", run).exit_code
+        listed = tracker(db, "run", "list").stdout
+        assert f"{run}  running      distributed-device: 1 stream\n" == listed, listed
+        site = tracker(db, "site", str(tmp_path / "site")).stdout
+        assert "index.html, 1 run page, 1 stream report (" in site, site
+
     def test_lists_json(self, db: str) -> None:
         """`item list --json` and `run list --json` parse."""
         assert 3 == len(json.loads(tracker(db, "item", "list", "--json").stdout))

@@ -128,6 +128,14 @@ class TestModel:
         assert runs[built.runs["physical"]].physical_pass_proven
         assert not runs[built.runs["static"]].physical_pass_proven
 
+    def test_the_stream_badge_says_what_it_means(self, built: Built, tmp_path: Path) -> None:
+        """Beside a verdict, a proven stream's badge reads "file verified" and says in full what was verified."""
+        write_site(built.conn, tmp_path / "site")
+        index = html(tmp_path / "site" / "index.html")
+        assert '<span class="badge t-proven" title="the stream file verified (intact, sealed)' in index
+        assert ">file verified</span>" in index
+        assert ">proven</span>" not in index
+
     def test_honest_status(self, built: Built, tmp_path: Path) -> None:
         """Implemented is not verified; a verified item is shown verified when its streams prove it; hardware
         items without a physical run are listed as such; an item with no run is listed as not run."""
@@ -327,7 +335,7 @@ def test_cli(built: Built, tmp_path: Path, cli: Cli) -> None:
     out = tmp_path / "site"
     r = cli("tracker", "--db", built.db, "site", str(out))
     assert 0 == r.exit_code, r.output
-    assert re.match(rf"site {re.escape(str(out))}: index.html, 5 run page\(s\), \d+ stream report\(s\) ", r.output)
+    assert re.match(rf"site {re.escape(str(out))}: index.html, 5 run pages, \d+ stream reports ", r.output)
     assert "streams: 2 proven, 1 damaged, 1 missing" in r.output
     r = cli("tracker", "--db", built.db, "site", str(out), "--json")
     data: dict[str, Any] = json.loads(r.output)

@@ -105,16 +105,29 @@ class TestRefusals:
 
 
 class TestGatesListing:
-    def test_lists_every_gate_and_rule(self, tmp_path: Path) -> None:
-        """gates lists every built-in gate with its rules, and a gate file's gate."""
+    def test_lists_every_gate_one_line_each(self, tmp_path: Path) -> None:
+        """gates lists every built-in gate and a gate file's gate, one line each: name, description, source."""
         (tmp_path / "g.toml").write_text('[gate]\nname = "mine"\n[[step]]\nname = "s"\n')
         p = alpha("observe", "gates", "--gate-file", "g.toml", cwd=tmp_path)
+        lines = p.stdout.decode().splitlines()
+        assert 0 == p.returncode
+        names = ["coordinate-device", "distributed-device", "exit-zero", "independent-device", "mine", "tests-pass"]
+        assert names == [line.split()[0] for line in lines]
+        assert lines[2].startswith("exit-zero           The command exited 0")
+        assert lines[2].endswith("[builtin:exit-zero.toml]")
+        assert lines[4].endswith("  (no description) [g.toml]")
+
+    def test_a_gates_rules_in_plain_text(self, tmp_path: Path) -> None:
+        """gates NAME lists its rules, without reStructuredText markup and with counts as sentences."""
+        p = alpha("observe", "gates", "coordinate-device")
         out = p.stdout.decode()
         assert 0 == p.returncode
-        for name in ("exit-zero", "distributed-device", "coordinate-device", "independent-device", "mine"):
-            assert f"\n{name}  (" in "\n" + out
         for check in ("preflight-rules", "checkpoints-equal", "qualification-files", "refusal-control:wrong-uuid"):
             assert f"    {check}: " in out
+        for markup in ("``", ":func:", "(s)"):
+            assert markup not in out
+        assert "    devices-observed: python check 'devices-observed': devices-observed: over the remote" in out
+        assert "    step:preflight: step 'preflight' ran at least 1 time, exit 0\n" in out
 
 
 def evaluate_stream_events(gate: str, events: list[Any]) -> dict[str, Any]:

@@ -294,7 +294,7 @@ class TestColourAndWidth:
     def test_reasons_whole_when_not_a_terminal(self, tmp_path: Path) -> None:
         """Piped, each reason is written whole on one line (once they were cut at 110 columns)."""
         out = alpha("observe", "verdict", str(_stream(tmp_path))).stdout.decode()
-        assert 2 == sum(1 for line in out.splitlines() if line.endswith(LONG))
+        assert 3 == sum(1 for line in out.splitlines() if line.endswith(LONG))  # the two checks, and the cause first
         assert "\x1b[" not in out
 
     def test_colour_on_a_terminal_and_no_color(self, tmp_path: Path) -> None:
@@ -319,4 +319,5 @@ class TestColourAndWidth:
         v = Verdict.of("g", "command", [Check("c", "fail", "exited 1\x1b]0;pwned\x07\nFAKE  pass  all good")])
         text = table(v, width=None)
         assert "\x1b" not in text
-        assert "  FAIL         c  exited 1\\x1b]0;pwned\\x07 FAKE  pass  all good" == text.splitlines()[1]
+        assert "first: c: FAIL: exited 1\\x1b]0;pwned\\x07 FAKE  pass  all good" == text.splitlines()[1]
+        assert "  FAIL         c  exited 1\\x1b]0;pwned\\x07 FAKE  pass  all good" == text.splitlines()[2]
