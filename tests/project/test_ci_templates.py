@@ -339,50 +339,218 @@ def _expressions_marked(script: str) -> str:
     return re.sub(r"\$\{\{.*?\}\}", "EXPRESSION", script)
 
 
+def _template() -> dict[str, Any]:
+    return dict(yaml.safe_load((ROOT / "ci" / "alpha-observe.gitlab-ci.yml").read_text(encoding="utf-8")))
+
+
+def _needle(pem: str) -> str:
+    """The key's own bytes the probe looks for (the end of the PEM body: its start is the same for every key)."""
+    return "".join(pem.splitlines()[1:-1])[-32:].encode().hex()
+
+
+def _probe_command(pem: str, runner: str) -> str:
+    """tests/helpers/key_probe.py as a gated command: ``runner`` is ``--runner-pid N`` or ``--runner-match S``."""
+    probe = ROOT / "tests" / "helpers" / "key_probe.py"
+    return (
+        f"{sys.executable} {probe} --needle-hex {_needle(pem)} {runner} --report probe.json --marker planted.txt"
+    )
+
+
+def _probe_report(ws: Path) -> dict[str, Any]:
+    import json
+
+    return dict(json.loads((ws / "probe.json").read_text()))
+
+
 class TestGitLabTemplate:
-    def test_it_parses_as_a_hidden_job_to_extend(self) -> None:
-        """The template is one hidden job (`.alpha-observe-gate`) with a script and artifacts kept always."""
-        doc = yaml.safe_load((ROOT / "ci" / "alpha-observe.gitlab-ci.yml").read_text(encoding="utf-8"))
-        assert [".alpha-observe-gate"] == list(doc)
+    def test_it_parses_as_two_hidden_jobs_to_extend(self) -> None:
+        """The template is the gate job and the report job, hidden, with artifacts kept always."""
+        doc = _template()
+        assert [".alpha-observe-gate", ".alpha-observe-report"] == list(doc)
         assert "always" == doc[".alpha-observe-gate"]["artifacts"]["when"]
 
-    def test_its_script_passes_shellcheck(self, tmp_path: Path) -> None:
-        """The template's script, as the runner runs it, passes shellcheck."""
+    def test_the_gate_line_is_the_last_and_execs(self) -> None:
+        """The gate job's script ends with `exec` of the recorder: nothing of the job runs after the command."""
+        script = _template()[".alpha-observe-gate"]["script"]
+        lines = [line.strip() for line in str(script[-1]).strip().splitlines()]
+        assert lines[-1].startswith('exec "$venv/bin/alpha" "$@" -- bash -c "$AOS_COMMAND"')
+        assert "CI_PROJECT_DIR" not in "\n".join(map(str, script))  # the venv lives outside the project folder
+
+    def test_its_variables_match_the_actions_inputs(self) -> None:
+        """Each of action.yml's inputs is a variable AOS_NAME of the template's jobs (AOS_SIGN_KEY for sign-key)."""
+        doc = _template()
+        text = (ROOT / "ci" / "alpha-observe.gitlab-ci.yml").read_text(encoding="utf-8")
+        named = set(re.findall(r"\bAOS_[A-Z_]+", text))
+        variables = set(doc[".alpha-observe-gate"]["variables"]) | set(doc[".alpha-observe-report"]["variables"])
+        for name in _action()["inputs"]:
+            variable = "AOS_" + name.upper().replace("-", "_")
+            assert variable in named, name
+            assert variable in variables or variable == "AOS_SIGN_KEY", name  # the key is a CI/CD variable
+
+    def test_its_scripts_pass_shellcheck(self, tmp_path: Path) -> None:
+        """Both jobs' scripts, as the runner runs them, pass shellcheck."""
         if shutil.which("shellcheck") is None:
             pytest.fail("shellcheck comes with the test extra (pip install '.[test]')")
         from tests.helpers.ci_runner import gitlab_script
 
-        job = yaml.safe_load((ROOT / "ci" / "alpha-observe.gitlab-ci.yml").read_text(encoding="utf-8"))
-        script = tmp_path / "job.sh"
-        script.write_text("#!/bin/bash\n" + gitlab_script(job[".alpha-observe-gate"]))
-        done = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, check=False)
-        assert 0 == done.returncode, done.stdout
+        for name, job in _template().items():
+            script = tmp_path / "job.sh"
+            script.write_text("#!/bin/bash\n" + gitlab_script(job))
+            done = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, check=False)
+            assert 0 == done.returncode, name + done.stdout
+
+    def test_without_a_source_it_says_what_to_set(self, tmp_path: Path) -> None:
+        """Neither AOS_SOURCE nor AOS_REPOSITORY and AOS_REF: exit 2, naming them, before anything is installed."""
+        env = _clean_env(tmp_path)
+        for name in ("AOS_SOURCE", "AOS_REPOSITORY", "AOS_REF"):
+            env.pop(name, None)
+        done = run_gitlab(_template()[".alpha-observe-gate"], tmp_path, env)
+        assert 2 == done.returncode
+        assert "set AOS_REPOSITORY and AOS_REF" in done.stderr
 
     @pytest.mark.parametrize(("command", "code"), [("echo hello", 0), ("exit 4", 1)])
-    def test_its_script_runs(
-        self, command: str, code: int, tmp_path: Path, action_source: Path, python_shim: Path
+    @pytest.mark.parametrize("key_type", ["file", "variable"])
+    def test_its_jobs_run(
+        self, command: str, code: int, key_type: str, tmp_path: Path, action_source: Path, python_shim: Path
     ) -> None:
-        """Extended with a gate and a command, it installs from AOS_SOURCE, gates, signs and exits as the gate."""
-        job = yaml.safe_load((ROOT / "ci" / "alpha-observe.gitlab-ci.yml").read_text(encoding="utf-8"))[
-            ".alpha-observe-gate"
-        ]
+        """Extended with a gate and a command, the gate job installs from AOS_SOURCE, gates, signs and exits as
+        the gate; the report job verifies the stream with the public key and writes the report."""
+        doc = _template()
         generate_keypair(tmp_path / "seal")
         ws = tmp_path / "project"
         ws.mkdir()
+        key_file = tmp_path / "runner-tmp" / "AOS_SIGN_KEY"  # where a runner writes a File-type variable
+        key_file.parent.mkdir()
+        key_file.write_text((tmp_path / "seal.key").read_text())
         env = _clean_env(tmp_path)
         env.pop("PYTHONPATH", None)
         env.update(
-            PATH=f"{python_shim.parent}{os.pathsep}{env['PATH']}",
             AOS_SOURCE=str(action_source),
+            AOS_PYTHON=str(python_shim),
             AOS_GATE="exit-zero",
             AOS_COMMAND=command,
-            SEAL_KEY=(tmp_path / "seal.key").read_text(),
+            AOS_SIGN_KEY=str(key_file) if key_type == "file" else key_file.read_text(),
         )
-        done = run_gitlab(job, ws, env)
+        done = run_gitlab(doc[".alpha-observe-gate"], ws, env)
         assert code == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
+        assert not key_file.exists() or key_type == "variable"  # a File-type variable's file is removed
         stream = ws / "aos-streams" / "exit-zero.aos"
         verify = subprocess.run(
             ["alpha", "observe", "verify", str(stream), "--key", str(tmp_path / "seal.pub")], capture_output=True
         )
         assert 0 == verify.returncode
+        assert (ws / "aos-streams" / "junit.xml").is_file()
+        env.update(AOS_SEAL_PUB=(tmp_path / "seal.pub").read_text())
+        done = run_gitlab(doc[".alpha-observe-report"], ws, env)
+        assert 0 == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
         assert (ws / "aos-streams" / "exit-zero.report.html").is_file()
+
+    def test_the_report_job_refuses_a_stream_another_key_signed(
+        self, tmp_path: Path, action_source: Path, python_shim: Path
+    ) -> None:
+        """A stream signed by a key other than AOS_SEAL_PUB's fails the report job before any report is written."""
+        generate_keypair(tmp_path / "seal")
+        generate_keypair(tmp_path / "other")
+        ws = tmp_path / "project"
+        (ws / "aos-streams").mkdir(parents=True)
+        subprocess.run(
+            ["alpha", "observe", "gate", "exit-zero", "--quiet", "--sign-key", str(tmp_path / "other.key"),
+             "--out", str(ws / "aos-streams" / "lane.aos"), "--", "true"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        env = _clean_env(tmp_path)
+        env.pop("PYTHONPATH", None)
+        env.update(
+            AOS_SOURCE=str(action_source), AOS_PYTHON=str(python_shim), AOS_SEAL_PUB=str(tmp_path / "seal.pub")
+        )
+        done = run_gitlab(_template()[".alpha-observe-report"], ws, env)
+        assert 0 != done.returncode
+        assert not (ws / "aos-streams" / "lane.report.html").exists()
+
+
+class TestTheKeyProbe:
+    """While the gated command runs, no process of the job but the recorder holds the key, and nothing the
+    command can write runs after it (tests/helpers/key_probe.py is the command)."""
+
+    @pytest.mark.parametrize("key_type", ["file", "variable"])
+    def test_the_gitlab_template(
+        self, key_type: str, tmp_path: Path, action_source: Path, python_shim: Path
+    ) -> None:
+        generate_keypair(tmp_path / "seal")
+        pem = (tmp_path / "seal.key").read_text()
+        ws = tmp_path / "project"
+        ws.mkdir()
+        key_file = tmp_path / "AOS_SIGN_KEY"
+        key_file.write_text(pem)
+        env = _clean_env(tmp_path)
+        env.pop("PYTHONPATH", None)
+        env.update(
+            AOS_SOURCE=str(action_source),
+            AOS_PYTHON=str(python_shim),
+            AOS_GATE="exit-zero",
+            AOS_COMMAND=_probe_command(pem, f"--runner-pid {os.getpid()}"),
+            AOS_SIGN_KEY=str(key_file) if key_type == "file" else pem,
+        )
+        done = run_gitlab(_template()[".alpha-observe-gate"], ws, env)
+        assert 0 == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
+        report = _probe_report(ws)
+        assert [] == report["holders"]
+        assert report["recorder"] and report["replaced"]  # it found the recorder's alpha and replaced it ...
+        assert not (ws / "planted.txt").exists()  # ... and nothing ran it
+        verify = subprocess.run(
+            ["alpha", "observe", "verify", str(ws / "aos-streams" / "exit-zero.aos"), "--key",
+             str(tmp_path / "seal.pub")], capture_output=True,
+        )  # fmt: skip
+        assert 0 == verify.returncode
+
+    def test_the_actions_steps(self, tmp_path: Path, action_source: Path, python_shim: Path) -> None:
+        generate_keypair(tmp_path / "seal")
+        pem = (tmp_path / "seal.key").read_text()
+        inputs = {
+            "gate": "exit-zero",
+            "command": _probe_command(pem, f"--runner-pid {os.getpid()}"),
+            "out": "aos-streams/lane.aos",
+            "sign-key": pem,
+            "python": str(python_shim),
+        }
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        (tmp_path / "temp").mkdir()
+        job = GitHubJob(
+            ws, tmp_path / "temp", _clean_env(tmp_path), {"inputs": inputs, "github": {"action_path": str(action_source)}}
+        )
+        job.env.pop("PYTHONPATH", None)
+        install, gate, _report = _action()["runs"]["steps"]
+        assert 0 == job.run_step(install).returncode
+        done = job.run_step(gate)
+        assert 0 == done.returncode, done.stderr[-2000:]
+        report = _probe_report(ws)
+        assert [] == report["holders"]
+        assert report["recorder"]
+        assert not (ws / "planted.txt").exists()
+
+    def test_it_finds_a_job_shell_that_holds_the_key(self, tmp_path: Path, action_source: Path) -> None:
+        """The forgery test of the probe itself: a job whose shell stays the recorder's parent with the key in
+        its environment, and runs the venv's alpha after the command (as the template once did), is caught."""
+        generate_keypair(tmp_path / "seal")
+        pem = (tmp_path / "seal.key").read_text()
+        ws = tmp_path / "project"
+        ws.mkdir()
+        venv = tmp_path / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+        (venv / "bin" / "alpha").write_text(f"#!{venv}/bin/python\nfrom observe.cli import main\nmain()\n")
+        (venv / "bin" / "alpha").chmod(0o755)
+        leaky = {
+            "script": [
+                f'"{venv}/bin/alpha" observe gate exit-zero --sign-key-env SEAL_KEY --out aos-streams/l.aos'
+                ' -- bash -c "$AOS_COMMAND" || rc=$?',
+                f'"{venv}/bin/alpha" --version || true',
+            ]
+        }
+        env = _clean_env(tmp_path)
+        env.update(SEAL_KEY=pem, AOS_COMMAND=_probe_command(pem, f"--runner-pid {os.getpid()}"))
+        done = run_gitlab(leaky, ws, env)
+        assert 0 == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
+        report = _probe_report(ws)
+        assert {"environ", "memory"} <= {h["where"] for h in report["holders"]}
+        assert (ws / "planted.txt").exists()
