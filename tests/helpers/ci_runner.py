@@ -132,3 +132,26 @@ def run_gitlab(job: dict[str, Any], cwd: Path, env: dict[str, str]) -> subproces
         text=True,
         check=False,
     )
+
+
+def gitlab_ci_local() -> Path | None:
+    """tests/js's gitlab-ci-local (``npm ci --prefix tests/js``), or None when it is not installed."""
+    from tests.helpers.paths import ROOT
+
+    path = ROOT / "tests" / "js" / "node_modules" / ".bin" / "gitlab-ci-local"
+    return path if path.exists() else None
+
+
+def run_gitlab_ci_local(project: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run gitlab-ci-local in ``project`` (a git repository) with its shell executor, every job on this machine."""
+    tool = gitlab_ci_local()
+    assert tool is not None
+    return subprocess.run(
+        [str(tool), "--force-shell-executor", "--no-color", "--home", str(project / ".gcl-home"), *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )

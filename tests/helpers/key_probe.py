@@ -56,7 +56,7 @@ def _runner(args: argparse.Namespace, ancestors: list[int]) -> int:
     if args.runner_pid:
         return int(args.runner_pid)
     for pid in ancestors:
-        if any(args.runner_match in a for a in _cmdline(pid)):
+        if any(args.runner_match in a for a in _cmdline(pid)[:2]):  # the program, not its arguments
             return pid
     raise SystemExit(f"key_probe: no ancestor's command line holds {args.runner_match!r}")
 

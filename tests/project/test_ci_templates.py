@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -351,9 +352,7 @@ def _needle(pem: str) -> str:
 def _probe_command(pem: str, runner: str) -> str:
     """tests/helpers/key_probe.py as a gated command: ``runner`` is ``--runner-pid N`` or ``--runner-match S``."""
     probe = ROOT / "tests" / "helpers" / "key_probe.py"
-    return (
-        f"{sys.executable} {probe} --needle-hex {_needle(pem)} {runner} --report probe.json --marker planted.txt"
-    )
+    return f"{sys.executable} {probe} --needle-hex {_needle(pem)} {runner} --report probe.json --marker planted.txt"
 
 
 def _probe_report(ws: Path) -> dict[str, Any]:
@@ -460,9 +459,7 @@ class TestGitLabTemplate:
         )  # fmt: skip
         env = _clean_env(tmp_path)
         env.pop("PYTHONPATH", None)
-        env.update(
-            AOS_SOURCE=str(action_source), AOS_PYTHON=str(python_shim), AOS_SEAL_PUB=str(tmp_path / "seal.pub")
-        )
+        env.update(AOS_SOURCE=str(action_source), AOS_PYTHON=str(python_shim), AOS_SEAL_PUB=str(tmp_path / "seal.pub"))
         done = run_gitlab(_template()[".alpha-observe-report"], ws, env)
         assert 0 != done.returncode
         assert not (ws / "aos-streams" / "lane.report.html").exists()
@@ -473,9 +470,7 @@ class TestTheKeyProbe:
     command can write runs after it (tests/helpers/key_probe.py is the command)."""
 
     @pytest.mark.parametrize("key_type", ["file", "variable"])
-    def test_the_gitlab_template(
-        self, key_type: str, tmp_path: Path, action_source: Path, python_shim: Path
-    ) -> None:
+    def test_the_gitlab_template(self, key_type: str, tmp_path: Path, action_source: Path, python_shim: Path) -> None:
         generate_keypair(tmp_path / "seal")
         pem = (tmp_path / "seal.key").read_text()
         ws = tmp_path / "project"
@@ -514,10 +509,13 @@ class TestTheKeyProbe:
             "python": str(python_shim),
         }
         ws = tmp_path / "ws"
-        ws.mkdir()
+        (ws / "aos-streams").mkdir(parents=True)
         (tmp_path / "temp").mkdir()
         job = GitHubJob(
-            ws, tmp_path / "temp", _clean_env(tmp_path), {"inputs": inputs, "github": {"action_path": str(action_source)}}
+            ws,
+            tmp_path / "temp",
+            _clean_env(tmp_path),
+            {"inputs": inputs, "github": {"action_path": str(action_source)}},
         )
         job.env.pop("PYTHONPATH", None)
         install, gate, _report = _action()["runs"]["steps"]
@@ -554,3 +552,181 @@ class TestTheKeyProbe:
         report = _probe_report(ws)
         assert {"environ", "memory"} <= {h["where"] for h in report["holders"]}
         assert (ws / "planted.txt").exists()
+
+
+# -- the template in a real runner of .gitlab-ci.yml files: gitlab-ci-local's shell executor ----------------
+
+
+def _git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.email=ci@example.invalid", "-c", "user.name=ci", *args],
+        cwd=cwd, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def raw_files(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """An HTTP server on 127.0.0.1 serving GitLab's raw file URLs (``/OWNER/NAME/-/raw/REF/PATH``) of the
+    git repositories under a folder: ``(base URL, folder)``."""
+    import http.server
+    import threading
+
+    root = tmp_path / "forge"
+    root.mkdir()
+
+    class Raw(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            match = re.match(r"^/([\w.-]+/[\w.-]+)/-/raw/([0-9a-f]{40})/(.+)$", self.path)
+            done = (
+                subprocess.run(
+                    ["git", "-C", str(root / match.group(1)), "show", f"{match.group(2)}:{match.group(3)}"],
+                    capture_output=True,
+                    check=False,
+                )  # fmt: skip
+                if match
+                else None
+            )
+            if done is None or done.returncode != 0:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(done.stdout)))
+            self.end_headers()
+            self.wfile.write(done.stdout)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Raw)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", root
+    server.shutdown()
+    thread.join()
+
+
+def _needs_gitlab_ci_local() -> None:
+    from tests.helpers.ci_runner import gitlab_ci_local
+
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are not installed: gitlab-ci-local (tests/js) cannot run")
+    if gitlab_ci_local() is None:
+        pytest.fail("tests/js has no gitlab-ci-local: npm ci --prefix tests/js (.ci/run does)")
+    if shutil.which("rsync") is None:
+        pytest.fail("gitlab-ci-local copies the project with rsync: apt-get install rsync (.ci/run does)")
+
+
+class TestGitLabCiLocal:
+    """The template included from another project, run by gitlab-ci-local's shell executor: a signed
+    `tests-pass` gate over pytest's JUnit, then the report job on its artifacts."""
+
+    def _projects(self, tmp_path: Path, base: str, forge: Path) -> tuple[Path, str]:
+        """This tool as the project OWNER/alpha-observe on the forge, at one commit; and a project of a user's."""
+        tool = forge / "OWNER" / "alpha-observe"
+        tool.mkdir(parents=True)
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            shutil.copy(ROOT / name, tool / name)
+        for name in ("aos", "gates", "observe", "tracker", "ci"):
+            shutil.copytree(ROOT / name, tool / name, ignore=shutil.ignore_patterns("__pycache__"))
+        _git(tool, "init", "-q", "-b", "main")
+        _git(tool, "add", ".")
+        _git(tool, "commit", "-qm", "alpha-observe")
+        sha = _git(tool, "rev-parse", "HEAD")
+
+        project = tmp_path / "app"
+        (project / "tests").mkdir(parents=True)
+        (project / "tests" / "test_app.py").write_text("def test_adds():\n    assert 1 + 1 == 2\n")
+        (project / ".gitignore").write_text(".gitlab-ci-local/\n.gcl-home/\n.gitlab-ci-local-variables.yml\n")
+        return project, sha
+
+    def _pipeline(self, base: str, sha: str, tool: Path, command: str) -> str:
+        return f"""\
+include:
+  - remote: {base}/OWNER/alpha-observe/-/raw/{sha}/ci/alpha-observe.gitlab-ci.yml
+
+variables:
+  AOS_REPOSITORY: file://localhost{tool}
+  AOS_REF: {sha}
+
+unit-tests:
+  extends: .alpha-observe-gate
+  variables:
+    AOS_GATE: tests-pass
+    AOS_COMMAND: {json.dumps(command)}
+    AOS_ARTIFACTS: reports/junit.xml
+
+unit-tests-report:
+  extends: .alpha-observe-report
+  needs: [unit-tests]
+"""
+
+    def _run(
+        self, tmp_path: Path, raw_files: tuple[str, Path], python_shim: Path, command: str, key_type: str = "file"
+    ) -> tuple[subprocess.CompletedProcess[str], Path]:
+        """Run the pipeline; the seal key is ``tmp_path/seal.key`` (made when absent)."""
+        from tests.helpers.ci_runner import run_gitlab_ci_local
+
+        base, forge = raw_files
+        project, sha = self._projects(tmp_path, base, forge)
+        tool = forge / "OWNER" / "alpha-observe"
+        (project / ".gitlab-ci.yml").write_text(self._pipeline(base, sha, tool, command))
+        if not (tmp_path / "seal.key").exists():
+            generate_keypair(tmp_path / "seal")
+        key = (tmp_path / "seal.key").read_text()
+        variables = {
+            # CI/CD variables of the project's settings: the seal key as a File-type variable
+            "AOS_SIGN_KEY": {"type": "file", "values": {"*": key}} if key_type == "file" else key,
+            "AOS_SEAL_PUB": (tmp_path / "seal.pub").read_text(),
+            "AOS_PYTHON": str(python_shim),  # a venv that sees this suite's packages (no download)
+        }
+        (project / ".gitlab-ci-local-variables.yml").write_text(yaml.safe_dump(variables))
+        _git(project, "init", "-q", "-b", "main")
+        _git(project, "add", ".")
+        _git(project, "commit", "-qm", "app")
+        env = _clean_env(tmp_path)
+        env.pop("PYTHONPATH", None)
+        env["HOME"] = str(tmp_path / "home")
+        return run_gitlab_ci_local(project, env=env), project
+
+    def test_a_signed_tests_pass_gate_and_its_report(
+        self, tmp_path: Path, raw_files: tuple[str, Path], python_shim: Path
+    ) -> None:
+        _needs_gitlab_ci_local()
+        command = '"$AOS_PYTHON" -m pytest -q -p no:cacheprovider --junitxml reports/junit.xml tests'
+        done, project = self._run(tmp_path, raw_files, python_shim, command)
+        log = done.stdout[-4000:] + done.stderr[-3000:]
+        assert 0 == done.returncode, log
+        assert re.search(r"PASS\s+unit-tests\b", done.stdout), log
+        assert re.search(r"PASS\s+unit-tests-report\b", done.stdout), log
+        streams = project / ".gitlab-ci-local" / "artifacts"
+        stream = next(streams.glob("unit-tests/aos-streams/tests-pass.aos"))
+        verify = subprocess.run(
+            ["alpha", "observe", "verify", str(stream), "--key", str(tmp_path / "seal.pub")],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert 0 == verify.returncode, verify.stdout + verify.stderr
+        verdict = subprocess.run(["alpha", "observe", "verdict", str(stream)], capture_output=True, text=True)
+        assert 0 == verdict.returncode, verdict.stdout
+        assert next(streams.glob("unit-tests-report/aos-streams/tests-pass.report.html")).is_file()
+        junit = next(streams.glob("unit-tests/aos-streams/junit.xml")).read_text()
+        assert "test_adds" in junit  # pytest's own testcase, carried
+
+    @pytest.mark.parametrize(("key_type", "leaks"), [("file", False), ("variable", True)])
+    def test_the_key_probe(
+        self, key_type: str, leaks: bool, tmp_path: Path, raw_files: tuple[str, Path], python_shim: Path
+    ) -> None:
+        """A File-type key is held by no process of the job but the recorder. gitlab-ci-local gives a plain
+        variable to the environment of the shell that starts the job's script, which stays: it leaks there."""
+        _needs_gitlab_ci_local()
+        generate_keypair(tmp_path / "seal")
+        command = _probe_command((tmp_path / "seal.key").read_text(), "--runner-match gitlab-ci-local")
+        done, project = self._run(tmp_path, raw_files, python_shim, command, key_type)
+        log = done.stdout[-4000:] + done.stderr[-3000:]
+        report = _probe_report(project)
+        if leaks:
+            assert ["environ"] == sorted({h["where"] for h in report["holders"] if h["where"] == "environ"}), log
+        else:
+            assert [] == report["holders"], log
+        assert report["recorder"] and report["replaced"], log  # the recorder's alpha was found and replaced ...
+        assert not (project / "planted.txt").exists()  # ... and nothing of the job ran it
