@@ -490,7 +490,8 @@ class TestTheKeyProbe:
         assert 0 == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
         report = _probe_report(ws)
         assert [] == report["holders"]
-        assert report["recorder"] and report["replaced"]  # it found the recorder's alpha and replaced it ...
+        assert report["recorder"]
+        assert report["replaced"]  # it found the recorder's alpha and replaced it ...
         assert not (ws / "planted.txt").exists()  # ... and nothing ran it
         verify = subprocess.run(
             ["alpha", "observe", "verify", str(ws / "aos-streams" / "exit-zero.aos"), "--key",
@@ -576,17 +577,14 @@ def raw_files(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     root.mkdir()
 
     class Raw(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the http.server name
+        def do_GET(self) -> None:
             match = re.match(r"^/([\w.-]+/[\w.-]+)/-/raw/([0-9a-f]{40})/(.+)$", self.path)
-            done = (
-                subprocess.run(
-                    ["git", "-C", str(root / match.group(1)), "show", f"{match.group(2)}:{match.group(3)}"],
-                    capture_output=True,
-                    check=False,
-                )  # fmt: skip
-                if match
-                else None
-            )
+            done = None
+            if match:
+                where = f"{match.group(2)}:{match.group(3)}"
+                done = subprocess.run(
+                    ["git", "-C", str(root / match.group(1)), "show", where], capture_output=True, check=False
+                )
             if done is None or done.returncode != 0:
                 self.send_error(404)
                 return
@@ -728,5 +726,6 @@ unit-tests-report:
             assert ["environ"] == sorted({h["where"] for h in report["holders"] if h["where"] == "environ"}), log
         else:
             assert [] == report["holders"], log
-        assert report["recorder"] and report["replaced"], log  # the recorder's alpha was found and replaced ...
+        assert report["recorder"], log
+        assert report["replaced"], log  # the recorder's alpha was found and replaced ...
         assert not (project / "planted.txt").exists()  # ... and nothing of the job ran it
