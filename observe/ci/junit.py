@@ -225,11 +225,14 @@ def github_lines(v: Verdict, facts: Facts | None) -> list[str]:
     return out
 
 
-def summary_markdown(v: Verdict, *, stream: str | None, stream_id: str | None, facts: Facts | None) -> str:
-    """The job summary (``gates.report.markdown``), then the failing tests of the captured files."""
+def summary_markdown(
+    v: Verdict, *, stream: str | None, stream_id: str | None, facts: Facts | None, key_id: str | None = None
+) -> str:
+    """The job summary (``gates.report.markdown``, naming the key that signed the seal), then the failing
+    tests of the captured files."""
     from gates.report import markdown, md_text
 
-    text = markdown(v, stream=stream, stream_id=stream_id)
+    text = markdown(v, stream=stream, stream_id=stream_id, key_id=key_id)
     suites = captured_suites(v, facts)
     if not suites:
         return text
