@@ -687,20 +687,48 @@ unit-tests-report:
         env["HOME"] = str(tmp_path / "home")
         return run_gitlab_ci_local(project, env=env), project
 
-    def test_a_signed_tests_pass_gate_and_its_report(
+    def test_the_docs_pipeline_as_written(
         self, tmp_path: Path, raw_files: tuple[str, Path], python_shim: Path
     ) -> None:
+        """docs/CI.md's `.gitlab-ci.yml` (placeholders filled) and its commands to try it: a signed
+        `tests-pass` gate over pytest's JUnit, and the report job, which verifies it with seal.pub."""
+        from tests.helpers.ci_runner import gitlab_ci_local
+
         _needs_gitlab_ci_local()
-        command = '"$AOS_PYTHON" -m pytest -q -p no:cacheprovider --junitxml reports/junit.xml tests'
-        done, project = self._run(tmp_path, raw_files, python_shim, command)
+        base, forge = raw_files
+        project, sha = self._projects(tmp_path, base, forge)
+        tool = forge / "OWNER" / "alpha-observe"
+        pipeline = next(b for b in re.findall(r"```yaml\n(.*?)```", CI_MD, flags=re.S) if ".alpha-observe-gate" in b)
+        pipeline = (
+            pipeline.replace("https://HOST/OWNER/alpha-observe/-/raw/", f"{base}/OWNER/alpha-observe/-/raw/")
+            .replace("https://HOST/OWNER/alpha-observe.git", f"file://localhost{tool}")
+            .replace("<commit SHA>", sha)
+        )
+        (project / ".gitlab-ci.yml").write_text(pipeline)
+        (project / ".gitignore").write_text(".gitlab-ci-local*\n")
+        _git(project, "init", "-q", "-b", "main")
+        _git(project, "add", ".")
+        _git(project, "commit", "-qm", "app")
+        commands = next(b for b in re.findall(r"```sh\n(.*?)```", CI_MD, flags=re.S) if "gitlab-ci-local " in b)
+        env = _clean_env(tmp_path)
+        env.pop("PYTHONPATH", None)
+        tool_bin = gitlab_ci_local()
+        assert tool_bin is not None
+        # python3: the shim (a venv seeing this suite's packages: pytest, and the tool's dependencies)
+        env.update(HOME=str(tmp_path / "home"), PATH=f"{python_shim.parent}:{tool_bin.parent}:{env['PATH']}")
+        done = subprocess.run(
+            ["bash", "-eo", "pipefail", "-c", commands], cwd=project, env=env, capture_output=True, text=True,
+            timeout=600, check=False,
+        )  # fmt: skip
         log = done.stdout[-4000:] + done.stderr[-3000:]
         assert 0 == done.returncode, log
         assert re.search(r"PASS\s+unit-tests\b", done.stdout), log
         assert re.search(r"PASS\s+unit-tests-report\b", done.stdout), log
         streams = project / ".gitlab-ci-local" / "artifacts"
         stream = next(streams.glob("unit-tests/aos-streams/tests-pass.aos"))
+        assert not (project / "seal.key").exists()
         verify = subprocess.run(
-            ["alpha", "observe", "verify", str(stream), "--key", str(tmp_path / "seal.pub")],
+            ["alpha", "observe", "verify", str(stream), "--key", str(project / "seal.pub")],
             capture_output=True, text=True,
         )  # fmt: skip
         assert 0 == verify.returncode, verify.stdout + verify.stderr
