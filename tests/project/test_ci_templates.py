@@ -687,9 +687,7 @@ unit-tests-report:
         env["HOME"] = str(tmp_path / "home")
         return run_gitlab_ci_local(project, env=env), project
 
-    def test_the_docs_pipeline_as_written(
-        self, tmp_path: Path, raw_files: tuple[str, Path], python_shim: Path
-    ) -> None:
+    def test_the_docs_pipeline_as_written(self, tmp_path: Path, raw_files: tuple[str, Path], python_shim: Path) -> None:
         """docs/CI.md's `.gitlab-ci.yml` (placeholders filled) and its commands to try it: a signed
         `tests-pass` gate over pytest's JUnit, and the report job, which verifies it with seal.pub."""
         from tests.helpers.ci_runner import gitlab_ci_local
