@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from aos.text import printable
 from observe.exits import Exit
 from observe.recorder import outpath, tuning
+from observe.recorder.preload import import_own_modules
 from observe.recorder.recording import BeforeSeal, Recording, RecordOptions, RecordResult, command_environ
 from observe.recorder.run import run_recorded
 from observe.recorder.sinks import Echo, logger
@@ -154,6 +155,9 @@ def _open_stream(argv: Sequence[str], options: RecordOptions, opening: ObserverO
     cwd = os.getcwd()
     stream_id = new_stream_id()
     signer, key_pem = _signer(options)
+    if signer is not None:
+        # nothing of the tool is first read from disk after the command could write it (observe.recorder.preload)
+        import_own_modules()
     path = Path(options.out) if options.out is not None else default_out(cwd, stream_id)
     masks = (*options.masks, key_pem) if key_pem else options.masks
     secrets, unset = secrets_for_recording(command_environ(options), masks=masks, mask_env=options.mask_env)

@@ -118,12 +118,15 @@ def gitlab_script(job: dict[str, Any]) -> str:
 
 
 def run_gitlab(job: dict[str, Any], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run a GitLab job's script in ``cwd`` with its ``variables:`` under ``env`` (the CI/CD variables win)."""
+    """Run a GitLab job's script in ``cwd`` with its ``variables:`` under ``env`` (the CI/CD variables win).
+
+    An ``env`` with ``PATH`` is the whole environment (a variable it lacks is not set, as ``PYTHONPATH``
+    taken out of it); without, it is added to this process's."""
     full = {str(k): str(v) for k, v in (job.get("variables") or {}).items()}
     full.update(env)
     full.setdefault("CI_PROJECT_DIR", str(cwd))
     full.setdefault("GITLAB_CI", "true")
-    merged = {**os.environ, **full}
+    merged = full if "PATH" in env else {**os.environ, **full}
     return subprocess.run(
         ["bash", "--noprofile", "--norc", "-c", gitlab_script(job)],
         cwd=cwd,

@@ -6,8 +6,11 @@ the job (the runner's descendants, the recorder aside): in ``/proc/PID/environ``
 process's memory (``/proc/PID/mem``, every mapped region it may read). Then it replaces each
 ``alpha`` the recorder was started as (a file named in an ancestor's command line, when it can
 write it) with a script that appends to ``--marker``: a job that runs ``alpha`` after the command
-runs the command's code. It writes what it found to ``--report`` as JSON:
-``{"holders": [{"pid", "cmdline", "where"}], "replaced": [PATH], "recorder": PID, "scanned": N}``.
+runs the command's code; and, when that ``alpha`` is a virtual environment's under the temporary
+folder (never another), appends the same mark to every Python module installed in it: a recorder
+that first imports a module after the command started runs the command's code while it holds the
+key. It writes what it found to ``--report`` as JSON: ``{"holders": [{"pid", "cmdline", "where"}],
+"replaced": [PATH], "modules": N, "recorder": PID, "scanned": N}``.
 
 The key's bytes are given hex-encoded (``--needle-hex``), so that the command line that carries
 them never holds the needle itself.
@@ -20,6 +23,7 @@ import json
 import os
 import re
 import stat
+import tempfile
 from pathlib import Path
 
 #: Regions larger than this are skipped (a job's shells and interpreters map far less).
@@ -114,6 +118,20 @@ def _plant(path: Path, marker: Path) -> bool:
     return True
 
 
+def _plant_modules(alpha: Path, marker: Path) -> int:
+    """Append a mark to every module of the virtual environment ``alpha`` is in (one under the temporary folder)."""
+    venv = alpha.parent.parent
+    if not (venv / "pyvenv.cfg").is_file() or not str(venv.resolve()).startswith(tempfile.gettempdir() + "/"):
+        return 0
+    count = 0
+    for module in venv.glob("lib/python*/site-packages/**/*.py"):
+        if os.access(module, os.W_OK):
+            with module.open("a") as f:
+                f.write(f"\nopen({str(marker)!r}, 'a').write('planted module ran: ' + __name__ + '\\n')\n")
+            count += 1
+    return count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--needle-hex", required=True)
@@ -127,6 +145,17 @@ def main() -> None:
     ancestors = _ancestors(me)
     runner = _runner(args, ancestors)
     recorder = next((p for p in ancestors if _is_recorder(_cmdline(p))), None)
+    # planted first: a module the recorder imports from now on runs the command's code
+    replaced = []
+    modules = 0
+    for pid in ancestors:
+        if pid == runner:
+            break
+        for arg in _cmdline(pid):
+            if Path(arg).name == "alpha" and arg.startswith("/"):
+                modules += _plant_modules(Path(arg), args.marker.resolve())
+                if _plant(Path(arg), args.marker.resolve()):
+                    replaced.append(arg)
     holders = []
     scanned = 0
     for pid in _job_processes(runner):
@@ -141,16 +170,8 @@ def main() -> None:
             holders.append({"pid": pid, "cmdline": _cmdline(pid), "where": "environ"})
         if _in_memory(pid, needle):
             holders.append({"pid": pid, "cmdline": _cmdline(pid), "where": "memory"})
-    replaced = []
-    for pid in ancestors:
-        if pid == runner:
-            break
-        for arg in _cmdline(pid):
-            if Path(arg).name == "alpha" and arg.startswith("/") and _plant(Path(arg), args.marker.resolve()):
-                replaced.append(arg)
-    args.report.write_text(
-        json.dumps({"holders": holders, "replaced": replaced, "recorder": recorder, "scanned": scanned})
-    )
+    report = {"holders": holders, "replaced": replaced, "modules": modules, "recorder": recorder, "scanned": scanned}
+    args.report.write_text(json.dumps(report))
 
 
 if __name__ == "__main__":

@@ -491,8 +491,9 @@ class TestTheKeyProbe:
         report = _probe_report(ws)
         assert [] == report["holders"]
         assert report["recorder"]
-        assert report["replaced"]  # it found the recorder's alpha and replaced it ...
-        assert not (ws / "planted.txt").exists()  # ... and nothing ran it
+        assert report["replaced"]  # it found the recorder's alpha and replaced it, planted in its modules ...
+        assert report["modules"] > 0
+        assert not (ws / "planted.txt").exists()  # ... and nothing ran them
         verify = subprocess.run(
             ["alpha", "observe", "verify", str(ws / "aos-streams" / "exit-zero.aos"), "--key",
              str(tmp_path / "seal.pub")], capture_output=True,
@@ -526,6 +527,7 @@ class TestTheKeyProbe:
         report = _probe_report(ws)
         assert [] == report["holders"]
         assert report["recorder"]
+        assert report["modules"] > 0
         assert not (ws / "planted.txt").exists()
 
     def test_it_finds_a_job_shell_that_holds_the_key(self, tmp_path: Path, action_source: Path) -> None:
@@ -537,13 +539,14 @@ class TestTheKeyProbe:
         ws.mkdir()
         venv = tmp_path / "venv"
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-        (venv / "bin" / "alpha").write_text(f"#!{venv}/bin/python\nfrom observe.cli import main\nmain()\n")
+        (venv / "bin" / "alpha").write_text(f"#!{sys.executable}\nfrom observe.cli.entry import main\nmain()\n")
         (venv / "bin" / "alpha").chmod(0o755)
         leaky = {
             "script": [
+                "mkdir -p aos-streams",
                 f'"{venv}/bin/alpha" observe gate exit-zero --sign-key-env SEAL_KEY --out aos-streams/l.aos'
                 ' -- bash -c "$AOS_COMMAND" || rc=$?',
-                f'"{venv}/bin/alpha" --version || true',
+                f'"{venv}/bin/alpha" observe report aos-streams/l.aos -o aos-streams/l.html || true',
             ]
         }
         env = _clean_env(tmp_path)
@@ -753,5 +756,6 @@ unit-tests-report:
         else:
             assert [] == report["holders"], log
         assert report["recorder"], log
-        assert report["replaced"], log  # the recorder's alpha was found and replaced ...
+        assert report["replaced"], log  # the recorder's alpha was found and replaced, its modules planted ...
+        assert report["modules"] > 0, log
         assert not (project / "planted.txt").exists()  # ... and nothing of the job ran it
