@@ -513,9 +513,10 @@ def _md_cause(v: Verdict) -> list[str]:
     return [f"**First:** {md_text(first.name)}: {_ICON[first.status]} {first.status}: {reason}.{depend}", ""]
 
 
-def markdown(v: Verdict, *, stream: str | None = None, stream_id: str | None = None) -> str:
+def markdown(v: Verdict, *, stream: str | None = None, stream_id: str | None = None, key_id: str | None = None) -> str:
     """The verdict as markdown: gate, verdict, scope, every check with its reason, what did
-    not run, the stream and how to verify it (a job summary, an annotation)."""
+    not run, the stream and how to verify it (a job summary, an annotation); ``key_id``: the
+    key that signed the seal, whose public key the commands then name (``--key``)."""
     icon = _ICON[v.verdict]
     lines = [
         f"### {icon} gate {md_text(v.gate)}: {v.verdict.upper()} (scope {md_text(v.scope)})",
@@ -543,10 +544,18 @@ def markdown(v: Verdict, *, stream: str | None = None, stream_id: str | None = N
         ident = f" (id {md_text(stream_id)})" if stream_id else ""
         lines.append(f"**Stream:** {md_text(stream)}{ident}")
         lines.append("")
-        lines.append("Verify it (intact, sealed) and read its sealed verdict:")
-        lines.append("")
         quoted = shlex.quote(display(stream)) if stream else ""
-        cmds = f"alpha observe verify {quoted}\nalpha observe verdict {quoted}\nalpha observe show {quoted}"
+        if key_id:
+            lines.append(
+                f"Verify it (intact, sealed, signed by key {md_text(key_id)}: `seal.pub` is that key's public key)"
+                " and read its sealed verdict:"
+            )
+            key = " --key seal.pub"
+        else:
+            lines.append("Verify it (intact, sealed) and read its sealed verdict:")
+            key = ""
+        lines.append("")
+        cmds = f"alpha observe verify {quoted}{key}\nalpha observe verdict {quoted}{key}\nalpha observe show {quoted}"
         lines.append(_fenced(_xml(cmds)))
     lines.append("")
     return "\n".join(lines)

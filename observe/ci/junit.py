@@ -1,11 +1,14 @@
 """What ``gate`` and ``verdict`` write for CI: the verdict's JUnit, with every captured test carried through.
 
 ``--junit FILE`` holds one testsuite for the gate (a testcase per check,
-``gates.report.junit_element``) and, beside it, one testsuite per test-results
+``gates.report.junit_element``) and, beside it, the testsuites of each test-results
 file a ``[[tests]]`` check read (the verdict names them, ``test_files``), built
 from the bytes the recorder captured, so a CI test reporter shows every test,
-not one testcase standing for thousands. The document stays valid against the
-Jenkins schema and is written as ASCII (``gates.report.junit_text``).
+not one testcase standing for thousands. A suite's ``file`` is the one source
+file its cases name (never the results file), and a failure's text ends
+``at FILE:LINE``, so reporters place each failing test at its own file and line
+(the Jenkins schema has no ``file`` or ``line`` on a testcase). The document
+stays valid against that schema and is written as ASCII (``gates.report.junit_text``).
 
 Under GitHub Actions each failing test also gets an ``::error`` naming it, with
 its file and line where the results name them (at most ``MAX_ANNOTATIONS``, then
@@ -14,7 +17,7 @@ one line with the count of the rest), and the job summary lists the failing test
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -116,32 +119,50 @@ def _where(case: TestCase) -> str:
     return case.file or ""
 
 
-def _suite(s: CapturedSuite) -> ET.Element:
+def _suites(s: CapturedSuite) -> list[ET.Element]:
+    """The captured file's testsuite (a list: the report appends what it gets)."""
     from gates.report import xml_text
 
-    cases = s.parsed.cases if s.parsed is not None else ()
-    counts = {k: sum(1 for c in cases if c.status == k) for k in ("failed", "error", "skipped")}
-    errors = counts["error"] + (1 if s.parsed is None else 0)
-    suite = ET.Element(
-        "testsuite",
-        name=xml_text(s.path),
-        tests=str(len(cases) + (1 if s.parsed is None else 0)),
-        failures=str(counts["failed"]),
-        errors=str(errors),
-        skipped=str(counts["skipped"]),
-        time=_secs(sum(c.time or 0.0 for c in cases)),
-        file=xml_text(s.path),
-    )
-    props = ET.SubElement(suite, "properties")
-    for key, value in (("check", s.check), ("format", s.format), ("artifact_seq", str(s.seq))):
-        ET.SubElement(props, "property", name=key, value=xml_text(value))
     if s.parsed is None:
+        suite = _suite_element(s, (), None)
         case = ET.SubElement(suite, "testcase", classname=xml_text(s.path), name="(test results)", time="0.000")
         el = ET.SubElement(case, "error", message=xml_text(f"not read as {s.format}: {s.problem}"), type="inconclusive")
         el.text = xml_text(f"{s.path} (artifact seq {s.seq}) is not read as {s.format}: {s.problem}")
-        return suite
-    for c in cases:
+        return [suite]
+    files = {c.file for c in s.parsed.cases if c.file}
+    suite = _suite_element(s, s.parsed.cases, files.pop() if len(files) == 1 else None)
+    for c in s.parsed.cases:
         _case(suite, c, s.path)
+    return [suite]
+
+
+def _suite_element(s: CapturedSuite, cases: Sequence[TestCase], file: str | None) -> ET.Element:
+    """A testsuite for ``cases`` of ``s`` (none: the file could not be read); ``file``: the one source file
+    its cases name, when they name one.
+
+    A reporter places a case without a ``file`` of its own (the Jenkins schema has none) at its suite's
+    ``file``; without one, mikepenz/action-junit-report takes the file from the case's classname and
+    the line from the last ``FILE:LINE`` of the failure's text, which ends ``at FILE:LINE``. The suite's
+    ``file`` is never the results file (every test would be placed there, at line 1): that one is in
+    the ``artifact`` property."""
+    from gates.report import xml_text
+
+    counts = {k: sum(1 for c in cases if c.status == k) for k in ("failed", "error", "skipped")}
+    unread = 1 if s.parsed is None else 0
+    attrs = {
+        "name": xml_text(s.path),
+        "tests": str(len(cases) + unread),
+        "failures": str(counts["failed"]),
+        "errors": str(counts["error"] + unread),
+        "skipped": str(counts["skipped"]),
+        "time": _secs(sum(c.time or 0.0 for c in cases)),
+    }
+    if file:
+        attrs["file"] = xml_text(file)
+    suite = ET.Element("testsuite", attrs)
+    props = ET.SubElement(suite, "properties")
+    for key, value in (("check", s.check), ("format", s.format), ("artifact", s.path), ("artifact_seq", str(s.seq))):
+        ET.SubElement(props, "property", name=key, value=xml_text(value))
     return suite
 
 
@@ -170,7 +191,7 @@ def junit_report(v: Verdict, *, stream: str | None, facts: Facts | None) -> str:
 
     root = junit_element(v, stream=stream, facts=facts)
     for s in captured_suites(v, facts):
-        root.append(_suite(s))
+        root.extend(_suites(s))
     for key in ("tests", "failures", "errors"):
         root.set(key, str(sum(int(suite.get(key, "0")) for suite in root.iter("testsuite"))))
     return junit_text(root)
@@ -204,11 +225,14 @@ def github_lines(v: Verdict, facts: Facts | None) -> list[str]:
     return out
 
 
-def summary_markdown(v: Verdict, *, stream: str | None, stream_id: str | None, facts: Facts | None) -> str:
-    """The job summary (``gates.report.markdown``), then the failing tests of the captured files."""
+def summary_markdown(
+    v: Verdict, *, stream: str | None, stream_id: str | None, facts: Facts | None, key_id: str | None = None
+) -> str:
+    """The job summary (``gates.report.markdown``, naming the key that signed the seal), then the failing
+    tests of the captured files."""
     from gates.report import markdown, md_text
 
-    text = markdown(v, stream=stream, stream_id=stream_id)
+    text = markdown(v, stream=stream, stream_id=stream_id, key_id=key_id)
     suites = captured_suites(v, facts)
     if not suites:
         return text

@@ -107,13 +107,15 @@ def publish_verdict(
     junit: Path | None = None,
     summary: Path | None = None,
     facts: Facts | None = None,
+    key_id: str | None = None,
     echo: Echo = write_stdio,
 ) -> bool:
     """Write the verdict of ``stream`` everywhere the CI of ``env`` reads it; False when a file asked for failed.
 
     ``json_stdout`` says stdout holds one JSON document (``--json``): annotations go to
     stderr then. ``facts`` give the JUnit report its output tails and the captured test files
-    (observe.ci.junit), carried into the report, the summary and the annotations.
+    (observe.ci.junit), carried into the report, the summary and the annotations. ``key_id``: the key
+    that signed the seal (the summary's commands then verify with its public key, ``--key``).
     """
     from observe.ci import junit as ci_junit
 
@@ -121,7 +123,7 @@ def publish_verdict(
     if junit is not None:
         ok = _write(junit, ci_junit.junit_report(v, stream=stream, facts=facts), "the JUnit report", echo) and ok
     ci = detect(env)
-    markdown = ci_junit.summary_markdown(v, stream=stream, stream_id=stream_id, facts=facts)
+    markdown = ci_junit.summary_markdown(v, stream=stream, stream_id=stream_id, facts=facts, key_id=key_id)
     if summary is None and ci == BUILDKITE:
         summary = Path(stream + ".md")
     if summary is not None:

@@ -93,6 +93,7 @@ def _emit(
     junit: Path | None,
     summary: Path | None,
     table_err: bool,
+    key_id: str | None,
 ) -> bool:
     """Print the verdict and publish it for CI (``observe.ci.publish``); False when a report asked for failed."""
     from gates import report
@@ -115,6 +116,7 @@ def _emit(
         junit=junit,
         summary=summary,
         facts=facts,
+        key_id=key_id,
         echo=_echo,
     )
 
@@ -199,6 +201,7 @@ def gate_command(
         junit=junit,
         summary=summary,
         table_err=True,
+        key_id=outcome.record.seal.key_id if outcome.record.seal is not None else None,
     )
     sys.exit(outcome.exit_code if ok else Exit.RECORDER)  # 125 for a verdict sealed when the machine failed
 
@@ -236,6 +239,7 @@ def verdict_command(stream: Path, as_json: bool, junit: Path | None, summary: Pa
         junit=junit,
         summary=summary,
         table_err=False,
+        key_id=checked.key_id if checked.signed else None,
     )
     sys.exit(v.exit_code if ok else Exit.RECORDER)
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from aos.text import printable
 from observe.exits import Exit
 from observe.recorder import outpath, tuning
+from observe.recorder.preload import import_own_modules
 from observe.recorder.recording import (
     DEFAULT_DIR,
     BeforeSeal,
@@ -161,9 +162,13 @@ def _open_stream(argv: Sequence[str], options: RecordOptions, opening: ObserverO
     cwd = os.getcwd()
     stream_id = new_stream_id()
     signer, key_pem = _signer(options)
+    node_key = observer_key(options)
+    if signer is not None or node_key is not None:
+        # the recorder holds a key all run: nothing of the tool is first read from disk after the command
+        # could write it (observe.recorder.preload)
+        import_own_modules()
     path = Path(options.out) if options.out is not None else default_out(cwd, stream_id)
     masks = (*options.masks, key_pem) if key_pem else options.masks
-    node_key = observer_key(options)
     if node_key is not None and node_key[2].strip():
         masks = (*masks, node_key[2])
     secrets, unset = secrets_for_recording(command_environ(options), masks=masks, mask_env=options.mask_env)

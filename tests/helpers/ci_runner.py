@@ -118,17 +118,43 @@ def gitlab_script(job: dict[str, Any]) -> str:
 
 
 def run_gitlab(job: dict[str, Any], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run a GitLab job's script in ``cwd`` with its ``variables:`` under ``env`` (the CI/CD variables win)."""
+    """Run a GitLab job's script in ``cwd`` with its ``variables:`` under ``env`` (the CI/CD variables win).
+
+    An ``env`` with ``PATH`` is the whole environment (a variable it lacks is not set, as ``PYTHONPATH``
+    taken out of it); without, it is added to this process's."""
     full = {str(k): str(v) for k, v in (job.get("variables") or {}).items()}
     full.update(env)
     full.setdefault("CI_PROJECT_DIR", str(cwd))
     full.setdefault("GITLAB_CI", "true")
-    merged = {**os.environ, **full}
+    merged = full if "PATH" in env else {**os.environ, **full}
     return subprocess.run(
         ["bash", "--noprofile", "--norc", "-c", gitlab_script(job)],
         cwd=cwd,
         env=merged,
         capture_output=True,
         text=True,
+        check=False,
+    )
+
+
+def gitlab_ci_local() -> Path | None:
+    """tests/js's gitlab-ci-local (``npm ci --prefix tests/js``), or None when it is not installed."""
+    from tests.helpers.paths import ROOT
+
+    path = ROOT / "tests" / "js" / "node_modules" / ".bin" / "gitlab-ci-local"
+    return path if path.exists() else None
+
+
+def run_gitlab_ci_local(project: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run gitlab-ci-local in ``project`` (a git repository) with its shell executor, every job on this machine."""
+    tool = gitlab_ci_local()
+    assert tool is not None
+    return subprocess.run(
+        [str(tool), "--force-shell-executor", "--no-color", "--home", str(project / ".gcl-home"), *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
         check=False,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -263,8 +264,11 @@ class TestAction:
         action = _action()
         assert "composite" == action["runs"]["using"]
         assert {"verdict", "scope", "stream", "stream_id"} <= set(action["outputs"])
-        assert {"gate", "command", "artifacts", "sign-key", "junit", "report"} <= set(action["inputs"])
+        assert {"gate", "command", "out", "artifacts", "gate-files", "sign-key", "junit"} <= set(action["inputs"])
         assert [] == [s for s in action["runs"]["steps"] if "uses" in s]  # it uploads (and uses) nothing
+        # the gate step is the last, and execs the recorder: nothing of the action runs after the command
+        assert "gate" == action["runs"]["steps"][-1]["id"]
+        assert str(action["runs"]["steps"][-1]["run"]).strip().splitlines()[-1].strip().startswith('exec "$ALPHA"')
 
     def test_actionlint_and_shellcheck_are_clean(self, tmp_path: Path) -> None:
         """A workflow using the action lints clean (actionlint checks its inputs); each step passes shellcheck."""
@@ -290,7 +294,7 @@ class TestAction:
         self, command: str, verdict: str, code: int, tmp_path: Path, action_source: Path, python_shim: Path
     ) -> None:
         """Installed from its own folder, the action gates COMMAND, signs without the command seeing the key,
-        sets the outputs, writes JUnit and the report, and fails the step with the gate's exit code."""
+        sets the outputs, writes JUnit, and fails the step with the gate's exit code."""
         generate_keypair(tmp_path / "seal")
         inputs = {
             "gate": "exit-zero",
@@ -300,7 +304,6 @@ class TestAction:
             "gate-files": "",
             "sign-key": (tmp_path / "seal.key").read_text(),
             "junit": "aos-streams/junit.xml",
-            "report": "aos-streams/lane.report.html",
             "extras": "",
             "python": str(python_shim),
         }
@@ -314,15 +317,13 @@ class TestAction:
             {"inputs": inputs, "github": {"action_path": str(action_source)}},
         )
         job.env.pop("PYTHONPATH", None)  # the action's own installed copy, not the suite's
-        install, gate, report = _action()["runs"]["steps"]
+        install, gate = _action()["runs"]["steps"]
         done = job.run_step(install)
         assert 0 == done.returncode, done.stderr[-2000:]
         done = job.run_step(gate)
         assert code == done.returncode, done.stderr[-2000:]
         outputs = {k: expand(v["value"], job.context) for k, v in _action()["outputs"].items()}
         assert (verdict, "command", "aos-streams/lane.aos") == (outputs["verdict"], outputs["scope"], outputs["stream"])
-        assert job.run_step(report).returncode == 0
-        assert (ws / "aos-streams" / "lane.report.html").is_file()
         assert (ws / "aos-streams" / "junit.xml").is_file()
         verify = subprocess.run(
             ["alpha", "observe", "verify", str(ws / "aos-streams" / "lane.aos"), "--key", str(tmp_path / "seal.pub")],
@@ -339,50 +340,421 @@ def _expressions_marked(script: str) -> str:
     return re.sub(r"\$\{\{.*?\}\}", "EXPRESSION", script)
 
 
+def _template() -> dict[str, Any]:
+    return dict(yaml.safe_load((ROOT / "ci" / "alpha-observe.gitlab-ci.yml").read_text(encoding="utf-8")))
+
+
+def _needle(pem: str) -> str:
+    """The key's own bytes the probe looks for (the end of the PEM body: its start is the same for every key)."""
+    return "".join(pem.splitlines()[1:-1])[-32:].encode().hex()
+
+
+def _probe_command(pem: str, runner: str) -> str:
+    """tests/helpers/key_probe.py as a gated command: ``runner`` is ``--runner-pid N`` or ``--runner-match S``."""
+    probe = ROOT / "tests" / "helpers" / "key_probe.py"
+    return f"{sys.executable} {probe} --needle-hex {_needle(pem)} {runner} --report probe.json --marker planted.txt"
+
+
+def _probe_report(ws: Path) -> dict[str, Any]:
+    import json
+
+    return dict(json.loads((ws / "probe.json").read_text()))
+
+
 class TestGitLabTemplate:
-    def test_it_parses_as_a_hidden_job_to_extend(self) -> None:
-        """The template is one hidden job (`.alpha-observe-gate`) with a script and artifacts kept always."""
-        doc = yaml.safe_load((ROOT / "ci" / "alpha-observe.gitlab-ci.yml").read_text(encoding="utf-8"))
-        assert [".alpha-observe-gate"] == list(doc)
+    def test_it_parses_as_two_hidden_jobs_to_extend(self) -> None:
+        """The template is the gate job and the report job, hidden, with artifacts kept always."""
+        doc = _template()
+        assert [".alpha-observe-gate", ".alpha-observe-report"] == list(doc)
         assert "always" == doc[".alpha-observe-gate"]["artifacts"]["when"]
 
-    def test_its_script_passes_shellcheck(self, tmp_path: Path) -> None:
-        """The template's script, as the runner runs it, passes shellcheck."""
+    def test_the_gate_line_is_the_last_and_execs(self) -> None:
+        """The gate job's script ends with `exec` of the recorder: nothing of the job runs after the command."""
+        script = _template()[".alpha-observe-gate"]["script"]
+        lines = [line.strip() for line in str(script[-1]).strip().splitlines()]
+        assert lines[-1].startswith('exec "$venv/bin/alpha" "$@" -- bash -c "$AOS_COMMAND"')
+        assert "CI_PROJECT_DIR" not in "\n".join(map(str, script))  # the venv lives outside the project folder
+
+    def test_its_variables_match_the_actions_inputs(self) -> None:
+        """Each of action.yml's inputs is a variable AOS_NAME of the template's jobs (AOS_SIGN_KEY for sign-key)."""
+        doc = _template()
+        text = (ROOT / "ci" / "alpha-observe.gitlab-ci.yml").read_text(encoding="utf-8")
+        named = set(re.findall(r"\bAOS_[A-Z_]+", text))
+        variables = set(doc[".alpha-observe-gate"]["variables"]) | set(doc[".alpha-observe-report"]["variables"])
+        for name in _action()["inputs"]:
+            variable = "AOS_" + name.upper().replace("-", "_")
+            assert variable in named, name
+            assert variable in variables or variable == "AOS_SIGN_KEY", name  # the key is a CI/CD variable
+
+    def test_its_scripts_pass_shellcheck(self, tmp_path: Path) -> None:
+        """Both jobs' scripts, as the runner runs them, pass shellcheck."""
         if shutil.which("shellcheck") is None:
             pytest.fail("shellcheck comes with the test extra (pip install '.[test]')")
         from tests.helpers.ci_runner import gitlab_script
 
-        job = yaml.safe_load((ROOT / "ci" / "alpha-observe.gitlab-ci.yml").read_text(encoding="utf-8"))
-        script = tmp_path / "job.sh"
-        script.write_text("#!/bin/bash\n" + gitlab_script(job[".alpha-observe-gate"]))
-        done = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, check=False)
-        assert 0 == done.returncode, done.stdout
+        for name, job in _template().items():
+            script = tmp_path / "job.sh"
+            script.write_text("#!/bin/bash\n" + gitlab_script(job))
+            done = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, check=False)
+            assert 0 == done.returncode, name + done.stdout
+
+    def test_without_a_source_it_says_what_to_set(self, tmp_path: Path) -> None:
+        """Neither AOS_SOURCE nor AOS_REPOSITORY and AOS_REF: exit 2, naming them, before anything is installed."""
+        env = _clean_env(tmp_path)
+        for name in ("AOS_SOURCE", "AOS_REPOSITORY", "AOS_REF"):
+            env.pop(name, None)
+        done = run_gitlab(_template()[".alpha-observe-gate"], tmp_path, env)
+        assert 2 == done.returncode
+        assert "set AOS_REPOSITORY and AOS_REF" in done.stderr
 
     @pytest.mark.parametrize(("command", "code"), [("echo hello", 0), ("exit 4", 1)])
-    def test_its_script_runs(
-        self, command: str, code: int, tmp_path: Path, action_source: Path, python_shim: Path
+    @pytest.mark.parametrize("key_type", ["file", "variable"])
+    def test_its_jobs_run(
+        self, command: str, code: int, key_type: str, tmp_path: Path, action_source: Path, python_shim: Path
     ) -> None:
-        """Extended with a gate and a command, it installs from AOS_SOURCE, gates, signs and exits as the gate."""
-        job = yaml.safe_load((ROOT / "ci" / "alpha-observe.gitlab-ci.yml").read_text(encoding="utf-8"))[
-            ".alpha-observe-gate"
-        ]
+        """Extended with a gate and a command, the gate job installs from AOS_SOURCE, gates, signs and exits as
+        the gate; the report job verifies the stream with the public key and writes the report."""
+        doc = _template()
         generate_keypair(tmp_path / "seal")
         ws = tmp_path / "project"
         ws.mkdir()
+        key_file = tmp_path / "runner-tmp" / "AOS_SIGN_KEY"  # where a runner writes a File-type variable
+        key_file.parent.mkdir()
+        key_file.write_text((tmp_path / "seal.key").read_text())
         env = _clean_env(tmp_path)
         env.pop("PYTHONPATH", None)
         env.update(
-            PATH=f"{python_shim.parent}{os.pathsep}{env['PATH']}",
             AOS_SOURCE=str(action_source),
+            AOS_PYTHON=str(python_shim),
             AOS_GATE="exit-zero",
             AOS_COMMAND=command,
-            SEAL_KEY=(tmp_path / "seal.key").read_text(),
+            AOS_SIGN_KEY=str(key_file) if key_type == "file" else key_file.read_text(),
         )
-        done = run_gitlab(job, ws, env)
+        done = run_gitlab(doc[".alpha-observe-gate"], ws, env)
         assert code == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
+        assert not key_file.exists() or key_type == "variable"  # a File-type variable's file is removed
         stream = ws / "aos-streams" / "exit-zero.aos"
         verify = subprocess.run(
             ["alpha", "observe", "verify", str(stream), "--key", str(tmp_path / "seal.pub")], capture_output=True
         )
         assert 0 == verify.returncode
+        assert (ws / "aos-streams" / "junit.xml").is_file()
+        env.update(AOS_SEAL_PUB=(tmp_path / "seal.pub").read_text())
+        done = run_gitlab(doc[".alpha-observe-report"], ws, env)
+        assert 0 == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
         assert (ws / "aos-streams" / "exit-zero.report.html").is_file()
+
+    def test_the_report_job_refuses_a_stream_another_key_signed(
+        self, tmp_path: Path, action_source: Path, python_shim: Path
+    ) -> None:
+        """A stream signed by a key other than AOS_SEAL_PUB's fails the report job before any report is written."""
+        generate_keypair(tmp_path / "seal")
+        generate_keypair(tmp_path / "other")
+        ws = tmp_path / "project"
+        (ws / "aos-streams").mkdir(parents=True)
+        subprocess.run(
+            ["alpha", "observe", "gate", "exit-zero", "--quiet", "--sign-key", str(tmp_path / "other.key"),
+             "--out", str(ws / "aos-streams" / "lane.aos"), "--", "true"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        env = _clean_env(tmp_path)
+        env.pop("PYTHONPATH", None)
+        env.update(AOS_SOURCE=str(action_source), AOS_PYTHON=str(python_shim), AOS_SEAL_PUB=str(tmp_path / "seal.pub"))
+        done = run_gitlab(_template()[".alpha-observe-report"], ws, env)
+        assert 0 != done.returncode
+        assert not (ws / "aos-streams" / "lane.report.html").exists()
+
+
+class TestTheKeyProbe:
+    """While the gated command runs, no process of the job but the recorder holds the key, and nothing the
+    command can write runs after it (tests/helpers/key_probe.py is the command)."""
+
+    @pytest.mark.parametrize("key_type", ["file", "variable"])
+    def test_the_gitlab_template(self, key_type: str, tmp_path: Path, action_source: Path, python_shim: Path) -> None:
+        generate_keypair(tmp_path / "seal")
+        pem = (tmp_path / "seal.key").read_text()
+        ws = tmp_path / "project"
+        ws.mkdir()
+        key_file = tmp_path / "AOS_SIGN_KEY"
+        key_file.write_text(pem)
+        env = _clean_env(tmp_path)
+        env.pop("PYTHONPATH", None)
+        env.update(
+            AOS_SOURCE=str(action_source),
+            AOS_PYTHON=str(python_shim),
+            AOS_GATE="exit-zero",
+            AOS_COMMAND=_probe_command(pem, f"--runner-pid {os.getpid()}"),
+            AOS_SIGN_KEY=str(key_file) if key_type == "file" else pem,
+        )
+        done = run_gitlab(_template()[".alpha-observe-gate"], ws, env)
+        assert 0 == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
+        report = _probe_report(ws)
+        assert [] == report["holders"]
+        assert report["recorder"]
+        assert report["replaced"]  # it found the recorder's alpha and replaced it, planted in its modules ...
+        assert report["modules"] > 0
+        assert not (ws / "planted.txt").exists()  # ... and nothing ran them
+        verify = subprocess.run(
+            ["alpha", "observe", "verify", str(ws / "aos-streams" / "exit-zero.aos"), "--key",
+             str(tmp_path / "seal.pub")], capture_output=True,
+        )  # fmt: skip
+        assert 0 == verify.returncode
+
+    def test_the_actions_steps(self, tmp_path: Path, action_source: Path, python_shim: Path) -> None:
+        generate_keypair(tmp_path / "seal")
+        pem = (tmp_path / "seal.key").read_text()
+        inputs = {
+            "gate": "exit-zero",
+            "command": _probe_command(pem, f"--runner-pid {os.getpid()}"),
+            "out": "aos-streams/lane.aos",
+            "sign-key": pem,
+            "python": str(python_shim),
+        }
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        (tmp_path / "temp").mkdir()
+        job = GitHubJob(
+            ws,
+            tmp_path / "temp",
+            _clean_env(tmp_path),
+            {"inputs": inputs, "github": {"action_path": str(action_source)}},
+        )
+        job.env.pop("PYTHONPATH", None)
+        for step in _action()["runs"]["steps"]:  # every step: none may run what the command wrote
+            done = job.run_step(step)
+            assert 0 == done.returncode, done.stderr[-2000:]
+        report = _probe_report(ws)
+        assert [] == report["holders"]
+        assert report["recorder"]
+        assert report["modules"] > 0
+        assert not (ws / "planted.txt").exists()
+
+    def test_it_finds_a_job_shell_that_holds_the_key(self, tmp_path: Path, action_source: Path) -> None:
+        """The forgery test of the probe itself: a job whose shell stays the recorder's parent with the key in
+        its environment, and runs the venv's alpha after the command (as the template once did), is caught."""
+        generate_keypair(tmp_path / "seal")
+        pem = (tmp_path / "seal.key").read_text()
+        ws = tmp_path / "project"
+        ws.mkdir()
+        venv = tmp_path / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+        (venv / "bin" / "alpha").write_text(f"#!{sys.executable}\nfrom observe.cli.entry import main\nmain()\n")
+        (venv / "bin" / "alpha").chmod(0o755)
+        leaky = {
+            "script": [
+                "mkdir -p aos-streams",
+                f'"{venv}/bin/alpha" observe gate exit-zero --sign-key-env SEAL_KEY --out aos-streams/l.aos'
+                ' -- bash -c "$AOS_COMMAND" || rc=$?',
+                f'"{venv}/bin/alpha" observe report aos-streams/l.aos -o aos-streams/l.html || true',
+            ]
+        }
+        env = _clean_env(tmp_path)
+        env.update(SEAL_KEY=pem, AOS_COMMAND=_probe_command(pem, f"--runner-pid {os.getpid()}"))
+        done = run_gitlab(leaky, ws, env)
+        assert 0 == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
+        report = _probe_report(ws)
+        assert {"environ", "memory"} <= {h["where"] for h in report["holders"]}
+        assert (ws / "planted.txt").exists()
+
+
+# -- the template in a real runner of .gitlab-ci.yml files: gitlab-ci-local's shell executor ----------------
+
+
+def _git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-c", "user.email=ci@example.invalid", "-c", "user.name=ci", *args],
+        cwd=cwd, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def raw_files(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """An HTTP server on 127.0.0.1 serving GitLab's raw file URLs (``/OWNER/NAME/-/raw/REF/PATH``) of the
+    git repositories under a folder: ``(base URL, folder)``."""
+    import http.server
+    import threading
+
+    root = tmp_path / "forge"
+    root.mkdir()
+
+    class Raw(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            match = re.match(r"^/([\w.-]+/[\w.-]+)/-/raw/([0-9a-f]{40})/(.+)$", self.path)
+            done = None
+            if match:
+                where = f"{match.group(2)}:{match.group(3)}"
+                done = subprocess.run(
+                    ["git", "-C", str(root / match.group(1)), "show", where], capture_output=True, check=False
+                )
+            if done is None or done.returncode != 0:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(done.stdout)))
+            self.end_headers()
+            self.wfile.write(done.stdout)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Raw)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", root
+    server.shutdown()
+    thread.join()
+
+
+def _needs_gitlab_ci_local() -> None:
+    from tests.helpers.ci_runner import gitlab_ci_local
+
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are not installed: gitlab-ci-local (tests/js) cannot run")
+    if gitlab_ci_local() is None:
+        pytest.fail("tests/js has no gitlab-ci-local: npm ci --prefix tests/js (.ci/run does)")
+    if shutil.which("rsync") is None:
+        pytest.fail("gitlab-ci-local copies the project with rsync: apt-get install rsync (.ci/run does)")
+
+
+class TestGitLabCiLocal:
+    """The template included from another project, run by gitlab-ci-local's shell executor: a signed
+    `tests-pass` gate over pytest's JUnit, then the report job on its artifacts."""
+
+    def _projects(self, tmp_path: Path, base: str, forge: Path) -> tuple[Path, str]:
+        """This tool as the project OWNER/alpha-observe on the forge, at one commit; and a project of a user's."""
+        tool = forge / "OWNER" / "alpha-observe"
+        tool.mkdir(parents=True)
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            shutil.copy(ROOT / name, tool / name)
+        for name in ("aos", "gates", "observe", "tracker", "ci"):
+            shutil.copytree(ROOT / name, tool / name, ignore=shutil.ignore_patterns("__pycache__"))
+        _git(tool, "init", "-q", "-b", "main")
+        _git(tool, "add", ".")
+        _git(tool, "commit", "-qm", "alpha-observe")
+        sha = _git(tool, "rev-parse", "HEAD")
+
+        project = tmp_path / "app"
+        (project / "tests").mkdir(parents=True)
+        (project / "tests" / "test_app.py").write_text("def test_adds():\n    assert 1 + 1 == 2\n")
+        (project / ".gitignore").write_text(".gitlab-ci-local/\n.gcl-home/\n.gitlab-ci-local-variables.yml\n")
+        return project, sha
+
+    def _pipeline(self, base: str, sha: str, tool: Path, command: str) -> str:
+        return f"""\
+include:
+  - remote: {base}/OWNER/alpha-observe/-/raw/{sha}/ci/alpha-observe.gitlab-ci.yml
+
+variables:
+  AOS_REPOSITORY: file://localhost{tool}
+  AOS_REF: {sha}
+
+unit-tests:
+  extends: .alpha-observe-gate
+  variables:
+    AOS_GATE: tests-pass
+    AOS_COMMAND: {json.dumps(command)}
+    AOS_ARTIFACTS: reports/junit.xml
+
+unit-tests-report:
+  extends: .alpha-observe-report
+  needs: [unit-tests]
+"""
+
+    def _run(
+        self, tmp_path: Path, raw_files: tuple[str, Path], python_shim: Path, command: str, key_type: str = "file"
+    ) -> tuple[subprocess.CompletedProcess[str], Path]:
+        """Run the pipeline; the seal key is ``tmp_path/seal.key`` (made when absent)."""
+        from tests.helpers.ci_runner import run_gitlab_ci_local
+
+        base, forge = raw_files
+        project, sha = self._projects(tmp_path, base, forge)
+        tool = forge / "OWNER" / "alpha-observe"
+        (project / ".gitlab-ci.yml").write_text(self._pipeline(base, sha, tool, command))
+        if not (tmp_path / "seal.key").exists():
+            generate_keypair(tmp_path / "seal")
+        key = (tmp_path / "seal.key").read_text()
+        variables = {
+            # CI/CD variables of the project's settings: the seal key as a File-type variable
+            "AOS_SIGN_KEY": {"type": "file", "values": {"*": key}} if key_type == "file" else key,
+            "AOS_SEAL_PUB": (tmp_path / "seal.pub").read_text(),
+            "AOS_PYTHON": str(python_shim),  # a venv that sees this suite's packages (no download)
+        }
+        (project / ".gitlab-ci-local-variables.yml").write_text(yaml.safe_dump(variables))
+        _git(project, "init", "-q", "-b", "main")
+        _git(project, "add", ".")
+        _git(project, "commit", "-qm", "app")
+        env = _clean_env(tmp_path)
+        env.pop("PYTHONPATH", None)
+        env["HOME"] = str(tmp_path / "home")
+        return run_gitlab_ci_local(project, env=env), project
+
+    def test_the_docs_pipeline_as_written(self, tmp_path: Path, raw_files: tuple[str, Path], python_shim: Path) -> None:
+        """docs/CI.md's `.gitlab-ci.yml` (placeholders filled) and its commands to try it: a signed
+        `tests-pass` gate over pytest's JUnit, and the report job, which verifies it with seal.pub."""
+        from tests.helpers.ci_runner import gitlab_ci_local
+
+        _needs_gitlab_ci_local()
+        base, forge = raw_files
+        project, sha = self._projects(tmp_path, base, forge)
+        tool = forge / "OWNER" / "alpha-observe"
+        pipeline = next(b for b in re.findall(r"```yaml\n(.*?)```", CI_MD, flags=re.S) if ".alpha-observe-gate" in b)
+        pipeline = (
+            pipeline.replace("https://HOST/OWNER/alpha-observe/-/raw/", f"{base}/OWNER/alpha-observe/-/raw/")
+            .replace("https://HOST/OWNER/alpha-observe.git", f"file://localhost{tool}")
+            .replace("<commit SHA>", sha)
+        )
+        (project / ".gitlab-ci.yml").write_text(pipeline)
+        (project / ".gitignore").write_text(".gitlab-ci-local*\n")
+        _git(project, "init", "-q", "-b", "main")
+        _git(project, "add", ".")
+        _git(project, "commit", "-qm", "app")
+        commands = next(b for b in re.findall(r"```sh\n(.*?)```", CI_MD, flags=re.S) if "gitlab-ci-local " in b)
+        env = _clean_env(tmp_path)
+        env.pop("PYTHONPATH", None)
+        tool_bin = gitlab_ci_local()
+        assert tool_bin is not None
+        # python3: the shim (a venv seeing this suite's packages: pytest, and the tool's dependencies)
+        env.update(HOME=str(tmp_path / "home"), PATH=f"{python_shim.parent}:{tool_bin.parent}:{env['PATH']}")
+        done = subprocess.run(
+            ["bash", "-eo", "pipefail", "-c", commands], cwd=project, env=env, capture_output=True, text=True,
+            timeout=600, check=False,
+        )  # fmt: skip
+        log = done.stdout[-4000:] + done.stderr[-3000:]
+        assert 0 == done.returncode, log
+        assert re.search(r"PASS\s+unit-tests\b", done.stdout), log
+        assert re.search(r"PASS\s+unit-tests-report\b", done.stdout), log
+        streams = project / ".gitlab-ci-local" / "artifacts"
+        stream = next(streams.glob("unit-tests/aos-streams/tests-pass.aos"))
+        assert not (project / "seal.key").exists()
+        verify = subprocess.run(
+            ["alpha", "observe", "verify", str(stream), "--key", str(project / "seal.pub")],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert 0 == verify.returncode, verify.stdout + verify.stderr
+        verdict = subprocess.run(["alpha", "observe", "verdict", str(stream)], capture_output=True, text=True)
+        assert 0 == verdict.returncode, verdict.stdout
+        assert next(streams.glob("unit-tests-report/aos-streams/tests-pass.report.html")).is_file()
+        junit = next(streams.glob("unit-tests/aos-streams/junit.xml")).read_text()
+        assert "test_adds" in junit  # pytest's own testcase, carried
+
+    @pytest.mark.parametrize(("key_type", "leaks"), [("file", False), ("variable", True)])
+    def test_the_key_probe(
+        self, key_type: str, leaks: bool, tmp_path: Path, raw_files: tuple[str, Path], python_shim: Path
+    ) -> None:
+        """A File-type key is held by no process of the job but the recorder. gitlab-ci-local gives a plain
+        variable to the environment of the shell that starts the job's script, which stays: it leaks there."""
+        _needs_gitlab_ci_local()
+        generate_keypair(tmp_path / "seal")
+        command = _probe_command((tmp_path / "seal.key").read_text(), "--runner-match gitlab-ci-local")
+        done, project = self._run(tmp_path, raw_files, python_shim, command, key_type)
+        log = done.stdout[-4000:] + done.stderr[-3000:]
+        report = _probe_report(project)
+        if leaks:
+            assert ["environ"] == sorted({h["where"] for h in report["holders"] if h["where"] == "environ"}), log
+        else:
+            assert [] == report["holders"], log
+        assert report["recorder"], log
+        assert report["replaced"], log  # the recorder's alpha was found and replaced, its modules planted ...
+        assert report["modules"] > 0, log
+        assert not (project / "planted.txt").exists()  # ... and nothing of the job ran it

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from xml.etree import ElementTree as ET
 
 import pytest
@@ -184,3 +184,82 @@ class TestJunitText:
         schema.validate(xml)
         root: Any = ET.fromstring(xml)
         assert (1, 0) == (len(list(root.iter("error"))), len(list(root.iter("skipped"))))
+
+
+def _reporter_position(case: ET.Element, suite: ET.Element, workspace: Path) -> tuple[str, int]:
+    """Where mikepenz/action-junit-report (src/testParser.ts, resolveFileAndLine and resolvePath) places a
+    failing testcase, by its rule: file from the case, else its failure, else its suite, else the last dotted
+    part of the classname; line from the same, else the last `` [^ ]*FILE.*?:N`` of the failure's text, else 1;
+    a file that does not exist resolved by the glob ``WORKSPACE/**/FILE.*``."""
+    problem = case.find("failure")
+    if problem is None:
+        problem = case.find("error")
+    assert problem is not None
+    file = case.get("file") or problem.get("file") or suite.get("file") or ""
+    line = case.get("line") or problem.get("line") or suite.get("line")
+    name = file or (case.get("classname") or case.get("name") or "").split(".")[-1]
+    if not (name and line):
+        pattern = rf" [^ ]*{re.escape(name).replace('::', '/')}.*?:\d+"
+        matches = re.findall(pattern, (problem.text or "").strip())
+        line = matches[-1].split(":")[-1] if matches else (line or "1")
+    if not (workspace / name).exists():
+        found = sorted(workspace.glob(f"**/{name}.*"))
+        name = str(found[0].relative_to(workspace)) if found else name
+    return name, int(line)
+
+
+class TestCarriedCasesKeepTheirPlace:
+    """A carried failing test is placed at its own file and line by a reporter reading the JUnit (checked
+    here by mikepenz/action-junit-report's rule, reproduced above), never at the results file's line 1."""
+
+    FILES: ClassVar[dict[str, str]] = {
+        "tests/test_app.py": (
+            "def test_adds():\n    assert 1 + 1 == 2\n\n\ndef test_breaks():\n    x = 1\n    assert x == 2\n"
+        ),
+        "tests/test_more.py": 'def test_other():\n    assert False, "boom"\n',
+    }
+
+    def _junit(self, tmp_path: Path, files: dict[str, str]) -> ET.Element:
+        import sys
+
+        for name, text in files.items():
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_text(text)
+        pytest_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", "reports/j.xml"]
+        p = alpha(
+            "observe", "gate", "tests-pass", "--quiet", "--out", "s.aos", "--junit", "out/gate.xml",
+            "--artifact", "reports/j.xml", "--", *pytest_argv, "tests",
+            cwd=tmp_path, timeout=120,
+        )  # fmt: skip
+        assert 1 == p.returncode, p.stderr.decode()
+        return ET.parse(tmp_path / "out" / "gate.xml").getroot()
+
+    def _placed(self, root: ET.Element, workspace: Path) -> dict[str, tuple[str, int]]:
+        suite = next(s for s in root.iter("testsuite") if s.get("name") == "reports/j.xml")
+        assert suite.get("file") != "reports/j.xml"
+        return {
+            c.get("name", ""): _reporter_position(c, suite, workspace)
+            for c in suite.iter("testcase")
+            if c.find("failure") is not None
+        }
+
+    def test_two_source_files(self, tmp_path: Path) -> None:
+        root = self._junit(tmp_path, self.FILES)
+        assert {"test_breaks": ("tests/test_app.py", 7), "test_other": ("tests/test_more.py", 2)} == self._placed(
+            root, tmp_path
+        )
+
+    def test_one_source_file_is_the_suites(self, tmp_path: Path) -> None:
+        root = self._junit(tmp_path, {"tests/test_app.py": self.FILES["tests/test_app.py"]})
+        suite = next(s for s in root.iter("testsuite") if s.get("name") == "reports/j.xml")
+        assert "tests/test_app.py" == suite.get("file")
+        assert {"test_breaks": ("tests/test_app.py", 7)} == self._placed(root, tmp_path)
+
+    def test_the_rule_places_a_suite_named_by_its_results_file_at_line_1(self, tmp_path: Path) -> None:
+        """The rule's own check: the JUnit written before (the suite's file the results file) put every
+        failing test at that file's line 1."""
+        root = self._junit(tmp_path, self.FILES)
+        suite = next(s for s in root.iter("testsuite") if s.get("name") == "reports/j.xml")
+        suite.set("file", "reports/j.xml")
+        case = next(c for c in suite.iter("testcase") if c.get("name") == "test_breaks")
+        assert ("reports/j.xml", 1) == _reporter_position(case, suite, tmp_path)

@@ -93,3 +93,34 @@ class TestPrepareFiles:
         assert (tmp_path / "a" / "j.xml").exists()
         assert not prepare_files(((tmp_path, "the JUnit report"), (tmp_path, "the summary")), echo)
         assert 1 == len(echo.lines)
+
+
+class TestTheSummaryNamesTheKey:
+    """A signed seal's summary verifies with the public key (``--key``) and names the key's id; the gate
+    and ``verdict`` both give it the key that signed."""
+
+    def test_signed_by_a_gate(self, tmp_path: Path) -> None:
+        from aos.signing import generate_keypair, load_public_key
+        from tests.helpers.run import alpha
+
+        generate_keypair(tmp_path / "seal")
+        key_id = load_public_key(tmp_path / "seal.pub").key_id
+        p = alpha(
+            "observe", "gate", "exit-zero", "--quiet", "--sign-key", str(tmp_path / "seal.key"),
+            "--summary", "gate.md", "--out", "s.aos", "--", "true",
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert 0 == p.returncode, p.stderr.decode()
+        gate_md = (tmp_path / "gate.md").read_text()
+        assert "alpha observe verify s.aos --key seal.pub" in gate_md
+        assert f"signed by key {key_id}" in gate_md
+        v = alpha("observe", "verdict", "s.aos", "--key", "seal.pub", "--summary", "verdict.md", cwd=tmp_path)
+        assert 0 == v.returncode, v.stderr.decode()
+        assert "alpha observe verify s.aos --key seal.pub" in (tmp_path / "verdict.md").read_text()
+        assert f"signed by key {key_id}" in (tmp_path / "verdict.md").read_text()
+
+    def test_unsigned(self, tmp_path: Path) -> None:
+        publish_verdict(VERDICT, stream="s.aos", stream_id="id", env={}, summary=tmp_path / "s.md", echo=Echoed())
+        text = (tmp_path / "s.md").read_text()
+        assert "alpha observe verify s.aos\n" in text
+        assert "--key" not in text
