@@ -319,3 +319,34 @@ class TestSigningKeyKeptFromTheCommand:
         proc, _ = record(tmp_path, ["true"], "--sign-key", str(key), "--sign-key-env", "X")
         assert 2 == proc.returncode
         assert b"give the signing key once" in proc.stderr
+
+
+# -- the tool's own files, while the recorder holds a node's observer key ------------------------------------
+
+
+def test_an_observer_key_holding_recorder_never_imports_what_the_command_rewrote(tmp_path: Path) -> None:
+    """The command rewrites every module of the tool it can write (here a copy of the tool's packages on
+    ``PYTHONPATH``, as a venv inside the project is) to drop a marker when imported. A recorder holding a node's
+    observer key (``--observer-key-env``) imports its own modules before the command starts
+    (observe.recorder.preload), so none of what the command wrote runs in it, though ``gate`` evaluates after
+    the command ended."""
+    root = Path(__file__).resolve().parents[3]
+    tool = tmp_path / "tool"
+    for package in ("aos", "gates", "observe"):
+        shutil.copytree(root / package, tool / package, ignore=shutil.ignore_patterns("__pycache__"))
+    marker = tmp_path / "ran-in-recorder"
+    plant = tmp_path / "plant.py"
+    planted = f"\nopen({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+    plant.write_text(
+        "import pathlib, sys\n"
+        "for f in pathlib.Path(sys.argv[1]).rglob('*.py'):\n"
+        f"    f.write_text(f.read_text() + {planted!r})\n"
+    )
+    env = {**child_env(), "PYTHONPATH": str(tool), "OBSERVER_KEY": "not-a-key-no-node-is-named"}
+    done = subprocess.run(
+        [ALPHA, "observe", "gate", "exit-zero", "--quiet", "--observer-key-env", "OBSERVER_KEY",
+         "--out", str(tmp_path / "s.aos"), "--", sys.executable, str(plant), str(tool)],
+        env=env, cwd=tmp_path, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == Exit.OK, done.stderr.decode(errors="replace")
+    assert not marker.exists(), f"modules the command rewrote ran in the recorder: {marker.read_text()}"
