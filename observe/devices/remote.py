@@ -42,7 +42,7 @@ from observe.devices.bundle import BOOTSTRAP, Bundle, build_bundle
 from observe.devices.lane_nodes import Node, lane_nodes, node_key
 from observe.devices.observers import ENV_SIMULATED, lane_configs
 
-__all__ = ["CONNECT_TIMEOUT", "NodeLink", "fingerprint", "open_links"]
+__all__ = ["CONNECT_TIMEOUT", "NodeLink", "fingerprint", "keyscan_hint", "open_links"]
 
 #: Seconds for the TCP connection, the SSH handshake and the login, each.
 CONNECT_TIMEOUT = 10.0
@@ -70,6 +70,14 @@ def _known_name(node: Node) -> str:
     return node.address if node.port == 22 else f"[{node.address}]:{node.port}"
 
 
+def keyscan_hint(node: Node) -> str:
+    """How to add an unknown host key (once its fingerprint is checked out of band), and the name it goes by."""
+    return (
+        f"check its fingerprint, then: ssh-keyscan -p {node.port} {node.address} >> {node.known_hosts} "
+        f"(known_hosts names it {_known_name(node)})"
+    )
+
+
 def _connect(node: Node, facts: dict[str, Any]) -> Any:
     """An authenticated paramiko Transport to ``node``, its host key verified (facts: what was offered)."""
     try:
@@ -81,7 +89,10 @@ def _connect(node: Node, facts: dict[str, Any]) -> Any:
     try:
         known.load(node.known_hosts)
     except OSError as exc:
-        raise Refused("host-key-unknown", f"cannot read known_hosts {node.known_hosts}: {exc.strerror or exc}") from exc
+        raise Refused(
+            "host-key-unknown",
+            f"cannot read known_hosts {node.known_hosts}: {exc.strerror or exc}; {keyscan_hint(node)}",
+        ) from exc
     listed = known.lookup(_known_name(node)) or {}
     sock = socket.create_connection((node.address, node.port), timeout=CONNECT_TIMEOUT)
     transport = paramiko.Transport(sock)
@@ -104,7 +115,10 @@ def _connect(node: Node, facts: dict[str, Any]) -> Any:
                     f"{_known_name(node)} offered a {offered.get_name()} key; {node.known_hosts} lists it with "
                     f"{', '.join(listed.keys())} only",
                 )
-            raise Refused("host-key-unknown", f"{node.known_hosts} lists no host key for {_known_name(node)}")
+            raise Refused(
+                "host-key-unknown",
+                f"{node.known_hosts} lists no host key for {_known_name(node)}; {keyscan_hint(node)}",
+            )
         if expected.asbytes() != offered.asbytes():
             raise Refused(
                 "host-key-changed",

@@ -1,0 +1,406 @@
+"""``alpha observe nodes check``: every node a lane config names, reached as the recorder would, before a recording.
+
+For each remote node (observe.devices.lane_nodes) it:
+
+1. runs the recorder's own observer there once (observe.devices.remote.NodeLink: the same
+   connection, host-key verification and bundle a recording uses) and reads its start
+   observation: reachable, host key, the observer's interpreter, NVML and the driver, the
+   GPUs and their minors (a minor the config names that the node lacks is a problem);
+2. logs in as the lane's own account (the ``host`` user, with the config's ``ssh_key``, the
+   host key verified the same way) and runs :data:`PROBE` with the config's ``python`` and
+   ``node_env``: the account's uid, python3, the roles' runtime (``torch`` with CUDA),
+   ``remote_root`` writable and its free disk.
+
+Each finding is a row of the node's table; a row with a problem names it. Nothing is
+recorded and nothing is written on a node but a probe file in ``remote_root``, removed at
+once. A simulated observer (``ALPHA_OBSERVE_SIMULATED_GPUS``) reads ``simulated`` in the
+NVML row: the node is observed (as a recording would), never physically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from observe.devices.lane_nodes import Node, lane_nodes
+from observe.devices.observers import ENV_SIMULATED, lane_configs
+
+__all__ = ["MIN_FREE_BYTES", "PROBE", "NodeReport", "Report", "Row", "check_config", "default_config"]
+
+#: Free disk under ``remote_root`` below which the lane is not started (a role's outputs are a few KiB,
+#: its executables a few hundred; a full disk mid-run costs the rented minutes).
+MIN_FREE_BYTES = 1 << 30
+#: Seconds to wait for a node's start observation (connection, handshake and login take up to 10 s each).
+START_TIMEOUT = 40.0
+#: The most a probe may print.
+PROBE_MAX = 1 << 16
+
+#: Run as the lane account with the config's ``python`` and ``node_env``: ``python -c PROBE REMOTE_ROOT [UUID]``
+#: (UUID: a bound GPU the observer saw; CUDA is made to see it alone, as a role sees its card).
+PROBE = """\
+import json,os,sys,tempfile,pwd
+root=sys.argv[1]
+if len(sys.argv)>2:os.environ["CUDA_VISIBLE_DEVICES"]=sys.argv[2]
+out={"uid":os.getuid(),"user":pwd.getpwuid(os.getuid()).pw_name,"python":sys.version.split()[0],
+"executable":sys.executable}
+try:
+ import torch
+ out["torch"]={"version":str(getattr(torch,"__version__","?")),"cuda":str(getattr(torch.version,"cuda",None)),
+ "available":bool(torch.cuda.is_available()),"devices":int(torch.cuda.device_count())}
+except Exception as e:
+ out["torch"]={"error":type(e).__name__+": "+str(e)}
+try:
+ os.makedirs(root,exist_ok=True)
+ fd,p=tempfile.mkstemp(prefix=".alpha-nodes-check-",dir=root);os.close(fd);os.unlink(p)
+ out["writable"]=True
+except OSError as e:
+ out["writable"]=False;out["write_error"]=str(e)
+try:
+ s=os.statvfs(root);out["free"]=s.f_bavail*s.f_frsize
+except OSError:
+ out["free"]=None
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a node's table: what was checked, what was found, and the problem (None: fine)."""
+
+    what: str
+    found: str
+    problem: str | None = None
+
+
+@dataclass
+class NodeReport:
+    """One node's table."""
+
+    name: str
+    rows: list[Row] = field(default_factory=list)
+
+    def add(self, what: str, found: str, problem: str | None = None) -> None:
+        self.rows.append(Row(what, found, problem))
+
+    @property
+    def problems(self) -> list[str]:
+        return [f"{self.name}: {r.problem}" for r in self.rows if r.problem]
+
+
+@dataclass
+class Report:
+    """Every node of one config; ``problems`` also holds what kept the config from naming its nodes."""
+
+    config: str
+    nodes: list[NodeReport] = field(default_factory=list)
+    config_problems: list[str] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[str]:
+        return [*self.config_problems, *(p for n in self.nodes for p in n.problems)]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class ConfigUnusable(ValueError):
+    """The config cannot be checked at all (missing, unreadable, not JSON, no remote node)."""
+
+
+def default_config(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The ``(NAME, path)`` of each device config the environment names (``ALPHA_*_DEVICE_CONFIG``)."""
+    return lane_configs(env)
+
+
+# -- the config's lane-side facts per node -------------------------------------------------------
+
+
+def _entries(config: dict[str, Any]) -> list[tuple[dict[str, Any], tuple[int, ...]]]:
+    """Each node entry with the top level's defaults, and its roles (indices; empty: every role)."""
+    if config.get("transport") == "ssh-tunnel" and isinstance(config.get("nodes"), list):
+        keys = ("port", "ssh_key", "known_hosts", "remote_root", "python", "observer")
+        out = []
+        for i, entry in enumerate(config["nodes"]):
+            if isinstance(entry, dict):
+                env = {**_str_map(config.get("node_env")), **_str_map(entry.get("node_env"))}
+                merged = {**{k: config[k] for k in keys if k in config}, **entry, "node_env": env}
+                out.append((merged, (i,)))
+        return out
+    return [({**config, "node_env": _str_map(config.get("node_env"))}, ())]
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _minors(config: dict[str, Any], roles: tuple[int, ...], entry: dict[str, Any]) -> list[tuple[str, int]]:
+    """``(role, minor)`` the config binds on this node."""
+    top = config.get("minors")
+    if roles:
+        own = entry.get("minors")
+        if isinstance(own, list):
+            return [(f"owner-{roles[0]}" + (f".{k}" if len(own) > 1 else ""), m) for k, m in enumerate(own)]
+        if isinstance(top, list) and roles[0] < len(top):
+            return [(f"owner-{roles[0]}", top[roles[0]])]
+        return []
+    return [(f"owner-{i}", m) for i, m in enumerate(top)] if isinstance(top, list) else []
+
+
+# -- the observer, as a recording runs it ---------------------------------------------------------
+
+
+def _observe(node: Node, env: Mapping[str, str], config: dict[str, str]) -> tuple[dict[str, Any] | None, list[str]]:
+    """The node's start observation (None when none came), and the kinds of events that followed."""
+    import base64
+
+    from observe.devices.bundle import build_bundle
+    from observe.devices.remote import NodeLink
+
+    kinds: list[str] = []
+    lock = threading.Lock()
+
+    def append(kind: str, attrs: dict[str, Any]) -> None:
+        with lock:
+            kinds.append(kind)
+
+    sim_path = env.get(ENV_SIMULATED)
+    simulated = None
+    if sim_path:
+        try:
+            with open(sim_path, "rb") as f:
+                data = f.read(1 << 20)
+        except OSError:
+            data = b""
+        simulated = {"path": os.path.abspath(sim_path), "data_b64": base64.b64encode(data).decode()}
+    link = NodeLink(node, build_bundle(), interval=1.0, simulated=simulated, config=config, append=append)
+    link.start()
+    try:
+        pending = link.take_start(START_TIMEOUT)
+        link.end()
+        link.done.wait(START_TIMEOUT)
+    finally:
+        link.close()
+    start = next((a for k, a in pending if k == "device.observed" and a.get("phase") == "start"), None)
+    return start, kinds
+
+
+def _observer_rows(report: NodeReport, node: Node, start: dict[str, Any] | None, minors: list[tuple[str, int]]) -> None:
+    if start is None:
+        report.add("reachable", "no answer", f"no observation within {START_TIMEOUT:.0f} s")
+        return
+    facts = start.get("node") or {}
+    refused = facts.get("refused")
+    error = start.get("error")
+    reached = facts.get("host_key") is not None
+    report.add(
+        "reachable",
+        f"{node.address}:{node.port} as {node.user}" if reached else "no",
+        None if reached else (error or "unreachable"),
+    )
+    if not reached:
+        return
+    key = facts["host_key"]
+    if facts.get("host_key_verified"):
+        report.add("host key", f"{key['type']} {key['sha256']} (in {node.known_hosts})")
+    else:
+        problem = error or refused or "not verified"
+        report.add("host key", f"{key['type']} {key['sha256']}", problem)
+        return
+    if refused:
+        report.add("observer login", "refused", error)
+        return
+    python = facts.get("python")
+    report.add(
+        "observer interpreter",
+        f"python {python}" if python else "none",
+        None if python else (error or "the observer did not start"),
+    )
+    observer = start.get("observer")
+    driver = start.get("driver")
+    if observer == "nvml":
+        library = start.get("library") or {}
+        report.add("NVML and driver", f"nvml, driver {driver}, {library.get('path')} ({library.get('sha256')})")
+    elif observer == "simulated":
+        source = (start.get("simulated_from") or {}).get("path")
+        report.add("NVML and driver", f"simulated ({source}), driver {driver}: never physical evidence")
+    else:
+        report.add("NVML and driver", str(observer), error or "no NVML on the node")
+    gpus = start.get("gpus") or []
+    present = {g.get("minor"): g for g in gpus}
+    listed = ", ".join(f"minor {g.get('minor')} {g.get('uuid')} {g.get('name')}" for g in gpus) or "none"
+    report.add("GPUs", listed)
+    for role, minor in minors:
+        if minor in present:
+            report.add(f"minor {minor} ({role})", f"present: {present[minor].get('uuid')}")
+        else:
+            have = ", ".join(str(m) for m in sorted(m for m in present if isinstance(m, int))) or "none"
+            report.add(
+                f"minor {minor} ({role})", "absent", f"the config binds {role} to minor {minor}; the node has {have}"
+            )
+
+
+# -- the lane's own account ------------------------------------------------------------------------
+
+
+def _lane_probe(node: Node, entry: dict[str, Any], uuid: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The probe's answer as the lane account, or why there is none."""
+    from observe.devices.remote import CONNECT_TIMEOUT, Refused, _connect
+
+    facts: dict[str, Any] = {}
+    try:
+        transport = _connect(node, facts)
+    except Refused as exc:
+        return None, f"{exc.reason}: {exc.detail}"
+    except Exception as exc:  # noqa: BLE001 - said in the row
+        return None, f"unreachable: {type(exc).__name__}: {exc}"
+    try:
+        python = str(entry.get("python") or "python3")
+        root = str(entry.get("remote_root") or "")
+        env = entry.get("node_env") or {}
+        words = [python, "-c", PROBE, root or ".", *([uuid] if uuid else [])]
+        prefix = ["env", *(f"{k}={v}" for k, v in sorted(env.items()))] if env else []
+        channel = transport.open_session(timeout=CONNECT_TIMEOUT)
+        channel.settimeout(60.0)
+        channel.exec_command(shlex.join([*prefix, *words]))
+        out, err = b"", b""
+        stream, errs = channel.makefile("rb"), channel.makefile_stderr("rb")
+        out = stream.read(PROBE_MAX)
+        err = errs.read(PROBE_MAX)
+        status = channel.recv_exit_status()
+    except Exception as exc:  # noqa: BLE001 - said in the row
+        return None, f"the probe did not answer: {type(exc).__name__}: {exc}"
+    finally:
+        transport.close()
+    said = err.decode("utf-8", "replace").strip()[-500:]
+    if status == 127:
+        return None, f"no {python} on the node as the lane account (exit 127{': ' + said if said else ''})"
+    try:
+        answer = json.loads(out)
+    except ValueError:
+        return None, f"{python} exited {status}: {said or 'no output'}"
+    return (answer if isinstance(answer, dict) else None), None
+
+
+def _lane_rows(report: NodeReport, node: Node, entry: dict[str, Any], observer_user: str, uuid: str | None) -> None:
+    if node.user == observer_user:
+        report.add(
+            "lane account",
+            node.user,
+            f"the lane's account is the observer's ({observer_user}): whatever the lane plants in it runs in the "
+            'observer; give the lane an account of its own (useradd, its authorized_keys) or set "observer": '
+            '{"user": ...} to another account',
+        )
+    answer, why = _lane_probe(node, entry, uuid)
+    if answer is None:
+        report.add("lane login", f"{node.user} with {node.ssh_key}", why)
+        return
+    uid = answer.get("uid")
+    report.add(
+        "lane uid",
+        f"{answer.get('user')} uid {uid}",
+        "the lane runs as root (uid 0) on the node: root can forge what the observer reads; use an unprivileged "
+        "account (useradd; the GPU device files are usually 0666)"
+        if uid == 0
+        else None,
+    )
+    report.add("lane python", f"{answer.get('executable')} {answer.get('python')}")
+    torch = answer.get("torch") or {}
+    if "error" in torch:
+        report.add(
+            "lane torch",
+            "missing",
+            f"the roles' runtime cannot be imported: {torch['error']} (the config's python and node_env, "
+            "e.g. its PYTHONPATH)",
+        )
+    elif not torch.get("available"):
+        sees = f"the bound GPU {uuid}" if uuid else "a CUDA device"
+        report.add(
+            "lane torch", f"torch {torch.get('version')}, CUDA {torch.get('cuda')}", f"torch does not see {sees}"
+        )
+    else:
+        report.add(
+            "lane torch", f"torch {torch.get('version')}, CUDA {torch.get('cuda')}, {torch.get('devices')} device(s)"
+        )
+    root = entry.get("remote_root")
+    if not root:
+        report.add("remote_root", "not set", "the config names no remote_root for this node")
+        return
+    if answer.get("writable"):
+        report.add("remote_root", f"{root} writable")
+    else:
+        report.add("remote_root", str(root), f"not writable by {answer.get('user')}: {answer.get('write_error')}")
+    free = answer.get("free")
+    from observe.util.formatting import size
+
+    if isinstance(free, int):
+        report.add(
+            "free disk",
+            size(free),
+            None if free >= MIN_FREE_BYTES else f"{size(free)} free under {root}, less than {size(MIN_FREE_BYTES)}",
+        )
+    else:
+        report.add("free disk", "unknown", f"cannot read the free space under {root}")
+
+
+# -- the whole config ------------------------------------------------------------------------------
+
+
+def check_config(
+    name: str, path: str, env: Mapping[str, str], *, observer_key: str | None = None, home: str | None = None
+) -> Report:
+    """Check every remote node of the lane config at ``path`` (``name``: the variable or the path given).
+
+    ``observer_key``: the observer's private key file (None: the node's own ``ssh_key``, as a recording
+    without an observer key logs in). Raises :class:`ConfigUnusable` when nothing can be checked.
+    """
+    import hashlib
+
+    real = os.path.realpath(path)
+    try:
+        with open(real, "rb") as f:
+            data = f.read(1 << 20)
+    except OSError as exc:
+        raise ConfigUnusable(f"{name}: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise ConfigUnusable(f"{name}: {path} is not JSON: {exc}") from None
+    home = home if home is not None else (env.get("HOME") or os.path.expanduser("~"))
+    nodes, wrong = lane_nodes(doc, os.path.dirname(real), home)
+    report = Report(config=f"{name} ({real})" if name != path else real, config_problems=list(wrong))
+    if not isinstance(doc, dict):
+        return report
+    if not nodes and not wrong:
+        raise ConfigUnusable(f"{name}: {path} names no remote node (host absent or local): nothing to reach")
+    described = {"env": name, "path": real, "sha256": hashlib.sha256(data).hexdigest()}
+    entries = _entries(doc)
+    for node in nodes:
+        entry = entries[node.roles[0]][0] if node.roles and node.roles[0] < len(entries) else entries[0][0]
+        if node.roles:
+            minors = [pair for r in node.roles if r < len(entries) for pair in _minors(doc, (r,), entries[r][0])]
+        else:
+            minors = _minors(doc, (), entry)
+        observer_cfg = entry.get("observer") if isinstance(entry.get("observer"), dict) else {}
+        observer_user = str(observer_cfg.get("user") or "root")
+        # Without an observer key a recording logs in as the lane's own account with its key.
+        seen_as = replace(node, user=observer_user, ssh_key=observer_key) if observer_key else node
+        row = NodeReport(f"{node.host} port {node.port}")
+        report.nodes.append(row)
+        start, _kinds = _observe(seen_as, env, described)
+        _observer_rows(row, seen_as, start, minors)
+        _lane_rows(row, node, entry, seen_as.user, _bound_uuid(start, minors))
+    return report
+
+
+def _bound_uuid(start: dict[str, Any] | None, minors: list[tuple[str, int]]) -> str | None:
+    """The UUID the observer saw at the first minor the config binds on the node (None: none seen)."""
+    gpus = {g.get("minor"): g.get("uuid") for g in (start or {}).get("gpus") or [] if isinstance(g, dict)}
+    return next((str(gpus[m]) for _role, m in minors if gpus.get(m)), None)
