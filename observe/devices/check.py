@@ -125,7 +125,7 @@ def _entries(config: dict[str, Any]) -> list[tuple[dict[str, Any], tuple[int, ..
     """Each node entry with the top level's defaults, and its roles (indices; empty: every role)."""
     if config.get("transport") == "ssh-tunnel" and isinstance(config.get("nodes"), list):
         keys = ("port", "ssh_key", "known_hosts", "remote_root", "python", "observer")
-        out = []
+        out: list[tuple[dict[str, Any], tuple[int, ...]]] = []
         for i, entry in enumerate(config["nodes"]):
             if isinstance(entry, dict):
                 env = {**_str_map(config.get("node_env")), **_str_map(entry.get("node_env"))}
@@ -388,8 +388,8 @@ def check_config(
             minors = [pair for r in node.roles if r < len(entries) for pair in _minors(doc, (r,), entries[r][0])]
         else:
             minors = _minors(doc, (), entry)
-        observer_cfg = entry.get("observer") if isinstance(entry.get("observer"), dict) else {}
-        observer_user = str(observer_cfg.get("user") or "root")
+        observer_cfg = entry.get("observer")
+        observer_user = str((observer_cfg if isinstance(observer_cfg, dict) else {}).get("user") or "root")
         # Without an observer key a recording logs in as the lane's own account with its key.
         seen_as = replace(node, user=observer_user, ssh_key=observer_key) if observer_key else node
         row = NodeReport(f"{node.host} port {node.port}")

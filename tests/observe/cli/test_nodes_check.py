@@ -1,0 +1,289 @@
+"""``alpha observe nodes check`` and the lane's own ``check``, against a real sshd node (tests/helpers/sshd.py).
+
+The node serves two accounts, as a pod is set up: the observer (root, the suite's own key)
+and an unprivileged lane account with a key of its own. The lane's CPU doubles
+(samples/lane/testing, copied where the lane account can read them) stand in for the GPUs:
+``nvidia-smi`` and ``torch`` through ``node_env``, and the recorder's simulated observer
+(``ALPHA_OBSERVE_SIMULATED_GPUS``) for NVML. Each wrong config (an unknown host key, a minor
+the node lacks, no torch, one account for lane and observer) is named before anything is
+recorded: the working folder holds nothing new afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.paths import ROOT
+from tests.helpers.run import alpha, child_env
+
+LANE = ROOT / "samples" / "lane"
+#: The unprivileged account the lane logs in as (made once, kept: later runs reuse it).
+LANE_USER = "alpha-nodes-lane"
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@dataclass
+class Pod:
+    """One sshd node with an observer account (root) and a lane account, and the files a config names."""
+
+    node: Any
+    lane_key: Path
+    remote_root: Path
+    testing: Path
+    simulated: Path
+
+    def config(self, **extra: Any) -> dict[str, Any]:
+        """A good one-pod config: both roles on the node, the lane as its own account."""
+        return {
+            "owner": "test",
+            "pod_ids": ["pod"],
+            "transport": "loopback",
+            "minors": [0, 1],
+            "host": f"{LANE_USER}@127.0.0.1",
+            "port": self.node.port,
+            "ssh_key": str(self.lane_key),
+            "known_hosts": str(self.node.known_hosts),
+            "remote_root": str(self.remote_root),
+            "node_env": {"PATH": f"{self.testing / 'bin'}:/usr/bin:/bin", "PYTHONPATH": str(self.testing)},
+            "observer": {"user": "root"},
+            **extra,
+        }
+
+    def env(self, **extra: str | None) -> dict[str, str | None]:
+        """The environment of a check: the observer's key in a variable, the simulated GPUs."""
+        return {
+            "OBSERVER_KEY": self.node.ssh_key.read_text(),
+            "ALPHA_OBSERVE_SIMULATED_GPUS": str(self.simulated),
+            **extra,
+        }
+
+
+def _lane_user() -> int:
+    """The lane account's uid (made when missing; no password, but not locked: sshd refuses a locked one)."""
+    try:
+        pwd.getpwnam(LANE_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", LANE_USER], check=True, capture_output=True)
+    subprocess.run(["usermod", "-p", "*", LANE_USER], check=True, capture_output=True)
+    return pwd.getpwnam(LANE_USER).pw_uid
+
+
+@pytest.fixture(scope="module")
+def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pod]:
+    from tests.helpers.sshd import _keygen, make_node, sshd_available
+
+    why = sshd_available()
+    if why is not None:
+        pytest.skip(why)
+    if os.geteuid() != 0:
+        pytest.skip("a node of two accounts needs root to make the lane account")
+    uid = _lane_user()
+    shared = Path(tempfile.mkdtemp(prefix="alpha-nodes-check-", dir="/tmp"))
+    try:
+        shared.chmod(0o755)
+        testing = shared / "testing"
+        shutil.copytree(LANE / "testing", testing)
+        lane_keys = shared / "lane-keys"
+        lane_keys.mkdir(mode=0o700)
+        lane_key = lane_keys / "id_ed25519"
+        lane_pub = _keygen(lane_key, "lane")
+        authorized = shared / "lane_authorized_keys"
+        authorized.write_text(lane_pub + "\n")
+        authorized.chmod(0o644)
+        remote_root = shared / "remote"
+        remote_root.mkdir()
+        os.chown(remote_root, uid, -1)
+        simulated = shared / "simulated-gpus.json"
+        simulated.write_bytes(
+            subprocess.check_output([sys.executable, str(LANE / "testing" / "gpus.py"), "--simulated"])
+        )
+        node = make_node(tmp_path_factory.mktemp("nodes-check"), "pod")
+        with open(node.folder / "sshd_config", "a") as f:  # the lane account's own authorized_keys
+            f.write(f"Match User {LANE_USER}\n    AuthorizedKeysFile {authorized}\n")
+        node.start()
+        try:
+            yield Pod(node, lane_key, remote_root, testing, simulated)
+        finally:
+            node.stop()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def _check(pod: Pod, folder: Path, config: dict[str, Any], *args: str, **env: str | None) -> tuple[int, str]:
+    """``alpha observe nodes check CONFIG --observer-key-env OBSERVER_KEY`` in ``folder``; its exit and output.
+    Asserts nothing was recorded: the folder holds the config alone afterwards."""
+    path = folder / "config.json"
+    path.write_text(json.dumps(config, indent=1))
+    before = sorted(p.name for p in folder.iterdir())
+    done = alpha(
+        "observe",
+        "nodes",
+        "check",
+        *(args or (str(path), "--observer-key-env", "OBSERVER_KEY")),
+        cwd=folder,
+        env=pod.env(**env),
+        text=True,
+        timeout=150,
+    )
+    assert sorted(p.name for p in folder.iterdir()) == before, "nodes check wrote into the working folder"
+    assert not list(folder.rglob("*.aos"))
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_a_good_two_account_node_passes_and_reads_simulated(pod: Pod, tmp_path: Path) -> None:
+    code, out = _check(pod, tmp_path, pod.config())
+    assert code == 0, out
+    assert "every node would be observed; nothing was recorded" in out
+    assert "PROBLEM" not in out
+    assert "NVML and driver" in out
+    assert "simulated (" in out
+    assert "never physical evidence" in out
+    assert f"lane uid              {LANE_USER} uid {pwd.getpwnam(LANE_USER).pw_uid}" in out
+    assert "minor 0 (owner-0)" in out
+    assert "minor 1 (owner-1)" in out
+    assert "torch 0.0-fake" in out
+    assert f"{pod.remote_root} writable" in out
+
+
+def test_the_config_from_the_environment(pod: Pod, tmp_path: Path) -> None:
+    """With no CONFIG, the device configs the environment names are checked (as the docs show)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(pod.config()))
+    done = alpha(
+        "observe",
+        "nodes",
+        "check",
+        "--observer-key-env",
+        "OBSERVER_KEY",
+        cwd=tmp_path,
+        env=pod.env(ALPHA_COORDINATE_DEVICE_CONFIG=str(path)),
+        text=True,
+        timeout=150,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"config ALPHA_COORDINATE_DEVICE_CONFIG ({path})" in done.stdout
+
+
+def test_no_config_is_refused(tmp_path: Path) -> None:
+    done = alpha("observe", "nodes", "check", cwd=tmp_path, text=True)
+    assert done.returncode == 1
+    assert done.stderr.startswith("refused: nodes-config: no CONFIG given")
+    local = tmp_path / "local.json"
+    local.write_text(json.dumps({"owner": "t", "host": "local", "minors": [0, 1]}))
+    done = alpha("observe", "nodes", "check", str(local), cwd=tmp_path, text=True)
+    assert done.returncode == 1
+    assert "refused: nodes-config:" in done.stderr
+    assert "names no remote node" in done.stderr
+
+
+def test_an_unknown_host_key_names_the_keyscan_line_which_works(pod: Pod, tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    code, out = _check(pod, tmp_path, pod.config(known_hosts=str(known)))
+    assert code == 1, out
+    port = pod.node.port
+    line = f"ssh-keyscan -p {port} 127.0.0.1 >> {known}"
+    assert "host-key-unknown" in out
+    assert line in out
+    assert f"[127.0.0.1]:{port}" in out
+    assert "every node would be observed" not in out
+    # The hint as printed adds the key; the node then checks out.
+    subprocess.run(line, shell=True, check=True, capture_output=True, timeout=30)
+    code, out = _check(pod, tmp_path, pod.config(known_hosts=str(known)))
+    assert code == 0, out
+
+
+def test_a_minor_the_node_lacks(pod: Pod, tmp_path: Path) -> None:
+    code, out = _check(pod, tmp_path, pod.config(minors=[0, 3]))
+    assert code == 1, out
+    assert "the config binds owner-1 to minor 3; the node has 0, 1" in out
+    assert "1 problem;" in out
+
+
+def test_no_torch_without_pythonpath(pod: Pod, tmp_path: Path) -> None:
+    """The CPU doubles' torch is on the node only through node_env's PYTHONPATH: without it, missing."""
+    env = {"PATH": f"{pod.testing / 'bin'}:/usr/bin:/bin"}
+    code, out = _check(pod, tmp_path, pod.config(node_env=env))
+    assert code == 1, out
+    assert "No module named 'torch'" in out
+    assert "PYTHONPATH" in out
+
+
+def test_one_account_for_lane_and_observer(pod: Pod, tmp_path: Path) -> None:
+    """The lane logging in as the observer's account (root here): both named, never a pass."""
+    config = pod.config(host="root@127.0.0.1", ssh_key=str(pod.node.ssh_key))
+    code, out = _check(pod, tmp_path, config)
+    assert code == 1, out
+    assert "the lane's account is the observer's (root)" in out
+    assert "the lane runs as root (uid 0) on the node" in out
+
+
+def test_an_observer_key_that_is_not_given_is_a_usage_error(pod: Pod, tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(pod.config()))
+    done = alpha("observe", "nodes", "check", str(path), "--observer-key-env", "NO_SUCH_KEY", cwd=tmp_path, text=True)
+    assert done.returncode == 2
+    assert "NO_SUCH_KEY" in done.stderr
+
+
+# -- the lane's own check (samples/lane/lanekit/check.py) ----------------------------------------
+
+
+def _lane_check(folder: Path, config: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """``PYTHONPATH=samples/lane python3 -m lanekit check coordinates OUT CONFIG``, as the docs show it."""
+    path = folder / "lane-config.json"
+    path.write_text(json.dumps(config))
+    return subprocess.run(
+        [sys.executable, "-m", "lanekit", "check", "coordinates", str(folder / "out"), str(path)],
+        cwd=ROOT,
+        env=child_env({"PYTHONPATH": "samples/lane"}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_lane_check_passes_on_a_good_node(pod: Pod, tmp_path: Path) -> None:
+    done = _lane_check(tmp_path, pod.config())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the coordinates lane could run on every node" in done.stdout
+    assert f"(uid {pwd.getpwnam(LANE_USER).pw_uid})" in done.stdout
+
+
+def test_lane_check_names_missing_torch_and_minor(pod: Pod, tmp_path: Path) -> None:
+    done = _lane_check(tmp_path, pod.config(minors=[0, 3], node_env={"PATH": f"{pod.testing / 'bin'}:/usr/bin:/bin"}))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the config binds owner-1 to minor 3; there: 0, 1" in done.stdout
+    assert "No module named 'torch'" in done.stdout
+    assert "2 problems; the coordinates lane would not run" in done.stdout
+
+
+def test_lane_check_names_an_unwritable_remote_root(pod: Pod, tmp_path: Path) -> None:
+    done = _lane_check(tmp_path, pod.config(remote_root="/root/not-the-lanes"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "cannot write there" in done.stdout
+
+
+def test_lane_check_refuses_an_unknown_host_key_with_the_keyscan_line(pod: Pod, tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    done = _lane_check(tmp_path, pod.config(known_hosts=str(known)))
+    port = pod.node.port
+    assert done.returncode == 27, done.stdout + done.stderr
+    assert done.stderr.startswith("refused: host-key-unknown:")
+    assert f"ssh-keyscan -p {port} 127.0.0.1 >> {known}" in done.stderr
+    assert f"[127.0.0.1]:{port}" in done.stderr
