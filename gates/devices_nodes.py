@@ -78,7 +78,7 @@ def config_nodes(ev: Evidence, config_env: Any) -> tuple[list[tuple[str, int | N
         for e in entries:
             host = str(e.get("host") or "").strip() if isinstance(e, dict) else ""
             if host not in LOCAL:
-                port = e.get("port")
+                port = e.get("port", doc.get("port"))  # a node's port defaults to the top level's
                 nodes.append((host, int(port) if isinstance(port, int) else None))
         if nodes:
             return nodes, str(transport) if transport is not None else None

@@ -7,7 +7,9 @@ locally, no SSH); any other host, ``localhost`` included, is ``USER@ADDRESS``
 its host key verified against ``known_hosts`` (the config's file when named,
 else the user's ``~/.ssh/known_hosts``). ``"transport": "ssh-tunnel"`` names one
 node per role instead, in role order: ``"nodes": [{"host", "port", "ssh_key",
-"minors", "remote_root", "known_hosts"}, ...]``.
+"minors", "remote_root", "known_hosts", "observer"}, ...]``, each defaulting to
+the top level's (the one reader of both the lane and the recorder:
+observe.devices.lane_config).
 
 ``~/.ssh/config`` (the recorder's ``HOME``) is honoured for what the lane config
 leaves open: ``HostName``, ``User``, ``Port``, ``IdentityFile`` and
@@ -27,10 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Node", "lane_nodes", "node_key"]
+from observe.devices.lane_config import LaneConfigProblem, is_local, node_entries, observer_of
 
-#: ``host`` values that name the recorder's own machine.
-LOCAL = ("", "local")
+__all__ = ["Node", "lane_nodes", "node_key"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,13 @@ class Node:
     host: str
     address: str
     port: int
+    #: The observer account the recorder logs into (the config's ``observer.user``, default root).
     user: str
+    #: The lane's account on the node (the ``host``'s user): never the recorder's login.
+    lane_user: str
+    #: The interpreter the observer runs as, by absolute path (the config's ``observer.python``).
+    python: str
+    #: The lane's key (the config's ``ssh_key``, else ~/.ssh/config's ``IdentityFile``).
     ssh_key: str | None
     known_hosts: str
     #: The roles (indices, in role order) that run on this node; empty for a ``loopback`` pod (all of them).
@@ -109,6 +116,10 @@ def _node(entry: Mapping[str, Any], base: str, home: str, roles: tuple[int, ...]
         port = int(port_value)
     except (TypeError, ValueError):
         return f"node {host}: port {port_value!r} is not a number"
+    try:
+        observer = observer_of(entry)
+    except LaneConfigProblem as exc:
+        return f"node {host}: {exc}"
 
     def path(value: Any) -> str | None:
         if not isinstance(value, str) or not value:
@@ -124,7 +135,9 @@ def _node(entry: Mapping[str, Any], base: str, home: str, roles: tuple[int, ...]
         host=host,
         address=real,
         port=port,
-        user=user,
+        user=observer.user,
+        lane_user=user,
+        python=observer.python,
         ssh_key=key,
         known_hosts=known or os.path.join(home, ".ssh", "known_hosts"),
         roles=roles,
@@ -140,23 +153,22 @@ def lane_nodes(config: Any, base: str, home: str | None = None) -> tuple[list[No
     home = home if home is not None else os.path.expanduser("~")
     if not isinstance(config, dict):
         return [], ["the lane config is not a JSON object"]
-    if config.get("transport") == "ssh-tunnel":
-        entries = config.get("nodes")
-        if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
-            return [], ['transport "ssh-tunnel" needs "nodes": a list of objects, one per role']
-        named: list[tuple[dict[str, Any], tuple[int, ...]]] = [(e, (i,)) for i, e in enumerate(entries)]
-    else:
-        named = [(config, ())]
-    nodes: dict[tuple[str, str, int], Node] = {}
+    try:
+        entries = node_entries(config)
+    except LaneConfigProblem as exc:
+        return [], [str(exc)]
+    tunnel = config.get("transport") == "ssh-tunnel"
+    named = [(e, (i,) if tunnel else ()) for i, e in enumerate(entries)]
+    nodes: dict[tuple[str, str, str, int], Node] = {}
     problems: list[str] = []
     for entry, roles in named:
-        if str(entry.get("host") or "").strip() in LOCAL:
+        if is_local(entry.get("host")):
             continue
         made = _node(entry, base, home, roles)
         if isinstance(made, str):
             problems.append(made)
             continue
-        key = (made.user, made.address, made.port)
+        key = (made.user, made.lane_user, made.address, made.port)
         if key in nodes:  # two roles on one host: one connection observes both
             before = nodes[key]
             made = Node(**{**vars(before), "roles": before.roles + made.roles})

@@ -133,9 +133,11 @@ def _connect(node: Node, facts: dict[str, Any]) -> Any:
         except (OSError, paramiko.SSHException, ValueError) as exc:
             raise Refused("no-key", f"cannot load ssh_key {node.ssh_key}: {exc}") from exc
         try:
-            transport.auth_publickey(node.user, key)
+            transport.auth_publickey(node.lane_user, key)
         except paramiko.SSHException as exc:
-            raise Refused("login-refused", f"{node.user}@{node.address} refused the key {node.ssh_key}: {exc}") from exc
+            raise Refused(
+                "login-refused", f"{node.lane_user}@{node.address} refused the key {node.ssh_key}: {exc}"
+            ) from exc
         transport.set_keepalive(5)
         return transport
     except BaseException:
@@ -353,7 +355,7 @@ def open_links(env: dict[str, str], cwd: str, *, interval: float, append: Append
     and what kept a config from naming its nodes."""
     links: list[NodeLink] = []
     problems: list[str] = []
-    seen: set[tuple[str, str, int]] = set()
+    seen: set[tuple[str, str, str, int]] = set()
     bundle: Bundle | None = None
     simulated: dict[str, str] | None = None
     for name, value in lane_configs(env):
@@ -370,9 +372,9 @@ def open_links(env: dict[str, str], cwd: str, *, interval: float, append: Append
         problems += [f"${name}: {w}" for w in wrong]
         config = {"env": name, "path": path, "sha256": hashlib.sha256(data).hexdigest()}
         for node in nodes:
-            if (node.user, node.address, node.port) in seen:
+            if (node.user, node.lane_user, node.address, node.port) in seen:
                 continue
-            seen.add((node.user, node.address, node.port))
+            seen.add((node.user, node.lane_user, node.address, node.port))
             if bundle is None:
                 bundle = build_bundle()
                 sim_path = env.get(ENV_SIMULATED)

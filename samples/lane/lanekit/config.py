@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 from .build import sha256_file
 from .remote import Node, is_local
 from .spec import OWNERS
+
+# The one reader of a config's nodes is the recorder's (observe/devices/lane_config.py, standard library
+# only): the lane runs from this repository (PYTHONPATH=samples/lane), so its root is made importable.
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+if os.path.isfile(os.path.join(_REPO, "observe", "devices", "lane_config.py")) and _REPO not in sys.path:
+    sys.path.append(_REPO)
+from observe.devices import lane_config  # noqa: E402 - after the repository's root is on the path
 
 __all__ = [
     "CONFIG_KEYS",
@@ -45,25 +53,33 @@ def _str_map(value: Any, what: str) -> dict[str, str]:
 
 
 def _node(index: int, entry: dict[str, Any], top: dict[str, Any]) -> Node:
+    """A node of an entry with the top level's defaults applied (lane_config.node_entries)."""
     host = entry.get("host")
     if not isinstance(host, str) or not host or host.startswith("-"):
         raise ConfigError(f"node {index}: host must be a name such as user@address")
-    port = entry.get("port", top.get("port") if entry is not top else None)
+    port = entry.get("port")
     if port is not None and not (isinstance(port, int) and 0 < port < 65536):
         raise ConfigError(f"node {index}: port must be an integer 1-65535")
     paths = {}
     for key in ("ssh_key", "known_hosts", "remote_root"):
-        value = entry.get(key, top.get(key))
+        value = entry.get(key)
         if value is not None and not (isinstance(value, str) and os.path.isabs(value)):
             raise ConfigError(f"node {index}: {key} must be an absolute path")
         paths[key] = value
     if paths["remote_root"] is None:
         raise ConfigError(f"node {index}: remote_root is missing")
-    env = {**_str_map(top.get("node_env"), "node_env"), **_str_map(entry.get("node_env"), f"node {index}: node_env")}
-    python = entry.get("python", top.get("python", "python3"))
+    _str_map(top.get("node_env"), "node_env")
+    env = _str_map(entry.get("node_env"), f"node {index}: node_env")
+    python = entry.get("python", "python3")
     if not isinstance(python, str) or not python:
         raise ConfigError(f"node {index}: python must name the node's interpreter")
-    return Node(index, host, paths["remote_root"], port, paths["ssh_key"], paths["known_hosts"], env, python)
+    try:
+        observer = lane_config.observer_of(entry)
+    except lane_config.LaneConfigProblem as exc:
+        raise ConfigError(f"node {index}: {exc}") from None
+    return Node(
+        index, host, paths["remote_root"], port, paths["ssh_key"], paths["known_hosts"], env, python, observer.user
+    )
 
 
 def parse_nodes(config: dict[str, Any]) -> list[Node]:
@@ -75,10 +91,13 @@ def parse_nodes(config: dict[str, Any]) -> list[Node]:
             raise ConfigError(f"ssh-tunnel needs nodes: {len(OWNERS)} objects, one per role, in role order")
         if any(is_local(n.get("host")) for n in nodes):
             raise ConfigError("ssh-tunnel nodes are SSH hosts (user@address), not this machine")
-        return [_node(i, n, config) for i, n in enumerate(nodes)]
-    if is_local(config.get("host")):
+    if transport != "ssh-tunnel" and is_local(config.get("host")):
         return []
-    return [_node(0, config, config)]
+    try:
+        entries = lane_config.node_entries(config)
+    except lane_config.LaneConfigProblem as exc:
+        raise ConfigError(str(exc)) from None
+    return [_node(i, n, config) for i, n in enumerate(entries)]
 
 
 def node_minors(config: dict[str, Any]) -> list[Any] | None:

@@ -83,6 +83,8 @@ class Node:
     #: Environment set for every command the lane runs on the node (the config's ``node_env``).
     env: dict[str, str] = field(default_factory=dict)
     python: str = "python3"
+    #: The node's observer account (the config's ``observer.user``): the recorder's, never the lane's.
+    observer_user: str = "root"
 
     @property
     def label(self) -> str:

@@ -1,0 +1,189 @@
+"""One reader of the lane config (observe/devices/lane_config.py): the lane and the recorder take the same defaults.
+
+The README's two-host config (samples/lane/README.md, "Two hosts") is written as the README shows it, its
+placeholders filled with the suite's two sshd nodes, and recorded: both nodes are observed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.paths import ROOT
+from tests.helpers.recorder import events, record
+from tests.helpers.sshd import SshNode
+
+README = ROOT / "samples" / "lane" / "README.md"
+UUID = "GPU-11111111-2222-3333-4444-555555555555"
+
+
+def readme_block(after: str) -> str:
+    """The first ```json block of the lane README after the line starting with ``after``."""
+    text = README.read_text()
+    start = text.index("\n" + after)
+    found = re.search(r"```json\n(.*?)```", text[start:], re.S)
+    assert found, after
+    return found.group(1)
+
+
+def fill(text: str, values: dict[str, str]) -> dict[str, Any]:
+    """The README's config with each placeholder replaced (every one must occur)."""
+    for placeholder, value in values.items():
+        assert placeholder in text, placeholder
+        text = text.replace(placeholder, value)
+    return dict(json.loads(text))
+
+
+TOP = {
+    "owner": "o",
+    "pod_ids": ["a", "b"],
+    "transport": "ssh-tunnel",
+    "port": 2222,
+    "ssh_key": "/keys/lane",
+    "known_hosts": "/keys/known",
+    "remote_root": "/srv/lane",
+    "python": "/opt/py/bin/python3",
+    "node_env": {"A": "1", "B": "2"},
+    "observer": {"user": "watch"},
+}
+
+
+def test_each_ssh_tunnel_node_takes_the_top_levels_defaults() -> None:
+    from observe.devices.lane_config import node_entries, observer_of
+
+    config = {
+        **TOP,
+        "nodes": [
+            {"host": "lane@a", "minors": [0]},
+            {"host": "lane@b", "port": 22, "node_env": {"B": "3"}, "observer": {"python": "/usr/bin/python3.12"}},
+        ],
+    }
+    a, b = node_entries(config)
+    assert (2222, "/keys/lane", "/keys/known", "/srv/lane", {"A": "1", "B": "2"}) == tuple(
+        a[k] for k in ("port", "ssh_key", "known_hosts", "remote_root", "node_env")
+    )
+    assert (22, {"A": "1", "B": "3"}) == (b["port"], b["node_env"])
+    assert ("watch", "/usr/bin/python3") == tuple(vars(observer_of(a)).values())
+    assert ("watch", "/usr/bin/python3.12") == tuple(vars(observer_of(b)).values())
+    assert ("root", "/usr/bin/python3") == tuple(vars(observer_of({})).values())
+
+
+@pytest.mark.parametrize(
+    ("observer", "message"),
+    [
+        ("root", "observer must be an object"),
+        ({"user": "root", "key": "/k"}, "observer must be an object"),
+        ({"user": "a@b"}, "is not an account name"),
+        ({"python": "python3"}, "must be an absolute path"),
+    ],
+)
+def test_a_malformed_observer_is_named_by_both_readers(observer: Any, message: str, tmp_path: Path) -> None:
+    """The lane refuses it (ConfigError) and the recorder says it, with one message: the config never names a key."""
+    from observe.devices.lane_nodes import lane_nodes
+
+    config = {**TOP, "minors": [0, 0], "nodes": [{"host": "lane@a"}, {"host": "lane@b"}], "observer": observer}
+    nodes, problems = lane_nodes(config, str(tmp_path), str(tmp_path))
+    assert ([], 2) == (nodes, len(problems))
+    assert all(message in p for p in problems), problems
+    path = tmp_path / "lane.json"
+    path.write_text(json.dumps(config))
+    lane = _lanekit(
+        "from lanekit.config import load_config, ConfigError\n"
+        f"try:\n load_config({str(path)!r})\nexcept ConfigError as e:\n print(e)"
+    )
+    assert message in lane, lane
+    assert lane.startswith("node 0: "), lane
+
+
+def _lanekit(code: str) -> str:
+    """Run ``code`` as the lane runs (PYTHONPATH=samples/lane only, from another folder); its stdout."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(ROOT / "samples" / "lane")
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {env['PYTHONPATH']!r})\n{code}"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert 0 == done.returncode, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_lane_and_the_recorder_read_the_readme_config_alike(tmp_path: Path) -> None:
+    """The README's two-host config: the lane (with only samples/lane on its path) and the recorder name the same
+    nodes, ports, known_hosts and observer account."""
+    from observe.devices.lane_nodes import lane_nodes
+
+    path = tmp_path / "lane.json"
+    path.write_text(readme_block("Two hosts"))
+    lane = json.loads(
+        _lanekit(
+            "import json\nfrom lanekit.config import load_config, parse_nodes\n"
+            f"print(json.dumps([[n.host, n.port, n.known_hosts, n.remote_root, n.observer_user, n.ssh_key]"
+            f" for n in parse_nodes(load_config({str(path)!r}))]))"
+        )
+    )
+    nodes, problems = lane_nodes(json.loads(path.read_text()), str(tmp_path), str(tmp_path))
+    assert [] == problems
+    assert [[n.host, n.port, n.known_hosts, n.user] for n in nodes] == [[h, p, k, o] for h, p, k, _r, o, _s in lane]
+    assert {"/absolute/known_hosts"} == {n.known_hosts for n in nodes}
+    assert {("/absolute/private-key-path", "root")} == {(s, o) for *_, o, s in lane}
+
+
+def two_host_config(a: SshNode, b: SshNode, folder: Path) -> Path:
+    """The README's two-host config, its placeholders filled with the suite's two nodes (one key authorised on both,
+    one known_hosts listing both)."""
+    key = a.ssh_key
+    pub = (a.folder / "id_ed25519.pub").read_text()
+    for node in (a, b):
+        keys = node.folder / "authorized_keys"
+        if pub not in keys.read_text():
+            keys.write_text(keys.read_text() + pub)
+    known = folder / "known_hosts"
+    known.write_text(a.known_hosts.read_text() + b.known_hosts.read_text())
+    text = readme_block("Two hosts")
+    text = re.sub(r'("host": "root@pod-a", "port": )22', rf"\g<1>{a.port}", text)
+    text = re.sub(r'("host": "root@pod-b", "port": )22', rf"\g<1>{b.port}", text)
+    config = fill(
+        text,
+        {
+            "/absolute/private-key-path": str(key),
+            "/absolute/known_hosts": str(known),
+            "root@pod-a": a.host,
+            "root@pod-b": b.host,
+            "/tmp/alpha-a-your-unique-run": str(a.root),
+            "/tmp/alpha-b-your-unique-run": str(b.root),
+        },
+    )
+    path = folder / "lane.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_the_readmes_two_host_config_observes_both_nodes(ssh_nodes: tuple[SshNode, SshNode], tmp_path: Path) -> None:
+    """Recorded with the README's two-host config (port per node, key and known_hosts at the top level only): each
+    node's start and end observation, its host key verified."""
+    a, b = ssh_nodes
+    config = two_host_config(a, b, tmp_path)
+    sim = tmp_path / "gpus.json"
+    gpu = {"index": 0, "minor": 0, "uuid": UUID, "name": "NVIDIA H200", "memory": 141 << 30}
+    sim.write_text(json.dumps({"driver": "580.159.04", "gpus": [gpu], "processes": []}))
+    env = {"ALPHA_PARTITIONED_DEVICE_CONFIG": str(config), "ALPHA_OBSERVE_SIMULATED_GPUS": str(sim)}
+    proc, path = record(tmp_path, ["sleep", "0.5"], "--sample-interval", "0.2", env=env)
+    assert 0 == proc.returncode, proc.stderr.decode()
+    evs = events(path)
+    for node in (a, b):
+        mine = [e for e in evs if e.kind == "device.observed" and (e.attrs.get("node") or {}).get("port") == node.port]
+        assert ["simulated", "simulated"] == [mine[0].attrs["observer"], mine[-1].attrs["observer"]], mine[0].attrs
+        assert ["start", "end"] == [mine[0].attrs["phase"], mine[-1].attrs["phase"]]
+        assert mine[0].attrs["node"]["host_key_verified"]
