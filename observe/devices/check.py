@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from observe.devices.lane_config import node_entries
 from observe.devices.lane_nodes import Node, lane_nodes
 from observe.devices.observers import ENV_SIMULATED, lane_configs
 
@@ -121,37 +122,26 @@ def default_config(env: Mapping[str, str]) -> list[tuple[str, str]]:
 # -- the config's lane-side facts per node -------------------------------------------------------
 
 
-def _entries(config: dict[str, Any]) -> list[tuple[dict[str, Any], tuple[int, ...]]]:
-    """Each node entry with the top level's defaults, and its roles (indices; empty: every role)."""
-    if config.get("transport") == "ssh-tunnel" and isinstance(config.get("nodes"), list):
-        keys = ("port", "ssh_key", "known_hosts", "remote_root", "python", "observer")
-        out: list[tuple[dict[str, Any], tuple[int, ...]]] = []
-        for i, entry in enumerate(config["nodes"]):
-            if isinstance(entry, dict):
-                env = {**_str_map(config.get("node_env")), **_str_map(entry.get("node_env"))}
-                merged = {**{k: config[k] for k in keys if k in config}, **entry, "node_env": env}
-                out.append((merged, (i,)))
-        return out
-    return [({**config, "node_env": _str_map(config.get("node_env"))}, ())]
-
-
 def _str_map(value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         return {}
     return {str(k): str(v) for k, v in value.items()}
 
 
-def _minors(config: dict[str, Any], roles: tuple[int, ...], entry: dict[str, Any]) -> list[tuple[str, int]]:
-    """``(role, minor)`` the config binds on this node."""
+def _minors(config: dict[str, Any], entries: list[dict[str, Any]], roles: tuple[int, ...]) -> list[tuple[str, int]]:
+    """``(role, minor)`` the config binds on a node: ``roles`` of the ``ssh-tunnel`` nodes (each its entry's
+    ``minors``, else the top level's in role order), or every role of a ``loopback`` pod (empty ``roles``)."""
     top = config.get("minors")
-    if roles:
-        own = entry.get("minors")
+    if not roles:
+        return [(f"owner-{i}", m) for i, m in enumerate(top) if isinstance(m, int)] if isinstance(top, list) else []
+    found: list[tuple[str, int]] = []
+    for role in roles:
+        own = entries[role].get("minors") if role < len(entries) else None
         if isinstance(own, list):
-            return [(f"owner-{roles[0]}" + (f".{k}" if len(own) > 1 else ""), m) for k, m in enumerate(own)]
-        if isinstance(top, list) and roles[0] < len(top):
-            return [(f"owner-{roles[0]}", top[roles[0]])]
-        return []
-    return [(f"owner-{i}", m) for i, m in enumerate(top)] if isinstance(top, list) else []
+            found += [(f"owner-{role}", m) for m in own if isinstance(m, int)]
+        elif isinstance(top, list) and role < len(top) and isinstance(top[role], int):
+            found.append((f"owner-{role}", top[role]))
+    return found
 
 
 # -- the observer, as a recording runs it ---------------------------------------------------------
@@ -247,6 +237,19 @@ def _observer_rows(report: NodeReport, node: Node, start: dict[str, Any] | None,
             )
 
 
+# -- the two logins ---------------------------------------------------------------------------------
+
+
+def _as_observer(node: Node, key: str | None) -> Node:
+    """The node as the recorder's observer reaches it: its observer account, with the observer's key."""
+    return replace(node, lane_user=node.user, ssh_key=key) if key else node
+
+
+def _as_lane(node: Node) -> Node:
+    """The node as the lane reaches it: the ``host``'s account, with the config's ``ssh_key``."""
+    return node
+
+
 # -- the lane's own account ------------------------------------------------------------------------
 
 
@@ -264,7 +267,7 @@ def _lane_probe(node: Node, entry: dict[str, Any], uuid: str | None) -> tuple[di
     try:
         python = str(entry.get("python") or "python3")
         root = str(entry.get("remote_root") or "")
-        env = entry.get("node_env") or {}
+        env = _str_map(entry.get("node_env"))
         words = [python, "-c", PROBE, root or ".", *([uuid] if uuid else [])]
         prefix = ["env", *(f"{k}={v}" for k, v in sorted(env.items()))] if env else []
         channel = transport.open_session(timeout=CONNECT_TIMEOUT)
@@ -289,18 +292,18 @@ def _lane_probe(node: Node, entry: dict[str, Any], uuid: str | None) -> tuple[di
     return (answer if isinstance(answer, dict) else None), None
 
 
-def _lane_rows(report: NodeReport, node: Node, entry: dict[str, Any], observer_user: str, uuid: str | None) -> None:
-    if node.user == observer_user:
+def _lane_rows(report: NodeReport, node: Node, entry: dict[str, Any], uuid: str | None) -> None:
+    if node.lane_user == node.user:
         report.add(
             "lane account",
-            node.user,
-            f"the lane's account is the observer's ({observer_user}): whatever the lane plants in it runs in the "
+            node.lane_user,
+            f"the lane's account is the observer's ({node.user}): whatever the lane plants in it runs in the "
             'observer; give the lane an account of its own (useradd, its authorized_keys) or set "observer": '
             '{"user": ...} to another account',
         )
-    answer, why = _lane_probe(node, entry, uuid)
+    answer, why = _lane_probe(_as_lane(node), entry, uuid)
     if answer is None:
-        report.add("lane login", f"{node.user} with {node.ssh_key}", why)
+        report.add("lane login", f"{node.lane_user} with {node.ssh_key}", why)
         return
     uid = answer.get("uid")
     report.add(
@@ -381,22 +384,16 @@ def check_config(
     if not nodes and not wrong:
         raise ConfigUnusable(f"{name}: {path} names no remote node (host absent or local): nothing to reach")
     described = {"env": name, "path": real, "sha256": hashlib.sha256(data).hexdigest()}
-    entries = _entries(doc)
+    entries = node_entries(doc)  # lane_nodes read it already: no LaneConfigProblem here
     for node in nodes:
-        entry = entries[node.roles[0]][0] if node.roles and node.roles[0] < len(entries) else entries[0][0]
-        if node.roles:
-            minors = [pair for r in node.roles if r < len(entries) for pair in _minors(doc, (r,), entries[r][0])]
-        else:
-            minors = _minors(doc, (), entry)
-        observer_cfg = entry.get("observer")
-        observer_user = str((observer_cfg if isinstance(observer_cfg, dict) else {}).get("user") or "root")
-        # Without an observer key a recording logs in as the lane's own account with its key.
-        seen_as = replace(node, user=observer_user, ssh_key=observer_key) if observer_key else node
+        entry = entries[node.roles[0] if node.roles else 0]
+        minors = _minors(doc, entries, node.roles)
         row = NodeReport(f"{node.host} port {node.port}")
         report.nodes.append(row)
-        start, _kinds = _observe(seen_as, env, described)
-        _observer_rows(row, seen_as, start, minors)
-        _lane_rows(row, node, entry, seen_as.user, _bound_uuid(start, minors))
+        observer = _as_observer(node, observer_key)
+        start, _kinds = _observe(observer, env, described)
+        _observer_rows(row, observer, start, minors)
+        _lane_rows(row, node, entry, _bound_uuid(start, minors))
     return report
 
 
