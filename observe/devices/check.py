@@ -182,10 +182,11 @@ def _observe(node: Node, env: Mapping[str, str], config: dict[str, str]) -> tupl
     return start, kinds
 
 
-def _observer_rows(report: NodeReport, node: Node, start: dict[str, Any] | None, minors: list[tuple[str, int]]) -> None:
+def _observer_rows(report: NodeReport, node: Node, start: dict[str, Any] | None, minors: list[tuple[str, int]]) -> bool:
+    """The observer's rows; whether the node was reached and its host key verified."""
     if start is None:
         report.add("reachable", "no answer", f"no observation within {START_TIMEOUT:.0f} s")
-        return
+        return False
     facts = start.get("node") or {}
     refused = facts.get("refused")
     error = start.get("error")
@@ -196,17 +197,17 @@ def _observer_rows(report: NodeReport, node: Node, start: dict[str, Any] | None,
         None if reached else (error or "unreachable"),
     )
     if not reached:
-        return
+        return False
     key = facts["host_key"]
     if facts.get("host_key_verified"):
         report.add("host key", f"{key['type']} {key['sha256']} (in {node.known_hosts})")
     else:
         problem = error or refused or "not verified"
         report.add("host key", f"{key['type']} {key['sha256']}", problem)
-        return
+        return False
     if refused:
         report.add("observer login", "refused", error)
-        return
+        return True
     python = facts.get("python")
     report.add(
         "observer interpreter",
@@ -222,7 +223,11 @@ def _observer_rows(report: NodeReport, node: Node, start: dict[str, Any] | None,
         source = (start.get("simulated_from") or {}).get("path")
         report.add("NVML and driver", f"simulated ({source}), driver {driver}: never physical evidence")
     else:
-        report.add("NVML and driver", str(observer), error or "no NVML on the node")
+        report.add(
+            "NVML and driver", str(observer), f"no NVML on the node: {error}" if error else "no NVML on the node"
+        )
+        report.add("GPUs", "not observed", None)  # the cause is the row above
+        return True
     gpus = start.get("gpus") or []
     present = {g.get("minor"): g for g in gpus}
     listed = ", ".join(f"minor {g.get('minor')} {g.get('uuid')} {g.get('name')}" for g in gpus) or "none"
@@ -235,6 +240,7 @@ def _observer_rows(report: NodeReport, node: Node, start: dict[str, Any] | None,
             report.add(
                 f"minor {minor} ({role})", "absent", f"the config binds {role} to minor {minor}; the node has {have}"
             )
+    return True
 
 
 # -- the two logins ---------------------------------------------------------------------------------
@@ -392,8 +398,10 @@ def check_config(
         report.nodes.append(row)
         observer = _as_observer(node, observer_key)
         start, _kinds = _observe(observer, env, described)
-        _observer_rows(row, observer, start, minors)
-        _lane_rows(row, node, entry, _bound_uuid(start, minors))
+        if _observer_rows(row, observer, start, minors):
+            _lane_rows(row, node, entry, _bound_uuid(start, minors))
+        else:  # the lane's login would meet the same node and key
+            row.add("lane login", "not tried: the node was not reached with a verified host key")
     return report
 
 

@@ -200,6 +200,12 @@ def test_an_unknown_host_key_names_the_keyscan_line_which_works(pod: Pod, tmp_pa
     assert line in out
     assert f"[127.0.0.1]:{port}" in out
     assert "every node would be observed" not in out
+    said = (
+        f"refused (host-key-unknown): {known} lists no host key for [127.0.0.1]:{port}; check its fingerprint, "
+        f"then: ssh-keyscan -p {port} 127.0.0.1 >> {known} (known_hosts names it [127.0.0.1]:{port})"
+    )
+    assert said in out  # as docs/NODES.md shows it
+    assert "not tried: the node was not reached with a verified host key" in out  # one cause, said once
     # The hint as printed adds the key; the node then checks out.
     subprocess.run(line, shell=True, check=True, capture_output=True, timeout=30)
     code, out = _check(pod, tmp_path, pod.config(known_hosts=str(known)))
@@ -287,3 +293,70 @@ def test_lane_check_refuses_an_unknown_host_key_with_the_keyscan_line(pod: Pod, 
     assert done.stderr.startswith("refused: host-key-unknown:")
     assert f"ssh-keyscan -p {port} 127.0.0.1 >> {known}" in done.stderr
     assert f"[127.0.0.1]:{port}" in done.stderr
+
+
+# -- docs/NODES.md, as written (placeholders filled) -----------------------------------------------
+
+DOC = ROOT / "docs" / "NODES.md"
+
+
+def _doc_blocks(kind: str) -> list[str]:
+    import re
+
+    return re.findall(rf"```{kind}\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
+
+
+def _filled(text: str, pod: Pod, folder: Path) -> str:
+    """A block of the doc with its placeholders filled for the test node."""
+    for placeholder, value in (
+        ("lane@pod-address", f"{LANE_USER}@127.0.0.1"),
+        ('"port": 22', f'"port": {pod.node.port}'),
+        ("/absolute/lane-key-path", str(pod.lane_key)),
+        ("/absolute/known_hosts", str(pod.node.known_hosts)),
+        ("/tmp/alpha-your-unique-run", str(pod.remote_root)),
+        ("/absolute/checkout/samples/lane/testing", str(pod.testing)),
+        ("/absolute/observer-key-path", str(pod.node.ssh_key)),
+        ("config.json", str(folder / "config.json")),
+        (" out ", f" {folder / 'out'} "),
+    ):
+        text = text.replace(placeholder, value)
+    return text
+
+
+def _bash(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=ROOT,
+        env=child_env({"TMPDIR": str(folder)}),
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+
+
+def test_the_docs_commands_and_configs_run(pod: Pod, tmp_path: Path) -> None:
+    """Each config and command docs/NODES.md shows runs as written: on a node without GPUs the pod config
+    is named (no NVML, no torch, no nvidia-smi) by both checks; with the CPU doubles both exit 0 and the
+    output has every row the doc shows."""
+    pod_config, doubles_config = _doc_blocks("json")
+    both, doubles = _doc_blocks("sh")
+    export, nodes_line, lane_line = _filled(both, pod, tmp_path).strip().splitlines()
+    (tmp_path / "config.json").write_text(_filled(pod_config, pod, tmp_path))
+    done = _bash(f"{export}\n{nodes_line}", tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "no NVML on the node" in done.stdout
+    done = _bash(lane_line, tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "nvidia-smi cannot be queried" in done.stdout
+
+    (tmp_path / "config.json").write_text(_filled(doubles_config, pod, tmp_path))
+    done = _bash(f"{export}\n{_filled(doubles, pod, tmp_path)}", tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "every node would be observed; nothing was recorded" in done.stdout
+    assert "the coordinates lane could run on every node" in done.stdout
+    shown = _doc_blocks("text")[0]
+    for line in shown.splitlines():
+        if line.startswith("  ok"):
+            label = line[11:33].strip()
+            assert f"  {label}  " in done.stdout or f"  {label} " in done.stdout, label
