@@ -360,3 +360,28 @@ def test_the_docs_commands_and_configs_run(pod: Pod, tmp_path: Path) -> None:
         if line.startswith("  ok"):
             label = line[11:33].strip()
             assert f"  {label}  " in done.stdout or f"  {label} " in done.stdout, label
+
+
+def test_a_recording_names_the_keyscan_line_too(pod: Pod, tmp_path: Path) -> None:
+    """The recorder's own reason for an unknown host key (device.observed of observer none) names the same line."""
+    from aos.reader import read_stream
+
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(pod.config(known_hosts=str(known))))
+    stream = tmp_path / "run.aos"
+    done = alpha(
+        "observe", "record", "--quiet", "--out", str(stream), "--", "true",
+        cwd=tmp_path, env={"ALPHA_COORDINATE_DEVICE_CONFIG": str(path)}, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    errors = [
+        e.attrs.get("error") or ""
+        for e in read_stream(stream).events
+        if e.kind == "device.observed" and isinstance(e.attrs.get("node"), dict)
+    ]
+    port = pod.node.port
+    assert any(
+        f"ssh-keyscan -p {port} 127.0.0.1 >> {known} (known_hosts names it [127.0.0.1]:{port})" in e for e in errors
+    )
