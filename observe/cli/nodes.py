@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-import tempfile
-from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from observe.cli.options import Exit, example, option, reports_refusals
+from observe.cli.options import Exit, example, observer_key_options, reports_refusals
+
+if TYPE_CHECKING:
+    from observe.devices.remote import ObserverKey
 
 __all__ = ["COMMANDS", "nodes_check_command", "nodes_group"]
 
@@ -21,30 +23,20 @@ def nodes_group() -> None:
     """The remote nodes a lane config names, as the recorder reaches them."""
 
 
-@contextlib.contextmanager
-def _key_file(path: str | None, env_name: str | None) -> Iterator[str | None]:
-    """The observer's private key as a file: ``--observer-key FILE`` as is, ``--observer-key-env NAME`` in a
-    private temporary file removed at the end (this command records nothing and runs no other command)."""
+def _observer_key(path: Path | None, env_name: str | None) -> ObserverKey | None:
+    """The observer's key as ``record`` and ``gate`` take it (``env``: from the variable; ``file``: the file)."""
+    from observe.devices.remote import ObserverKey
+
     if path is not None and env_name is not None:
-        raise click.UsageError("give the observer's key once: --observer-key FILE or --observer-key-env NAME")
-    if env_name is None:
-        yield path
-        return
-    value = os.environ.get(env_name, "")
-    if not value.strip():
-        raise click.UsageError(f"--observer-key-env {env_name}: the variable is not set or empty")
-    folder = tempfile.mkdtemp(prefix="alpha-nodes-")
-    key = os.path.join(folder, "observer-key")
-    try:
-        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(value if value.endswith("\n") else value + "\n")
-        yield key
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(key)
-        with contextlib.suppress(OSError):
-            os.rmdir(folder)
+        raise click.UsageError("give the observer key once: --observer-key-env NAME or --observer-key FILE")
+    if env_name is not None:
+        value = os.environ.get(env_name, "")
+        if not value.strip():
+            raise click.BadParameter(f"{env_name}: the variable is not set or empty", param_hint="--observer-key-env")
+        return ObserverKey("env", f"${env_name}", value)
+    if path is not None:
+        return ObserverKey("file", str(path), path.read_text(encoding="utf-8", errors="surrogateescape"))
+    return None
 
 
 @example(
@@ -53,23 +45,9 @@ def _key_file(path: str | None, env_name: str | None) -> Iterator[str | None]:
 )
 @nodes_group.command("check")
 @click.argument("config", required=False, type=click.Path(dir_okay=False))
-@option(
-    "--observer-key-env",
-    "observer_key_env",
-    metavar="NAME",
-    default=None,
-    help="The observer account's private key, from environment variable NAME (as record and gate take it).",
-)
-@option(
-    "--observer-key",
-    "observer_key",
-    metavar="FILE",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="The observer account's private key, from a file.",
-)
+@observer_key_options
 @reports_refusals()
-def nodes_check_command(config: str | None, observer_key_env: str | None, observer_key: str | None) -> None:
+def nodes_check_command(config: str | None, observer_key_env: str | None, observer_key: Path | None) -> None:
     """Reach every node CONFIG names as a recording would, and say what would keep it from observing them.
 
     CONFIG defaults to the device configs the environment names (ALPHA_*_DEVICE_CONFIG).
@@ -90,14 +68,14 @@ def nodes_check_command(config: str | None, observer_key_env: str | None, observ
         if not configs:
             raise NodesConfig("no CONFIG given and no ALPHA_*_DEVICE_CONFIG variable set: name the lane config")
     problems: list[str] = []
-    with _key_file(observer_key, observer_key_env) as key:
-        for name, path in configs:
-            try:
-                report = check_config(name, path, os.environ, observer_key=key)
-            except ConfigUnusable as exc:
-                raise NodesConfig(str(exc)) from None
-            _print(report)
-            problems += report.problems
+    key = _observer_key(observer_key, observer_key_env)
+    for name, path in configs:
+        try:
+            report = check_config(name, path, os.environ, observer_key=key)
+        except ConfigUnusable as exc:
+            raise NodesConfig(str(exc)) from None
+        _print(report)
+        problems += report.problems
     if problems:
         click.echo(
             f"\n{len(problems)} problem{'s' if len(problems) != 1 else ''}; a recording would not observe every node:"

@@ -50,6 +50,7 @@ __all__ = [
     "example",
     "gate_file_option",
     "json_option",
+    "observer_key_options",
     "one_blas_thread",
     "option",
     "options_from_click",
@@ -389,6 +390,34 @@ _SIGN_KEY_OPTIONS = [
     ),
 ]
 
+#: ``--observer-key-env NAME`` and ``--observer-key FILE``: the private key the recorder logs into the lane's
+#: nodes' observer accounts with (at most one of them; the lane config never names it).
+_OBSERVER_KEY_OPTIONS = [
+    click.option(
+        "--observer-key-env",
+        default=None,
+        metavar="NAME",
+        help="Log into each node's observer account with the SSH private key in environment variable NAME, "
+        "which is removed from the command's environment: the command never sees the key.",
+    ),
+    click.option(
+        "--observer-key",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        metavar="FILE",
+        help="Log into each node's observer account with this SSH private key file (recorded as key: file; the "
+        "command, running as you, can read it: a node observed so is never physical evidence).",
+    ),
+]
+
+
+def observer_key_options(func: F) -> F:
+    """``--observer-key-env NAME`` and ``--observer-key FILE`` (``observer_key_env``, ``observer_key``), as
+    ``record`` and ``gate`` take them (``alpha observe nodes check`` too)."""
+    for decorate in reversed(_OBSERVER_KEY_OPTIONS):
+        func = decorate(func)
+    return func
+
 
 def recording_options(func: F) -> F:
     """Add the recording options that ``record`` and ``gate`` share."""
@@ -425,6 +454,7 @@ def recording_options(func: F) -> F:
             "stream, and stdin is forwarded to it (end of input is the terminal's end of file).",
         ),
         *_SIGN_KEY_OPTIONS,
+        *_OBSERVER_KEY_OPTIONS,
         click.option("--mask", multiple=True, metavar="VALUE", help="Mask VALUE in everything recorded (repeatable)."),
         click.option(
             "--mask-env",
@@ -518,6 +548,13 @@ def options_from_click(**kwargs: Any) -> RecordOptions:
         labels = _parse_label(None, None, tuple(labels))  # type: ignore[arg-type]
     if kwargs.get("sign_key") is not None and kwargs.get("sign_key_env") is not None:
         raise click.UsageError("give the signing key once: --sign-key FILE or --sign-key-env NAME")
+    observer_key_env = kwargs.get("observer_key_env")
+    if observer_key_env is not None and kwargs.get("observer_key") is not None:
+        raise click.UsageError("give the observer key once: --observer-key-env NAME or --observer-key FILE")
+    if observer_key_env is not None and not os.environ.get(observer_key_env, "").strip():
+        raise click.BadParameter(
+            f"{observer_key_env}: the variable is not set or empty", param_hint="--observer-key-env"
+        )
     try:  # read now, before the command runs: a mask that cannot be read must not record in clear
         from_files = mask_file_values(kwargs.get("mask_file") or ())
     except ValueError as exc:
@@ -529,6 +566,8 @@ def options_from_click(**kwargs: Any) -> RecordOptions:
         pty=bool(kwargs.get("pty")),
         sign_key=kwargs.get("sign_key"),
         sign_key_env=kwargs.get("sign_key_env"),
+        observer_key=kwargs.get("observer_key"),
+        observer_key_env=observer_key_env,
         masks=(*(kwargs.get("mask") or ()), *from_files),
         mask_env=tuple(kwargs.get("mask_env") or ()),
         env=tuple(kwargs.get("env_names") or ()),

@@ -25,11 +25,14 @@ import shlex
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from observe.devices.lane_config import node_entries
 from observe.devices.lane_nodes import Node, lane_nodes
 from observe.devices.observers import ENV_SIMULATED, lane_configs
+
+if TYPE_CHECKING:
+    from observe.devices.remote import ObserverKey
 
 __all__ = ["MIN_FREE_BYTES", "PROBE", "NodeReport", "Report", "Row", "check_config", "default_config"]
 
@@ -147,7 +150,9 @@ def _minors(config: dict[str, Any], entries: list[dict[str, Any]], roles: tuple[
 # -- the observer, as a recording runs it ---------------------------------------------------------
 
 
-def _observe(node: Node, env: Mapping[str, str], config: dict[str, str]) -> tuple[dict[str, Any] | None, list[str]]:
+def _observe(
+    node: Node, env: Mapping[str, str], config: dict[str, str], key: ObserverKey | None
+) -> tuple[dict[str, Any] | None, list[str]]:
     """The node's start observation (None when none came), and the kinds of events that followed."""
     import base64
 
@@ -170,7 +175,7 @@ def _observe(node: Node, env: Mapping[str, str], config: dict[str, str]) -> tupl
         except OSError:
             data = b""
         simulated = {"path": os.path.abspath(sim_path), "data_b64": base64.b64encode(data).decode()}
-    link = NodeLink(node, build_bundle(), interval=1.0, simulated=simulated, config=config, append=append)
+    link = NodeLink(node, build_bundle(), interval=1.0, simulated=simulated, config=config, append=append, key=key)
     link.start()
     try:
         pending = link.take_start(START_TIMEOUT)
@@ -206,13 +211,50 @@ def _observer_rows(report: NodeReport, node: Node, start: dict[str, Any] | None,
         report.add("host key", f"{key['type']} {key['sha256']}", problem)
         return False
     if refused:
-        report.add("observer login", "refused", error)
+        report.add("observer login", f"{node.user} refused ({refused})", error)
         return True
+    source = facts.get("key")
+    report.add(
+        "observer login",
+        f"{node.user} uid {facts.get('observer_uid')}, key from {'the environment' if source == 'env' else source}",
+        None
+        if source == "env"
+        else "the observer's key is a file the recorded command could read (--observer-key): the node is observed "
+        "but never physical evidence; give it with --observer-key-env NAME",
+    )
     python = facts.get("python")
+    isolated = facts.get("isolated")
     report.add(
         "observer interpreter",
-        f"python {python}" if python else "none",
-        None if python else (error or "the observer did not start"),
+        f"{facts.get('executable')} (python {python}, sha256 {facts.get('executable_sha256')})"
+        + (", isolated (-I -S)" if isolated else ""),
+        None if python and isolated else (error or "the observer's interpreter did not run isolated (-I -S)"),
+    )
+    lane_uid = facts.get("lane_uid")
+    if node.lane_user == node.user:
+        problem = (
+            f"the lane's account is the observer's ({node.user}): whatever the lane plants in it runs in the "
+            'observer; give the lane an account of its own (useradd, its authorized_keys) or name another in "observer"'
+        )
+    elif lane_uid == 0:
+        problem = (
+            f"the lane's account {node.lane_user} is root (uid 0) on the node: root can forge what the observer "
+            "reads; use an unprivileged account (useradd; the GPU device files are usually 0666)"
+        )
+    elif lane_uid is None:
+        problem = f"the node has no account {node.lane_user}"
+    else:
+        problem = None
+    report.add("lane account", f"{node.lane_user} uid {lane_uid}", problem)
+    others = [x for x in facts.get("sessions") or [] if isinstance(x, dict)]
+    risky = [x for x in others if x.get("user") in (node.user, "root")]
+    report.add(
+        "other sessions",
+        ", ".join(f"{x.get('user')} (pid {x.get('pid')})" for x in others) or "none",
+        None
+        if not risky
+        else f"another session of {node.user} or root is open on the node; a recording while it stays open is "
+        "inconclusive",
     )
     observer = start.get("observer")
     driver = start.get("driver")
@@ -243,30 +285,44 @@ def _observer_rows(report: NodeReport, node: Node, start: dict[str, Any] | None,
     return True
 
 
-# -- the two logins ---------------------------------------------------------------------------------
-
-
-def _as_observer(node: Node, key: str | None) -> Node:
-    """The node as the recorder's observer reaches it: its observer account, with the observer's key."""
-    return replace(node, lane_user=node.user, ssh_key=key) if key else node
-
-
-def _as_lane(node: Node) -> Node:
-    """The node as the lane reaches it: the ``host``'s account, with the config's ``ssh_key``."""
-    return node
-
-
 # -- the lane's own account ------------------------------------------------------------------------
 
 
-def _lane_probe(node: Node, entry: dict[str, Any], uuid: str | None) -> tuple[dict[str, Any] | None, str | None]:
-    """The probe's answer as the lane account, or why there is none."""
-    from observe.devices.remote import CONNECT_TIMEOUT, Refused, _connect
+def lane_key(entry: Mapping[str, Any], base: str, home: str) -> str | None:
+    """The lane's private key file: the entry's ``ssh_key`` (``~/`` and relative to the config's folder), else
+    ``~/.ssh/config``'s ``IdentityFile`` for the host (as the lane's OpenSSH client takes it)."""
+    from observe.devices.lane_nodes import _ssh_config
 
+    value = entry.get("ssh_key")
+    if not (isinstance(value, str) and value):
+        alias = str(entry.get("host") or "").rpartition("@")[2]
+        value = _ssh_config(os.path.join(home, ".ssh", "config"), alias).get("IdentityFile")
+    if not value:
+        return None
+    if value.startswith("~/"):
+        value = home + value[1:]
+    return value if os.path.isabs(value) else os.path.join(base, value)
+
+
+def _lane_probe(
+    node: Node, key: str | None, entry: dict[str, Any], uuid: str | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The probe's answer as the lane account (logged in with ``key``), or why there is none."""
+    from observe.devices.remote import CONNECT_TIMEOUT, ObserverKey, Refused, connect
+
+    if key is None:
+        return None, "the config names no ssh_key for the lane (and ~/.ssh/config no IdentityFile)"
+    try:
+        with open(key, encoding="utf-8", errors="surrogateescape") as f:
+            text = f.read(1 << 16)
+    except OSError as exc:
+        return None, f"cannot read the lane's ssh_key {key}: {exc.strerror or exc}"
     facts: dict[str, Any] = {}
     try:
-        transport = _connect(node, facts)
+        transport = connect(replace(node, user=node.lane_user), facts, ObserverKey("file", key, text))
     except Refused as exc:
+        if exc.reason == "login-refused":
+            return None, f"login-refused: {node.lane_user}@{node.address} refused the lane's ssh_key {key}"
         return None, f"{exc.reason}: {exc.detail}"
     except Exception as exc:  # noqa: BLE001 - said in the row
         return None, f"unreachable: {type(exc).__name__}: {exc}"
@@ -298,29 +354,12 @@ def _lane_probe(node: Node, entry: dict[str, Any], uuid: str | None) -> tuple[di
     return (answer if isinstance(answer, dict) else None), None
 
 
-def _lane_rows(report: NodeReport, node: Node, entry: dict[str, Any], uuid: str | None) -> None:
-    if node.lane_user == node.user:
-        report.add(
-            "lane account",
-            node.lane_user,
-            f"the lane's account is the observer's ({node.user}): whatever the lane plants in it runs in the "
-            'observer; give the lane an account of its own (useradd, its authorized_keys) or set "observer": '
-            '{"user": ...} to another account',
-        )
-    answer, why = _lane_probe(_as_lane(node), entry, uuid)
+def _lane_rows(report: NodeReport, node: Node, key: str | None, entry: dict[str, Any], uuid: str | None) -> None:
+    answer, why = _lane_probe(node, key, entry, uuid)
     if answer is None:
-        report.add("lane login", f"{node.lane_user} with {node.ssh_key}", why)
+        report.add("lane login", f"{node.lane_user} with {key}", why)
         return
-    uid = answer.get("uid")
-    report.add(
-        "lane uid",
-        f"{answer.get('user')} uid {uid}",
-        "the lane runs as root (uid 0) on the node: root can forge what the observer reads; use an unprivileged "
-        "account (useradd; the GPU device files are usually 0666)"
-        if uid == 0
-        else None,
-    )
-    report.add("lane python", f"{answer.get('executable')} {answer.get('python')}")
+    report.add("lane python", f"{answer.get('executable')} {answer.get('python')} as {answer.get('user')}")
     torch = answer.get("torch") or {}
     if "error" in torch:
         report.add(
@@ -363,12 +402,17 @@ def _lane_rows(report: NodeReport, node: Node, entry: dict[str, Any], uuid: str 
 
 
 def check_config(
-    name: str, path: str, env: Mapping[str, str], *, observer_key: str | None = None, home: str | None = None
+    name: str,
+    path: str,
+    env: Mapping[str, str],
+    *,
+    observer_key: ObserverKey | None = None,
+    home: str | None = None,
 ) -> Report:
     """Check every remote node of the lane config at ``path`` (``name``: the variable or the path given).
 
-    ``observer_key``: the observer's private key file (None: the node's own ``ssh_key``, as a recording
-    without an observer key logs in). Raises :class:`ConfigUnusable` when nothing can be checked.
+    ``observer_key``: the key the observer logs in with (None: none, as a recording without one: the node
+    is then refused, ``no-key``). Raises :class:`ConfigUnusable` when nothing can be checked.
     """
     import hashlib
 
@@ -389,6 +433,8 @@ def check_config(
         return report
     if not nodes and not wrong:
         raise ConfigUnusable(f"{name}: {path} names no remote node (host absent or local): nothing to reach")
+    if not nodes:
+        return report
     described = {"env": name, "path": real, "sha256": hashlib.sha256(data).hexdigest()}
     entries = node_entries(doc)  # lane_nodes read it already: no LaneConfigProblem here
     for node in nodes:
@@ -396,10 +442,9 @@ def check_config(
         minors = _minors(doc, entries, node.roles)
         row = NodeReport(f"{node.host} port {node.port}")
         report.nodes.append(row)
-        observer = _as_observer(node, observer_key)
-        start, _kinds = _observe(observer, env, described)
-        if _observer_rows(row, observer, start, minors):
-            _lane_rows(row, node, entry, _bound_uuid(start, minors))
+        start, _kinds = _observe(node, env, described, observer_key)
+        if _observer_rows(row, node, start, minors):
+            _lane_rows(row, node, lane_key(entry, os.path.dirname(real), home), entry, _bound_uuid(start, minors))
         else:  # the lane's login would meet the same node and key
             row.add("lane login", "not tried: the node was not reached with a verified host key")
     return report

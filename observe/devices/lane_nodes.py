@@ -3,17 +3,21 @@
 A lane config (docs/GATES.md, "Lane config") names the machine its roles run
 on: ``"host"`` absent or ``"local"`` is the recorder's own machine (observed
 locally, no SSH); any other host, ``localhost`` included, is ``USER@ADDRESS``
-(or ``ADDRESS``) reached over SSH at ``port`` (default 22) with ``ssh_key``,
-its host key verified against ``known_hosts`` (the config's file when named,
-else the user's ``~/.ssh/known_hosts``). ``"transport": "ssh-tunnel"`` names one
+(or ``ADDRESS``), ``USER`` the lane's account there, reached over SSH at
+``port`` (default 22), its host key verified against ``known_hosts`` (the
+config's file when named, else the user's ``~/.ssh/known_hosts``). The recorder
+logs into the node's observer account (``"observer": {"user", "python"}``,
+defaults root and /usr/bin/python3), never the lane's, with a key the config
+never names (observe.devices.remote); the lane's ``ssh_key`` is not its. ``"transport": "ssh-tunnel"`` names one
 node per role instead, in role order: ``"nodes": [{"host", "port", "ssh_key",
 "minors", "remote_root", "known_hosts", "observer"}, ...]``, each defaulting to
 the top level's (the one reader of both the lane and the recorder:
 observe.devices.lane_config).
 
 ``~/.ssh/config`` (the recorder's ``HOME``) is honoured for what the lane config
-leaves open: ``HostName``, ``User``, ``Port``, ``IdentityFile`` and
-``UserKnownHostsFile`` of the first matching ``Host`` blocks. Not honoured, by
+leaves open: ``HostName``, ``User`` (the lane's account), ``Port`` and
+``UserKnownHostsFile`` of the first matching ``Host`` blocks (not
+``IdentityFile``: that is the lane's key). Not honoured, by
 design: ``Match`` blocks (``Match exec`` would run a program), ``ProxyCommand``
 and ``ProxyJump`` (a program or a hop the command could reach), ``ControlMaster``
 and ``ControlPath`` (a shared connection is one the command could use),
@@ -48,8 +52,6 @@ class Node:
     lane_user: str
     #: The interpreter the observer runs as, by absolute path (the config's ``observer.python``).
     python: str
-    #: The lane's key (the config's ``ssh_key``, else ~/.ssh/config's ``IdentityFile``).
-    ssh_key: str | None
     known_hosts: str
     #: The roles (indices, in role order) that run on this node; empty for a ``loopback`` pod (all of them).
     roles: tuple[int, ...] = ()
@@ -128,9 +130,8 @@ def _node(entry: Mapping[str, Any], base: str, home: str, roles: tuple[int, ...]
             value = home + value[1:]
         return value if os.path.isabs(value) else os.path.join(base, value)
 
-    key = path(entry.get("ssh_key")) or path(ssh.get("IdentityFile"))
     known = path(entry.get("known_hosts")) or path(ssh.get("UserKnownHostsFile"))
-    used = {k: v for k, v in ssh.items() if k in ("HostName", "User", "Port", "IdentityFile", "UserKnownHostsFile")}
+    used = {k: v for k, v in ssh.items() if k in ("HostName", "User", "Port", "UserKnownHostsFile")}
     return Node(
         host=host,
         address=real,
@@ -138,7 +139,6 @@ def _node(entry: Mapping[str, Any], base: str, home: str, roles: tuple[int, ...]
         user=observer.user,
         lane_user=user,
         python=observer.python,
-        ssh_key=key,
         known_hosts=known or os.path.join(home, ".ssh", "known_hosts"),
         roles=roles,
         from_ssh_config=used,

@@ -6,9 +6,19 @@ SHA-256 against the digest the recorder named on the command line, and imports
 the modules from memory (nothing is written on the node). Then :func:`main`
 reads one setup line and streams JSON lines back on stdout, one object each:
 
-- ``{"type": "hello", "sha256", "python", "kernel", "namespace"}``: the digest
-  the node computed of the bundle it runs, its Python, ``uname`` and PID-namespace
-  facts (observe.devices.namespace, read on the node);
+- ``{"type": "hello", "sha256", "python", "kernel", "namespace", "executable",
+  "executable_sha256", "flags", "uid", "lane_uid", "sessions"}``: the digest the
+  node computed of the bundle it runs, its Python, ``uname`` and PID-namespace
+  facts (observe.devices.namespace, read on the node), the interpreter it runs as
+  (``/proc/self/exe``) and that file's SHA-256, whether it runs isolated
+  (``-I -S``), the observer account's uid, the lane account's uid (``pwd``, of
+  the setup's ``lane_user``; null when the node has no such account), and the
+  node's other SSH sessions (below);
+- ``{"type": "sessions", "sessions": [{"user", "uid", "pid"}, ...]}``: every
+  interval where they changed, each SSH session open on the node other than the
+  observer's own: a process titled ``sshd: USER@TTY`` (``sshd-session:`` on newer
+  OpenSSH), the post-login process of one connection, not among the observer's
+  own ancestors;
 - ``{"type": "device.observed", "attrs": {...}}``: an observation of the node's
   GPUs, with the schema of the recorder's own (observe.devices.observers), at
   ``start``, every interval when something changed (``sample``) and at ``end``;
@@ -28,8 +38,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -84,6 +96,77 @@ def _all_processes() -> Tree:
     me = os.getpid()
     parents.pop(me, None)
     return Tree(parents=parents, argv=_argv)
+
+
+#: An OpenSSH post-login process's title: ``sshd: USER@TTY`` (``notty`` without one).
+SESSION_TITLE = re.compile(rb"^sshd(?:-session)?: ([^\s@\[\]]+)@(\S+)")
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _ancestors() -> set[int]:
+    """This process and every ancestor of it (its own SSH session among them)."""
+    found, pid = set(), os.getpid()
+    while pid and pid not in found:
+        found.add(pid)
+        pid = _parent(pid) or 0
+    return found
+
+
+def _uid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def sessions(own: set[int]) -> list[dict[str, Any]]:
+    """Each SSH session open on the node but the observer's own (see the module), by pid."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in own:
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                title = f.read(4096)
+        except OSError:
+            continue
+        match = SESSION_TITLE.match(title.replace(b"\0", b" "))
+        if match:
+            user = match.group(1).decode("utf-8", "backslashreplace")
+            found.append({"user": user, "uid": _uid(int(name)), "pid": int(name)})
+    return sorted(found, key=lambda s: s["pid"])
+
+
+def _lane_uid(user: Any) -> int | None:
+    import pwd
+
+    try:
+        return pwd.getpwnam(str(user)).pw_uid if user else None
+    except KeyError:
+        return None
+
+
+def _exe_sha256() -> str | None:
+    digest = hashlib.sha256()
+    try:
+        with open("/proc/self/exe", "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
 
 
 def _open(setup: dict[str, Any]) -> Observer:
@@ -182,6 +265,12 @@ def main(digest: str) -> int:
     threading.Thread(target=listen, name="aos-node-stdin", daemon=True).start()
     u = os.uname()
     namespace = namespace_facts(os.environ)
+    own = _ancestors()
+    seen = sessions(own)
+    try:
+        executable: str | None = os.readlink("/proc/self/exe")
+    except OSError:
+        executable = None
     _emit(
         {
             "type": "hello",
@@ -189,6 +278,12 @@ def main(digest: str) -> int:
             "python": sys.version.split()[0],
             "kernel": {"sysname": u.sysname, "release": u.release, "version": u.version, "machine": u.machine},
             "namespace": namespace,
+            "executable": executable,
+            "executable_sha256": _exe_sha256(),
+            "flags": {"isolated": bool(sys.flags.isolated), "no_site": bool(sys.flags.no_site)},
+            "uid": os.getuid(),
+            "lane_uid": _lane_uid(setup.get("lane_user")),
+            "sessions": seen,
         }
     )
     node = _Node(_open(setup), namespace)
@@ -198,10 +293,17 @@ def main(digest: str) -> int:
     next_at = time.monotonic() + interval
     while not stop.wait(max(next_at - time.monotonic(), 0.0)):
         next_at = max(next_at + interval, time.monotonic())
+        now_open = sessions(own)
+        if now_open != seen:
+            seen = now_open
+            _emit({"type": "sessions", "sessions": seen})
         attrs, reading = node.observe("sample")
         _emit({"type": "telemetry", "attrs": {"gpus": gpu_telemetry(reading)}})
         if node.changed(attrs):
             _emit({"type": "device.observed", "attrs": attrs})
+    now_open = sessions(own)
+    if now_open != seen:
+        _emit({"type": "sessions", "sessions": now_open})
     attrs, _reading = node.observe("end")
     _emit({"type": "device.observed", "attrs": attrs})
     with contextlib.suppress(Exception):  # closing NVML must not lose the end observation

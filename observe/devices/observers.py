@@ -413,3 +413,94 @@ def gpu_telemetry(reading: DeviceReading) -> list[dict[str, Any]]:
         {"uuid": g.uuid, "utilization": g.utilization, "memory_used": g.memory_used, "temperature": g.temperature}
         for g in reading.gpus
     ]
+
+
+# -- the schema of an observation (docs/FORMAT.md): what a remote node's observer must send ------------
+
+_INT = (int,)
+_OPT_INT = (int, type(None))
+_OPT_STR = (str, type(None))
+_OPT_DICT = (dict, type(None))
+#: Each key of a ``device.observed`` event's attrs (as :func:`observation` makes them) and its types.
+OBSERVATION_SCHEMA: dict[str, tuple[type, ...]] = {
+    "phase": (str,),
+    "observer": (str,),
+    "library": _OPT_DICT,
+    "driver": _OPT_STR,
+    "cuda_driver": (str, int, type(None)),
+    "namespace": _OPT_DICT,
+    "gpus": (list,),
+    "processes": (list,),
+    "attribution": (str,),
+    "simulated_from": (str, dict, type(None)),
+    "error": _OPT_STR,
+}
+#: Each key of a GPU of an observation.
+GPU_SCHEMA: dict[str, tuple[type, ...]] = {
+    "index": _INT,
+    "minor": _INT,
+    "uuid": (str,),
+    "name": (str,),
+    "memory": _INT,
+    "memory_used": _OPT_INT,
+    "utilization": _OPT_INT,
+    "pci_bus_id": _OPT_STR,
+    "compute_mode": _OPT_STR,
+    "listed_memory": _OPT_INT,
+    "unexplained_memory": _OPT_INT,
+    "unexplained_utilization": _OPT_INT,
+}
+#: Each key of a process of an observation.
+PROCESS_SCHEMA: dict[str, tuple[type, ...]] = {
+    "pid": _INT,
+    "gpu": (str,),
+    "used_memory": _OPT_INT,
+    "in_tree": (bool,),
+    "steps": (list,),
+    "exe": _OPT_DICT,
+    "script": _OPT_DICT,
+    "argv": (list, type(None)),
+}
+#: Each key of a GPU of a ``telemetry`` event.
+TELEMETRY_GPU_SCHEMA: dict[str, tuple[type, ...]] = {
+    "uuid": (str,),
+    "utilization": _OPT_INT,
+    "memory_used": _OPT_INT,
+    "temperature": _OPT_INT,
+}
+PHASES = ("start", "sample", "end")
+
+
+def _shape(value: Any, schema: Mapping[str, tuple[type, ...]], what: str) -> str | None:
+    if not isinstance(value, dict):
+        return f"{what} is not an object"
+    if set(value) != set(schema):
+        return f"{what} has keys {sorted(value)}, not {sorted(schema)}"
+    for key, types in schema.items():
+        if not isinstance(value[key], types) or (isinstance(value[key], bool) and bool not in types):
+            return f"{what}.{key} is a {type(value[key]).__name__}"
+    return None
+
+
+def schema_problem(kind: str, attrs: Any) -> str | None:
+    """What keeps ``attrs`` from being a ``device.observed`` (or ``telemetry``: ``{"gpus": [...]}``) event's attrs
+    of this recorder's own schema; None when they are."""
+    if kind == "telemetry":
+        if not isinstance(attrs, dict) or set(attrs) != {"gpus"} or not isinstance(attrs["gpus"], list):
+            return 'telemetry attrs are not {"gpus": [...]}'
+        for i, g in enumerate(attrs["gpus"]):
+            if (found := _shape(g, TELEMETRY_GPU_SCHEMA, f"gpus[{i}]")) is not None:
+                return found
+        return None
+    found = _shape(attrs, OBSERVATION_SCHEMA, "attrs")
+    if found is not None:
+        return found
+    if attrs["phase"] not in PHASES:
+        return f"phase {attrs['phase']!r} is none of {', '.join(PHASES)}"
+    for i, g in enumerate(attrs["gpus"]):
+        if (found := _shape(g, GPU_SCHEMA, f"gpus[{i}]")) is not None:
+            return found
+    for i, p in enumerate(attrs["processes"]):
+        if (found := _shape(p, PROCESS_SCHEMA, f"processes[{i}]")) is not None:
+            return found
+    return None

@@ -11,17 +11,34 @@ thread of the recorder, started before the command:
    authenticating: a host it lists no key for (``host-key-unknown``) or a key
    other than the one it lists (``host-key-changed``) is refused, recorded, and
    never accepted (nothing is ever written to a ``known_hosts``);
-3. authenticates with the node's key alone (BatchMode: no agent, no prompt);
-4. runs ``python3 -c BOOTSTRAP SHA256`` (observe.devices.bundle), sends the
-   bundle and a setup line, and appends each observation the node streams
-   back as ``device.observed`` / ``telemetry`` with ``node`` attrs: which node,
-   the SHA-256 fingerprint of the host key it verified, the observer's digest
-   (as the node computed it), the node's kernel and Python.
+3. logs into the node's *observer account* (the config's ``observer.user``,
+   default root), never the lane's ``host`` user, with the observer key alone
+   (``--observer-key-env NAME``, a variable the command's environment lacks, or
+   ``--observer-key FILE``; BatchMode: no agent, no prompt); the config never
+   names that key;
+4. runs ``exec /usr/bin/python3 -I -S -c BOOTSTRAP SHA256`` (the config's
+   ``observer.python``, by absolute path: SSH hands every command to the
+   account's shell, and ``exec`` of an absolute path leaves it no ``PATH``
+   lookup; ``-I -S``: no user site, ``.pth`` file, ``usercustomize`` or
+   ``PYTHON*`` variable of the node runs in it; observe.devices.bundle), sends the
+   bundle and a setup line, and appends each observation the node streams back
+   as ``device.observed`` / ``telemetry`` with ``node`` attrs: which node, the
+   accounts (the observer's and the lane's, with their uids on the node), the
+   key's source, the SHA-256 fingerprint of the host key it verified, the
+   observer's digest (as the node computed it), the interpreter and its SHA-256,
+   the node's kernel and Python, and every other SSH session seen open on the
+   node during the run.
 
-A node that cannot be reached, refuses the login or has no python3 is recorded
-as a ``start`` observation of observer ``none`` with the reason. A node whose
-connection ends before the recorder asked for its end observation is recorded as
-``node.lost``; the recording goes on.
+What the node sends is bounded: a line of at most :data:`LINE_MAX` bytes, at
+most :data:`MESSAGES_PER_INTERVAL` messages per sample interval, and each
+observation's attrs of the recorder's own schema (observe.devices.observers);
+beyond them the node is ``node.lost`` with the reason, and nothing more of it is
+appended.
+
+A node that cannot be reached, refuses the login or has no interpreter at the
+observer's path is recorded as a ``start`` observation of observer ``none`` with
+the reason. A node whose connection ends before the recorder asked for its end
+observation is recorded as ``node.lost``; the recording goes on.
 """
 
 from __future__ import annotations
@@ -36,18 +53,66 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from observe.devices.bundle import BOOTSTRAP, Bundle, build_bundle
 from observe.devices.lane_nodes import Node, lane_nodes, node_key
-from observe.devices.observers import ENV_SIMULATED, lane_configs
+from observe.devices.observers import ENV_SIMULATED, lane_configs, schema_problem
 
-__all__ = ["CONNECT_TIMEOUT", "NodeLink", "fingerprint", "keyscan_hint", "open_links"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "NodeLink",
+    "ObserverKey",
+    "connect",
+    "fingerprint",
+    "keyscan_hint",
+    "observer_command",
+    "open_links",
+]
 
 #: Seconds for the TCP connection, the SSH handshake and the login, each.
 CONNECT_TIMEOUT = 10.0
 #: The most stderr of the node's observer kept for a reason.
 STDERR_KEPT = 4096
+#: The longest line a node's observer may send (bytes, its newline excluded).
+LINE_MAX = 1 << 20
+#: The most messages a node's observer may send per sample interval (it sends about three).
+MESSAGES_PER_INTERVAL = 64
+#: The most sessions kept per node (beyond them: ``sessions_truncated``).
+SESSIONS_KEPT = 256
+
+
+@dataclass(frozen=True)
+class ObserverKey:
+    """The private key the recorder logs into observer accounts with: ``source`` ``env`` (``--observer-key-env``,
+    never in the command's environment) or ``file`` (``--observer-key``: a file the command could read)."""
+
+    source: str
+    #: ``$NAME`` or the file's path, for messages.
+    label: str
+    text: str
+
+
+def observer_command(python: str, digest: str) -> str:
+    """The command line the observer account's shell runs: exec the interpreter by absolute path, isolated."""
+    return f"exec {shlex.quote(python)} -I -S -c {shlex.quote(BOOTSTRAP)} {digest}"
+
+
+def _private_key(key: ObserverKey) -> Any:
+    """The paramiko key of ``key``'s text (any type paramiko reads), or Refused (``no-key``)."""
+    import io
+
+    import paramiko
+
+    problems = []
+    for kind in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
+        try:
+            return kind.from_private_key(io.StringIO(key.text))
+        except (paramiko.SSHException, ValueError, TypeError, IndexError) as exc:
+            problems.append(f"{kind.__name__}: {exc}")
+    raise Refused("no-key", f"cannot load the observer key ({key.label}): {'; '.join(problems)}")
+
 
 Append = Callable[[str, dict[str, Any]], None]
 
@@ -78,8 +143,10 @@ def keyscan_hint(node: Node) -> str:
     )
 
 
-def _connect(node: Node, facts: dict[str, Any]) -> Any:
-    """An authenticated paramiko Transport to ``node``, its host key verified (facts: what was offered)."""
+def connect(node: Node, facts: dict[str, Any], key: ObserverKey | None) -> Any:
+    """An authenticated paramiko Transport to ``node``'s observer account, its host key verified first (facts: what
+    was offered), logged in with ``key``; Refused (``reason``: host-key-unknown, host-key-changed, no-key,
+    login-refused, no-ssh-library) when not."""
     try:
         import paramiko
     except ImportError as exc:
@@ -126,18 +193,18 @@ def _connect(node: Node, facts: dict[str, Any]) -> Any:
                 f"{fingerprint(expected.asbytes())}",
             )
         facts["host_key_verified"] = True
-        if node.ssh_key is None:
-            raise Refused("no-key", "the lane config names no ssh_key and ~/.ssh/config no IdentityFile")
-        try:
-            key = paramiko.PKey.from_path(node.ssh_key)
-        except (OSError, paramiko.SSHException, ValueError) as exc:
-            raise Refused("no-key", f"cannot load ssh_key {node.ssh_key}: {exc}") from exc
-        try:
-            transport.auth_publickey(node.lane_user, key)
-        except paramiko.SSHException as exc:
+        if key is None:
             raise Refused(
-                "login-refused", f"{node.lane_user}@{node.address} refused the key {node.ssh_key}: {exc}"
-            ) from exc
+                "no-key",
+                "no observer key: give the recorder --observer-key-env NAME (a private key the command never sees) "
+                "for the node's observer account",
+            )
+        pkey = _private_key(key)
+        try:
+            transport.auth_publickey(node.user, pkey)
+        except paramiko.SSHException as exc:
+            who = f"{node.user}@{node.address}"
+            raise Refused("login-refused", f"{who} refused the observer key ({key.label}): {exc}") from exc
         transport.set_keepalive(5)
         return transport
     except BaseException:
@@ -157,14 +224,19 @@ class NodeLink:
         simulated: dict[str, str] | None,
         config: dict[str, str],
         append: Append,
+        key: ObserverKey | None = None,
     ) -> None:
         self.node = node
+        self.key = key
         self.bundle = bundle
         self.interval = interval
         self.simulated = simulated
         self.append_event = append
         self.facts: dict[str, Any] = {
             **node.describe(),
+            "lane_user": node.lane_user,
+            "key": key.source if key is not None else None,
+            "observer_python": node.python,
             "roles": list(node.roles),
             "known_hosts": node.known_hosts,
             "ssh_config": node.from_ssh_config,
@@ -175,6 +247,12 @@ class NodeLink:
             "kernel": None,
             "python": None,
             "pid_namespace": None,
+            "executable": None,
+            "executable_sha256": None,
+            "isolated": None,
+            "observer_uid": None,
+            "lane_uid": None,
+            "sessions": [],
         }
         self.transport: Any = None
         self.channel: Any = None
@@ -266,13 +344,14 @@ class NodeLink:
             self.done.set()
 
     def _run(self) -> None:
-        self.transport = _connect(self.node, self.facts)
+        self.transport = connect(self.node, self.facts, self.key)
         channel = self.transport.open_session(timeout=CONNECT_TIMEOUT)
-        channel.exec_command(f"python3 -c {shlex.quote(BOOTSTRAP)} {self.bundle.sha256}")
+        channel.exec_command(observer_command(self.node.python, self.bundle.sha256))
         setup = {
             "interval": self.interval,
             "node": node_key(self.node.host, self.node.port),
             "simulated": self.simulated,
+            "lane_user": self.node.lane_user,
         }
         channel.sendall(str(len(self.bundle.data)).encode() + b"\n" + self.bundle.data)
         channel.sendall(json.dumps(setup).encode() + b"\n")
@@ -283,34 +362,109 @@ class NodeLink:
             self.end()
         self._read(channel)
 
+    def _lines(self, channel: Any) -> Any:
+        """The observer's stdout, line by line, each at most LINE_MAX bytes; raises _Overrun past the bounds."""
+        buffer = b""
+        began, count = time.monotonic(), 0
+        while True:
+            chunk = channel.recv(1 << 16)
+            if not chunk:
+                return
+            buffer += chunk
+            while True:
+                cut = buffer.find(b"\n")
+                if cut < 0:
+                    break
+                line, buffer = buffer[:cut], buffer[cut + 1 :]
+                if len(line) > LINE_MAX:
+                    raise _Overrun(f"the observer sent a line longer than {LINE_MAX} bytes")
+                count += 1
+                # per interval since the connection (a burst after a pause of the recorder is not a flood)
+                if count > MESSAGES_PER_INTERVAL * (1 + (time.monotonic() - began) / self.interval):
+                    raise _Overrun(
+                        f"the observer sent more than {MESSAGES_PER_INTERVAL} messages per sample interval "
+                        f"({self.interval} s)"
+                    )
+                yield line
+            if len(buffer) > LINE_MAX:
+                raise _Overrun(f"the observer sent a line longer than {LINE_MAX} bytes")
+
+    def _hello(self, msg: dict[str, Any]) -> None:
+        if msg.get("sha256") != self.bundle.sha256:
+            raise Refused("observer-digest", f"the node ran an observer of SHA-256 {msg.get('sha256')}")
+        space = msg.get("namespace")
+        flags = msg.get("flags") if isinstance(msg.get("flags"), dict) else {}
+
+        def num(value: Any) -> int | None:
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        def text(value: Any) -> str | None:
+            return value[:4096] if isinstance(value, str) else None
+
+        self.facts.update(
+            observer_sha256=msg.get("sha256"),
+            kernel=msg.get("kernel") if isinstance(msg.get("kernel"), dict) else None,
+            python=text(msg.get("python")),
+            pid_namespace=space.get("pid") if isinstance(space, dict) else None,
+            executable=text(msg.get("executable")),
+            executable_sha256=text(msg.get("executable_sha256")),
+            isolated=flags.get("isolated") is True and flags.get("no_site") is True,
+            observer_uid=num(msg.get("uid")),
+            lane_uid=num(msg.get("lane_uid")),
+        )
+        self._sessions(msg.get("sessions"))
+
+    def _sessions(self, found: Any) -> None:
+        """Add the sessions the node reported to those seen during the run (each once, by pid and account)."""
+        if not isinstance(found, list):
+            return
+        seen = self.facts["sessions"]
+        known = {(s["pid"], s["user"]) for s in seen}
+        for s in found:
+            if not isinstance(s, dict) or not isinstance(s.get("pid"), int) or not isinstance(s.get("user"), str):
+                continue
+            if (s["pid"], s["user"]) in known:
+                continue
+            if len(seen) >= SESSIONS_KEPT:
+                self.facts["sessions_truncated"] = True
+                break
+            uid = s.get("uid")
+            entry = {"user": s["user"][:256], "uid": uid if isinstance(uid, int) else None, "pid": s["pid"]}
+            seen.append(entry)
+            known.add((s["pid"], s["user"]))
+        self.facts["sessions"] = list(seen)
+
     def _read(self, channel: Any) -> None:
-        stream = channel.makefile("rb")
         started = False
         finished = False
-        for raw in stream:
-            try:
-                msg = json.loads(raw)
-            except ValueError:
-                continue
-            kind = msg.get("type") if isinstance(msg, dict) else None
-            if kind == "hello":
-                if msg.get("sha256") != self.bundle.sha256:
-                    raise Refused("observer-digest", f"the node ran an observer of SHA-256 {msg.get('sha256')}")
-                space = msg.get("namespace")
-                self.facts.update(
-                    observer_sha256=msg.get("sha256"),
-                    kernel=msg.get("kernel"),
-                    python=msg.get("python"),
-                    pid_namespace=space.get("pid") if isinstance(space, dict) else None,
-                )
-            elif kind == "refused":
-                raise Refused("observer-digest", f"the node received an observer of SHA-256 {msg.get('sha256')}")
-            elif kind in ("device.observed", "telemetry") and isinstance(msg.get("attrs"), dict):
-                attrs = {**msg["attrs"], "node": dict(self.facts)}
-                started = started or kind == "device.observed"
-                self._emit(kind, attrs)
-            elif kind == "bye":
-                finished = True
+        try:
+            for raw in self._lines(channel):
+                try:
+                    msg = json.loads(raw)
+                except ValueError:
+                    continue
+                kind = msg.get("type") if isinstance(msg, dict) else None
+                if kind == "hello":
+                    self._hello(msg)
+                elif kind == "refused":
+                    raise Refused("observer-digest", f"the node received an observer of SHA-256 {msg.get('sha256')}")
+                elif kind == "sessions":
+                    self._sessions(msg.get("sessions"))
+                elif kind in ("device.observed", "telemetry"):
+                    wrong = schema_problem(kind, msg.get("attrs"))
+                    if wrong is not None:
+                        raise _Overrun(f"the observer sent a {kind} not of the recorder's schema: {wrong}")
+                    attrs = {**msg["attrs"], "node": dict(self.facts)}
+                    started = started or kind == "device.observed"
+                    self._emit(kind, attrs)
+                elif kind == "bye":
+                    finished = True
+        except _Overrun as exc:
+            channel.close()
+            if not started:
+                raise Refused("observer-failed", str(exc)) from None
+            self._emit("node.lost", {"node": dict(self.facts), "reason": str(exc), "at_ns": time.monotonic_ns()})
+            return
         if finished:
             return
         channel.status_event.wait(2.0)  # the exit status follows the output's end, if the node sends one
@@ -321,7 +475,10 @@ class NodeLink:
         said = stderr.decode("utf-8", "replace").strip()[-STDERR_KEPT:]
         if not started:
             if status == 127:
-                raise Refused("no-python3", f"the node has no python3 (exit 127{': ' + said if said else ''})")
+                raise Refused(
+                    "no-python3",
+                    f"the node has no interpreter at {self.node.python} (exit 127{': ' + said if said else ''})",
+                )
             raise Refused("observer-failed", f"the observer exited {status} before observing: {said or 'no output'}")
         self._emit(
             "node.lost",
@@ -334,6 +491,10 @@ class NodeLink:
                 "at_ns": time.monotonic_ns(),
             },
         )
+
+
+class _Overrun(Exception):
+    """The node's observer sent more than the bounds allow (the message says which)."""
 
 
 #: The largest lane config (and simulated-GPU file) the recorder reads for its nodes.
@@ -350,9 +511,11 @@ def _read(path: str) -> bytes | None:
     return None
 
 
-def open_links(env: dict[str, str], cwd: str, *, interval: float, append: Append) -> tuple[list[NodeLink], list[str]]:
-    """A started link to each remote node the lane configs of ``env`` name (one per user, address and port),
-    and what kept a config from naming its nodes."""
+def open_links(
+    env: dict[str, str], cwd: str, *, interval: float, append: Append, key: ObserverKey | None = None
+) -> tuple[list[NodeLink], list[str]]:
+    """A started link to each remote node the lane configs of ``env`` name (one per observer account, lane account,
+    address and port), logged in with ``key``, and what kept a config from naming its nodes."""
     links: list[NodeLink] = []
     problems: list[str] = []
     seen: set[tuple[str, str, str, int]] = set()
@@ -381,7 +544,7 @@ def open_links(env: dict[str, str], cwd: str, *, interval: float, append: Append
                 sim = _read(os.path.abspath(sim_path)) if sim_path else None
                 if sim_path:
                     simulated = {"path": os.path.abspath(sim_path), "data_b64": base64.b64encode(sim or b"").decode()}
-            link = NodeLink(node, bundle, interval=interval, simulated=simulated, config=config, append=append)
+            link = NodeLink(node, bundle, interval=interval, simulated=simulated, config=config, append=append, key=key)
             link.start()
             links.append(link)
     return links, problems

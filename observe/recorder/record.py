@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING
 from aos.text import printable
 from observe.exits import Exit
 from observe.recorder import outpath, tuning
-from observe.recorder.recording import BeforeSeal, Recording, RecordOptions, RecordResult, command_environ
+from observe.recorder.recording import (
+    BeforeSeal,
+    Recording,
+    RecordOptions,
+    RecordResult,
+    command_environ,
+    observer_key,
+)
 from observe.recorder.run import run_recorded
 from observe.recorder.sinks import Echo, logger
 from observe.recorder.spawn import become_subreaper
@@ -156,6 +163,9 @@ def _open_stream(argv: Sequence[str], options: RecordOptions, opening: ObserverO
     signer, key_pem = _signer(options)
     path = Path(options.out) if options.out is not None else default_out(cwd, stream_id)
     masks = (*options.masks, key_pem) if key_pem else options.masks
+    node_key = observer_key(options)
+    if node_key is not None and node_key[2].strip():
+        masks = (*masks, node_key[2])
     secrets, unset = secrets_for_recording(command_environ(options), masks=masks, mask_env=options.mask_env)
     for name in unset:
         logger().warning("--mask-env names a variable that is not set: nothing to mask", name=name)
@@ -195,6 +205,7 @@ def _open_stream(argv: Sequence[str], options: RecordOptions, opening: ObserverO
         secrets=secrets,
         channel_dir=_channel_dir(),
         observer_opening=opening,
+        observer_key=node_key,
     )
 
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from observe.secrets.masking import SecretSet
     from observe.secrets.sources import MaskingSink
 
-__all__ = ["BeforeSeal", "RecordOptions", "RecordResult", "Recording", "command_environ"]
+__all__ = ["BeforeSeal", "RecordOptions", "RecordResult", "Recording", "command_environ", "observer_key"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,10 @@ class RecordOptions:
     sign_key: Path | None = None
     #: The private key's PEM in this environment variable, which the command never sees (``--sign-key-env``).
     sign_key_env: str | None = None
+    #: The SSH private key of the nodes' observer accounts, a file (``--observer-key``: the command can read it).
+    observer_key: Path | None = None
+    #: The same key in this environment variable, which the command never sees (``--observer-key-env``).
+    observer_key_env: str | None = None
     masks: tuple[str, ...] = ()
     mask_env: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
@@ -80,11 +84,28 @@ class Recording:
     secrets: SecretSet
     channel_dir: str  # the private folder of the channel's socket, receipts file and alpha shim
     observer_opening: ObserverOpening | None  # the device observer, opening since the recording began
+    #: The nodes' observer key as ``(source, label, text)``: source ``env`` or ``file`` (None: not given).
+    observer_key: tuple[str, str, str] | None = None
 
 
 def command_environ(options: RecordOptions) -> dict[str, str]:
-    """The recorder's environment less what the command must never see (the ``--sign-key-env`` variable)."""
+    """The recorder's environment less what the command must never see (the ``--sign-key-env`` and
+    ``--observer-key-env`` variables)."""
     env = dict(os.environ)
-    if options.sign_key_env is not None:
-        env.pop(options.sign_key_env, None)
+    for name in (options.sign_key_env, options.observer_key_env):
+        if name is not None:
+            env.pop(name, None)
     return env
+
+
+def observer_key(options: RecordOptions) -> tuple[str, str, str] | None:
+    """The nodes' observer key ``(source, label, text)`` of ``options``, read now (before the command runs)."""
+    if options.observer_key_env is not None:
+        return "env", f"${options.observer_key_env}", os.environ.get(options.observer_key_env, "")
+    if options.observer_key is not None:
+        try:
+            text = Path(options.observer_key).read_text(encoding="utf-8", errors="surrogateescape")
+        except OSError:
+            text = ""  # refused per node (no-key), the reason in its observation
+        return "file", str(options.observer_key), text
+    return None

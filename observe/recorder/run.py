@@ -139,6 +139,7 @@ def _start_sampler(rec: Recording, control: Control) -> Sampler | None:
         mask=lambda text: mask_text(text, rec.secrets),
         opening=rec.observer_opening,
         cwd=rec.cwd,
+        observer_key=rec.observer_key,
     )
     sampler.start()
     return sampler

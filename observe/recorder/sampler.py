@@ -233,6 +233,7 @@ class Sampler:
         mask: Callable[[str], str],
         opening: ObserverOpening | None = None,
         cwd: str | None = None,
+        observer_key: tuple[str, str, str] | None = None,
     ) -> None:
         self.opening = opening  # the observer, already being opened (None: open it on the thread)
         if opening is not None:
@@ -259,6 +260,7 @@ class Sampler:
         self._listed_at: dict[str, float] = {}  # GPU uuid -> when it last listed a process (monotonic)
         self._thread = threading.Thread(target=self._main, name="aos-sampler", daemon=True)
         self.cwd = cwd  # where the lane configs' paths are resolved (None: no remote nodes)
+        self.observer_key = observer_key  # (source, label, text) of the nodes' observer key
         self.links: list[NodeLink] = []
         self._nodes_finished = False
 
@@ -274,9 +276,10 @@ class Sampler:
         if self.cwd is None or not lane_configs(self.env):
             return
         try:
-            from observe.devices.remote import open_links
+            from observe.devices.remote import ObserverKey, open_links
 
-            self.links, problems = open_links(self.env, self.cwd, interval=self.interval, append=self._append)
+            key = ObserverKey(*self.observer_key) if self.observer_key is not None else None
+            self.links, problems = open_links(self.env, self.cwd, interval=self.interval, append=self._append, key=key)
         except Exception as exc:  # noqa: BLE001 - a broken node observer never stops a recording
             logger().error("the remote node observers failed to start", error=f"{type(exc).__name__}: {exc}")
             return

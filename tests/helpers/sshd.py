@@ -1,21 +1,27 @@
 """Real OpenSSH servers for the tests: Debian's ``sshd`` started by the suite on 127.0.0.1.
 
-Each :class:`SshNode` is one ``sshd`` of its own (never the machine's): a throwaway
-ed25519 host key, a throwaway user key authorised for the user running the suite, a
-high port, and a ``known_hosts`` file that holds exactly this node's host key (for
-``[127.0.0.1]:PORT``). Two nodes have distinct host keys, so they stand for two hosts.
-:func:`start_node` starts one and :meth:`SshNode.stop` ends it; the fixtures in
-``tests/conftest.py`` (``ssh_node``, ``ssh_nodes``) hand out running ones per session.
+Each :class:`SshNode` is one ``sshd`` of its own (never the machine's), run as root and
+set up as a pod is (docs/TRUST.md, "Remote nodes"): two accounts, the *observer account*
+``root`` (the recorder's: the session-wide :func:`observer_key` is authorised for it,
+in the node's own file) and the unprivileged *lane account* ``aos-lane`` (created once
+with ``useradd``, idempotently; its own home and ``~/.ssh/authorized_keys``, where each
+node's throwaway lane key is authorised). A throwaway ed25519 host key, a high port, a
+``known_hosts`` file that holds exactly this node's host key (for ``[127.0.0.1]:PORT``),
+and a ``remote_root`` the lane account owns. Two nodes have distinct host keys, so they
+stand for two hosts. :func:`running_node` starts one and :meth:`SshNode.stop` ends it;
+the fixtures in ``tests/conftest.py`` (``ssh_node``, ``ssh_nodes``) hand out running
+ones per session.
 """
 
 from __future__ import annotations
 
 import contextlib
-import getpass
 import os
+import pwd
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,6 +31,79 @@ SSHD = "/usr/sbin/sshd"
 SSH = shutil.which("ssh") or "/usr/bin/ssh"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 ADDRESS = "127.0.0.1"
+#: The node's unprivileged account the lane logs into (never the recorder's).
+LANE_USER = "aos-lane"
+#: The node's observer account, the recorder's.
+OBSERVER_USER = "root"
+#: The environment variable the tests hand the observer key in (``--observer-key-env``).
+OBSERVER_KEY_ENV = "AOS_TEST_OBSERVER_KEY"
+
+
+def lane_account() -> pwd.struct_passwd:
+    """The lane account, created on first use (``useradd``, its own home; not locked, so a key logs in)."""
+    try:
+        return pwd.getpwnam(LANE_USER)
+    except KeyError:
+        pass
+    subprocess.run(
+        ["useradd", "--create-home", "--shell", "/bin/bash", "--user-group", LANE_USER],
+        capture_output=True,
+        timeout=60,
+        check=False,  # another process may have made it meanwhile: looked up again below
+    )
+    subprocess.run(["usermod", "-p", "*", LANE_USER], capture_output=True, timeout=60, check=False)
+    return pwd.getpwnam(LANE_USER)
+
+
+def as_lane(path: Path) -> Path:
+    """Give ``path`` (and, for a folder, what is in it) to the lane account: it is the lane's to change."""
+    account = lane_account()
+    for folder, dirs, files in os.walk(path) if path.is_dir() else [(str(path.parent), [], [path.name])]:
+        for name in [*dirs, *files]:
+            os.lchown(os.path.join(folder, name), account.pw_uid, account.pw_gid)
+    os.lchown(path, account.pw_uid, account.pw_gid)
+    return path
+
+
+def lane_home() -> Path:
+    return Path(lane_account().pw_dir)
+
+
+_OBSERVER_KEY: list[Path] = []
+
+
+def observer_key() -> Path:
+    """The session's observer key (one for every node, as the recorder logs into all with one key)."""
+    if not _OBSERVER_KEY:
+        folder = Path(tempfile.mkdtemp(prefix="aos-observer-key-"))
+        _keygen(folder / "id_ed25519", "observer")
+        _OBSERVER_KEY.append(folder / "id_ed25519")
+    return _OBSERVER_KEY[0]
+
+
+def observer_env() -> dict[str, str]:
+    """The recorder's environment entry that holds the observer key (named by :func:`observer_args`)."""
+    return {OBSERVER_KEY_ENV: observer_key().read_text()}
+
+
+def observer_args() -> list[str]:
+    """``record``/``gate`` options that log into the nodes' observer accounts with the observer key."""
+    return ["--observer-key-env", OBSERVER_KEY_ENV]
+
+
+def lane_readable(source: Path) -> Path:
+    """A copy of the folder ``source`` the lane account can read (the checkout may lie under a private home)."""
+    target = Path(tempfile.gettempdir()) / f"aos-lane-share-{os.getpid()}" / source.name
+    if not target.exists():
+        target.parent.mkdir(mode=0o755, exist_ok=True)
+        target.parent.chmod(0o755)
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        for folder, _dirs, files in os.walk(target):
+            os.chmod(folder, 0o755)
+            for name in files:
+                path = os.path.join(folder, name)
+                os.chmod(path, 0o755 if os.access(path, os.X_OK) else 0o644)
+    return target
 
 
 def sshd_available() -> str | None:
@@ -58,8 +137,9 @@ class SshNode:
 
     name: str
     port: int
+    #: The lane account (``aos-lane``), the ``host``'s user.
     user: str
-    #: The user's private key (authorised on this node).
+    #: The lane's private key (authorised for the lane account on this node).
     ssh_key: Path
     #: A known_hosts file with this node's host key alone.
     known_hosts: Path
@@ -74,8 +154,20 @@ class SshNode:
 
     @property
     def host(self) -> str:
-        """``user@127.0.0.1``, as a lane config names it."""
+        """``aos-lane@127.0.0.1``, as a lane config names it."""
         return f"{self.user}@{ADDRESS}"
+
+    def lane_folder(self, name: str) -> Path:
+        """A folder ``name`` under this node's ``remote_root``, the lane account's (made when missing)."""
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=True)
+        return as_lane(path)
+
+    def observer_argv(self, *command: str) -> list[str]:
+        """``ssh ... root@127.0.0.1 COMMAND``: a session of the observer account, with the observer key."""
+        options = self.ssh_options()
+        options[options.index("-i") + 1] = str(observer_key())
+        return [SSH, *options, f"{OBSERVER_USER}@{ADDRESS}", *command]
 
     def ssh_options(self) -> list[str]:
         """The OpenSSH client options that reach this node in BatchMode, verifying its host key."""
@@ -198,13 +290,14 @@ def make_node(folder: Path, name: str) -> SshNode:
     host_key = folder / "ssh_host_ed25519_key"
     host_pub = _keygen(host_key, f"host-{name}")
     user_key = folder / "id_ed25519"
-    user_pub = _keygen(user_key, f"user-{name}")
-    (folder / "authorized_keys").write_text(user_pub + "\n")
+    user_pub = _keygen(user_key, f"lane-{name}")
+    observer_pub = (observer_key().parent / "id_ed25519.pub").read_text().strip()
+    (folder / "authorized_keys").write_text(observer_pub + "\n")  # the observer account's (root's), the node's own
+    authorize_lane_key(user_pub)
     port = _free_port()
     known = folder / "known_hosts"
     known.write_text(f"[{ADDRESS}]:{port} {' '.join(host_pub.split()[:2])}\n")
-    root = folder / "remote"
-    root.mkdir()
+    root = as_lane(Path(tempfile.mkdtemp(prefix=f"aos-lane-{name}-")))  # remote_root: the lane's to write
     (folder / "sshd_config").write_text(
         "\n".join(
             [
@@ -224,11 +317,25 @@ def make_node(folder: Path, name: str) -> SshNode:
                 "PrintMotd no",
                 "Subsystem sftp internal-sftp",
                 "AcceptEnv LANG LC_*",
+                # The lane account's own keys, in its own home: it may change them (an authorized_keys command=).
+                f"Match User {LANE_USER}",
+                "    AuthorizedKeysFile .ssh/authorized_keys",
                 "",
             ]
         )
     )
-    return SshNode(name, port, getpass.getuser(), user_key, known, host_pub, host_key, root, folder)
+    return SshNode(name, port, LANE_USER, user_key, known, host_pub, host_key, root, folder)
+
+
+def authorize_lane_key(pub: str) -> None:
+    """Authorise ``pub`` for the lane account (its ``~/.ssh/authorized_keys``, the lane's own file)."""
+    ssh = lane_home() / ".ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    keys = ssh / "authorized_keys"
+    lines = keys.read_text().splitlines() if keys.exists() else []
+    if pub not in lines:
+        keys.write_text("".join(f"{line}\n" for line in [*lines, pub]))
+    as_lane(ssh)
 
 
 @contextlib.contextmanager
@@ -240,3 +347,8 @@ def running_node(folder: Path, name: str) -> Iterator[SshNode]:
         yield node
     finally:
         node.stop()
+        shutil.rmtree(node.root, ignore_errors=True)
+        pub = (node.folder / "id_ed25519.pub").read_text().strip()
+        keys = lane_home() / ".ssh" / "authorized_keys"
+        with contextlib.suppress(OSError):
+            keys.write_text("".join(f"{line}\n" for line in keys.read_text().splitlines() if line != pub))

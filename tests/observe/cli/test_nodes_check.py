@@ -1,24 +1,20 @@
 """``alpha observe nodes check`` and the lane's own ``check``, against a real sshd node (tests/helpers/sshd.py).
 
-The node serves two accounts, as a pod is set up: the observer (root, the suite's own key)
-and an unprivileged lane account with a key of its own. The lane's CPU doubles
-(samples/lane/testing, copied where the lane account can read them) stand in for the GPUs:
-``nvidia-smi`` and ``torch`` through ``node_env``, and the recorder's simulated observer
-(``ALPHA_OBSERVE_SIMULATED_GPUS``) for NVML. Each wrong config (an unknown host key, a minor
-the node lacks, no torch, one account for lane and observer) is named before anything is
-recorded: the working folder holds nothing new afterwards.
+The suite's node serves two accounts, as a pod is set up: the observer (root, the session's
+observer key, given as ``--observer-key-env``) and the unprivileged lane account with a key
+of its own. The lane's CPU doubles (samples/lane/testing, copied where the lane account can
+read them) stand in for the GPUs: ``nvidia-smi`` and ``torch`` through ``node_env``, and the
+recorder's simulated observer (``ALPHA_OBSERVE_SIMULATED_GPUS``) for NVML. Each wrong config
+(an unknown host key, a minor the node lacks, no torch, one account for lane and observer) is
+named before anything is recorded: the working folder holds nothing new afterwards.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import pwd
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,23 +23,25 @@ import pytest
 
 from tests.helpers.paths import ROOT
 from tests.helpers.run import alpha, child_env
+from tests.helpers.sshd import LANE_USER, OBSERVER_KEY_ENV, lane_readable, observer_env, observer_key
 
 LANE = ROOT / "samples" / "lane"
-#: The unprivileged account the lane logs in as (made once, kept: later runs reuse it).
-LANE_USER = "alpha-nodes-lane"
 
 pytestmark = pytest.mark.timeout(180)
 
 
 @dataclass
 class Pod:
-    """One sshd node with an observer account (root) and a lane account, and the files a config names."""
+    """The suite's sshd node (observer root, lane ``aos-lane``) and the files a config names."""
 
     node: Any
-    lane_key: Path
     remote_root: Path
     testing: Path
     simulated: Path
+
+    @property
+    def lane_key(self) -> Path:
+        return Path(self.node.ssh_key)
 
     def config(self, **extra: Any) -> dict[str, Any]:
         """A good one-pod config: both roles on the node, the lane as its own account."""
@@ -64,62 +62,15 @@ class Pod:
 
     def env(self, **extra: str | None) -> dict[str, str | None]:
         """The environment of a check: the observer's key in a variable, the simulated GPUs."""
-        return {
-            "OBSERVER_KEY": self.node.ssh_key.read_text(),
-            "ALPHA_OBSERVE_SIMULATED_GPUS": str(self.simulated),
-            **extra,
-        }
-
-
-def _lane_user() -> int:
-    """The lane account's uid (made when missing; no password, but not locked: sshd refuses a locked one)."""
-    try:
-        pwd.getpwnam(LANE_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", LANE_USER], check=True, capture_output=True)
-    subprocess.run(["usermod", "-p", "*", LANE_USER], check=True, capture_output=True)
-    return pwd.getpwnam(LANE_USER).pw_uid
+        return {**observer_env(), "ALPHA_OBSERVE_SIMULATED_GPUS": str(self.simulated), **extra}
 
 
 @pytest.fixture(scope="module")
-def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pod]:
-    from tests.helpers.sshd import _keygen, make_node, sshd_available
-
-    why = sshd_available()
-    if why is not None:
-        pytest.skip(why)
-    if os.geteuid() != 0:
-        pytest.skip("a node of two accounts needs root to make the lane account")
-    uid = _lane_user()
-    shared = Path(tempfile.mkdtemp(prefix="alpha-nodes-check-", dir="/tmp"))
-    try:
-        shared.chmod(0o755)
-        testing = shared / "testing"
-        shutil.copytree(LANE / "testing", testing)
-        lane_keys = shared / "lane-keys"
-        lane_keys.mkdir(mode=0o700)
-        lane_key = lane_keys / "id_ed25519"
-        lane_pub = _keygen(lane_key, "lane")
-        authorized = shared / "lane_authorized_keys"
-        authorized.write_text(lane_pub + "\n")
-        authorized.chmod(0o644)
-        remote_root = shared / "remote"
-        remote_root.mkdir()
-        os.chown(remote_root, uid, -1)
-        simulated = shared / "simulated-gpus.json"
-        simulated.write_bytes(
-            subprocess.check_output([sys.executable, str(LANE / "testing" / "gpus.py"), "--simulated"])
-        )
-        node = make_node(tmp_path_factory.mktemp("nodes-check"), "pod")
-        with open(node.folder / "sshd_config", "a") as f:  # the lane account's own authorized_keys
-            f.write(f"Match User {LANE_USER}\n    AuthorizedKeysFile {authorized}\n")
-        node.start()
-        try:
-            yield Pod(node, lane_key, remote_root, testing, simulated)
-        finally:
-            node.stop()
-    finally:
-        shutil.rmtree(shared, ignore_errors=True)
+def pod(ssh_node: Any, tmp_path_factory: pytest.TempPathFactory) -> Pod:
+    folder = tmp_path_factory.mktemp("nodes-check")
+    simulated = folder / "simulated-gpus.json"
+    simulated.write_bytes(subprocess.check_output([sys.executable, str(LANE / "testing" / "gpus.py"), "--simulated"]))
+    return Pod(ssh_node, ssh_node.lane_folder("nodes-check"), lane_readable(LANE / "testing"), simulated)
 
 
 def _check(pod: Pod, folder: Path, config: dict[str, Any], *args: str, **env: str | None) -> tuple[int, str]:
@@ -132,7 +83,7 @@ def _check(pod: Pod, folder: Path, config: dict[str, Any], *args: str, **env: st
         "observe",
         "nodes",
         "check",
-        *(args or (str(path), "--observer-key-env", "OBSERVER_KEY")),
+        *(args or (str(path), "--observer-key-env", OBSERVER_KEY_ENV)),
         cwd=folder,
         env=pod.env(**env),
         text=True,
@@ -151,7 +102,9 @@ def test_a_good_two_account_node_passes_and_reads_simulated(pod: Pod, tmp_path: 
     assert "NVML and driver" in out
     assert "simulated (" in out
     assert "never physical evidence" in out
-    assert f"lane uid              {LANE_USER} uid {pwd.getpwnam(LANE_USER).pw_uid}" in out
+    assert f"lane account          {LANE_USER} uid {pwd.getpwnam(LANE_USER).pw_uid}" in out
+    assert "observer login        root uid 0, key from the environment" in out
+    assert "-I -S" in out
     assert "minor 0 (owner-0)" in out
     assert "minor 1 (owner-1)" in out
     assert "torch 0.0-fake" in out
@@ -167,7 +120,7 @@ def test_the_config_from_the_environment(pod: Pod, tmp_path: Path) -> None:
         "nodes",
         "check",
         "--observer-key-env",
-        "OBSERVER_KEY",
+        OBSERVER_KEY_ENV,
         cwd=tmp_path,
         env=pod.env(ALPHA_COORDINATE_DEVICE_CONFIG=str(path)),
         text=True,
@@ -229,12 +182,45 @@ def test_no_torch_without_pythonpath(pod: Pod, tmp_path: Path) -> None:
 
 
 def test_one_account_for_lane_and_observer(pod: Pod, tmp_path: Path) -> None:
-    """The lane logging in as the observer's account (root here): both named, never a pass."""
-    config = pod.config(host="root@127.0.0.1", ssh_key=str(pod.node.ssh_key))
+    """The lane logging in as the observer's account (root here): named, never a pass."""
+    config = pod.config(host="root@127.0.0.1", ssh_key=str(observer_key()))
     code, out = _check(pod, tmp_path, config)
     assert code == 1, out
     assert "the lane's account is the observer's (root)" in out
-    assert "the lane runs as root (uid 0) on the node" in out
+
+
+def test_a_root_lane_under_another_observer(pod: Pod, tmp_path: Path) -> None:
+    """The lane as root with the observer another account: the lane's uid 0 is named (root can forge NVML)."""
+    from tests.helpers.sshd import authorize_lane_key, lane_home
+
+    config = pod.config(host="root@127.0.0.1", ssh_key=str(observer_key()), observer={"user": LANE_USER})
+    keys = lane_home() / ".ssh" / "authorized_keys"
+    before = keys.read_bytes()
+    authorize_lane_key((observer_key().parent / "id_ed25519.pub").read_text().strip())  # the observer logs in there
+    try:
+        code, out = _check(pod, tmp_path, config)
+    finally:
+        keys.write_bytes(before)
+    assert code == 1, out
+    assert "the lane's account root is root (uid 0) on the node" in out
+
+
+def test_an_observer_key_file_is_named(pod: Pod, tmp_path: Path) -> None:
+    """--observer-key FILE logs in, but a recording so is never physical: named, with the fix."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(pod.config()))
+    code, out = _check(pod, tmp_path, pod.config(), str(path), "--observer-key", str(observer_key()))
+    assert code == 1, out
+    assert "the observer's key is a file the recorded command could read" in out
+    assert "--observer-key-env NAME" in out
+
+
+def test_no_observer_key_is_named(pod: Pod, tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(pod.config()))
+    code, out = _check(pod, tmp_path, pod.config(), str(path))
+    assert code == 1, out
+    assert "no observer key" in out
 
 
 def test_an_observer_key_that_is_not_given_is_a_usage_error(pod: Pod, tmp_path: Path) -> None:
@@ -315,12 +301,19 @@ def _filled(text: str, pod: Pod, folder: Path) -> str:
         ("/absolute/known_hosts", str(pod.node.known_hosts)),
         ("/tmp/alpha-your-unique-run", str(pod.remote_root)),
         ("/absolute/checkout/samples/lane/testing", str(pod.testing)),
-        ("/absolute/observer-key-path", str(pod.node.ssh_key)),
+        ("/absolute/observer-key-path", str(observer_key())),
         ("config.json", str(folder / "config.json")),
         (" out ", f" {folder / 'out'} "),
     ):
         text = text.replace(placeholder, value)
     return text
+
+
+def _labels(table: str) -> list[str]:
+    """The row labels of a printed table (a label is words one space apart, then two spaces)."""
+    import re
+
+    return [m.group(1) for m in re.finditer(r"^  ok {7}(\S+(?: \S+)*)  ", table, flags=re.M)]
 
 
 def _bash(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
@@ -355,11 +348,11 @@ def test_the_docs_commands_and_configs_run(pod: Pod, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "every node would be observed; nothing was recorded" in done.stdout
     assert "the coordinates lane could run on every node" in done.stdout
-    shown = _doc_blocks("text")[0]
-    for line in shown.splitlines():
-        if line.startswith("  ok"):
-            label = line[11:33].strip()
-            assert f"  {label}  " in done.stdout or f"  {label} " in done.stdout, label
+    nodes_shown, lane_shown = _doc_blocks("text")[0], _doc_blocks("text")[2]
+    for shown in (nodes_shown, lane_shown):  # every row the doc shows, in its order, and no other
+        rows = _labels(shown)
+        ran = _labels(done.stdout)
+        assert rows == ran[: len(rows)] or rows == ran[-len(rows) :], (rows, ran)
 
 
 def test_a_recording_names_the_keyscan_line_too(pod: Pod, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from tests.helpers.paths import ROOT
 from tests.helpers.recorder import events, record
-from tests.helpers.sshd import SshNode
+from tests.helpers.sshd import SshNode, observer_args, observer_env
 
 README = ROOT / "samples" / "lane" / "README.md"
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
@@ -140,50 +140,55 @@ def test_the_lane_and_the_recorder_read_the_readme_config_alike(tmp_path: Path) 
     assert {("/absolute/private-key-path", "root")} == {(s, o) for *_, o, s in lane}
 
 
-def two_host_config(a: SshNode, b: SshNode, folder: Path) -> Path:
-    """The README's two-host config, its placeholders filled with the suite's two nodes (one key authorised on both,
-    one known_hosts listing both)."""
-    key = a.ssh_key
-    pub = (a.folder / "id_ed25519.pub").read_text()
-    for node in (a, b):
-        keys = node.folder / "authorized_keys"
-        if pub not in keys.read_text():
-            keys.write_text(keys.read_text() + pub)
+def readme_config(after: str, nodes: list[SshNode], folder: Path) -> Path:
+    """The README's config after the line ``after``, its placeholders filled with the suite's nodes (the lane key of
+    the first, authorised for the lane account of every node; one known_hosts listing them all)."""
     known = folder / "known_hosts"
-    known.write_text(a.known_hosts.read_text() + b.known_hosts.read_text())
-    text = readme_block("Two hosts")
-    text = re.sub(r'("host": "root@pod-a", "port": )22', rf"\g<1>{a.port}", text)
-    text = re.sub(r'("host": "root@pod-b", "port": )22', rf"\g<1>{b.port}", text)
-    config = fill(
-        text,
-        {
-            "/absolute/private-key-path": str(key),
-            "/absolute/known_hosts": str(known),
-            "root@pod-a": a.host,
-            "root@pod-b": b.host,
-            "/tmp/alpha-a-your-unique-run": str(a.root),
-            "/tmp/alpha-b-your-unique-run": str(b.root),
-        },
-    )
+    known.write_text("".join(n.known_hosts.read_text() for n in nodes))
+    text = readme_block(after)
+    names = ["pod-a", "pod-b"] if len(nodes) > 1 else ["pod-address"]
+    values = {"/absolute/private-key-path": str(nodes[0].ssh_key), "/absolute/known_hosts": str(known)}
+    for name, node in zip(names, nodes, strict=True):
+        text = re.sub(rf'("host": "lane@{name}",\s*"port": )22', rf"\g<1>{node.port}", text)
+        values[f"lane@{name}"] = node.host
+    roots = re.findall(r'"(/tmp/alpha-[a-z-]+-your-unique-run)"', text)
+    for root, node in zip(roots, nodes, strict=True):
+        values[root] = str(node.lane_folder(folder.name))
     path = folder / "lane.json"
-    path.write_text(json.dumps(config))
+    path.write_text(json.dumps(fill(text, values)))
     return path
 
 
-def test_the_readmes_two_host_config_observes_both_nodes(ssh_nodes: tuple[SshNode, SshNode], tmp_path: Path) -> None:
-    """Recorded with the README's two-host config (port per node, key and known_hosts at the top level only): each
-    node's start and end observation, its host key verified."""
-    a, b = ssh_nodes
-    config = two_host_config(a, b, tmp_path)
+def observed(config: Path, tmp_path: Path) -> list[Any]:
+    """Record ``sleep`` with ``config`` as the partitioned lane's and simulated GPUs; its events."""
     sim = tmp_path / "gpus.json"
     gpu = {"index": 0, "minor": 0, "uuid": UUID, "name": "NVIDIA H200", "memory": 141 << 30}
     sim.write_text(json.dumps({"driver": "580.159.04", "gpus": [gpu], "processes": []}))
-    env = {"ALPHA_PARTITIONED_DEVICE_CONFIG": str(config), "ALPHA_OBSERVE_SIMULATED_GPUS": str(sim)}
-    proc, path = record(tmp_path, ["sleep", "0.5"], "--sample-interval", "0.2", env=env)
+    env = {"ALPHA_PARTITIONED_DEVICE_CONFIG": str(config), "ALPHA_OBSERVE_SIMULATED_GPUS": str(sim), **observer_env()}
+    proc, path = record(tmp_path, ["sleep", "0.5"], *observer_args(), "--sample-interval", "0.2", env=env)
     assert 0 == proc.returncode, proc.stderr.decode()
-    evs = events(path)
-    for node in (a, b):
-        mine = [e for e in evs if e.kind == "device.observed" and (e.attrs.get("node") or {}).get("port") == node.port]
-        assert ["simulated", "simulated"] == [mine[0].attrs["observer"], mine[-1].attrs["observer"]], mine[0].attrs
-        assert ["start", "end"] == [mine[0].attrs["phase"], mine[-1].attrs["phase"]]
-        assert mine[0].attrs["node"]["host_key_verified"]
+    return events(path)
+
+
+def assert_observed(evs: list[Any], node: SshNode) -> None:
+    """``node`` observed start to end by the simulated observer, over the observer account with the env key."""
+    mine = [e for e in evs if e.kind == "device.observed" and (e.attrs.get("node") or {}).get("port") == node.port]
+    assert ["simulated", "simulated"] == [mine[0].attrs["observer"], mine[-1].attrs["observer"]], mine[0].attrs
+    assert ["start", "end"] == [mine[0].attrs["phase"], mine[-1].attrs["phase"]]
+    facts = mine[0].attrs["node"]
+    assert facts["host_key_verified"]
+    accounts = (facts["user"], facts["observer_uid"], facts["lane_user"], facts["key"])
+    assert ("root", 0, "aos-lane", "env") == accounts
+
+
+def test_the_readmes_two_host_config_observes_both_nodes(ssh_nodes: tuple[SshNode, SshNode], tmp_path: Path) -> None:
+    """Recorded with the README's two-host config (port per node; key, known_hosts and observer at the top level
+    only): each node's start and end observation, its host key verified, through its observer account."""
+    evs = observed(readme_config("Two hosts", list(ssh_nodes), tmp_path), tmp_path)
+    for node in ssh_nodes:
+        assert_observed(evs, node)
+
+
+def test_the_readmes_one_pod_config_observes_its_node(ssh_node: SshNode, tmp_path: Path) -> None:
+    """The README's one-pod config, filled with the suite's node: observed through its observer account."""
+    assert_observed(observed(readme_config("One pod, two GPUs", [ssh_node], tmp_path), tmp_path), ssh_node)

@@ -16,9 +16,17 @@ from typing import Any
 import pytest
 
 from aos.event import Event
-from tests.helpers.recorder import events, index, kinds, output, record, wait_for
+from tests.helpers.recorder import events, index, kinds, output, wait_for
+from tests.helpers.recorder import record as record_plain
 from tests.helpers.run import ALPHA, child_env
-from tests.helpers.sshd import SSH_KEYGEN, SshNode, running_node, sshd_available
+from tests.helpers.sshd import (
+    SSH_KEYGEN,
+    SshNode,
+    observer_args,
+    observer_env,
+    running_node,
+    sshd_available,
+)
 
 VAR = "ALPHA_PARTITIONED_DEVICE_CONFIG"
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
@@ -31,16 +39,22 @@ def fingerprint(pub: str, folder: Path) -> str:
     return subprocess.run([SSH_KEYGEN, "-lf", str(f)], capture_output=True, text=True, check=True).stdout.split()[1]
 
 
+def record(tmp_path: Path, argv: list[str], *opts: str, **kw: Any) -> tuple[subprocess.CompletedProcess[bytes], Path]:
+    """``alpha observe record`` logging into the nodes' observer accounts with the observer key (from the
+    environment, as ``lane`` sets it)."""
+    return record_plain(tmp_path, argv, *observer_args(), *opts, **kw)
+
+
 def lane(tmp_path: Path, node: SshNode, **extra: Any) -> dict[str, str]:
-    """The recorder's environment: a lane config naming ``node`` and simulated GPUs (one process on the node whose
-    argv holds ``node-side``)."""
+    """The recorder's environment: a lane config naming ``node``, simulated GPUs (one process on the node whose
+    argv holds ``node-side``) and the observer key."""
     cfg = tmp_path / "lane.json"
     cfg.write_text(json.dumps(node.config(minors=[0], transport="loopback", **extra)))
     sim = tmp_path / "gpus.json"
     gpu = {"index": 0, "minor": 0, "uuid": UUID, "name": "NVIDIA H200", "memory": 141 << 30}
     procs = [{"gpu": UUID, "pid": "tree", "argv_contains": "node-side", "used_memory": 1 << 30}]
     sim.write_text(json.dumps({"driver": "580.159.04", "gpus": [gpu], "processes": procs}))
-    return {VAR: str(cfg), "ALPHA_OBSERVE_SIMULATED_GPUS": str(sim)}
+    return {VAR: str(cfg), "ALPHA_OBSERVE_SIMULATED_GPUS": str(sim), **observer_env()}
 
 
 def on_node(node: SshNode, script: str) -> list[str]:
@@ -153,8 +167,9 @@ def test_a_node_lost_mid_run_is_recorded_and_the_recording_goes_on(own_node: Ssh
     ready = tmp_path / "ready"
     out = tmp_path / "lost.aos"
     script = f"touch {ready}; sleep 2.5; echo done"
+    options = [*observer_args(), "--sample-interval", "0.2", "--out", str(out)]
     rec = subprocess.Popen(
-        [ALPHA, "observe", "record", "--sample-interval", "0.2", "--out", str(out), "--", "sh", "-c", script],
+        [ALPHA, "observe", "record", *options, "--", "sh", "-c", script],
         env=child_env(lane(tmp_path, own_node)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -173,17 +188,16 @@ def test_a_node_lost_mid_run_is_recorded_and_the_recording_goes_on(own_node: Ssh
     assert "end" not in [e.attrs["phase"] for e in of_node(evs, own_node)]
 
 
-def test_a_node_without_python3_is_observer_none_with_the_reason(own_node: SshNode, tmp_path: Path) -> None:
-    """The node's sessions find no python3: observer none, and the error says so."""
-    config = own_node.folder / "sshd_config"
-    config.write_text(config.read_text() + "SetEnv PATH=/nonexistent\n")
-    own_node.stop()
-    own_node.start()
-    proc, path = record(tmp_path, ["true"], env=lane(tmp_path, own_node))
+def test_a_node_without_the_observers_python_is_observer_none_with_the_reason(
+    ssh_node: SshNode, tmp_path: Path
+) -> None:
+    """The node has no interpreter at the config's observer.python: observer none, and the error says so."""
+    env = lane(tmp_path, ssh_node, observer={"python": "/nonexistent/python3"})
+    proc, path = record(tmp_path, ["true"], env=env)
     assert 0 == proc.returncode, proc.stderr.decode()
-    (start,) = of_node(events(path), own_node)
+    (start,) = of_node(events(path), ssh_node)
     assert ("none", "no-python3") == (start.attrs["observer"], start.attrs["node"]["refused"])
-    assert "the node has no python3" in start.attrs["error"]
+    assert "the node has no interpreter at /nonexistent/python3" in start.attrs["error"]
 
 
 #: The command hunts for the recorder's connection: a socket it inherited to the node's port, an ssh client (or
