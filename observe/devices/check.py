@@ -253,8 +253,8 @@ def _observer_rows(report: NodeReport, node: Node, start: dict[str, Any] | None,
         ", ".join(f"{x.get('user')} (pid {x.get('pid')})" for x in others) or "none",
         None
         if not risky
-        else f"another session of {node.user} or root is open on the node; a recording while it stays open is "
-        "inconclusive",
+        else f"another session of {' or '.join(sorted({node.user, 'root'}))} is open on the node "
+        f"({', '.join(str(x.get('pid')) for x in risky)}): a recording while it stays open is inconclusive",
     )
     observer = start.get("observer")
     driver = start.get("driver")
@@ -437,16 +437,22 @@ def check_config(
         return report
     described = {"env": name, "path": real, "sha256": hashlib.sha256(data).hexdigest()}
     entries = node_entries(doc)  # lane_nodes read it already: no LaneConfigProblem here
-    for node in nodes:
+    key_base = os.path.dirname(real)
+
+    def one(node: Node) -> NodeReport:
         entry = entries[node.roles[0] if node.roles else 0]
         minors = _minors(doc, entries, node.roles)
         row = NodeReport(f"{node.host} port {node.port}")
-        report.nodes.append(row)
         start, _kinds = _observe(node, env, described, observer_key)
         if _observer_rows(row, node, start, minors):
-            _lane_rows(row, node, lane_key(entry, os.path.dirname(real), home), entry, _bound_uuid(start, minors))
+            _lane_rows(row, node, lane_key(entry, key_base, home), entry, _bound_uuid(start, minors))
         else:  # the lane's login would meet the same node and key
             row.add("lane login", "not tried: the node was not reached with a verified host key")
+        return row
+
+    # One node after the other (a recording connects side by side): the check's own observer session on one
+    # node must not be seen as another root session by the next, where two "nodes" are one machine.
+    report.nodes.extend(one(node) for node in nodes)
     return report
 
 

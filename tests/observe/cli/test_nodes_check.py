@@ -378,3 +378,52 @@ def test_a_recording_names_the_keyscan_line_too(pod: Pod, tmp_path: Path) -> Non
     assert any(
         f"ssh-keyscan -p {port} 127.0.0.1 >> {known} (known_hosts names it [127.0.0.1]:{port})" in e for e in errors
     )
+
+
+def test_two_hosts_as_the_lane_readme_writes_them(ssh_nodes: list[Any], pod: Pod, tmp_path: Path) -> None:
+    """``ssh-tunnel`` over two hosts, port, ssh_key and known_hosts given once at the top level (as the lane
+    README writes the config): both nodes checked, each with its own minor; one the host lacks is named."""
+    a, b = ssh_nodes
+    known = tmp_path / "known_hosts"
+    known.write_text(a.known_hosts.read_text() + b.known_hosts.read_text())
+    from tests.helpers.sshd import authorize_lane_key
+
+    authorize_lane_key((Path(str(a.ssh_key)).parent / "id_ed25519.pub").read_text().strip())  # one lane key for both
+    config = {
+        "owner": "test",
+        "pod_ids": ["a", "b"],
+        "transport": "ssh-tunnel",
+        "ssh_key": str(a.ssh_key),
+        "known_hosts": str(known),
+        "node_env": pod.config()["node_env"],
+        "nodes": [
+            {"host": f"{LANE_USER}@127.0.0.1", "port": a.port, "minors": [0], "remote_root": str(a.lane_folder("nc"))},
+            {"host": f"{LANE_USER}@127.0.0.1", "port": b.port, "minors": [1], "remote_root": str(b.lane_folder("nc"))},
+        ],
+    }
+    code, out = _check(pod, tmp_path, config)
+    assert code == 0, out
+    assert f"node {LANE_USER}@127.0.0.1 port {a.port}" in out
+    assert f"node {LANE_USER}@127.0.0.1 port {b.port}" in out
+    assert "minor 0 (owner-0)" in out
+    assert "minor 1 (owner-1)" in out
+    config["nodes"][1]["minors"] = [5]
+    code, out = _check(pod, tmp_path, config)
+    assert code == 1, out
+    assert f"port {b.port}: the config binds owner-1 to minor 5; the node has 0, 1" in out
+
+
+def test_another_root_session_on_the_node_is_named(pod: Pod, tmp_path: Path) -> None:
+    """A root session open on the node beside the observer's (someone who could forge what NVML says) is named."""
+    session = subprocess.Popen(
+        pod.node.observer_argv("echo open; sleep 60"), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
+    )
+    try:
+        assert session.stdout is not None
+        assert session.stdout.readline() == b"open\n"  # the session is open on the node
+        code, out = _check(pod, tmp_path, pod.config())
+    finally:
+        session.kill()
+        session.wait()
+    assert code == 1, out
+    assert "another session of root is open on the node" in out
