@@ -467,3 +467,18 @@ def test_another_root_session_on_the_node_is_named(pod: Pod, tmp_path: Path) -> 
         session.wait()
     assert code == 1, out
     assert "another session of root is open on the node" in out
+
+
+def test_a_node_that_does_not_answer(pod: Pod, tmp_path: Path) -> None:
+    """Nothing listens at the port: unreachable, named; the lane's login is not tried (one cause, said once)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    code, out = _check(pod, tmp_path, pod.config(port=closed))
+    assert code == 1, out
+    assert "PROBLEM  reachable" in out
+    assert "ConnectionRefusedError" in out
+    assert "not tried: the node was not reached with a verified host key" in out
+    assert "1 problem;" in out
