@@ -1,20 +1,24 @@
 """``alpha observe nodes check``: every node a lane config names, reached as the recorder would, before a recording.
 
-For each remote node (observe.devices.lane_nodes) it:
+For each remote node (observe.devices.lane_nodes, through the one lane-config reader), one
+node after the other, it:
 
 1. runs the recorder's own observer there once (observe.devices.remote.NodeLink: the same
-   connection, host-key verification and bundle a recording uses) and reads its start
-   observation: reachable, host key, the observer's interpreter, NVML and the driver, the
-   GPUs and their minors (a minor the config names that the node lacks is a problem);
+   connection to the observer account with the observer's key, host-key verification,
+   isolated interpreter and bundle a recording uses) and reads its start observation:
+   reachable, host key, the observer's login and interpreter, the lane account's uid as the
+   observer looked it up, the node's other SSH sessions, NVML and the driver, the GPUs and
+   the minors the config binds there;
 2. logs in as the lane's own account (the ``host`` user, with the config's ``ssh_key``, the
    host key verified the same way) and runs :data:`PROBE` with the config's ``python`` and
-   ``node_env``: the account's uid, python3, the roles' runtime (``torch`` with CUDA),
+   ``node_env``: python3, the roles' runtime (``torch`` seeing the bound GPU with CUDA),
    ``remote_root`` writable and its free disk.
 
-Each finding is a row of the node's table; a row with a problem names it. Nothing is
-recorded and nothing is written on a node but a probe file in ``remote_root``, removed at
-once. A simulated observer (``ALPHA_OBSERVE_SIMULATED_GPUS``) reads ``simulated`` in the
-NVML row: the node is observed (as a recording would), never physically.
+Each finding is a row of the node's table; a row with a problem names it (what a recording
+would not observe, or where the lane would stop). Nothing is recorded and nothing is written
+on a node but a probe file in ``remote_root``, removed at once. A simulated observer
+(``ALPHA_OBSERVE_SIMULATED_GPUS``) reads ``simulated`` in the NVML row and is not a problem:
+the node is observed as a recording would, never physically.
 """
 
 from __future__ import annotations
