@@ -142,22 +142,27 @@ def test_a_good_two_account_node_passes_and_reads_simulated(pod: Pod, tmp_path: 
     assert f"{pod.remote_root} writable" in out
 
 
-def test_the_config_from_the_environment(pod: Pod, tmp_path: Path) -> None:
-    """With no CONFIG, the device configs the environment names are checked (as the docs show)."""
+def test_the_help_examples_run(pod: Pod, tmp_path: Path) -> None:
+    """``nodes check --help``'s examples, as written (the config's path and the key's variable filled): the
+    config named, then the one the environment names."""
+    from observe.cli.nodes import nodes_check_command
+
     path = tmp_path / "config.json"
     path.write_text(json.dumps(pod.config()))
-    done = alpha(
-        "observe",
-        "nodes",
-        "check",
-        "--observer-key-env",
-        OBSERVER_KEY_ENV,
-        cwd=tmp_path,
-        env=pod.env(ALPHA_COORDINATE_DEVICE_CONFIG=str(path)),
-        text=True,
-        timeout=150,
-    )
-    assert _observed_all(done.returncode, done.stdout, pod.node), done.stdout + done.stderr
+    lines = [line.strip() for line in str(nodes_check_command.epilog).splitlines() if "alpha observe" in line]
+    assert len(lines) == 2
+    for line in lines:
+        script = line.replace("config.json", str(path)).replace("OBSERVER_KEY", OBSERVER_KEY_ENV)
+        done = subprocess.run(
+            ["bash", "-c", script],
+            cwd=tmp_path,
+            env=child_env(pod.env()),
+            capture_output=True,
+            text=True,
+            timeout=150,
+            check=False,
+        )
+        assert _observed_all(done.returncode, done.stdout, pod.node), done.stdout + done.stderr
     assert f"config ALPHA_COORDINATE_DEVICE_CONFIG ({path})" in done.stdout
 
 
