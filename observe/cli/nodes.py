@@ -52,11 +52,12 @@ def nodes_check_command(config: str | None, observer_key_env: str | None, observ
 
     CONFIG defaults to the device configs the environment names (ALPHA_*_DEVICE_CONFIG).
     For each node: reachable, its host key verified (with the ssh-keyscan line to add an
-    unknown one), the observer run once (its interpreter, NVML and driver, the GPUs and the
-    minors the config binds), the lane account and its uid (its own login and key), and
-    what the lane needs there (python3, torch with CUDA, remote_root writable, free disk).
-    Nothing is recorded. Exit 0 every node would be observed, 1 a problem (each named) or
-    refused (nodes-config), 2 usage.
+    unknown one), the observer run once as the observer account (its login and key, its
+    interpreter, the lane account and its uid, other SSH sessions, NVML and driver, the GPUs
+    and the minors the config binds), then, logged in as the lane with its own key, what the
+    lane needs there (python3, torch with CUDA, remote_root writable, free disk). Nothing is
+    recorded (docs/NODES.md). Exit 0 every node would be observed, 1 a problem (each named)
+    or refused (nodes-config), 2 usage.
     """
     from observe.devices.check import ConfigUnusable, check_config, default_config
     from observe.refusals import NodesConfig

@@ -12,6 +12,7 @@ named before anything is recorded: the working folder holds nothing new afterwar
 from __future__ import annotations
 
 import json
+import os
 import pwd
 import re
 import subprocess
@@ -487,3 +488,29 @@ def test_a_node_that_does_not_answer(pod: Pod, tmp_path: Path) -> None:
     assert "ConnectionRefusedError" in out
     assert "not tried: the node was not reached with a verified host key" in out
     assert "1 problem;" in out
+
+
+def test_lane_check_on_this_machine(tmp_path: Path) -> None:
+    """A config whose roles run here (``host: local``): the same table for this machine, with the doubles on the
+    lane's own PATH and PYTHONPATH (a local lane runs in its own environment); without them, named."""
+    testing = LANE / "testing"
+    config = {
+        "owner": "test",
+        "pod_ids": ["pod"],
+        "transport": "loopback",
+        "host": "local",
+        "minors": [0, 1],
+        "remote_root": str(tmp_path / "root"),
+    }
+    path = tmp_path / "lane-config.json"
+    path.write_text(json.dumps(config))
+    argv = [sys.executable, "-m", "lanekit", "check", "coordinates", str(tmp_path / "out"), str(path)]
+    doubles = {"PATH": f"{testing / 'bin'}:{os.environ['PATH']}", "PYTHONPATH": f"samples/lane:{testing}"}
+    done = subprocess.run(argv, cwd=ROOT, env=child_env(doubles), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "node local" in done.stdout
+    bare = subprocess.run(
+        argv, cwd=ROOT, env=child_env({"PYTHONPATH": "samples/lane"}), capture_output=True, text=True, timeout=120
+    )
+    assert bare.returncode == 1, bare.stdout + bare.stderr
+    assert "No module named 'torch'" in bare.stdout
