@@ -6,16 +6,25 @@ other than ``"local"`` (or, with ``"transport": "ssh-tunnel"``, a list of
 own SSH connection and its ``device.observed`` events carry ``node``. Then the
 check judges those observations, node by node:
 
-1. every node the config names was observed, from ``start`` to ``end``, by the
+1. every node was observed as DESIGN's two accounts need (:func:`node_account_findings`):
+   the recorder logged into the node's observer account, which is not the
+   lane's account (neither by name nor by uid), the lane's account is not root
+   (uid 0) there, the observer's key came from the recorder's environment
+   (``key: env``, never a file the command could read), the interpreter ran
+   isolated (``-I -S``), and no other SSH session of root or of the observer's
+   account was seen open on the node during the recording; else inconclusive,
+   naming the reason and the fix. A node observed by a recorder before the
+   two-account rule (no such facts) is inconclusive too;
+2. every node the config names was observed, from ``start`` to ``end``, by the
    observer ``nvml`` over a connection whose host key the recorder verified
    (one fingerprint per node throughout); a node refused (unknown or changed
    host key), unreachable, without python3 or NVML (observer ``none``, with the
    reason), simulated, or lost mid-run (``node.lost``) is inconclusive, naming
    the node and the reason;
-2. each GPU the preflight binds is one its role's node observed, with the same
+3. each GPU the preflight binds is one its role's node observed, with the same
    name and driver (else fail); no GPU UUID is observed on two nodes (two
    nodes that show one card are one machine: inconclusive);
-3. processes are tied to roles by digest alone (no node process is of the
+4. processes are tied to roles by digest alone (no node process is of the
    recorded tree): each role's own executable must be seen working on its bound
    GPU of its node during the run steps; one running a role's executable on
    another GPU fails; a process on a bound GPU during a run step whose digest
@@ -23,7 +32,7 @@ check judges those observations, node by node:
    recorder cannot recognise); a process seen exiting (its script closed by its
    interpreter's finalisation, or its ``/proc`` entry gone while NVML still lists
    it) keeps the identity it was read with under the same pid and ``exe``;
-4. a bound GPU with memory or activity its listed processes do not explain is
+5. a bound GPU with memory or activity its listed processes do not explain is
    shared: inconclusive (as on the recorder's own machine).
 
 Streams of recorders before remote nodes (``stream.open`` without
@@ -52,7 +61,7 @@ from gates.devices import (
 from gates.evidence import Evidence
 from gates.typing import Findings, Outcome
 
-__all__ = ["config_nodes", "devices_observed_anywhere", "devices_observed_on_nodes"]
+__all__ = ["config_nodes", "devices_observed_anywhere", "devices_observed_on_nodes", "node_account_findings"]
 
 LOCAL = ("", "local")
 
@@ -94,6 +103,64 @@ def _of(o: Event, host: str, port: int | None) -> bool:
     return isinstance(node, dict) and node.get("host") == host and (port is None or node.get("port") == port)
 
 
+def node_account_findings(name: str, obs: Sequence[Event], lost: Sequence[Event], f: Findings) -> None:
+    """Inconclusive unless the node was observed through an observer account the lane could not speak for (the
+    module's rule 1), each reason with its fix."""
+    facts = [o.attrs["node"] for o in [*obs, *lost] if isinstance(o.attrs.get("node"), Mapping)]
+    first = facts[0] if facts else {}
+    if not facts or not all(k in first for k in ("lane_user", "lane_uid", "observer_uid", "key", "sessions")):
+        f.use([obs[0].seq] if obs else [])
+        f.inconclusive(
+            f"node {name}: observed before the two-account rule (no observer and lane accounts or key source "
+            "recorded): record it again, observing as the node's observer account (docs/TRUST.md)"
+        )
+        return
+    f.use([obs[0].seq])
+    user, lane = first.get("user"), first.get("lane_user")
+    observer_uid, lane_uid = first.get("observer_uid"), first.get("lane_uid")
+    fix = "give the lane an unprivileged account of its own (useradd, its own authorized_keys) and observe as root"
+    if user == lane or (isinstance(observer_uid, int) and observer_uid == lane_uid):
+        f.inconclusive(
+            f"node {name}: the observer and the lane share the account {lane} (uid {lane_uid}): whatever the lane "
+            f"planted there could have spoken for the observer; {fix}"
+        )
+    if lane_uid == 0:
+        f.inconclusive(
+            f"node {name}: the lane's account {lane} is root (uid 0) on the node, and root can forge any "
+            "observation there; run the lane as an unprivileged user (useradd; the GPU device files are usually 0666)"
+        )
+    elif not isinstance(lane_uid, int):
+        f.inconclusive(f"node {name}: the observer found no account {lane} (the lane's) on the node; {fix}")
+    if not isinstance(observer_uid, int):
+        f.inconclusive(f"node {name}: the observer's uid on the node was not recorded")
+    if first.get("key") != "env":
+        f.inconclusive(
+            f"node {name}: the observer's key came from {first.get('key') or 'nowhere'} (--observer-key FILE: a "
+            "file the command could read and log in with); give it with --observer-key-env NAME"
+        )
+    if first.get("isolated") is not True:
+        f.inconclusive(f"node {name}: the observer's interpreter did not run isolated (-I -S)")
+    seen: dict[int, Mapping[str, Any]] = {}
+    for x in facts:
+        for s in _list(x.get("sessions")):
+            if isinstance(s.get("pid"), int):
+                seen.setdefault(s["pid"], s)
+    privileged = [
+        s
+        for s in seen.values()
+        if s.get("user") in ("root", user)
+        or s.get("uid") == 0
+        or (observer_uid is not None and s.get("uid") == observer_uid)
+    ]
+    if privileged or any(x.get("sessions_truncated") for x in facts):
+        listed = ", ".join(f"{s.get('user')} (pid {s.get('pid')})" for s in privileged[:5]) or "too many to list"
+        f.inconclusive(
+            f"node {name}: other SSH sessions of root or of the observer's account were open during the recording: "
+            f"{listed}; whoever held them could change what the observer saw; record with no other root session "
+            "on the node"
+        )
+
+
 def _node_findings(name: str, obs: Sequence[Event], lost: Sequence[Event], f: Findings) -> dict[str, Any] | None:
     """Inconclusive unless the node was observed by nvml, over a verified host key, start to end; the node's
     facts (from its start observation) when it was."""
@@ -106,6 +173,7 @@ def _node_findings(name: str, obs: Sequence[Event], lost: Sequence[Event], f: Fi
             f.use([o.seq])
             f.inconclusive(f"node {name}: observer none (seq {o.seq}): {a.get('error') or 'no reason recorded'}")
             return None
+    node_account_findings(name, obs, lost, f)
     for o in obs:
         a = o.attrs
         if a.get("observer") == "simulated" or a.get("simulated_from") is not None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -154,41 +153,26 @@ def _minors(config: dict[str, Any], entries: list[dict[str, Any]], roles: tuple[
 # -- the observer, as a recording runs it ---------------------------------------------------------
 
 
-def _observe(
-    node: Node, env: Mapping[str, str], config: dict[str, str], key: ObserverKey | None
-) -> tuple[dict[str, Any] | None, list[str]]:
-    """The node's start observation (None when none came), and the kinds of events that followed."""
+def _observe(node: Node, env: Mapping[str, str], key: ObserverKey | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The node's start observation (None when none came), and why the node was lost after it (None: it was not),
+    from the recorder's observer run once there (observe.devices.remote.observe_once)."""
     import base64
 
-    from observe.devices.bundle import build_bundle
-    from observe.devices.remote import NodeLink
-
-    kinds: list[str] = []
-    lock = threading.Lock()
-
-    def append(kind: str, attrs: dict[str, Any]) -> None:
-        with lock:
-            kinds.append(kind)
+    from observe.devices.remote import observe_once
 
     sim_path = env.get(ENV_SIMULATED)
     simulated = None
-    if sim_path:
+    if sim_path:  # as a recording sends it to each node's observer
         try:
             with open(sim_path, "rb") as f:
                 data = f.read(1 << 20)
         except OSError:
             data = b""
         simulated = {"path": os.path.abspath(sim_path), "data_b64": base64.b64encode(data).decode()}
-    link = NodeLink(node, build_bundle(), interval=1.0, simulated=simulated, config=config, append=append, key=key)
-    link.start()
-    try:
-        pending = link.take_start(START_TIMEOUT)
-        link.end()
-        link.done.wait(START_TIMEOUT)
-    finally:
-        link.close()
-    start = next((a for k, a in pending if k == "device.observed" and a.get("phase") == "start"), None)
-    return start, kinds
+    found = observe_once(node, key, simulated=simulated, timeout=START_TIMEOUT)
+    start = next((a for k, a in found if k == "device.observed" and a.get("phase") == "start"), None)
+    lost = next((str(a.get("reason")) for k, a in found if k == "node.lost"), None)
+    return start, lost
 
 
 def _observer_rows(report: NodeReport, node: Node, start: dict[str, Any] | None, minors: list[tuple[str, int]]) -> bool:
@@ -418,8 +402,6 @@ def check_config(
     ``observer_key``: the key the observer logs in with (None: none, as a recording without one: the node
     is then refused, ``no-key``). Raises :class:`ConfigUnusable` when nothing can be checked.
     """
-    import hashlib
-
     real = os.path.realpath(path)
     try:
         with open(real, "rb") as f:
@@ -439,7 +421,6 @@ def check_config(
         raise ConfigUnusable(f"{name}: {path} names no remote node (host absent or local): nothing to reach")
     if not nodes:
         return report
-    described = {"env": name, "path": real, "sha256": hashlib.sha256(data).hexdigest()}
     entries = node_entries(doc)  # lane_nodes read it already: no LaneConfigProblem here
     key_base = os.path.dirname(real)
 
@@ -447,7 +428,9 @@ def check_config(
         entry = entries[node.roles[0] if node.roles else 0]
         minors = _minors(doc, entries, node.roles)
         row = NodeReport(f"{node.host} port {node.port}")
-        start, _kinds = _observe(node, env, described, observer_key)
+        start, lost = _observe(node, env, observer_key)
+        if lost is not None:
+            row.add("observer run", "lost", f"the node was lost after its start observation: {lost}")
         if _observer_rows(row, node, start, minors):
             _lane_rows(row, node, lane_key(entry, key_base, home), entry, _bound_uuid(start, minors))
         else:  # the lane's login would meet the same node and key

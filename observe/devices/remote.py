@@ -64,9 +64,11 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "NodeLink",
     "ObserverKey",
+    "Refused",
     "connect",
     "fingerprint",
     "keyscan_hint",
+    "observe_once",
     "observer_command",
     "open_links",
 ]
@@ -495,6 +497,30 @@ class NodeLink:
 
 class _Overrun(Exception):
     """The node's observer sent more than the bounds allow (the message says which)."""
+
+
+def observe_once(
+    node: Node, key: ObserverKey | None, *, simulated: dict[str, str] | None = None, timeout: float = 45.0
+) -> list[tuple[str, dict[str, Any]]]:
+    """Connect to ``node``'s observer account as a recording does (host key verified, ``key``, the isolated
+    observer), take its start and end observations and close: the ``(kind, attrs)`` a recording would append for
+    it (a refused or unreachable node: one observation of observer ``none`` whose ``node.refused`` says why)."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    link = NodeLink(
+        node,
+        build_bundle(),
+        interval=1.0,
+        simulated=simulated,
+        config={},
+        append=lambda kind, attrs: found.append((kind, attrs)),
+        key=key,
+    )
+    link.start()
+    found += link.take_start(timeout)
+    link.end()
+    link.done.wait(timeout)
+    link.close()
+    return found
 
 
 #: The largest lane config (and simulated-GPU file) the recorder reads for its nodes.

@@ -25,10 +25,20 @@ def _node(host: str, port: int) -> dict[str, Any]:
         "kernel": {"sysname": "Linux", "release": "6.8.0", "version": "#1", "machine": "x86_64"},
         "python": "3.12.3",
         "pid_namespace": "initial",
+        # two accounts (docs/TRUST.md): root observes, the lane's own unprivileged account runs the roles
+        "lane_user": host.split("@")[0],
+        "observer_uid": 0,
+        "lane_uid": 1000,
+        "key": "env",
+        "observer_python": "/usr/bin/python3",
+        "executable": "/usr/bin/python3.12",
+        "executable_sha256": "e" * 64,
+        "isolated": True,
+        "sessions": [{"user": "lane", "uid": 1000, "pid": 4242}],
     }
 
 
-def remote(gate: str, hosts: tuple[str, ...] = ("root@pod-a",)) -> SyntheticStream:
+def remote(gate: str, hosts: tuple[str, ...] = ("lane@pod-a",)) -> SyntheticStream:
     """The right lane of ``gate``, its config naming ``hosts`` (one: loopback; two: ssh-tunnel, one per role), its
     observations the nodes' (no process of the recorded tree; each role's on its own node)."""
     s = device_lane(gate)
@@ -79,14 +89,14 @@ def test_right_lane_on_one_pod_passes_naming_the_node(gate: str) -> None:
     v = remote(gate).evaluate(gate)
     check = devices(remote(gate), gate)
     assert ("pass", "physical") == (v.verdict, v.scope), [c.reason for c in v.checks if c.status != "pass"]
-    assert "node root@pod-a:2222 (host key SHA256:" in check["reason"]
+    assert "node lane@pod-a:2222 (host key SHA256:" in check["reason"]
 
 
 def test_two_hosts_over_ssh_tunnel_pass() -> None:
     """ssh-tunnel: one node per role, each role's process seen on its own node's GPU."""
-    check = devices(remote("distributed-device", ("root@pod-a", "root@pod-b")), "distributed-device")
+    check = devices(remote("distributed-device", ("lane@pod-a", "lane@pod-b")), "distributed-device")
     assert "pass" == check["status"], check["reason"]
-    assert "of node root@pod-b:2222" in check["reason"]
+    assert "of node lane@pod-b:2222" in check["reason"]
 
 
 def test_a_stream_of_a_recorder_before_remote_nodes_is_judged_as_sealed() -> None:
@@ -106,7 +116,7 @@ def test_the_local_observations_do_not_stand_for_a_pod() -> None:
     s.ops += [op for op in lane.ops if op["kind"] == "device.observed"]
     check = devices(s, "distributed-device")
     assert "inconclusive" == check["status"]
-    assert "node root@pod-a:2222: the recorder recorded no observation of it" in check["reason"]
+    assert "node lane@pod-a:2222: the recorder recorded no observation of it" in check["reason"]
 
 
 def _procs(s: SyntheticStream) -> list[dict[str, Any]]:
@@ -122,31 +132,31 @@ def test_a_node_process_whose_digest_is_no_roles_is_inconclusive() -> None:
     )
     check = devices(s, "distributed-device")
     assert "inconclusive" == check["status"]
-    assert "node root@pod-a:2222: pid 999 (other: exe sha256 cccccccccccc) ran on bound GPU" in check["reason"]
+    assert "node lane@pod-a:2222: pid 999 (other: exe sha256 cccccccccccc) ran on bound GPU" in check["reason"]
     assert "no role's captured executable: unattributable" in check["reason"]
 
 
 def test_a_role_on_the_other_nodes_gpu_fails() -> None:
     """ssh-tunnel: beta's executable working on a GPU of alpha's node fails."""
-    s = remote("distributed-device", ("root@pod-a", "root@pod-b"))
+    s = remote("distributed-device", ("lane@pod-a", "lane@pod-b"))
     for op in s.ops:
         a = op["attrs"]
-        if op["kind"] == "device.observed" and a["node"]["host"] == "root@pod-a":
+        if op["kind"] == "device.observed" and a["node"]["host"] == "lane@pod-a":
             for p in a["processes"]:
                 p["exe"] = next(q["exe"] for q in _procs(s) if "beta" in q["exe"]["path"])
     check = devices(s, "distributed-device")
     assert "fail" == check["status"]
-    assert "node root@pod-a:2222: beta's pid" in check["reason"]
+    assert "node lane@pod-a:2222: beta's pid" in check["reason"]
 
 
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ("refused", "node root@pod-a:2222: observer none"),
-        ("simulated", "node root@pod-a:2222: the devices were simulated"),
-        ("lost", "node root@pod-a:2222 was lost during the recording"),
-        ("no-end", "node root@pod-a:2222: no end observation"),
-        ("key", "node root@pod-a:2222: the verified host key changed during the recording"),
+        ("refused", "node lane@pod-a:2222: observer none"),
+        ("simulated", "node lane@pod-a:2222: the devices were simulated"),
+        ("lost", "node lane@pod-a:2222 was lost during the recording"),
+        ("no-end", "node lane@pod-a:2222: no end observation"),
+        ("key", "node lane@pod-a:2222: the verified host key changed during the recording"),
     ],
 )
 def test_a_node_not_observed_throughout_is_not_physical(change: str, expected: str) -> None:
@@ -155,7 +165,7 @@ def test_a_node_not_observed_throughout_is_not_physical(change: str, expected: s
     obs = [op for op in s.ops if op["kind"] == "device.observed"]
     if change == "refused":
         a = obs[0]["attrs"]
-        a.update(observer="none", gpus=[], processes=[], error="node root@pod-a port 2222: refused (host-key-changed)")
+        a.update(observer="none", gpus=[], processes=[], error="node lane@pod-a port 2222: refused (host-key-changed)")
         a["node"].update(host_key_verified=False, refused="host-key-changed")
     elif change == "simulated":
         for op in obs:
@@ -182,7 +192,7 @@ def test_a_preflight_gpu_the_node_never_showed_fails() -> None:
             op["attrs"]["processes"] = [p for p in op["attrs"]["processes"] if p["gpu"].endswith("alpha")]
     check = devices(s, "distributed-device")
     assert "fail" == check["status"]
-    assert "which the recorder never observed on node root@pod-a:2222" in check["reason"]
+    assert "which the recorder never observed on node lane@pod-a:2222" in check["reason"]
 
 
 def _exiting(s: SyntheticStream, exe: dict[str, Any] | None, script: dict[str, Any] | None) -> None:
@@ -209,3 +219,65 @@ def test_another_program_under_a_reused_pid_is_judged_as_it_is() -> None:
     check = devices(s, "distributed-device")
     assert "inconclusive" == check["status"]
     assert "(other: exe sha256 dddddddddddd) ran on bound GPU" in check["reason"]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ("before", "node lane@pod-a:2222: observed before the two-account rule"),
+        ("shared", "node lane@pod-a:2222: the observer and the lane share the account lane"),
+        ("same-uid", "node lane@pod-a:2222: the observer and the lane share the account lane (uid 0)"),
+        ("lane-root", "node lane@pod-a:2222: the lane's account lane is root (uid 0) on the node"),
+        ("no-lane", "node lane@pod-a:2222: the observer found no account lane (the lane's) on the node"),
+        ("key-file", "node lane@pod-a:2222: the observer's key came from file (--observer-key FILE"),
+        ("not-isolated", "node lane@pod-a:2222: the observer's interpreter did not run isolated (-I -S)"),
+        (
+            "root-session",
+            "other SSH sessions of root or of the observer's account were open during the recording: root (pid 77)",
+        ),
+        (
+            "uid0-session",
+            "sessions of root or of the observer's account were open during the recording: admin (pid 78)",
+        ),
+    ],
+)
+def test_a_node_the_lane_could_speak_for_is_never_physical(change: str, expected: str) -> None:
+    """Each of the two-account conditions broken alone (in the end observation's facts where it is a session seen
+    late): devices-observed inconclusive, naming the node, the reason and the fix."""
+    s = remote("distributed-device")
+    obs = [op for op in s.ops if op["kind"] == "device.observed"]
+    for op in obs:
+        node = op["attrs"]["node"]
+        if change == "before":
+            for key in ("lane_user", "lane_uid", "observer_uid", "key", "sessions", "isolated"):
+                node.pop(key)
+        elif change == "shared":
+            node.update(user="lane")
+        elif change == "same-uid":
+            node.update(lane_uid=0)
+        elif change == "lane-root":
+            node.update(lane_uid=0, observer_uid=1)
+        elif change == "no-lane":
+            node.update(lane_uid=None)
+        elif change == "key-file":
+            node.update(key="file")
+        elif change == "not-isolated":
+            node.update(isolated=False)
+    last = obs[-1]["attrs"]["node"]
+    if change == "root-session":
+        last["sessions"] = [*last["sessions"], {"user": "root", "uid": 0, "pid": 77}]
+    elif change == "uid0-session":
+        last["sessions"] = [*last["sessions"], {"user": "admin", "uid": 0, "pid": 78}]
+    check = devices(s, "distributed-device")
+    assert "inconclusive" == check["status"], check["reason"]
+    assert expected in check["reason"]
+    assert "pass" != s.evaluate("distributed-device").verdict
+
+
+def test_the_lanes_own_sessions_do_not_stop_a_pass() -> None:
+    """Sessions of the lane's account (its ssh, its forwards) are expected: the right lane still passes."""
+    s = remote("distributed-device")
+    obs = [op for op in s.ops if op["kind"] == "device.observed"]
+    last = obs[-1]["attrs"]["node"]
+    last["sessions"] = [*last["sessions"], {"user": "lane", "uid": 1000, "pid": 4343}]
+    assert "pass" == devices(s, "distributed-device")["status"]

@@ -73,17 +73,16 @@ def test_the_worker_is_attributed_by_its_digest_inside_its_step() -> None:
     assert (UUID, False, "worker.py") == (proc["gpu"], proc["in_tree"], proc["script"]["path"].rsplit("/")[-1])
 
 
-def test_the_pod_verdict_passes_and_equals_a_fresh_evaluation() -> None:
-    """The sealed verdict (devices-observed over the node) passes, and today's gate says the same."""
+def test_the_pod_verdict_passed_as_sealed_and_is_re_judged_as_recorded_before_the_two_account_rule() -> None:
+    """The sealed verdict (devices-observed over the node) passed; today's gate finds the node observed through the
+    lane's own account (before the two-account rule: docs/TRUST.md) and says inconclusive, naming that."""
     events = _events("pod")
     sealed = require_verdict(verify_stream(SSH / "pod.aos"))
     fresh = _fresh(events)
     assert ("pass", "observed") == (sealed["verdict"], sealed["scope"])
-    assert (sealed["verdict"], [c["reason"] for c in sealed["checks"]]) == (
-        fresh["verdict"],
-        [c["reason"] for c in fresh["checks"]],
-    )
     assert "node root@127.0.0.1" in sealed["checks"][0]["reason"]
+    assert "inconclusive" == fresh["verdict"]
+    assert "observed before the two-account rule" in fresh["checks"][0]["reason"]
 
 
 def test_the_namespace_hides_the_tenant_and_the_gpu_is_shared() -> None:

@@ -1,6 +1,8 @@
 """The reference lane over SSH, against the suite's own OpenSSH servers (tests/helpers/sshd.py).
 
-The nodes are real ``sshd`` instances on 127.0.0.1 with throwaway keys; the roles run
+The nodes are real ``sshd`` instances on 127.0.0.1 with throwaway keys, set up as a pod
+is: the lane logs into the unprivileged lane account, the recorder into root, the
+observer account, with a key the command never sees (``--observer-key-env``); the roles run
 there on the lane's CPU test doubles (samples/lane/testing, set for every node command by
 the config's ``node_env``), so every physical step runs, and the gate stays open on
 ``devices-observed``: nothing the recorder observed is a GPU. Each lane runs once
@@ -25,6 +27,7 @@ import pytest
 from aos.reader import read_stream
 from tests.helpers.paths import ROOT
 from tests.helpers.run import ALPHA, child_env
+from tests.helpers.sshd import as_lane, lane_readable, observer_args, observer_env
 from tests.helpers.workers import LANES_OVER_SSH
 
 LANE = ROOT / "samples" / "lane"
@@ -42,13 +45,16 @@ pytestmark = [pytest.mark.timeout(240), LANES_OVER_SSH]
 
 
 def _node_env() -> dict[str, str]:
-    """What every command on a test node sees: the fake nvidia-smi and torch first (test doubles only)."""
-    return {"PATH": f"{TESTING / 'bin'}:/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": str(TESTING)}
+    """What every command on a test node sees: the fake nvidia-smi and torch first (test doubles only, in a copy the
+    lane account can read)."""
+    testing = lane_readable(TESTING)
+    return {"PATH": f"{testing / 'bin'}:/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": str(testing)}
 
 
 def _loopback(node: Any, root: Path, **extra: Any) -> dict[str, Any]:
-    """A one-pod config: both roles on ``node``, outputs under ``root`` there."""
+    """A one-pod config: both roles on ``node``, outputs under ``root`` there (the lane account's)."""
     root.mkdir(parents=True, exist_ok=True)
+    as_lane(root)
     return {
         "owner": "test",
         "pod_ids": ["pod"],
@@ -64,8 +70,7 @@ def _tunnel(nodes: list[Any], name: str) -> dict[str, Any]:
     """A two-host config: owner-i (and, for owner-0, the coordinator) on ``nodes[i]``, its GPU minor i."""
     entries = []
     for i, node in enumerate(nodes):
-        root = node.root / name
-        root.mkdir(parents=True, exist_ok=True)
+        root = node.lane_folder(name)
         entries.append(node.config(remote_root=str(root), minors=[i]))
     env = _node_env()
     return {"owner": "test", "pod_ids": ["a", "b"], "transport": "ssh-tunnel", "node_env": env, "nodes": entries}
@@ -86,13 +91,15 @@ def _simulated(folder: Path) -> str:
 
 def _start_gate(gate: str, folder: Path, config: Path) -> subprocess.Popen[str]:
     """Start a lane under its gate in ``folder`` (its stream: ``folder/GATE.aos``), each node observed by the
-    recorder with the simulated observer."""
+    recorder with the simulated observer, through the node's observer account."""
     script = ROOT / "scripts" / "ci" / f"{gate}.sh"
     stream = folder / f"{gate}.aos"
+    options = ["--out", str(stream), "--quiet", *observer_args()]
+    env = {VARIABLE[gate]: str(config), "ALPHA_OBSERVE_SIMULATED_GPUS": _simulated(folder), **observer_env()}
     return subprocess.Popen(
-        [ALPHA, "observe", "gate", gate, "--out", str(stream), "--quiet", "--", "bash", str(script), "out"],
+        [ALPHA, "observe", "gate", gate, *options, "--", "bash", str(script), "out"],
         cwd=folder,
-        env=child_env({VARIABLE[gate]: str(config), "ALPHA_OBSERVE_SIMULATED_GPUS": _simulated(folder)}),
+        env=child_env(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -200,6 +207,8 @@ class TestLanesOverSsh:
             mine = [o for o in observed if o["node"]["port"] == port]
             assert ["start", "end"] == [mine[0]["phase"], mine[-1]["phase"]]
             assert all(o["node"]["host_key_verified"] and o["simulated_from"] for o in mine)
+            accounts = {(o["node"]["user"], o["node"]["lane_user"], o["node"]["lane_uid"] != 0) for o in mine}
+            assert {("root", "aos-lane", True)} == accounts
         reason = next(c["reason"] for c in lane_run["verdict"]["checks"] if c["name"] == "devices-observed")
         assert "simulated" in reason, reason
 
