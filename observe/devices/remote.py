@@ -395,7 +395,8 @@ class NodeLink:
         if msg.get("sha256") != self.bundle.sha256:
             raise Refused("observer-digest", f"the node ran an observer of SHA-256 {msg.get('sha256')}")
         space = msg.get("namespace")
-        flags = msg.get("flags") if isinstance(msg.get("flags"), dict) else {}
+        given = msg.get("flags")
+        flags: dict[str, Any] = given if isinstance(given, dict) else {}
 
         def num(value: Any) -> int | None:
             return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -285,6 +285,11 @@ class Sampler:
             return
         for problem in problems:
             logger().warning("a lane config names no usable node", problem=problem)
+        if self.links and self.observer_key is None:
+            logger().warning(
+                "the lane config names remote nodes, and no observer key was given: each is refused (no-key); "
+                "give --observer-key-env NAME, a private key for the nodes' observer account"
+            )
 
     def take_node_starts(self, timeout: float = NODE_START_WAIT) -> list[tuple[str, dict[str, Any]]]:
         """Each remote node's start observation ready within ``timeout`` (and what followed it already), as

@@ -233,19 +233,21 @@ def test_another_root_session_during_the_run_is_recorded_and_named(ssh_node: Ssh
     """Root logs into the node during the recording (another session than the observer's): recorded by account and
     pid, and the rule names it; the lane's own session is recorded too, and is not a reason."""
     ready = tmp_path / "ready"
-    other = subprocess.Popen(ssh_node.observer_argv(f"touch {ready}; sleep 3"), stdin=subprocess.DEVNULL)
-    lane = subprocess.Popen(ssh_node.ssh_argv("sleep 3"), stdin=subprocess.DEVNULL)
+    lane_ready = ssh_node.lane_folder(f"ready-{tmp_path.name}") / "lane"
+    other = subprocess.Popen(ssh_node.observer_argv(f"touch {ready}; sleep 20"), stdin=subprocess.DEVNULL)
+    lane = subprocess.Popen(ssh_node.ssh_argv(f"touch {lane_ready}; sleep 20"), stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
-        while not ready.exists():
+        while not (ready.exists() and lane_ready.exists()):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         proc, path = record(
             tmp_path, ["sleep", "0.5"], *observer_args(), "--sample-interval", "0.2", env=lane_env(tmp_path, ssh_node)
         )
     finally:
-        other.wait(timeout=30)
-        lane.wait(timeout=30)
+        for client in (other, lane):  # the sessions end with their clients
+            client.kill()
+            client.wait(timeout=30)
     assert 0 == proc.returncode, proc.stderr.decode()
     evs = events(path)
     sessions = of_node(evs, ssh_node)[-1].attrs["node"]["sessions"]
@@ -342,3 +344,13 @@ def test_observe_once_opens_the_observers_connection_and_closes_it(ssh_node: Ssh
     assert {"root"} == {a["node"]["user"] for _kind, a in found}
     (refused,) = observe_once(node, None)
     assert ("none", "no-key") == (refused[1]["observer"], refused[1]["node"]["refused"])
+
+
+def test_nodes_without_an_observer_key_are_refused_and_said_at_start(ssh_node: SshNode, tmp_path: Path) -> None:
+    """No --observer-key-env: the node is refused (no-key) in the stream, and stderr says what to give."""
+    proc, path = record(tmp_path, ["true"], env=lane_env(tmp_path, ssh_node))
+    assert 0 == proc.returncode, proc.stderr.decode()
+    (start,) = of_node(events(path), ssh_node)
+    assert ("none", "no-key") == (start.attrs["observer"], start.attrs["node"]["refused"])
+    assert b"no observer key was given" in proc.stderr
+    assert b"--observer-key-env NAME" in proc.stderr
