@@ -177,6 +177,15 @@ def test_no_config_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "refused: nodes-config:" in done.stderr
     assert "names no remote node" in done.stderr
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    done = alpha("observe", "nodes", "check", str(broken), cwd=tmp_path, text=True)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"refused: nodes-config: {broken}: {broken} is not JSON")
+    done = alpha("observe", "nodes", "check", str(tmp_path / "missing.json"), cwd=tmp_path, text=True)
+    assert done.returncode == 1
+    assert "refused: nodes-config:" in done.stderr
+    assert "cannot read" in done.stderr
 
 
 def test_an_unknown_host_key_names_the_keyscan_line_which_works(pod: Pod, tmp_path: Path) -> None:
