@@ -15,6 +15,7 @@ __all__ = [
     "AttestPolicy",
     "KeyExists",
     "KeyWrite",
+    "NodesConfig",
     "OutExists",
     "OutputWrite",
     "QuerySQL",
@@ -49,6 +50,13 @@ class KeyWrite(Refusal):
     """``keygen`` cannot write the key pair (a missing folder, no permission, a full disk)."""
 
     name = "key-write"
+
+
+class NodesConfig(Refusal):
+    """``nodes check`` has no lane config to check: none given and none in the environment, or it cannot be
+    read, is not JSON, or names no remote node."""
+
+    name = "nodes-config"
 
 
 class OutExists(StreamWrite):

@@ -50,6 +50,7 @@ __all__ = [
     "example",
     "gate_file_option",
     "json_option",
+    "observer_key_options",
     "one_blas_thread",
     "option",
     "options_from_click",
@@ -408,6 +409,14 @@ _OBSERVER_KEY_OPTIONS = [
         "command, running as you, can read it: a node observed so is never physical evidence).",
     ),
 ]
+
+
+def observer_key_options(func: F) -> F:
+    """``--observer-key-env NAME`` and ``--observer-key FILE`` (``observer_key_env``, ``observer_key``), as
+    ``record`` and ``gate`` take them (``alpha observe nodes check`` too)."""
+    for decorate in reversed(_OBSERVER_KEY_OPTIONS):
+        func = decorate(func)
+    return func
 
 
 def recording_options(func: F) -> F:

@@ -45,6 +45,7 @@ def _register() -> None:
     # cheap (click only), the heavy imports happen inside the commands.
     from observe.cli import gate as cli_gate
     from observe.cli import interop as cli_interop
+    from observe.cli import nodes as cli_nodes
     from observe.cli import query as cli_query
     from observe.cli import read as cli_read
     from observe.cli import record as cli_record
@@ -60,6 +61,7 @@ def _register() -> None:
         *cli_interop.COMMANDS,  # attest, export
         *cli_report.COMMANDS,  # report
         *cli_query.COMMANDS,  # query
+        *cli_nodes.COMMANDS,  # nodes check
         tracker_cli.attach_command,
     ):
         observe_group.add_command(command)

@@ -67,6 +67,7 @@ __all__ = [
     "Refused",
     "connect",
     "fingerprint",
+    "keyscan_hint",
     "observe_once",
     "observer_command",
     "open_links",
@@ -136,6 +137,14 @@ def _known_name(node: Node) -> str:
     return node.address if node.port == 22 else f"[{node.address}]:{node.port}"
 
 
+def keyscan_hint(node: Node) -> str:
+    """How to add an unknown host key (once its fingerprint is checked out of band), and the name it goes by."""
+    return (
+        f"check its fingerprint, then: ssh-keyscan -p {node.port} {node.address} >> {node.known_hosts} "
+        f"(known_hosts names it {_known_name(node)})"
+    )
+
+
 def connect(node: Node, facts: dict[str, Any], key: ObserverKey | None) -> Any:
     """An authenticated paramiko Transport to ``node``'s observer account, its host key verified first (facts: what
     was offered), logged in with ``key``; Refused (``reason``: host-key-unknown, host-key-changed, no-key,
@@ -149,7 +158,10 @@ def connect(node: Node, facts: dict[str, Any], key: ObserverKey | None) -> Any:
     try:
         known.load(node.known_hosts)
     except OSError as exc:
-        raise Refused("host-key-unknown", f"cannot read known_hosts {node.known_hosts}: {exc.strerror or exc}") from exc
+        raise Refused(
+            "host-key-unknown",
+            f"cannot read known_hosts {node.known_hosts}: {exc.strerror or exc}; {keyscan_hint(node)}",
+        ) from exc
     listed = known.lookup(_known_name(node)) or {}
     sock = socket.create_connection((node.address, node.port), timeout=CONNECT_TIMEOUT)
     transport = paramiko.Transport(sock)
@@ -172,7 +184,10 @@ def connect(node: Node, facts: dict[str, Any], key: ObserverKey | None) -> Any:
                     f"{_known_name(node)} offered a {offered.get_name()} key; {node.known_hosts} lists it with "
                     f"{', '.join(listed.keys())} only",
                 )
-            raise Refused("host-key-unknown", f"{node.known_hosts} lists no host key for {_known_name(node)}")
+            raise Refused(
+                "host-key-unknown",
+                f"{node.known_hosts} lists no host key for {_known_name(node)}; {keyscan_hint(node)}",
+            )
         if expected.asbytes() != offered.asbytes():
             raise Refused(
                 "host-key-changed",

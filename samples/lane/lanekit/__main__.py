@@ -3,8 +3,9 @@
 PHASE is a step name of docs/GATES.md "Lane receipts" (static-build,
 static-check, preflight, build, refusal-wrong-uuid, refusal-wrong-product,
 uninterrupted-run, split-run, host-shadow-control, fresh-evaluation,
-corrupted-checkpoint, qualification); LANE is partitioned, coordinates or
-independent. The scripts in scripts/ci/ run each under ``alpha observe step``.
+corrupted-checkpoint, qualification), or ``check``: what the lane needs on each
+node, before a recording (lanekit/check.py); LANE is partitioned, coordinates or
+independent. The scripts in scripts/ci/ run each step under ``alpha observe step``.
 A refusal of the driver's (``host-key-unknown``, ``host-key-changed``,
 ``node-unreachable``, ``remote-digest``) is printed as ``refused: NAME: ...`` and
 exits with its code (lanekit/refusals.py). An interrupt ends the phase quietly,
@@ -16,9 +17,13 @@ from __future__ import annotations
 import signal
 import sys
 
+from .check import check
 from .phases import PHASES, ConfigError
 from .refusals import LaneRefusal
 from .spec import LANES
+
+#: The gate's steps, and the check run before a recording (not a step of the gate).
+COMMANDS = {**PHASES, "check": check}
 
 
 class Interrupted(BaseException):
@@ -36,14 +41,14 @@ def _interrupted(signum: int, _frame: object) -> None:
 
 def main(argv: list[str]) -> int:
     """Dispatch one phase; usage errors exit 2."""
-    if len(argv) not in (3, 4) or argv[0] not in PHASES or argv[1] not in LANES:
+    if len(argv) not in (3, 4) or argv[0] not in COMMANDS or argv[1] not in LANES:
         print(__doc__.strip(), file=sys.stderr)
         return 2
     phase, lane, out = argv[:3]
     config = argv[3] if len(argv) == 4 else None
     signal.signal(signal.SIGTERM, _interrupted)
     try:
-        return PHASES[phase](lane, out, config)
+        return COMMANDS[phase](lane, out, config)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

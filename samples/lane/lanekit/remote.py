@@ -30,7 +30,7 @@ from typing import Any
 
 from .refusals import HostKeyChanged, HostKeyUnknown, LaneRefusal, NodeUnreachable, RemoteDigest
 
-__all__ = ["LOCAL", "Link", "Node", "is_local", "remote_command"]
+__all__ = ["LOCAL", "Link", "Node", "is_local", "keyscan_hint", "remote_command"]
 
 LOCAL = "local"
 SSH = "ssh"
@@ -117,13 +117,22 @@ class Node:
         return opts
 
 
+def keyscan_hint(node: Node) -> str:
+    """How to add an unknown host key (once its fingerprint is checked out of band), in known_hosts' own form."""
+    address = node.host.rpartition("@")[2]
+    port = node.port or 22
+    name = address if port == 22 else f"[{address}]:{port}"
+    known = node.known_hosts or "~/.ssh/known_hosts"
+    return f"check its fingerprint, then: ssh-keyscan -p {port} {address} >> {known} (known_hosts names it {name})"
+
+
 def classify(node: Node, stderr: str) -> LaneRefusal:
     """The refusal an ssh failure's stderr stands for."""
     text = " ".join(stderr.split())
     if "REMOTE HOST IDENTIFICATION HAS CHANGED" in text or "has changed and you have requested strict" in text:
         return HostKeyChanged(f"{node.label} presents a host key other than the one known_hosts holds: {text[-300:]}")
     if "host key is known" in text or "Host key verification failed" in text:
-        return HostKeyUnknown(f"{node.label}'s host key is not in known_hosts: {text[-300:]}")
+        return HostKeyUnknown(f"{node.label}'s host key is not in known_hosts; {keyscan_hint(node)}: {text[-300:]}")
     return NodeUnreachable(f"{node.label}: {text[-300:] or 'ssh failed'}")
 
 
