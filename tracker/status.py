@@ -287,7 +287,9 @@ def show(conn: Connection, ref: str) -> dict[str, Any]:
 def _device(e: dict[str, Any], uuid: str) -> str:
     observer = (e.get("observers") or {}).get(uuid)
     if observer == "simulated":
-        return f"{uuid} (simulated: a test double, not hardware)"
+        from gates.report import SIMULATED
+
+        return f"{uuid} ({SIMULATED})"
     return uuid if observer in (None, "nvml") else f"{uuid} (observer {observer})"
 
 

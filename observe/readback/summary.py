@@ -208,7 +208,7 @@ def _observation(d: dict[str, Any]) -> str:
     gpus = d.get("gpus") or []
     names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict)})
     text = f"observer {d.get('observer')}"
-    if d.get("observer") == "simulated" or d.get("simulated_from") is not None:
+    if d.get("observer") != "simulated" and d.get("simulated_from") is not None:  # a simulated file claiming NVML
         from gates.report import SIMULATED
 
         text += f" ({SIMULATED})"
