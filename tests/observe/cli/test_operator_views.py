@@ -409,6 +409,5 @@ class TestNodesShown:
         out = alpha("observe", "show", "s.aos", cwd=tmp_path, text=True).stdout
         assert "devices    observer none: 0 GPUs\n" in out, out
         assert (
-            "  node lane@pod-a:2222: observer simulated (simulated: a test double, not hardware), "
-            "driver 0.0: 1 GPU (Double)\n" in out
+            "  node lane@pod-a:2222: observer simulated, driver 0.0: 1 GPU (Double)\n" in out
         ), out
