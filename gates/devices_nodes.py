@@ -148,9 +148,12 @@ def node_account_findings(name: str, obs: Sequence[Event], lost: Sequence[Event]
     privileged = [
         s
         for s in seen.values()
-        if s.get("user") in ("root", user)
-        or s.get("uid") == 0
-        or (observer_uid is not None and s.get("uid") == observer_uid)
+        if s.get("observer") is not True  # another observer of the same bundle (two hosts on one machine)
+        and (
+            s.get("user") in ("root", user)
+            or s.get("uid") == 0
+            or (observer_uid is not None and s.get("uid") == observer_uid)
+        )
     ]
     if privileged or any(x.get("sessions_truncated") for x in facts):
         listed = ", ".join(f"{s.get('user')} (pid {s.get('pid')})" for s in privileged[:5]) or "too many to list"

@@ -131,21 +131,61 @@ def _uid(pid: int) -> int | None:
     return None
 
 
+def _cmdline(pid: int | str) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read(1 << 16)
+    except OSError:
+        return None
+
+
+def _is_observer(title: bytes | None, me: bytes) -> bool:
+    """Whether a session's process runs this very observer: the same command line, or still the login shell
+    about to ``exec`` it (``SHELL -c 'exec PYTHON -I -S -c BOOTSTRAP DIGEST'``, observe.devices.remote)."""
+    if title is None:
+        return False
+    if title == me:
+        return True
+    parts, mine = title.split(b"\0"), me.split(b"\0")
+    if len(parts) < 3 or parts[-3] != b"-c" or len(mine) < 2:
+        return False
+    command = parts[-2]
+    return command.startswith(b"exec ") and command.endswith(b" " + mine[-2]) and mine[-3] in command
+
+
 def sessions(own: set[int]) -> list[dict[str, Any]]:
-    """Each SSH session open on the node but the observer's own (see the module), by pid."""
-    found = []
+    """Each SSH session open on the node but the observer's own (see the module), by pid.
+
+    A session whose processes are all an observer running this very bundle (the same command line: the
+    isolated interpreter, the bootstrap and the bundle's digest) is another observer of the recorder's, e.g.
+    the other node of two hosts that are one machine, or ``nodes check``: it is said ``"observer": true``.
+    """
+    me = _cmdline("self")
+    titles: dict[int, bytes] = {}
+    children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in own:
+        if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                title = f.read(4096)
-        except OSError:
+        pid = int(name)
+        title = _cmdline(pid)
+        if title is None:
+            continue
+        titles[pid] = title
+        parent = _parent(pid)
+        if parent is not None:
+            children.setdefault(parent, []).append(pid)
+    found = []
+    for pid, title in titles.items():
+        if pid in own:
             continue
         match = SESSION_TITLE.match(title.replace(b"\0", b" "))
         if match:
             user = match.group(1).decode("utf-8", "backslashreplace")
-            found.append({"user": user, "uid": _uid(int(name)), "pid": int(name)})
+            entry: dict[str, Any] = {"user": user, "uid": _uid(pid), "pid": pid}
+            kids = children.get(pid, [])
+            if me and kids and all(_is_observer(titles.get(k), me) for k in kids):
+                entry["observer"] = True
+            found.append(entry)
     return sorted(found, key=lambda s: s["pid"])
 
 

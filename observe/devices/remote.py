@@ -433,6 +433,8 @@ class NodeLink:
                 break
             uid = s.get("uid")
             entry = {"user": s["user"][:256], "uid": uid if isinstance(uid, int) else None, "pid": s["pid"]}
+            if s.get("observer") is True:
+                entry["observer"] = True
             seen.append(entry)
             known.add((s["pid"], s["user"]))
         self.facts["sessions"] = list(seen)

@@ -354,3 +354,38 @@ def test_nodes_without_an_observer_key_are_refused_and_said_at_start(ssh_node: S
     assert ("none", "no-key") == (start.attrs["observer"], start.attrs["node"]["refused"])
     assert b"no observer key was given" in proc.stderr
     assert b"--observer-key-env NAME" in proc.stderr
+
+
+# -- two hosts that are one machine ----------------------------------------------------------------------
+
+
+def test_two_nodes_of_one_machine_see_each_others_observer_as_an_observer(
+    ssh_nodes: tuple[SshNode, SshNode], tmp_path: Path
+) -> None:
+    """Two sshd of one machine (the suite's two hosts, and a four-GPU machine tried as two hosts): each node's
+    observer sees the other's root session, whose process runs this very observer; it is recorded as
+    ``observer: true`` and is no reason, while a root session running anything else still is (test above)."""
+    a, b = ssh_nodes
+    config = tmp_path / "two-hosts.json"
+    config.write_text(
+        json.dumps(
+            {
+                "owner": "t",
+                "pod_ids": ["a", "b"],
+                "transport": "ssh-tunnel",
+                "minors": [0, 0],
+                "nodes": [a.config(minors=[0]), b.config(minors=[0])],
+            }
+        )
+    )
+    env = {**lane_env(tmp_path, a), VAR: str(config)}
+    proc, path = record(tmp_path, ["sleep", "1.5"], *observer_args(), "--sample-interval", "0.2", env=env)
+    assert 0 == proc.returncode, proc.stderr.decode()
+    evs = events(path)
+    for node in ssh_nodes:
+        sessions = of_node(evs, node)[-1].attrs["node"]["sessions"]
+        siblings = [s for s in sessions if s.get("observer") is True]
+        assert siblings, sessions  # the other node's observer, a root session of this machine
+        assert all(s["user"] == "root" for s in siblings), siblings
+        reason = account_reason(evs, node) or ""
+        assert not any(f"(pid {s['pid']})" in reason for s in siblings), reason
