@@ -40,8 +40,8 @@ def _observer_key(path: Path | None, env_name: str | None) -> ObserverKey | None
 
 
 @example(
-    "alpha observe nodes check config.json --observer-key-env OBSERVER_KEY",
     "ALPHA_COORDINATE_DEVICE_CONFIG=config.json alpha observe nodes check --observer-key-env OBSERVER_KEY",
+    "alpha observe nodes check config.json --observer-key-env OBSERVER_KEY",
 )
 @nodes_group.command("check")
 @click.argument("config", required=False, type=click.Path(dir_okay=False))

@@ -58,7 +58,7 @@ def wait(*_args):
     time.sleep(120)
     return 0
 
-entry.PHASES[sys.argv[1]] = wait
+entry.COMMANDS[sys.argv[1]] = wait  # the table main() dispatches on
 sys.exit(entry.main(sys.argv[1:]))
 """
 

@@ -408,6 +408,4 @@ class TestNodesShown:
         s.write(tmp_path / "s.aos")
         out = alpha("observe", "show", "s.aos", cwd=tmp_path, text=True).stdout
         assert "devices    observer none: 0 GPUs\n" in out, out
-        assert (
-            "  node lane@pod-a:2222: observer simulated, driver 0.0: 1 GPU (Double)\n" in out
-        ), out
+        assert "  node lane@pod-a:2222: observer simulated, driver 0.0: 1 GPU (Double)\n" in out, out
