@@ -17,10 +17,16 @@ import importlib
 import pkgutil
 import sys
 
-__all__ = ["PACKAGES", "import_own_modules"]
+__all__ = ["PACKAGES", "ROOTS", "import_own_modules"]
 
 #: The tool's packages (the tracker's is not the recorder's).
 PACKAGES = ("aos", "gates", "observe")
+
+#: What a recording runs from the command's start to the seal: the recorder, the gate engine, the format,
+#: the CI outputs. Every module of these, and of the tool's packages any of them imports (at the top or inside a
+#: function, transitively), is imported first; the rest of the tool (the query engine, the report's page, the
+#: interop writers) is not the recorder's unless one of these imports it, and is not loaded for nothing.
+ROOTS = ("aos", "gates", "observe.recorder", "observe.ci", "observe.devices", "observe.secrets", "observe.channel")
 
 
 def _imported_names(path: str, package: str) -> set[str]:
@@ -46,25 +52,41 @@ def _imported_names(path: str, package: str) -> set[str]:
     return names
 
 
+def _own(name: str) -> bool:
+    return name.split(".", 1)[0] in PACKAGES
+
+
 def import_own_modules() -> list[str]:
-    """Import every module of :data:`PACKAGES` and every module they import; the names left out."""
+    """Import every module of :data:`ROOTS`, every module of the tool they import (transitively) and every other
+    module any of those imports; the names left out."""
     left: list[str] = []
-    wanted: set[str] = set()
-    for name in PACKAGES:
+    todo: list[str] = []
+    for name in ROOTS:
         package = importlib.import_module(name)
-        for info in pkgutil.walk_packages(package.__path__, prefix=f"{name}."):
-            if info.name.rsplit(".", 1)[-1] == "__main__":
-                continue
-            try:
-                module = importlib.import_module(info.name)
-            except ImportError:
-                left.append(info.name)
-                continue
-            source = getattr(module, "__file__", None)
-            if source and source.endswith(".py"):
-                parent = info.name if info.ispkg else info.name.rsplit(".", 1)[0]
-                wanted |= _imported_names(source, parent)
-    for name in sorted(wanted):
+        todo.append(name)
+        if hasattr(package, "__path__"):
+            todo += [i.name for i in pkgutil.walk_packages(package.__path__, prefix=f"{name}.")]
+    done: set[str] = set()
+    others: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in done or name.rsplit(".", 1)[-1] == "__main__":
+            continue
+        done.add(name)
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            left.append(name)
+            continue
+        source = getattr(module, "__file__", None)
+        if source and source.endswith(".py"):
+            parent = name if hasattr(module, "__path__") else name.rsplit(".", 1)[0]
+            for found in _imported_names(source, parent):
+                if _own(found):
+                    todo.append(found)
+                else:
+                    others.add(found)
+    for name in sorted(others):
         if name in sys.modules or name.split(".", 1)[0] in ("__future__",):
             continue
         try:
