@@ -46,6 +46,7 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from observe.devices.namespace import namespace_facts
@@ -220,8 +221,10 @@ def _node(observer: Observer, namespace: dict[str, Any]) -> Observing:
 
 def _observe(node: Observing, phase: str) -> tuple[dict[str, Any], DeviceReading, object]:
     """One observation of the node (a simulated observer reads every process of the node as its tree)."""
-    scan = getattr(node.observer, "name", "") == "simulated"
-    attrs, reading, _tree, key = node.observe(phase, _all_processes if scan else Tree, Tree(argv=_argv))
+    read: Callable[[], Tree] = Tree
+    if getattr(node.observer, "name", "") == "simulated":
+        read = _all_processes
+    attrs, reading, _tree, key = node.observe(phase, read, Tree(argv=_argv))
     return attrs, reading, key
 
 
