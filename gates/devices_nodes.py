@@ -121,6 +121,13 @@ def node_account_findings(name: str, obs: Sequence[Event], lost: Sequence[Event]
         )
         return
     f.use([obs[0].seq])
+    _account_findings(name, first, f)
+    _session_findings(name, facts, first, f)
+
+
+def _account_findings(name: str, first: Mapping[str, Any], f: Findings) -> None:
+    """Inconclusive unless the observer's account is not the lane's, the lane's is not root, the observer's key
+    came from the recorder's environment and its interpreter ran isolated."""
     user, lane = first.get("user"), first.get("lane_user")
     observer_uid, lane_uid = first.get("observer_uid"), first.get("lane_uid")
     fix = "give the lane an unprivileged account of its own (useradd, its own authorized_keys) and observe as root"
@@ -145,6 +152,11 @@ def node_account_findings(name: str, obs: Sequence[Event], lost: Sequence[Event]
         )
     if first.get("isolated") is not True:
         f.inconclusive(f"node {name}: the observer's interpreter did not run isolated (-I -S)")
+
+
+def _session_findings(name: str, facts: Sequence[Mapping[str, Any]], first: Mapping[str, Any], f: Findings) -> None:
+    """Inconclusive when another SSH session of root or of the observer's account was open on the node."""
+    user, observer_uid = first.get("user"), first.get("observer_uid")
     seen: dict[int, Mapping[str, Any]] = {}
     for x in facts:
         for s in _list(x.get("sessions")):
@@ -169,6 +181,21 @@ def node_account_findings(name: str, obs: Sequence[Event], lost: Sequence[Event]
         )
 
 
+def _nvml_findings(name: str, obs: Sequence[Event], f: Findings) -> bool:
+    """Whether every observation of the node is NVML's own (else inconclusive, at the first that is not)."""
+    for o in obs:
+        a = o.attrs
+        if a.get("observer") == "simulated" or a.get("simulated_from") is not None:
+            f.use([o.seq])
+            f.inconclusive(f"node {name}: the devices were simulated (seq {o.seq}): never a physical GPU")
+            return False
+        if a.get("observer") != "nvml":
+            f.use([o.seq])
+            f.inconclusive(f"node {name}: unknown device observer {a.get('observer')!r} (seq {o.seq})")
+            return False
+    return True
+
+
 def _node_findings(name: str, obs: Sequence[Event], lost: Sequence[Event], f: Findings) -> dict[str, Any] | None:
     """Inconclusive unless the node was observed by nvml, over a verified host key, start to end; the node's
     facts (from its start observation) when it was."""
@@ -182,16 +209,8 @@ def _node_findings(name: str, obs: Sequence[Event], lost: Sequence[Event], f: Fi
             f.inconclusive(f"node {name}: observer none (seq {o.seq}): {a.get('error') or 'no reason recorded'}")
             return None
     node_account_findings(name, obs, lost, f)
-    for o in obs:
-        a = o.attrs
-        if a.get("observer") == "simulated" or a.get("simulated_from") is not None:
-            f.use([o.seq])
-            f.inconclusive(f"node {name}: the devices were simulated (seq {o.seq}): never a physical GPU")
-            return None
-        if a.get("observer") != "nvml":
-            f.use([o.seq])
-            f.inconclusive(f"node {name}: unknown device observer {a.get('observer')!r} (seq {o.seq})")
-            return None
+    if not _nvml_findings(name, obs, f):
+        return None
     for e in lost:
         f.use([e.seq])
         f.inconclusive(f"node {name} was lost during the recording (seq {e.seq}): {e.attrs.get('reason')}")
