@@ -52,7 +52,16 @@ from gates.evidence import Evidence, Receipt
 from gates.typing import Findings, Outcome
 from gates.wording import count
 
-__all__ = ["IDLE_MEMORY", "RUN_STEPS", "devices_observed"]
+__all__ = [
+    "IDLE_MEMORY",
+    "RUN_STEPS",
+    "Told",
+    "devices_observed",
+    "placed",
+    "preflight_gpus",
+    "run_intervals",
+    "works_on",
+]
 
 #: The lane steps whose roles run on the device (docs/GATES.md, "Lane receipts").
 RUN_STEPS: tuple[str, ...] = ("uninterrupted-run", "split-run", "host-shadow-control", "fresh-evaluation")
@@ -102,8 +111,17 @@ class _Roles:
         builds = ev.receipts_named("static-build")
         order = list(dict.fromkeys(str(r.fields.get("role")) for r in builds if r.fields.get("role")))
         self.of_role: dict[str, str] = {}
+        if not self._bind(preflight, f) and len(order) == len(gpus):
+            # docs/GATES.md: the preflight's gpus are one per role binding, in role order.
+            self.of_role = {role: str(g.get("uuid")) for role, g in zip(order, gpus, strict=True)}
+        f.use(r.seq for r in builds)
+        self._capture(ev, [*builds, *ev.receipts_named("build")], f)
+
+    def _bind(self, preflight: Receipt, f: Findings) -> bool:
+        """The roles of the binding artifact the preflight names (``roles``: role -> ``{"uuid"}``); False when
+        there is none; fail for a role bound to a GPU the preflight does not name."""
         path = preflight.fields.get("binding")
-        art = ev.artifact(path) if isinstance(path, str) and path else None
+        art = self.ev.artifact(path) if isinstance(path, str) and path else None
         doc: Any = None
         if art is not None:
             try:
@@ -111,25 +129,23 @@ class _Roles:
             except ValueError:
                 doc = None
         roles = doc.get("roles") if isinstance(doc, dict) else None
-        if isinstance(roles, dict) and roles:
-            f.use(art.seqs if art is not None else [])
-            for role, b in roles.items():
-                uuid = b.get("uuid") if isinstance(b, dict) else None
-                if not isinstance(uuid, str):
-                    continue
-                self.of_role[str(role)] = uuid
-                if uuid not in self.bound:
-                    f.fail(
-                        f"{path} binds {role} to GPU {uuid}, which the preflight (seq {preflight.seq}) does not name"
-                    )
-        elif len(order) == len(gpus):
-            # docs/GATES.md: the preflight's gpus are one per role binding, in role order.
-            self.of_role = {role: str(g.get("uuid")) for role, g in zip(order, gpus, strict=True)}
-        f.use(r.seq for r in builds)
-        # The bytes of each role's executables, as captured: never a digest a receipt states.
+        if not isinstance(roles, dict) or not roles:
+            return False
+        f.use(art.seqs if art is not None else [])
+        for role, b in roles.items():
+            uuid = b.get("uuid") if isinstance(b, dict) else None
+            if not isinstance(uuid, str):
+                continue
+            self.of_role[str(role)] = uuid
+            if uuid not in self.bound:
+                f.fail(f"{path} binds {role} to GPU {uuid}, which the preflight (seq {preflight.seq}) does not name")
+        return True
+
+    def _capture(self, ev: Evidence, receipts: Sequence[Receipt], f: Findings) -> None:
+        """The bytes of each role's executables, as captured: never a digest a receipt states."""
         self.executables: dict[str, set[str]] = {}
         self.uncaptured: dict[str, list[str]] = {}
-        for r in [*builds, *ev.receipts_named("build")]:
+        for r in receipts:
             role, target = r.fields.get("role"), r.fields.get("target")
             if not isinstance(role, str) or not isinstance(target, str) or not target:
                 continue
@@ -262,17 +278,48 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
             "saw shows a GPU (the lane's receipts and its own nvidia-smi output are claims, not observations)"
         )
         return f.outcome("")
-    _observer_findings(obs, f)
+    machine = _machine_findings(obs, f)
+    if machine is None:
+        return f.outcome("")
+    # The lane's claims: the preflight names the GPUs it bound.
+    pre = lane_preflight(ev, f)
+    claimed = preflight_gpus(pre, f) if pre is not None else []
+    if pre is None or not claimed:
+        return f.outcome("")
+    _claim_findings(pre, claimed, machine, f)
+    roles = _Roles(ev, pre, f)
+    intervals = run_intervals(ev, run_steps, f)
+    if not intervals or _before_identity(obs, f):
+        return f.outcome("")
+    _shared_findings(obs, set(roles.bound), f)
+    _uncaptured_findings(roles, f)
+    judged = _LocalAttribution(roles, run_steps, f)
+    judged.judge(obs, intervals)
+    notes = _role_seen_findings(roles, judged.seen, intervals, f)
+    return f.outcome(_summary(obs, roles, claimed, machine) + "; ".join(notes))
+
+
+@dataclass
+class _Machine:
+    """What the recorder saw of one machine: its driver, its NVML libraries, and its GPUs by UUID."""
+
+    driver: str | None
+    libraries: set[tuple[str, str]]
+    gpus: dict[str, dict[str, Any]]
+
+
+def _machine_findings(obs: Sequence[Event], f: Findings) -> _Machine | None:
+    """The observer, phases, driver, library and GPUs of this machine's observations; None when judging ends."""
+    _observer_findings(list(obs), f)
     if not f.ok:
         f.use(o.seq for o in obs[:1])
-        return f.outcome("")
+        return None
     phases = {str(o.attrs.get("phase")): o for o in obs}
     for phase in ("start", "end"):
         if phase in phases:
             f.use([phases[phase].seq])
         else:
             f.inconclusive(f"the device observation has no {phase} (no device.observed of phase {phase!r})")
-
     # What the recorder saw: one driver, one NVML library, and the GPUs by UUID.
     drivers = {str(o.attrs["driver"]) for o in obs if o.attrs.get("driver")}
     libraries = {
@@ -284,9 +331,19 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         f.fail(f"the observed driver changed during the recording: {sorted(drivers)}")
     if len(libraries) > 1:
         f.fail(f"the NVML library changed during the recording: {sorted(libraries)}")
-    driver = next(iter(drivers)) if len(drivers) == 1 else None
     if not drivers:
         f.inconclusive("no observation names the driver")
+    seen_gpus = _seen_gpus(obs, f)
+    errors = [o for o in obs if o.attrs.get("error")]
+    if not seen_gpus and errors:
+        f.use([errors[0].seq])
+        f.inconclusive(f"NVML listed no GPU: {errors[0].attrs.get('error')} (seq {errors[0].seq})")
+        return None
+    return _Machine(next(iter(drivers)) if len(drivers) == 1 else None, libraries, seen_gpus)
+
+
+def _seen_gpus(obs: Sequence[Event], f: Findings) -> dict[str, dict[str, Any]]:
+    """The GPUs observed, by UUID (the first observation of each); fail when one changed its name."""
     seen_gpus: dict[str, dict[str, Any]] = {}
     for o in obs:
         for g in _list(o.attrs.get("gpus")):
@@ -297,21 +354,20 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
             if before.get("name") != g.get("name"):
                 f.use([o.seq])
                 f.fail(f"GPU {uuid} was observed as {before.get('name')!r} and as {g.get('name')!r}")
+    return seen_gpus
 
-    errors = [o for o in obs if o.attrs.get("error")]
-    if not seen_gpus and errors:
-        f.use([errors[0].seq])
-        f.inconclusive(f"NVML listed no GPU: {errors[0].attrs.get('error')} (seq {errors[0].seq})")
-        return f.outcome("")
 
-    # The lane's claims: the preflight names the GPUs it bound.
-    pre = lane_preflight(ev, f)
-    if pre is None:
-        return f.outcome("")
+def preflight_gpus(pre: Receipt, f: Findings) -> list[dict[str, Any]]:
+    """The GPUs the preflight binds; inconclusive when it names none."""
     claimed = _list(pre.fields.get("gpus"))
     if not claimed:
         f.inconclusive(f"the preflight (seq {pre.seq}) names no GPU: no binding to compare with the observation")
-        return f.outcome("")
+    return claimed
+
+
+def _claim_findings(pre: Receipt, claimed: Sequence[dict[str, Any]], machine: _Machine, f: Findings) -> None:
+    """Fail unless each GPU the preflight names is one the recorder observed, with the same name and driver."""
+    seen_gpus, driver = machine.gpus, machine.driver
     observed_text = ", ".join(f"{u} ({g.get('name')})" for u, g in seen_gpus.items()) or "none"
     for g in claimed:
         uuid, product = g.get("uuid"), g.get("product")
@@ -327,13 +383,17 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         if driver is not None and str(g.get("driver")) != driver:
             f.fail(f"the preflight says GPU {uuid} runs driver {g.get('driver')!r}; the recorder observed {driver!r}")
 
-    roles = _Roles(ev, pre, f)
-    bound = set(roles.bound)
+
+def run_intervals(ev: Evidence, run_steps: Sequence[str], f: Findings) -> list[tuple[str, int, int]]:
+    """The run steps' intervals of seqs; inconclusive when none was recorded."""
     intervals = _intervals(ev, run_steps)
     if not intervals:
         f.inconclusive(f"none of the run steps ({', '.join(run_steps)}) was recorded")
-        return f.outcome("")
+    return intervals
 
+
+def _before_identity(obs: Sequence[Event], f: Findings) -> bool:
+    """Whether the observations were recorded before attribution by identity (then inconclusive)."""
     old = [o for o in obs if "namespace" not in o.attrs]
     if old:
         f.use([old[0].seq])
@@ -342,8 +402,11 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
             "process identity (the SHA-256 of what each process executes) and no memory unexplained by listed "
             "processes, so no process can be tied to a role and no hidden tenant ruled out"
         )
-        return f.outcome("")
-    _shared_findings(obs, bound, f)
+    return bool(old)
+
+
+def _uncaptured_findings(roles: _Roles, f: Findings) -> None:
+    """Inconclusive for each bound role none of whose executables the stream captured."""
     for name in roles.of_role:
         if name not in roles.executables:
             where = roles.uncaptured.get(name)
@@ -356,71 +419,111 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
                 )
                 + ": its processes cannot be recognised"
             )
-    seen: dict[str, tuple[str, int]] = {}
-    told: set[tuple[int, str]] = set()  # (pid, GPU) already reported: one finding per process and GPU
-    identified: dict[int, tuple[str, str | None]] = {}  # pid -> (exe, script) read in full
-    for o in obs:
-        step_now = _during(o.seq, intervals)
-        if o.attrs.get("attribution") == "unavailable":
-            if (-1, "unavailable") not in told:
-                told.add((-1, "unavailable"))
+
+
+class Told:
+    """One finding per key (a process and a GPU): the first observation that shows it is the one reported."""
+
+    def __init__(self) -> None:
+        self.keys: set[tuple[Any, ...]] = set()
+
+    def first(self, key: tuple[Any, ...]) -> bool:
+        """Whether ``key`` was not reported yet (it is from now on)."""
+        if key in self.keys:
+            return False
+        self.keys.add(key)
+        return True
+
+
+def placed(proc: _Process) -> tuple[str | None, list[str], str]:
+    """The GPU ``proc`` works on (None: cannot be told), every GPU it was listed on, and how to name where it ran."""
+    work, listed = proc.work()
+    return work, listed, work or "/".join(listed)
+
+
+def works_on(work: str | None, listed: Sequence[str], want: str) -> bool:
+    """Whether a process placed at ``work`` (listed on ``listed``) works on GPU ``want``."""
+    return work == want or (work is None and want in listed)
+
+
+class _LocalAttribution:
+    """This machine's processes on the GPUs, tied to roles by identity (the module's rule 3)."""
+
+    def __init__(self, roles: _Roles, run_steps: Sequence[str], f: Findings) -> None:
+        self.roles, self.bound, self.run_steps, self.f = roles, set(roles.bound), run_steps, f
+        self.told = Told()
+        self.identified: dict[int, tuple[str, str | None]] = {}  # pid -> (exe, script) read in full
+        self.seen: dict[str, tuple[str, int]] = {}  # role -> its own process on its GPU in a run step
+
+    def judge(self, obs: Sequence[Event], intervals: Sequence[tuple[str, int, int]]) -> None:
+        for o in obs:
+            step_now = _during(o.seq, intervals)
+            if o.attrs.get("attribution") == "unavailable":
+                if self.told.first((-1, "unavailable")):
+                    self.f.use([o.seq])
+                    self.f.inconclusive(
+                        f"NVML could not attribute processes (attribution unavailable, seq {o.seq}): which process "
+                        "ran on which GPU was not observed, so no role's process can be seen on its GPU"
+                    )
+                continue
+            for proc in _processes(o):
+                if proc.in_tree:
+                    _carry_identity(proc, self.identified)  # a process seen exiting keeps the identity it was read with
+                    self._of_tree(proc, o, step_now)
+                else:
+                    self._foreign(proc, o, step_now)
+
+    def _foreign(self, proc: _Process, o: Event, step_now: str | None) -> None:
+        """A process not of the recorded tree on a bound GPU during a run step: shared, inconclusive."""
+        shared = [g for g in proc.work()[1] if g in self.bound]
+        if shared and step_now is not None and self.told.first((proc.pid, shared[0])):
+            self.f.use([o.seq])
+            self.f.inconclusive(
+                f"bound GPU {shared[0]} was shared: pid {proc.pid}, not of the recorded tree, ran on it "
+                f"during {step_now} (seq {o.seq})"
+            )
+
+    def _of_tree(self, proc: _Process, o: Event, step_now: str | None) -> None:
+        f, roles = self.f, self.roles
+        work, listed, on = placed(proc)
+        what = proc.describe()
+        unbound = (work is not None and work not in self.bound) or (work is None and not self.bound & set(listed))
+        if unbound and self.told.first((proc.pid, on)):
+            f.use([o.seq])
+            f.fail(f"{what} of the recorded tree worked on GPU {on}, which no role is bound to (seq {o.seq})")
+            return
+        role = roles.role_of(proc)
+        want: str | None = roles.of_role.get(role) if role is not None else None
+        if role is None or want is None:
+            if step_now is not None and self.told.first((proc.pid, on)):
                 f.use([o.seq])
                 f.inconclusive(
-                    f"NVML could not attribute processes (attribution unavailable, seq {o.seq}): which process "
-                    "ran on which GPU was not observed, so no role's process can be seen on its GPU"
+                    f"{what} of the recorded tree ran on bound GPU {on} during {step_now} (seq {o.seq}), but "
+                    + (
+                        f"{role} is bound to no GPU"
+                        if role is not None
+                        else "what it executes is no role's captured executable: unattributable"
+                    )
                 )
-            continue
-        for proc in _processes(o):
-            work, listed = proc.work()
-            on = work or "/".join(listed)
-            if proc.in_tree:
-                _carry_identity(proc, identified)  # a process seen exiting keeps the identity it was read with
-            if not proc.in_tree:
-                shared = [g for g in listed if g in bound]
-                if shared and step_now is not None and (proc.pid, shared[0]) not in told:
-                    told.add((proc.pid, shared[0]))
-                    f.use([o.seq])
-                    f.inconclusive(
-                        f"bound GPU {shared[0]} was shared: pid {proc.pid}, not of the recorded tree, ran on it "
-                        f"during {step_now} (seq {o.seq})"
-                    )
-                continue
-            what = proc.describe()
-            unbound = (work is not None and work not in bound) or (work is None and not bound & set(listed))
-            if unbound and (proc.pid, on) not in told:
-                told.add((proc.pid, on))
+            return
+        if not works_on(work, listed, want):
+            if self.told.first((proc.pid, on)):
                 f.use([o.seq])
-                f.fail(f"{what} of the recorded tree worked on GPU {on}, which no role is bound to (seq {o.seq})")
-                continue
-            role = roles.role_of(proc)
-            want: str | None = roles.of_role.get(role) if role is not None else None
-            if role is None or want is None:
-                if step_now is not None and (proc.pid, on) not in told:
-                    told.add((proc.pid, on))
-                    f.use([o.seq])
-                    f.inconclusive(
-                        f"{what} of the recorded tree ran on bound GPU {on} during {step_now} (seq {o.seq}), but "
-                        + (
-                            f"{role} is bound to no GPU"
-                            if role is not None
-                            else "what it executes is no role's captured executable: unattributable"
-                        )
-                    )
-                continue
-            wrong = (work is not None and work != want) or (work is None and want not in listed)
-            if wrong:
-                if (proc.pid, on) not in told:
-                    told.add((proc.pid, on))
-                    f.use([o.seq])
-                    f.fail(
-                        f"{role}'s {what} worked on GPU {on}, but {role} is bound to GPU {want} "
-                        f"(seq {o.seq}; judged by where it holds the most memory)"
-                    )
-                continue
-            in_step = next((st for st in proc.steps if st in run_steps), None)
-            if in_step is not None and role not in seen:
-                seen[role] = (f"{role}'s {what} during {in_step} (seq {o.seq})", o.seq)
+                f.fail(
+                    f"{role}'s {what} worked on GPU {on}, but {role} is bound to GPU {want} "
+                    f"(seq {o.seq}; judged by where it holds the most memory)"
+                )
+            return
+        in_step = next((st for st in proc.steps if st in self.run_steps), None)
+        if in_step is not None and role not in self.seen:
+            self.seen[role] = (f"{role}'s {what} during {in_step} (seq {o.seq})", o.seq)
 
+
+def _role_seen_findings(
+    roles: _Roles, seen: Mapping[str, tuple[str, int]], intervals: Sequence[tuple[str, int, int]], f: Findings
+) -> list[str]:
+    """What each role's own process was seen doing on its GPU; inconclusive for a role never seen, or a GPU
+    bound to no role."""
     notes: list[str] = []
     for name, uuid in roles.of_role.items():
         if name in seen:
@@ -434,18 +537,23 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     for uuid in roles.bound:
         if not roles.roles_on(uuid):
             f.inconclusive(f"GPU {uuid} is bound to no role the binding names")
+    return notes
+
+
+def _summary(obs: Sequence[Event], roles: _Roles, claimed: Sequence[Any], machine: _Machine) -> str:
+    """What a pass says, before the roles' notes."""
     space = obs[0].attrs.get("namespace")
     where = space.get("pid") if isinstance(space, dict) else None
+    bound = set(roles.bound)
     modes = sorted(
         {str(g.get("compute_mode")) for o in obs for g in _list(o.attrs.get("gpus")) if g.get("uuid") in bound}
     )
-    lib = next(iter(libraries), None)
+    lib = next(iter(machine.libraries), None)
     lib_text = f", NVML {lib[0]} sha256 {lib[1][:12]}" if lib else ", NVML library not identified"
-    return f.outcome(
-        f"observer nvml (driver {driver}{lib_text}; PID namespace {where}; compute mode {'/'.join(modes)}); "
+    return (
+        f"observer nvml (driver {machine.driver}{lib_text}; PID namespace {where}; compute mode {'/'.join(modes)}); "
         f"the preflight's {count(len(claimed), 'GPU')} are ones the recorder observed, with the same name and driver; "
         "processes attributed by the SHA-256 of what they execute; no memory or activity unexplained by them: "
-        + "; ".join(notes)
     )
 
 

@@ -48,17 +48,22 @@ from typing import Any
 from aos.event import Event
 from gates.devices import (
     RUN_STEPS,
+    Told,
     _carry_identity,
     _during,
-    _intervals,
     _list,
+    _Process,
     _processes,
     _Roles,
     _shared_findings,
     devices_observed,
     lane_preflight,
+    placed,
+    preflight_gpus,
+    run_intervals,
+    works_on,
 )
-from gates.evidence import Evidence
+from gates.evidence import Evidence, Receipt
 from gates.typing import Findings, Outcome
 
 __all__ = ["config_nodes", "devices_observed_anywhere", "devices_observed_on_nodes", "node_account_findings"]
@@ -116,6 +121,13 @@ def node_account_findings(name: str, obs: Sequence[Event], lost: Sequence[Event]
         )
         return
     f.use([obs[0].seq])
+    _account_findings(name, first, f)
+    _session_findings(name, facts, first, f)
+
+
+def _account_findings(name: str, first: Mapping[str, Any], f: Findings) -> None:
+    """Inconclusive unless the observer's account is not the lane's, the lane's is not root, the observer's key
+    came from the recorder's environment and its interpreter ran isolated."""
     user, lane = first.get("user"), first.get("lane_user")
     observer_uid, lane_uid = first.get("observer_uid"), first.get("lane_uid")
     fix = "give the lane an unprivileged account of its own (useradd, its own authorized_keys) and observe as root"
@@ -140,6 +152,11 @@ def node_account_findings(name: str, obs: Sequence[Event], lost: Sequence[Event]
         )
     if first.get("isolated") is not True:
         f.inconclusive(f"node {name}: the observer's interpreter did not run isolated (-I -S)")
+
+
+def _session_findings(name: str, facts: Sequence[Mapping[str, Any]], first: Mapping[str, Any], f: Findings) -> None:
+    """Inconclusive when another SSH session of root or of the observer's account was open on the node."""
+    user, observer_uid = first.get("user"), first.get("observer_uid")
     seen: dict[int, Mapping[str, Any]] = {}
     for x in facts:
         for s in _list(x.get("sessions")):
@@ -164,6 +181,21 @@ def node_account_findings(name: str, obs: Sequence[Event], lost: Sequence[Event]
         )
 
 
+def _nvml_findings(name: str, obs: Sequence[Event], f: Findings) -> bool:
+    """Whether every observation of the node is NVML's own (else inconclusive, at the first that is not)."""
+    for o in obs:
+        a = o.attrs
+        if a.get("observer") == "simulated" or a.get("simulated_from") is not None:
+            f.use([o.seq])
+            f.inconclusive(f"node {name}: the devices were simulated (seq {o.seq}): never a physical GPU")
+            return False
+        if a.get("observer") != "nvml":
+            f.use([o.seq])
+            f.inconclusive(f"node {name}: unknown device observer {a.get('observer')!r} (seq {o.seq})")
+            return False
+    return True
+
+
 def _node_findings(name: str, obs: Sequence[Event], lost: Sequence[Event], f: Findings) -> dict[str, Any] | None:
     """Inconclusive unless the node was observed by nvml, over a verified host key, start to end; the node's
     facts (from its start observation) when it was."""
@@ -177,16 +209,8 @@ def _node_findings(name: str, obs: Sequence[Event], lost: Sequence[Event], f: Fi
             f.inconclusive(f"node {name}: observer none (seq {o.seq}): {a.get('error') or 'no reason recorded'}")
             return None
     node_account_findings(name, obs, lost, f)
-    for o in obs:
-        a = o.attrs
-        if a.get("observer") == "simulated" or a.get("simulated_from") is not None:
-            f.use([o.seq])
-            f.inconclusive(f"node {name}: the devices were simulated (seq {o.seq}): never a physical GPU")
-            return None
-        if a.get("observer") != "nvml":
-            f.use([o.seq])
-            f.inconclusive(f"node {name}: unknown device observer {a.get('observer')!r} (seq {o.seq})")
-            return None
+    if not _nvml_findings(name, obs, f):
+        return None
     for e in lost:
         f.use([e.seq])
         f.inconclusive(f"node {name} was lost during the recording (seq {e.seq}): {e.attrs.get('reason')}")
@@ -208,6 +232,9 @@ def _node_findings(name: str, obs: Sequence[Event], lost: Sequence[Event], f: Fi
     }
 
 
+Node = tuple[str, "int | None"]
+
+
 def devices_observed_on_nodes(
     ev: Evidence,
     nodes: list[tuple[str, int | None]],
@@ -221,7 +248,36 @@ def devices_observed_on_nodes(
     facts = {n: _node_findings(_name(*n), node_obs[n], lost[n], f) for n in nodes}
     if not f.ok:
         return f.outcome("")
-    seen_gpus: dict[tuple[str, int | None], dict[str, dict[str, Any]]] = {}
+    seen_gpus = _node_gpus(nodes, node_obs, f)
+    pre = lane_preflight(ev, f)
+    if pre is None:
+        return f.outcome("")
+    roles = _Roles(ev, pre, f)
+    homes = _Homes(ev, nodes, transport)
+    claimed = preflight_gpus(pre, f)
+    if not claimed:
+        return f.outcome("")
+    for g in claimed:
+        _node_claim_findings(pre, g, roles, homes, seen_gpus, facts, f)
+    intervals = run_intervals(ev, run_steps, f)
+    if not intervals:
+        return f.outcome("")
+    judged = _NodeAttribution(roles, homes, f)
+    for n in nodes:
+        judged.judge(n, node_obs[n], intervals)
+    _node_role_findings(roles, homes, judged.seen, f)
+    return f.outcome(
+        "observer nvml on " + "; ".join(_described(n, facts[n]) for n in nodes) + "; the preflight's GPUs are ones "
+        "each role's node showed; processes attributed by the SHA-256 of what they execute: "
+        + "; ".join(judged.seen.values())
+    )
+
+
+def _node_gpus(
+    nodes: Sequence[Node], node_obs: Mapping[Node, Sequence[Event]], f: Findings
+) -> dict[Node, dict[str, dict[str, Any]]]:
+    """The GPUs each node showed, by UUID; inconclusive when two nodes showed one GPU (they are one machine)."""
+    seen_gpus: dict[Node, dict[str, dict[str, Any]]] = {}
     for n in nodes:
         gpus = seen_gpus.setdefault(n, {})
         for o in node_obs[n]:
@@ -235,124 +291,136 @@ def devices_observed_on_nodes(
     for uuid, names in where.items():
         if len(names) > 1:
             f.inconclusive(f"GPU {uuid} was observed on nodes {', '.join(sorted(names))}: they are one machine")
+    return seen_gpus
 
-    pre = lane_preflight(ev, f)
-    if pre is None:
-        return f.outcome("")
-    roles = _Roles(ev, pre, f)
-    order = list(dict.fromkeys(str(r.fields.get("role")) for r in ev.receipts_named("static-build")))
-    per_node = transport == "ssh-tunnel" and len(nodes) > 1
 
-    def node_of(role: str) -> tuple[str, int | None] | None:
-        if not per_node:
-            return nodes[0]
-        i = order.index(role) if role in order else -1
-        return nodes[i] if 0 <= i < len(nodes) else None
+class _Homes:
+    """The node each role runs on: with ``"transport": "ssh-tunnel"`` and several nodes, one per role in role
+    order (the lane's ``static-build`` receipts); else the one node."""
 
-    claimed = _list(pre.fields.get("gpus"))
-    if not claimed:
-        f.inconclusive(f"the preflight (seq {pre.seq}) names no GPU: no binding to compare with the observation")
-        return f.outcome("")
-    for g in claimed:
-        gpu_uuid = g.get("uuid")
-        owner: str | None = next((r for r, u in roles.of_role.items() if u == gpu_uuid), None)
-        bound_on = node_of(owner) if owner is not None else None
-        if bound_on is None:
-            f.inconclusive(f"the preflight's GPU {gpu_uuid} is bound to no role that a node of the lane config runs")
-            continue
-        n = bound_on
-        observed = seen_gpus.get(n, {}).get(gpu_uuid) if isinstance(gpu_uuid, str) else None
-        driver = (facts[n] or {}).get("driver")
-        if observed is None:
-            f.fail(
-                f"the preflight (seq {pre.seq}) names GPU {gpu_uuid} ({g.get('product')}) for {owner}, which the "
-                f"recorder never observed on node {_name(*n)} "
-                f"(it observed: {', '.join(seen_gpus.get(n, {})) or 'none'})"
-            )
-            continue
-        if g.get("product") != observed.get("name"):
-            f.fail(
-                f"node {_name(*n)}: the preflight says GPU {gpu_uuid} is a {g.get('product')!r}; observed a "
-                f"{observed.get('name')!r}"
-            )
-        if driver is not None and str(g.get("driver")) != str(driver):
-            f.fail(
-                f"node {_name(*n)}: the preflight says GPU {gpu_uuid} runs driver {g.get('driver')!r}; "
-                f"observed {driver!r}"
-            )
+    def __init__(self, ev: Evidence, nodes: Sequence[Node], transport: str | None) -> None:
+        self.nodes = list(nodes)
+        self.order = list(dict.fromkeys(str(r.fields.get("role")) for r in ev.receipts_named("static-build")))
+        self.per_node = transport == "ssh-tunnel" and len(nodes) > 1
 
-    intervals = _intervals(ev, run_steps)
-    if not intervals:
-        f.inconclusive(f"none of the run steps ({', '.join(run_steps)}) was recorded")
-        return f.outcome("")
-    seen: dict[str, str] = {}
-    told: set[tuple[str, int, str]] = set()
-    for n in nodes:
+    def of(self, role: str) -> Node | None:
+        if not self.per_node:
+            return self.nodes[0]
+        i = self.order.index(role) if role in self.order else -1
+        return self.nodes[i] if 0 <= i < len(self.nodes) else None
+
+
+def _node_claim_findings(
+    pre: Receipt,
+    g: Mapping[str, Any],
+    roles: _Roles,
+    homes: _Homes,
+    seen_gpus: Mapping[Node, Mapping[str, Mapping[str, Any]]],
+    facts: Mapping[Node, Mapping[str, Any] | None],
+    f: Findings,
+) -> None:
+    """Fail unless the preflight's GPU ``g`` is one its role's node showed, with the same name and driver."""
+    gpu_uuid = g.get("uuid")
+    owner: str | None = next((r for r, u in roles.of_role.items() if u == gpu_uuid), None)
+    n = homes.of(owner) if owner is not None else None
+    if n is None:
+        f.inconclusive(f"the preflight's GPU {gpu_uuid} is bound to no role that a node of the lane config runs")
+        return
+    observed = seen_gpus.get(n, {}).get(gpu_uuid) if isinstance(gpu_uuid, str) else None
+    driver = (facts[n] or {}).get("driver")
+    if observed is None:
+        f.fail(
+            f"the preflight (seq {pre.seq}) names GPU {gpu_uuid} ({g.get('product')}) for {owner}, which the "
+            f"recorder never observed on node {_name(*n)} "
+            f"(it observed: {', '.join(seen_gpus.get(n, {})) or 'none'})"
+        )
+        return
+    if g.get("product") != observed.get("name"):
+        f.fail(
+            f"node {_name(*n)}: the preflight says GPU {gpu_uuid} is a {g.get('product')!r}; observed a "
+            f"{observed.get('name')!r}"
+        )
+    if driver is not None and str(g.get("driver")) != str(driver):
+        f.fail(
+            f"node {_name(*n)}: the preflight says GPU {gpu_uuid} runs driver {g.get('driver')!r}; observed {driver!r}"
+        )
+
+
+class _NodeAttribution:
+    """Each node's processes on the GPUs, tied to roles by digest alone (the module's rule 4)."""
+
+    def __init__(self, roles: _Roles, homes: _Homes, f: Findings) -> None:
+        self.roles, self.homes, self.f = roles, homes, f
+        self.told = Told()
+        self.seen: dict[str, str] = {}  # role -> its own process on its GPU of its node in a run step
+
+    def judge(self, n: Node, obs: Sequence[Event], intervals: Sequence[tuple[str, int, int]]) -> None:
         name = _name(*n)
-        mine = {u for r, u in roles.of_role.items() if node_of(r) == n}
-        _shared_findings(node_obs[n], mine, f)
+        mine = {u for r, u in self.roles.of_role.items() if self.homes.of(r) == n}
+        _shared_findings(obs, mine, self.f)
         identified: dict[int, tuple[str, str | None]] = {}  # pid -> (exe, script) read in full on this node
-        for o in node_obs[n]:
+        for o in obs:
             step_now = _during(o.seq, intervals)
             if o.attrs.get("attribution") == "unavailable":
-                if (name, -1, "") not in told:
-                    told.add((name, -1, ""))
-                    f.use([o.seq])
-                    f.inconclusive(f"node {name}: NVML could not attribute processes (seq {o.seq})")
+                if self.told.first((name, -1, "")):
+                    self.f.use([o.seq])
+                    self.f.inconclusive(f"node {name}: NVML could not attribute processes (seq {o.seq})")
                 continue
             for proc in _processes(o):
-                work, listed = proc.work()
-                on = work or "/".join(listed)
                 _carry_identity(proc, identified)
-                role = roles.role_of(proc)
-                what = proc.describe()
-                if role is None:
-                    if step_now is not None and (mine & set(listed)) and (name, proc.pid, on) not in told:
-                        told.add((name, proc.pid, on))
-                        f.use([o.seq])
-                        f.inconclusive(
-                            f"node {name}: {what} ran on bound GPU {on} during {step_now} (seq {o.seq}), but what it "
-                            "executes is no role's captured executable: unattributable"
-                        )
-                    continue
-                want = roles.of_role.get(role)
-                right = node_of(role) == n and want is not None and (work == want or (work is None and want in listed))
-                if not right:
-                    if (name, proc.pid, on) not in told:
-                        told.add((name, proc.pid, on))
-                        f.use([o.seq])
-                        home = node_of(role)
-                        f.fail(
-                            f"node {name}: {role}'s {what} worked on GPU {on}, but {role} is bound to GPU {want}"
-                            + (f" of node {_name(*home)}" if home is not None else "")
-                            + f" (seq {o.seq})"
-                        )
-                    continue
-                if step_now is not None and role not in seen:
-                    f.use([o.seq])
-                    seen[role] = f"{role}'s {what} on GPU {want} of node {name} during {step_now} (seq {o.seq})"
+                self._process(n, mine, proc, o, step_now)
+
+    def _process(self, n: Node, mine: set[str], proc: _Process, o: Event, step_now: str | None) -> None:
+        f, name = self.f, _name(*n)
+        work, listed, on = placed(proc)
+        role = self.roles.role_of(proc)
+        what = proc.describe()
+        if role is None:
+            if step_now is not None and (mine & set(listed)) and self.told.first((name, proc.pid, on)):
+                f.use([o.seq])
+                f.inconclusive(
+                    f"node {name}: {what} ran on bound GPU {on} during {step_now} (seq {o.seq}), but what it "
+                    "executes is no role's captured executable: unattributable"
+                )
+            return
+        want = self.roles.of_role.get(role)
+        home = self.homes.of(role)
+        if not (home == n and want is not None and works_on(work, listed, want)):
+            if self.told.first((name, proc.pid, on)):
+                f.use([o.seq])
+                f.fail(
+                    f"node {name}: {role}'s {what} worked on GPU {on}, but {role} is bound to GPU {want}"
+                    + (f" of node {_name(*home)}" if home is not None else "")
+                    + f" (seq {o.seq})"
+                )
+            return
+        if step_now is not None and role not in self.seen:
+            f.use([o.seq])
+            self.seen[role] = f"{role}'s {what} on GPU {want} of node {name} during {step_now} (seq {o.seq})"
+
+
+def _node_role_findings(roles: _Roles, homes: _Homes, seen: Mapping[str, str], f: Findings) -> None:
+    """Inconclusive for a role whose own process no node showed on its GPU, or whose executable was not captured."""
     for role in roles.of_role:
         if role not in seen and role in roles.executables:
-            home = node_of(role)
+            home = homes.of(role)
             f.inconclusive(
                 f"{role}'s own process (running its captured executable) was not seen on its bound GPU "
                 f"{roles.of_role[role]} of node {_name(*home) if home else '?'} during the run steps"
             )
         elif role not in roles.executables:
             f.inconclusive(f"no captured executable of {role}: its processes cannot be recognised on a node")
-    described = []
-    for n in nodes:
-        x = facts[n] or {}
-        lib: Mapping[str, Any] = x["library"] if isinstance(x.get("library"), Mapping) else {}
-        key: Mapping[str, Any] = x["host_key"] if isinstance(x.get("host_key"), Mapping) else {}
-        described.append(
-            f"node {_name(*n)} (host key {key.get('sha256')}, observer sha256 {str(x.get('observer_sha256'))[:12]}, "
-            f"driver {x.get('driver')}, NVML sha256 {str(lib.get('sha256'))[:12]}, PID namespace "
-            f"{x.get('pid_namespace')})"
-        )
-    return f.outcome(
-        "observer nvml on " + "; ".join(described) + "; the preflight's GPUs are ones each role's node showed; "
-        "processes attributed by the SHA-256 of what they execute: " + "; ".join(seen.values())
+
+
+def _described(n: Node, facts: Mapping[str, Any] | None) -> str:
+    """A node as a pass names it: its host key, the observer's digest, driver, NVML and PID namespace."""
+    x = facts or {}
+    lib: Mapping[str, Any] = x["library"] if isinstance(x.get("library"), Mapping) else {}
+    key: Mapping[str, Any] = x["host_key"] if isinstance(x.get("host_key"), Mapping) else {}
+    return (
+        f"node {_name(*n)} (host key {key.get('sha256')}, observer sha256 {str(x.get('observer_sha256'))[:12]}, "
+        f"driver {x.get('driver')}, NVML sha256 {str(lib.get('sha256'))[:12]}, PID namespace "
+        f"{x.get('pid_namespace')})"
     )
 
 

@@ -21,7 +21,8 @@ reads one setup line and streams JSON lines back on stdout, one object each:
   own ancestors;
 - ``{"type": "device.observed", "attrs": {...}}``: an observation of the node's
   GPUs, with the schema of the recorder's own (observe.devices.observers), at
-  ``start``, every interval when something changed (``sample``) and at ``end``;
+  ``start``, every interval when something changed (``sample``, by the
+  recorder's own rule: observe.devices.observing) and at ``end``;
 - ``{"type": "telemetry", "attrs": {"gpus": [...]}}``: every interval;
 - ``{"type": "bye"}``: after the end observation.
 
@@ -45,19 +46,12 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-from observe.devices.identity import Identities
 from observe.devices.namespace import namespace_facts
-from observe.devices.observers import (
-    QUIET_SECONDS,
-    DeviceReading,
-    NvmlObserver,
-    Observer,
-    Tree,
-    gpu_telemetry,
-    observation,
-)
+from observe.devices.observers import DeviceReading, NvmlObserver, Observer, Tree, gpu_telemetry
+from observe.devices.observing import Observing
 
 __all__ = ["main"]
 
@@ -219,68 +213,19 @@ def _open(setup: dict[str, Any]) -> Observer:
     return NvmlObserver.open(required=True)
 
 
-class _Node:
-    """The observations of this node, as the recorder's sampler takes them of its own machine."""
-
-    def __init__(self, observer: Observer, namespace: dict[str, Any]) -> None:
-        self.observer = observer
-        self.namespace = namespace
-        self.identities = Identities()
-        self.baseline: dict[str, int] = {}
-        self.listed_at: dict[str, float] = {}
-        self.last_key: object = None
-        self.scan = getattr(observer, "name", "") == "simulated"
-
-    def observe(self, phase: str) -> tuple[dict[str, Any], DeviceReading]:
-        failure = None
-        reading = DeviceReading()
-        try:
-            reading = self.observer.read(_all_processes() if self.scan else Tree())
-        except Exception as exc:  # noqa: BLE001 - recorded in the observation, never raised
-            failure = f"the device observer failed: {type(exc).__name__}: {exc}"
-        if phase == "start":
-            self.baseline = {g.uuid: g.memory_used for g in reading.gpus if g.memory_used is not None}
-        now = time.monotonic()
-        for _pid, uuid, _used in reading.processes:
-            self.listed_at[uuid] = now
-        recent = {u for u, at in self.listed_at.items() if now - at <= QUIET_SECONDS}
-        attrs = observation(
-            phase,
-            self.observer,
-            reading,
-            Tree(argv=_argv),
-            (),
-            baseline=self.baseline,
-            mask=lambda text: text,  # the recorder's sink masks what it appends
-            extra_error=failure,
-            identities=self.identities,
-            namespace=self.namespace,
-            recent=recent,
-            everyone=True,
-        )
-        return attrs, reading
-
-    def changed(self, attrs: dict[str, Any]) -> bool:
-        key = json.dumps(
-            [
-                [(g["uuid"], g["compute_mode"], _step(g.get("unexplained_memory"))) for g in attrs["gpus"]],
-                [(p["pid"], p["gpu"], _sha(p["exe"]), _sha(p["script"])) for p in attrs["processes"]],
-                attrs["attribution"],
-                attrs["error"],
-            ]
-        )
-        if key == self.last_key:
-            return False
-        self.last_key = key
-        return True
+def _node(observer: Observer, namespace: dict[str, Any]) -> Observing:
+    """This node's observations, taken as the recorder's sampler takes them of its own machine."""
+    # the recorder's sink masks what it appends; no process here is of the recorded tree: each is identified
+    return Observing(observer, namespace, mask=lambda text: text, everyone=True)
 
 
-def _step(memory: Any) -> int | None:
-    return memory // (256 << 20) if isinstance(memory, int) else None
-
-
-def _sha(file: Any) -> Any:
-    return file.get("sha256") if isinstance(file, dict) else None
+def _observe(node: Observing, phase: str) -> tuple[dict[str, Any], DeviceReading, object]:
+    """One observation of the node (a simulated observer reads every process of the node as its tree)."""
+    read: Callable[[], Tree] = Tree
+    if getattr(node.observer, "name", "") == "simulated":
+        read = _all_processes
+    attrs, reading, _tree, key = node.observe(phase, read, Tree(argv=_argv))
+    return attrs, reading, key
 
 
 def _emit(obj: dict[str, Any]) -> None:
@@ -326,9 +271,9 @@ def main(digest: str) -> int:
             "sessions": seen,
         }
     )
-    node = _Node(_open(setup), namespace)
-    attrs, _reading = node.observe("start")
-    node.changed(attrs)
+    node = _node(_open(setup), namespace)
+    attrs, _reading, key = _observe(node, "start")
+    node.changed(key)
     _emit({"type": "device.observed", "attrs": attrs})
     next_at = time.monotonic() + interval
     while not stop.wait(max(next_at - time.monotonic(), 0.0)):
@@ -337,14 +282,14 @@ def main(digest: str) -> int:
         if now_open != seen:
             seen = now_open
             _emit({"type": "sessions", "sessions": seen})
-        attrs, reading = node.observe("sample")
+        attrs, reading, key = _observe(node, "sample")
         _emit({"type": "telemetry", "attrs": {"gpus": gpu_telemetry(reading)}})
-        if node.changed(attrs):
+        if node.changed(key):
             _emit({"type": "device.observed", "attrs": attrs})
     now_open = sessions(own)
     if now_open != seen:
         _emit({"type": "sessions", "sessions": now_open})
-    attrs, _reading = node.observe("end")
+    attrs, _reading, _key = _observe(node, "end")
     _emit({"type": "device.observed", "attrs": attrs})
     with contextlib.suppress(Exception):  # closing NVML must not lose the end observation
         node.observer.close()

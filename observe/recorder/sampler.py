@@ -6,8 +6,9 @@ observation, which the recorder appends before ``process.start`` when it is
 ready within ``START_WAIT`` seconds (else the thread appends it as soon as it
 is, after ``process.start``). While the command runs it appends, every
 ``--sample-interval`` seconds, a ``telemetry`` event and, when something
-changed (the GPUs, the processes on them, the open steps), a ``device.observed``
-``sample``. After ``process.exit`` the recorder asks for the ``end``
+changed (the GPUs, the processes on them, the open steps: the one rule of
+observe.devices.observing, which the node observer follows too), a
+``device.observed`` ``sample``. After ``process.exit`` the recorder asks for the ``end``
 observation and waits for it (at most ``END_WAIT`` seconds).
 
 The recorded tree is every descendant of the recorder process, found by
@@ -26,12 +27,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from observe.devices.identity import Identities
 from observe.devices.namespace import namespace_facts
 from observe.devices.observers import (
-    BUSY_MEMORY,
     ENV_SIMULATED,
-    QUIET_SECONDS,
     DeviceReading,
     NoObserver,
     NvmlObserver,
@@ -39,8 +37,8 @@ from observe.devices.observers import (
     Tree,
     gpu_telemetry,
     lane_configs,
-    observation,
 )
+from observe.devices.observing import Observing
 from observe.recorder.sinks import Sink, logger
 
 if TYPE_CHECKING:
@@ -253,11 +251,7 @@ class Sampler:
         self._wake = threading.Event()  # the command started, or the recording ends
         self._stop = threading.Event()
         self._abandoned = False
-        self._baseline: dict[str, int] = {}
-        self._last_key: object = None
-        self.identities = Identities()
-        self._namespace: dict[str, Any] | None = None
-        self._listed_at: dict[str, float] = {}  # GPU uuid -> when it last listed a process (monotonic)
+        self.observing: Observing | None = None  # the observer's observations, once it is open
         self._thread = threading.Thread(target=self._main, name="aos-sampler", daemon=True)
         self.cwd = cwd  # where the lane configs' paths are resolved (None: no remote nodes)
         self.observer_key = observer_key  # (source, label, text) of the nodes' observer key
@@ -360,8 +354,9 @@ class Sampler:
         except Exception as exc:  # noqa: BLE001 - a broken observer never stops a recording
             observer = NoObserver(f"the device observer failed to start: {type(exc).__name__}: {exc}")
         self.observer = observer
-        self._namespace = namespace_facts(self.env)
-        start, _reading, _tree, self._last_key = self._observe("start")
+        self.observing = Observing(observer, namespace_facts(self.env), mask=self.mask)
+        start, _reading, _tree, key = self._observe("start")
+        self.observing.changed(key)
         with self._lock:
             late = self._start_claimed
             if not late:
@@ -388,68 +383,17 @@ class Sampler:
             logger().warning("closing the device observer failed", error=f"{type(exc).__name__}: {exc}")
 
     def _observe(self, phase: str) -> tuple[dict[str, Any], DeviceReading, Tree, object]:
-        """One observation: its attrs, the reading and tree it rests on, and what a change is judged by."""
-        observer = self.observer
-        assert observer is not None
-        failure = None
-        tree = Tree()
-        reading = DeviceReading()
-        try:
-            tree = self.tree.snapshot()
-            reading = observer.read(tree)
-        except Exception as exc:  # noqa: BLE001 - recorded in the observation, never raised
-            failure = f"the device observer failed: {type(exc).__name__}: {exc}"
-        if phase == "start":
-            self._baseline = {g.uuid: g.memory_used for g in reading.gpus if g.memory_used is not None}
-        now = time.monotonic()
-        for _pid, uuid, _used in reading.processes:
-            self._listed_at[uuid] = now
-        recent = {u for u, at in self._listed_at.items() if now - at <= QUIET_SECONDS}
-        steps = list(self.open_steps())
-        attrs = observation(
-            phase,
-            observer,
-            reading,
-            tree,
-            steps,
-            baseline=self._baseline,
-            mask=self.mask,
-            extra_error=failure,
-            identities=self.identities,
-            namespace=self._namespace,
-            recent=recent,
-        )
-        key = (
-            tuple(g["uuid"] for g in attrs["gpus"]),
-            tuple(
-                (p["pid"], p["gpu"], p["in_tree"], tuple(p["steps"]), _digest(p["exe"]), _digest(p["script"]))
-                for p in attrs["processes"]
-            ),
-            tuple((g["uuid"], g["compute_mode"], _shared(g)) for g in attrs["gpus"]),
-            tuple(steps),
-            attrs["attribution"],
-            attrs["error"],
-        )
-        return attrs, reading, tree, key
+        """One observation (observe.devices.observing): its attrs, the reading and tree it rests on, its change key."""
+        assert self.observing is not None
+        return self.observing.observe(phase, self.tree.snapshot, open_steps=self.open_steps)
 
     def _sample(self) -> None:
         """A ``telemetry`` event, and a ``device.observed`` sample when something changed."""
+        assert self.observing is not None
         attrs, reading, tree, key = self._observe("sample")
         self._append("telemetry", {"tree": self.tree.usage(tree), "gpus": gpu_telemetry(reading)})
-        if key != self._last_key:
-            self._last_key = key
+        if self.observing.changed(key):
             self._append("device.observed", attrs)
-
-
-def _digest(file: dict[str, Any] | None) -> str | None:
-    return file.get("sha256") if file is not None else None
-
-
-def _shared(gpu: Mapping[str, Any]) -> tuple[int | None, bool]:
-    """Memory (in steps of ``BUSY_MEMORY``) and activity this GPU's listed processes do not explain: a change
-    of either is a change to record."""
-    memory = gpu.get("unexplained_memory")
-    return (memory // BUSY_MEMORY if isinstance(memory, int) else None, bool(gpu.get("unexplained_utilization")))
 
 
 def open_observer(mode: str, env: Mapping[str, str]) -> Observer:
