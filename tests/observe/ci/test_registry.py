@@ -21,7 +21,7 @@ from gates.verdict import Check, Verdict
 from observe import env as env_names
 from observe.ci import systems
 from observe.ci.publish import publish_verdict
-from observe.ci.systems import CiSystem, detect, markers_for
+from observe.ci.systems import CiJob, CiSystem, ci_job, detect, markers_for
 from observe.interop.semconv import ci_attributes
 from observe.secrets.envpolicy import NOT_RECORDED, recorded_env
 from tests.helpers.paths import ROOT
@@ -125,7 +125,8 @@ class TestARegisteredSystem:
     def test_its_variables_are_recorded(self, fake: CiSystem) -> None:
         """Its names and prefixes join the allow-list; a secret-looking name under its prefix stays out."""
         env = recorded_env({**FAKE_ENV, "FAKE_OTHER": "x"})
-        assert {**FAKE_ENV, "FAKE_CI_META_TOKEN": NOT_RECORDED, "FAKE_OTHER": NOT_RECORDED} == env
+        unrecorded = {"FAKE_CI_SHA": NOT_RECORDED, "FAKE_CI_META_TOKEN": NOT_RECORDED, "FAKE_OTHER": NOT_RECORDED}
+        assert {**FAKE_ENV, **unrecorded} == env
 
     def test_its_attributes_are_exported(self, fake: CiSystem) -> None:
         """The OTLP attributes are its own; a value the recorder did not record gives none (no KeyError)."""
@@ -133,15 +134,10 @@ class TestARegisteredSystem:
         assert {"cicd.pipeline.run.url.full": JOB} == ci_attributes(recorded)
         assert {"cicd.pipeline.run.url.full": JOB, "vcs.ref.head.revision": "c0ffee"} == ci_attributes(FAKE_ENV)
 
-    def test_the_tracker_records_its_job(self, fake: CiSystem, tmp_path: Path) -> None:
-        """`run start` under it records its name, its job's URL and its commit."""
-        conn = init(tmp_path / "t.sqlite3")
-        try:
-            run = records.start_run(conn, lane="exit-zero", environ=FAKE_ENV)
-            row = conn.execute("SELECT ci_provider, ci_job_url, ci_commit FROM runs WHERE id = ?", (run,)).fetchone()
-        finally:
-            conn.close()
-        assert ("fakeci", JOB, "c0ffee") == tuple(row)
+    def test_the_tracker_names_its_job(self, fake: CiSystem) -> None:
+        """The tracker's CI job under it: its name, its job's URL and its commit (what `run start` records,
+        once a tracker migration lets ``runs.ci_provider`` hold its name: ``TestTheTrackerSchema``)."""
+        assert CiJob("fakeci", JOB, "c0ffee") == ci_job(FAKE_ENV)
 
     def test_a_verdict_is_published_to_it(self, fake: CiSystem, tmp_path: Path) -> None:
         """`gate`/`verdict` publishing: its summary beside the stream, then its own publish."""
@@ -212,3 +208,17 @@ class TestOneModuleEach:
         text = (ROOT / "docs" / "TRACKER.md").read_text(encoding="utf-8")
         rows = re.findall(r"^\| [^|]*\(`([a-z0-9]+)`\) \|", text, re.MULTILINE)
         assert [s.name for s in systems.SYSTEMS] == rows
+
+
+class TestTheTrackerSchema:
+    @pytest.mark.parametrize("folder", ["migrations", "migrations_pg"])
+    def test_runs_ci_provider_holds_every_registered_system(self, folder: str) -> None:
+        """The newest CHECK on ``runs.ci_provider`` (of both backends) names exactly the registered systems:
+        a CI added without its tracker migration fails here, not at its first `run start`."""
+        checks = [
+            found
+            for path in sorted((ROOT / "tracker" / folder).glob("*.sql"))
+            for found in re.findall(r"ci_provider\s+IN\s*\(([^)]*)\)", path.read_text(encoding="utf-8"), re.I)
+        ]
+        assert checks, f"no CHECK on ci_provider in tracker/{folder}"
+        assert sorted(s.name for s in systems.SYSTEMS) == sorted(re.findall(r"'([^']*)'", checks[-1]))
