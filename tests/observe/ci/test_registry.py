@@ -9,6 +9,7 @@ with no other file changed.
 from __future__ import annotations
 
 import ast
+import json
 import re
 import sys
 import types
@@ -24,7 +25,9 @@ from observe.ci.publish import publish_verdict
 from observe.ci.systems import CiJob, CiSystem, ci_job, detect, markers_for
 from observe.interop.semconv import ci_attributes
 from observe.secrets.envpolicy import NOT_RECORDED, recorded_env
+from tests.gates.test_tests_recorded import PROJECT, project, pytest_gate
 from tests.helpers.paths import ROOT
+from tests.helpers.run import alpha
 from tracker import records
 from tracker.db import init
 
@@ -222,3 +225,16 @@ class TestTheTrackerSchema:
         ]
         assert checks, f"no CHECK on ci_provider in tracker/{folder}"
         assert sorted(s.name for s in systems.SYSTEMS) == sorted(re.findall(r"'([^']*)'", checks[-1]))
+
+
+class TestVerdictUnderAnyCi:
+    def test_the_summary_lists_the_failing_tests_with_json(self, tmp_path: Path) -> None:
+        """`verdict --json` under Buildkite writes STREAM.md with the captured failing tests, as `gate` does
+        (the verdict command read the captured files under GitHub only: a consumer that knew one CI)."""
+        cwd = project(tmp_path, PROJECT)
+        rc, out = pytest_gate(cwd)
+        assert 1 == rc, out
+        assert not (cwd / "s.aos.md").exists()  # not under CI the gate writes none: what is read is the verdict's
+        p = alpha("observe", "verdict", "s.aos", "--json", cwd=cwd, env={"BUILDKITE": "true"})
+        assert (1, "fail") == (p.returncode, json.loads(p.stdout)["verdict"])
+        assert "test\\_calc\\.test\\_divides (test\\_calc\\.py\\:6)" in (cwd / "s.aos.md").read_text(encoding="utf-8")
