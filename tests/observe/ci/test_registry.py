@@ -2,8 +2,9 @@
 
 A fake CI system, written as a module of its own the way docs/ARCHITECTURE.md's recipe "Add a CI
 system" says and registered through the same loading as the real ones, is seen by the recorder's fold
-markers, the recorded environment, the OTLP attributes, the tracker's run and the verdict's publishing,
-with no other file changed.
+markers, the recorded environment, the OTLP attributes, the tracker's CI job and the verdict's
+publishing, with no other file changed (the tracker's schema names its systems too: a migration,
+which the recipe names and a test here compares with the registry).
 """
 
 from __future__ import annotations
