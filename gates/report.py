@@ -3,7 +3,7 @@
 Every text here can quote what the recorded command chose (a step name, a path,
 its stderr): each format escapes it its own way, so a quoted value can never
 become markup, a workflow command or invalid XML. GitHub's workflow commands
-(annotations) are written by ``observe.ci.systems``, with the CI's other syntax.
+(annotations) are written by ``observe.ci.systems.github``, with the CI's other syntax.
 """
 
 from __future__ import annotations

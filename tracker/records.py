@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from observe.ci.systems import ci_job
 from tracker import journal
 from tracker.backends import Connection
-from tracker.ci import ci_job
 from tracker.db import transaction
 from tracker.ids import iso_ms, new_run_id
 from tracker.refusals import TrackerInvalid, TrackerUnknown
@@ -240,7 +240,7 @@ def start_run(
     """Start a run (state ``running``) on the named devices (by UUID); returns its id.
 
     The run records the CI job ``environ`` (default: this process's environment)
-    names, if any (:mod:`tracker.ci`). Its start time is this machine's clock, the
+    names, if any (``observe.ci.systems.ci_job``). Its start time is this machine's clock, the
     clock that records its streams (evidence recorded before it is refused), unless
     ``started_at_ns`` declares an earlier start: a run registered after its work (the
     import of evidence recorded where no tracker was). A declared start is the

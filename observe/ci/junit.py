@@ -32,7 +32,7 @@ __all__ = [
     "MAX_ANNOTATIONS",
     "CapturedSuite",
     "captured_suites",
-    "github_lines",
+    "failing_cases",
     "junit_report",
     "named_test_files",
     "stream_facts",
@@ -197,32 +197,11 @@ def junit_report(v: Verdict, *, stream: str | None, facts: Facts | None) -> str:
     return junit_text(root)
 
 
-def _failing(suites: list[CapturedSuite]) -> Iterator[tuple[CapturedSuite, TestCase]]:
+def failing_cases(suites: list[CapturedSuite]) -> Iterator[tuple[CapturedSuite, TestCase]]:
+    """Each failing test case of ``suites``, with its suite."""
     for s in suites:
         for c in s.failing():
             yield s, c
-
-
-def github_lines(v: Verdict, facts: Facts | None) -> list[str]:
-    """GitHub workflow commands: one per check that did not pass, then one ``::error`` per failing test
-    (``file=``/``line=`` where known), at most ``MAX_ANNOTATIONS``, then the count of the rest."""
-    from observe.ci.systems import escape_data, escape_property, github_annotations
-
-    out = github_annotations(v)
-    failing = list(_failing(captured_suites(v, facts)))
-    for s, c in failing[:MAX_ANNOTATIONS]:
-        props = []
-        if c.file:
-            props.append(f"file={escape_property(c.file)}")
-            if c.line is not None:
-                props.append(f"line={c.line}")
-        props.append(f"title={escape_property(f'test {c.id} {c.status}')}")
-        message = c.message or f"{c.id} {c.status}"
-        out.append(f"::error {','.join(props)}::{escape_data(f'{message} ({s.path})')}")
-    rest = len(failing) - MAX_ANNOTATIONS
-    if rest > 0:
-        out.append(f"::error title=more failing tests::{rest} more failing test(s), not annotated one by one")
-    return out
 
 
 def summary_markdown(
@@ -236,7 +215,7 @@ def summary_markdown(
     suites = captured_suites(v, facts)
     if not suites:
         return text
-    failing = list(_failing(suites))
+    failing = list(failing_cases(suites))
     total = sum(len(s.parsed.cases) for s in suites if s.parsed is not None)
     lines = [f"**Tests:** {total} captured in {len(suites)} file(s), {len(failing)} failing.", ""]
     for s, c in failing[:MAX_LISTED]:

@@ -3,13 +3,10 @@
 :func:`publish_verdict` decides and writes everything but the verdict's table:
 
 - ``--junit FILE``: the verdict as JUnit XML;
-- ``--summary FILE``: the verdict as markdown; under Buildkite (``BUILDKITE``) the
-  default is ``STREAM.md``, and the ``buildkite-agent annotate`` line to show it is said;
-- under GitHub Actions (``GITHUB_ACTIONS=true``): an ``::error``/``::warning``
-  annotation per check that did not pass (on stdout, or on stderr when stdout holds
-  the one ``--json`` document: the runner reads both), the markdown appended to
-  ``$GITHUB_STEP_SUMMARY`` and ``verdict=``, ``scope=``, ``stream=``, ``stream_id=``
-  appended to ``$GITHUB_OUTPUT``.
+- ``--summary FILE``: the verdict as markdown; under a CI whose ``summary_beside_stream``
+  is set (Buildkite) the default is ``STREAM.md``;
+- then the ``publish`` of the CI the environment names (``observe.ci.systems``): GitHub's
+  annotations, job summary and step outputs, Buildkite's ``buildkite-agent annotate`` line.
 
 A file asked for that cannot be written makes the result False (the command then
 exits 125); one the CI's environment names is said and never fatal. Text goes out
@@ -19,24 +16,17 @@ through ``echo(text, to_stderr)``, so the command line keeps its own output rule
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from observe.ci.systems import BUILDKITE, GITHUB, append_github_outputs, append_text, detect
-from observe.env import GitHubVars
+from observe.ci.systems import Echo, Publication, system_for
 
 if TYPE_CHECKING:
     from gates.report import Facts
     from gates.verdict import Verdict
 
 __all__ = ["Echo", "prepare_files", "publish_verdict", "write_stdio"]
-
-#: ``echo(text, to_stderr)``: print one line on stdout, or on stderr.
-Echo = Callable[[str, bool], None]
-
-#: The ``buildkite-agent annotate --style`` of each verdict.
-_BUILDKITE_STYLE = {"pass": "success", "fail": "error", "inconclusive": "warning"}
 
 
 def write_stdio(text: str, to_stderr: bool) -> None:
@@ -80,23 +70,6 @@ def _write(path: Path, text: str, what: str, echo: Echo) -> bool:
     return True
 
 
-def _github_files(v: Verdict, stream: str, stream_id: str, markdown: str, env: Mapping[str, str], echo: Echo) -> None:
-    """GitHub Actions: the job summary and the step outputs (a failure to write them is said, not fatal)."""
-    summary = env.get(GitHubVars.STEP_SUMMARY)
-    if summary:
-        try:
-            append_text(Path(summary), markdown)
-        except OSError as exc:
-            _say(echo, f"cannot append to GITHUB_STEP_SUMMARY {summary}: {exc.strerror or exc}")
-    output = env.get(GitHubVars.OUTPUT)
-    if output:
-        values = {"verdict": v.verdict, "scope": v.scope, "stream": stream, "stream_id": stream_id}
-        try:
-            append_github_outputs(Path(output), values)
-        except OSError as exc:
-            _say(echo, f"cannot append to GITHUB_OUTPUT {output}: {exc.strerror or exc}")
-
-
 def publish_verdict(
     v: Verdict,
     *,
@@ -122,20 +95,24 @@ def publish_verdict(
     ok = True
     if junit is not None:
         ok = _write(junit, ci_junit.junit_report(v, stream=stream, facts=facts), "the JUnit report", echo) and ok
-    ci = detect(env)
+    system = system_for(env)
     markdown = ci_junit.summary_markdown(v, stream=stream, stream_id=stream_id, facts=facts, key_id=key_id)
-    if summary is None and ci == BUILDKITE:
+    if summary is None and system is not None and system.summary_beside_stream:
         summary = Path(stream + ".md")
     if summary is not None:
         ok = _write(summary, markdown, "the summary", echo) and ok
-        if ci == BUILDKITE:
-            style = _BUILDKITE_STYLE[v.verdict]
-            _say(
-                echo,
-                f"summary in {summary} (buildkite-agent annotate --style {style} --context alpha-observe < {summary})",
+    if system is not None:
+        system.publish(
+            Publication(
+                verdict=v,
+                stream=stream,
+                stream_id=stream_id,
+                env=env,
+                markdown=markdown,
+                facts=facts,
+                summary=summary,
+                json_stdout=json_stdout,
+                echo=echo,
             )
-    if ci == GITHUB:
-        for line in ci_junit.github_lines(v, facts):
-            echo(line, json_stdout)
-        _github_files(v, stream, stream_id, markdown, env, echo)
+        )
     return ok

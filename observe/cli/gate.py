@@ -224,12 +224,13 @@ def verdict_command(stream: Path, as_json: bool, junit: Path | None, summary: Pa
     from aos.verify import require_verdict, verify_stream
     from gates.verdict import Verdict
     from observe.ci.junit import stream_facts
-    from observe.ci.systems import GITHUB, detect
+    from observe.ci.systems import system_for
 
     checked = verify_stream(stream, public_key(key))
     v = Verdict.from_attrs(require_verdict(checked))
-    # The facts name the stream's simulated GPUs in the table too (and feed --junit and GitHub's summary).
-    facts = stream_facts(stream, v) if junit is not None or detect(os.environ) == GITHUB or not as_json else None
+    # The facts name the stream's simulated GPUs in the table too (and feed --junit, the summary and what a CI reads).
+    reports = junit is not None or summary is not None or system_for(os.environ) is not None
+    facts = stream_facts(stream, v) if reports or not as_json else None
     ok = _emit(
         v,
         stream=str(stream),

@@ -4,7 +4,8 @@ A value not on the allow-list (nor named by ``--env NAME``) is recorded as
 ``"[NOT RECORDED]"``; an empty value is recorded as ``""`` (it holds nothing,
 and gates tell set from unset by it). The allow-list is CI metadata that is not
 secret, the locale, the shell's basics, toolchain and GPU selection variables,
-and ``ALPHA_*`` / ``AOS_*``. A name that looks secret is never allowed by a
+and ``ALPHA_*`` / ``AOS_*``; each CI system adds its own (``recorded_names`` and
+``recorded_prefixes`` of its module in ``observe.ci.systems``). A name that looks secret is never allowed by a
 prefix (``BUILDKITE_AGENT_ACCESS_TOKEN`` stays unrecorded). Every value recorded
 is still masked like everything else in the stream. docs/SECRETS.md lists it.
 """
@@ -15,61 +16,16 @@ from collections.abc import Iterable, Mapping
 
 from observe.secrets.masking import is_secret_name
 
-__all__ = ["ALLOWED_NAMES", "ALLOWED_PREFIXES", "NOT_RECORDED", "is_allowed", "recorded_env"]
+__all__ = ["ALLOWED_NAMES", "ALLOWED_PREFIXES", "NOT_RECORDED", "allowed", "is_allowed", "recorded_env"]
 
 NOT_RECORDED = "[NOT RECORDED]"
 
-#: Variables whose values are recorded (exact names).
-ALLOWED_NAMES: frozenset[str] = frozenset(
+#: Variables whose values are recorded (exact names), besides those of the CI systems.
+_NAMES: frozenset[str] = frozenset(
     {
-        # CI providers: whether, where and what is running (never their tokens).
+        # CI in general: whether CI is running (each CI system adds its own names: observe.ci.systems).
         "CI",
         "CONTINUOUS_INTEGRATION",
-        "GITHUB_ACTIONS",
-        "GITHUB_SHA",
-        "GITHUB_REF",
-        "GITHUB_REF_NAME",
-        "GITHUB_REF_TYPE",
-        "GITHUB_HEAD_REF",
-        "GITHUB_BASE_REF",
-        "GITHUB_RUN_ID",
-        "GITHUB_RUN_NUMBER",
-        "GITHUB_RUN_ATTEMPT",
-        "GITHUB_JOB",
-        "GITHUB_WORKFLOW",
-        "GITHUB_WORKFLOW_REF",
-        "GITHUB_REPOSITORY",
-        "GITHUB_REPOSITORY_OWNER",
-        "GITHUB_SERVER_URL",
-        "GITHUB_EVENT_NAME",
-        "GITHUB_ACTOR",
-        "GITHUB_WORKSPACE",
-        "GITHUB_ACTION",
-        "RUNNER_OS",
-        "RUNNER_ARCH",
-        "RUNNER_NAME",
-        "RUNNER_ENVIRONMENT",
-        "GITLAB_CI",
-        "CI_JOB_ID",
-        "CI_JOB_URL",
-        "CI_JOB_NAME",
-        "CI_JOB_STAGE",
-        "CI_PIPELINE_ID",
-        "CI_PIPELINE_URL",
-        "CI_PIPELINE_SOURCE",
-        "CI_COMMIT_SHA",
-        "CI_COMMIT_SHORT_SHA",
-        "CI_COMMIT_REF_NAME",
-        "CI_COMMIT_BRANCH",
-        "CI_COMMIT_TAG",
-        "CI_DEFAULT_BRANCH",
-        "CI_MERGE_REQUEST_IID",
-        "CI_PROJECT_ID",
-        "CI_PROJECT_PATH",
-        "CI_PROJECT_URL",
-        "CI_SERVER_URL",
-        "CI_RUNNER_ID",
-        "BUILDKITE",
         # Locale and the shell's basics.
         "LANG",
         "LANGUAGE",
@@ -123,15 +79,30 @@ ALLOWED_NAMES: frozenset[str] = frozenset(
     }
 )
 
-#: Prefixes whose variables' values are recorded, unless the name looks secret.
-ALLOWED_PREFIXES: tuple[str, ...] = ("ALPHA_", "AOS_", "BUILDKITE_", "LC_")
+#: Prefixes whose variables' values are recorded, unless the name looks secret, besides those of the CI systems.
+_PREFIXES: tuple[str, ...] = ("ALPHA_", "AOS_", "LC_")
 
 
-def is_allowed(name: str) -> bool:
-    """True when ``name``'s value is recorded without being asked for."""
-    if name in ALLOWED_NAMES:
+def allowed() -> tuple[frozenset[str], tuple[str, ...]]:
+    """The names and the prefixes recorded now: the house's and every registered CI system's."""
+    from observe.ci.systems import SYSTEMS
+
+    names = _NAMES.union(*(s.recorded_names for s in SYSTEMS))
+    prefixes = tuple(sorted({*_PREFIXES, *(p for s in SYSTEMS for p in s.recorded_prefixes)}))
+    return names, prefixes
+
+
+#: Variables whose values are recorded (exact names), as registered at import.
+#: Prefixes whose variables' values are recorded, unless the name looks secret, as registered at import.
+ALLOWED_NAMES, ALLOWED_PREFIXES = allowed()
+
+
+def is_allowed(name: str, policy: tuple[frozenset[str], tuple[str, ...]] | None = None) -> bool:
+    """True when ``name``'s value is recorded without being asked for (under ``policy``, default ``allowed()``)."""
+    names, prefixes = allowed() if policy is None else policy
+    if name in names:
         return True
-    return name.startswith(ALLOWED_PREFIXES) and not is_secret_name(name)
+    return name.startswith(prefixes) and not is_secret_name(name)
 
 
 def recorded_env(environ: Mapping[str, str], extra: Iterable[str] = ()) -> dict[str, str]:
@@ -140,7 +111,8 @@ def recorded_env(environ: Mapping[str, str], extra: Iterable[str] = ()) -> dict[
     The values are not masked here: the recorder masks every event it appends.
     """
     asked = frozenset(extra)
+    policy = allowed()
     return {
-        name: value if value == "" or name in asked or is_allowed(name) else NOT_RECORDED
+        name: value if value == "" or name in asked or is_allowed(name, policy) else NOT_RECORDED
         for name, value in environ.items()
     }

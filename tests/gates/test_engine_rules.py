@@ -17,7 +17,7 @@ from gates.language import parse_gate_text
 from gates.testing import SyntheticStream, sha256
 from gates.typing import Outcome
 from gates.verdict import Check, Verdict, combine
-from observe.ci.systems import github_annotations
+from observe.ci.systems.github import github_annotations
 
 
 def run(toml: str, s: SyntheticStream) -> Verdict:

@@ -17,7 +17,8 @@ from gates.evaluation import evaluate_stream
 from gates.language import parse_gate_text
 from gates.report import Facts
 from gates.verdict import Check, Verdict
-from observe.ci.junit import MAX_ANNOTATIONS, github_lines, junit_report, summary_markdown
+from observe.ci.junit import MAX_ANNOTATIONS, junit_report, summary_markdown
+from observe.ci.systems.github import github_lines
 from tests.helpers.paths import ASSETS, ROOT
 from tests.helpers.run import alpha
 

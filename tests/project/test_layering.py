@@ -29,9 +29,17 @@ ALLOWED = {
 CLICK_ROOMS = ("observe.cli",)
 #: The only observe rooms that may import tracker: the composition root.
 TRACKER_USERS = ("observe.cli",)
-#: What the tracker may use of observe: the store, the report, the small utilities, and the light
-#: modules of names (refusals, environment variable names).
-TRACKER_USES = ("observe.store", "observe.report", "observe.util", "observe.refusals", "observe.env")
+#: What the tracker may use of observe: the store, the report, the small utilities, the light
+#: modules of names (refusals, environment variable names), and the light registry of CI systems
+#: (the CI job a run is started in).
+TRACKER_USES = (
+    "observe.store",
+    "observe.report",
+    "observe.util",
+    "observe.refusals",
+    "observe.env",
+    "observe.ci.systems",
+)
 #: The light channel: what it may import beyond the standard library.
 CHANNEL = "observe.channel"
 CHANNEL_MAY_IMPORT = ("observe.channel", "observe.env", "observe.exits", "aos.text", "aos.attrs")

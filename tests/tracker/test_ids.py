@@ -9,11 +9,11 @@ import uuid
 import pytest
 
 from aos.refusals import Refusal
+from observe.ci.systems import CiJob, ci_job
 from tests.helpers.backends import PlainClient, integrity_errors
 from tests.helpers.cli import Cli
 from tracker import records
 from tracker.audit import audit
-from tracker.ci import CiJob, ci_job
 from tracker.db import connect, init, schema_version
 from tracker.ids import is_run_id, new_run_id
 from tracker.journal import entries

@@ -17,7 +17,8 @@ from aos.verify import verify_stream
 from gates.report import markdown
 from gates.testing import SyntheticStream
 from gates.verdict import Check, Verdict
-from observe.ci.systems import Markers, detect, github_annotations, github_output_lines, parse_github_file
+from observe.ci.systems import Markers, by_name, detect
+from observe.ci.systems.github import github_annotations, github_output_lines, parse_github_file
 from tests.helpers.run import alpha
 
 #: A lane with a step, a nested step, a step whose output ends mid-line, and output outside steps.
@@ -260,7 +261,7 @@ class TestGitLab:
 
     def test_section_names_are_safe(self) -> None:
         """A section name holds only GitLab's allowed characters; the header shows control characters escaped."""
-        m = Markers("gitlab")
+        m = Markers(by_name("gitlab"))
         start = m.begin("span1", "a b/c:\x1b[31m\nd")
         assert re.fullmatch(
             rb"\x1b\[0Ksection_start:\d+:step_1_a_b_c_31m_d\[collapsed=true\]\r\x1b\[0Ka b/c:\\x1b\[31m\\x0ad\n", start
