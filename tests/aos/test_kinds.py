@@ -184,6 +184,7 @@ class TestFormat:
         for k in kinds.REGISTRY.values():
             attrs, data = table[k.name]
             where = doc if "section" in attrs else attrs
+            where += "".join(table[n][0] for n in re.findall(r"as `([a-z.]+)`", attrs) if n in table)  # as step.start
             wrong += [f"{k.name}.{f}" for f in k.fields if f"`{f}`" not in where and f'"{f}"' not in where]
             if bool(data) != k.data:
                 wrong.append(f"{k.name} data")
