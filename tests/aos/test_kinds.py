@@ -52,16 +52,16 @@ def spelled_kinds(source: str) -> list[tuple[int, str]]:
             if any(_is_kind_expr(s) for s in sides):
                 found += [c for s in sides for c in _strings(s)]
             elif not any(getattr(s, "id", None) == "op" for s in sides):  # a control message's op shares names
-                found += [c for s in sides for c in _strings(s) if "." in c.value]
+                found += [c for s in sides for c in _strings(s) if "." in str(c.value)]
         elif isinstance(node, ast.Call):
             name = getattr(node.func, "attr", getattr(node.func, "id", None))
             if name in APPENDS and node.args:
                 found += _strings(node.args[0])
-            found += [c for a in node.args for c in _strings(a) if "." in c.value]  # _first(events, "stream.open")
+            found += [c for a in node.args for c in _strings(a) if "." in str(c.value)]  # _first(events, "stream.open")
             found += [c for kw in node.keywords if kw.arg == "kind" for c in _strings(kw.value)]
             if name == "array" and node.args:  # pa.array([...kinds]): a filter on the kind column
                 items = _strings(node.args[0])
-                if items and all(c.value in KINDS for c in items):
+                if items and all(str(c.value) in KINDS for c in items):
                     found += items
         elif isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values, strict=True):
@@ -77,14 +77,16 @@ def spelled_kinds(source: str) -> list[tuple[int, str]]:
                 found += [c for t, v in pairs if _is_kind_expr(t) for c in _strings(v)]
         elif isinstance(node, ast.Tuple | ast.List | ast.Set):
             items = _strings(node)
-            whole = items and len(items) == len(node.elts) and all(c.value in KINDS for c in items)
-            if whole and any("." in c.value for c in items):  # a set of kinds: {"stdout", "stderr", "artifact.chunk"}
+            whole = items and len(items) == len(node.elts) and all(str(c.value) in KINDS for c in items)
+            if whole and any(
+                "." in str(c.value) for c in items
+            ):  # a set of kinds: {"stdout", "stderr", "artifact.chunk"}
                 found += items
         elif isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) and len(node.value.elts) == 2:
             kind, attrs = node.value.elts  # return "receipt.invalid", {"reason": ...}
-            if any("." in c.value for c in _strings(kind)) or isinstance(attrs, ast.Dict):
+            if any("." in str(c.value) for c in _strings(kind)) or isinstance(attrs, ast.Dict):
                 found += _strings(kind)
-    return sorted({(c.lineno, c.value) for c in found if c.value in KINDS})
+    return sorted({(c.lineno, str(c.value)) for c in found if str(c.value) in KINDS})
 
 
 def _modules() -> list[Path]:
