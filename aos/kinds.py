@@ -9,7 +9,7 @@ Readers must still accept kinds they do not know (FORMAT.md 4).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = [
     "ARTIFACT",
@@ -66,10 +66,10 @@ SEAL = "seal"
 OUTPUT = (STDOUT, STDERR)
 
 
-@dataclass(frozen=True, slots=True)
-class Kind:
+class Kind(NamedTuple):
     """One event kind: its name, the attrs docs/FORMAT.md names for it, whether it has ``data``, and the
-    modules that write it (dotted names; tests/aos/test_kinds.py checks each one spells the kind)."""
+    modules that write it (dotted names; tests/aos/test_kinds.py checks each one spells the kind). A named
+    tuple, not a dataclass: the light channel (``alpha observe receipt``) imports this module."""
 
     name: str
     fields: tuple[str, ...]
