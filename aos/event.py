@@ -6,29 +6,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from aos.kinds import REGISTRY
 from aos.refusals import StreamSchema
 
 __all__ = ["KINDS", "Event"]
 
-#: Kinds named by docs/FORMAT.md. Writers may add others; readers must accept any.
-KINDS: frozenset[str] = frozenset(
-    {
-        "stream.open",
-        "process.start",
-        "stdout",
-        "stderr",
-        "step.start",
-        "step.end",
-        "receipt",
-        "receipt.invalid",
-        "artifact",
-        "artifact.chunk",
-        "process.exit",
-        "checkpoint",
-        "verdict",
-        "seal",
-    }
-)
+#: Every kind docs/FORMAT.md names (aos.kinds.REGISTRY). Readers must accept others too.
+KINDS: frozenset[str] = frozenset(REGISTRY)
 
 
 _RAW_DECODE = json.JSONDecoder().raw_decode

@@ -37,6 +37,7 @@ from blake3 import blake3
 from aos.canonical import parse_canonical
 from aos.chain import checkpoint_message, genesis, link, seal_message
 from aos.event import Event
+from aos.kinds import CHECKPOINT, SEAL, VERDICT
 from aos.reader import EOS, StreamFile, batch_rows
 from aos.refusals import (
     Refusal,
@@ -151,20 +152,20 @@ def verify_stream(
                 except ValueError as exc:
                     raise StreamSchema(f"seq {seq} ({kind}): {exc}", first_bad_seq=seq) from exc
                 kinds[kind] = kinds.get(kind, 0) + 1
-                if kind not in ("checkpoint", "verdict", "seal"):
+                if kind not in (CHECKPOINT, VERDICT, SEAL):
                     prev = h
                     expected += 1
                     continue
                 payload = None if chunk is None else bytes(chunk)
                 ev = Event(seq, wall_ns, mono_ns, kind, step, attrs_json, payload, stored, _attrs=attrs)
-                if ev.kind == "checkpoint":
+                if ev.kind == CHECKPOINT:
                     _check_checkpoint(ev, sid, prev, public_key)
                     last_cp = ev.seq
                     checkpoints += 1
-                elif ev.kind == "verdict":
+                elif ev.kind == VERDICT:
                     verdict = ev
                     verdicts += 1
-                elif ev.kind == "seal":
+                elif ev.kind == SEAL:
                     if i != len(rows) - 1 or len(rows) != 1:
                         raise StreamSeal(f"the seal (seq {ev.seq}) does not stand alone in the last batch")
                     _check_seal(ev, sid, prev, raw.start, digest.digest(), public_key)

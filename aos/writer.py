@@ -54,6 +54,7 @@ from aos.canonical import canonical_json
 from aos.chain import checkpoint_message, genesis, link, seal_message
 from aos.event import Event
 from aos.framing import MAX_BATCH_BYTES, MAX_BATCH_ROWS, MAX_EVENT_BYTES
+from aos.kinds import CHECKPOINT, SEAL
 from aos.refusals import StreamWrite
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ __all__ = ["MAX_ENCODERS", "FsyncPolicy", "SealInfo", "StreamWriter", "default_e
 
 FsyncPolicy = Literal["never", "batch", "seal"]
 
-_RESERVED = frozenset({"seal", "checkpoint"})
+_RESERVED = frozenset({SEAL, CHECKPOINT})
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 #: How much of the private copy ``iter_written_events`` reads at a time.
 _READ_WINDOW = 1 << 20
@@ -346,7 +347,7 @@ class StreamWriter:
         if allow_checkpoint and now - self._last_checkpoint >= self.checkpoint_interval:
             self._last_checkpoint = now
             self._last_checkpoint_seq = self._seq
-            self._add("checkpoint", None, canonical_json(self._checkpoint_attrs()), None, None, None)
+            self._add(CHECKPOINT, None, canonical_json(self._checkpoint_attrs()), None, None, None)
         job = _Job(
             seq=self._p_seq,
             wall=self._p_wall,
@@ -592,7 +593,7 @@ class StreamWriter:
                 signature = self.signer.sign(seal_message(self.stream_id, head, events, nbytes, file_digest))
                 key = self.signer.key_id
                 attrs["signature"], attrs["key_id"] = signature, key
-            seq = self._add("seal", None, canonical_json(attrs), None, None, None)
+            seq = self._add(SEAL, None, canonical_json(attrs), None, None, None)
             self._flush_locked(allow_checkpoint=False)
             self._settle()
             self._write_bytes(_EOS)

@@ -13,6 +13,7 @@ import posixpath
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from aos import kinds
 from gates.captured import same_bytes
 from gates.devices_nodes import devices_observed_anywhere
 from gates.evidence import Artifact, Evidence, Receipt, glob_match
@@ -250,7 +251,7 @@ def output_free_of(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
 
     f = Findings()
     patterns = args.get("patterns", [])
-    streams = args.get("streams", ["stdout", "stderr"])
+    streams = args.get("streams", list(kinds.OUTPUT))
     if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
         f.fail("args.patterns must be a non-empty list of regular expressions")
         return f.outcome("")

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from aos import kinds
 from aos.event import Event
 from gates.evidence import Evidence
 from gates.typing import Findings, Outcome
@@ -40,7 +41,7 @@ def _events(ev: Evidence, kind: str) -> list[Event]:
 
 def containment_recorded(ev: Evidence) -> bool:
     """Whether the stream was recorded by a recorder that contains commands (``process.start`` names one)."""
-    starts = _events(ev, "process.start")
+    starts = _events(ev, kinds.PROCESS_START)
     return not starts or "containment" in starts[0].attrs
 
 
@@ -56,7 +57,7 @@ def _survivors(attrs: Mapping[str, Any]) -> str:
 def process_containment(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     """Pass when the command ran in a containment that ended all of it for certain (see the module)."""
     f = Findings()
-    starts = _events(ev, "process.start")
+    starts = _events(ev, kinds.PROCESS_START)
     if not starts:
         f.inconclusive("the command never started (no process.start): nothing says how it was contained")
         return f.outcome("")
@@ -70,7 +71,7 @@ def process_containment(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
             f"the command ran under the {kind} containment{why}, which cannot guarantee that none of its "
             "processes outlived the recording"
         )
-    for stray in _events(ev, "process.stray"):
+    for stray in _events(ev, kinds.PROCESS_STRAY):
         attrs = stray.attrs
         if "guaranteed" not in attrs:
             continue
@@ -82,6 +83,6 @@ def process_containment(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
                 + (f": {said}" if said else "")
                 + _survivors(attrs)
             )
-    ended = sum(len(s.attrs.get("ended") or []) for s in _events(ev, "process.stray"))
+    ended = sum(len(s.attrs.get("ended") or []) for s in _events(ev, kinds.PROCESS_STRAY))
     tail = f"; {ended} process(es) it left were ended" if ended else ""
     return f.outcome(f"the command ran in a {kind} of its own, ended as a whole with the recording{tail}")

@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from aos import kinds
 from aos.event import Event
 from gates.devices import (
     RUN_STEPS,
@@ -244,7 +245,7 @@ def devices_observed_on_nodes(
     """The check of the module's docstring."""
     f = Findings()
     node_obs = {n: [o for o in ev.observations if _of(o, *n)] for n in nodes}
-    lost = {n: [e for e in ev.events if e.kind == "node.lost" and _of(e, *n)] for n in nodes}
+    lost = {n: [e for e in ev.events if e.kind == kinds.NODE_LOST and _of(e, *n)] for n in nodes}
     facts = {n: _node_findings(_name(*n), node_obs[n], lost[n], f) for n in nodes}
     if not f.ok:
         return f.outcome("")
@@ -427,7 +428,7 @@ def _described(n: Node, facts: Mapping[str, Any] | None) -> str:
 def devices_observed_anywhere(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     """``devices-observed``: over the remote nodes the captured lane config names, else on the recorder's machine."""
     remote = config_nodes(ev, args.get("config_env"))
-    opened = ev.events[0].attrs if ev.events and ev.events[0].kind == "stream.open" else {}
+    opened = ev.events[0].attrs if ev.events and ev.events[0].kind == kinds.STREAM_OPEN else {}
     nodes_seen = any(isinstance(o.attrs.get("node"), dict) for o in ev.observations)
     if remote is None or not (opened.get("observes_nodes") is True or nodes_seen):
         # A recorder before remote nodes observed only its own machine (a "localhost" host was this machine

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from aos import kinds
 from aos.event import Event
 from gates.containment import CONTAINMENT_CHECK, containment_recorded
 from gates.evidence import Evidence, Receipt, Step
@@ -267,7 +268,7 @@ def _setup_refused(gate: Gate, part: Part, ev: Evidence) -> _Cut | None:
     for e in ev.events:  # the command's receipts and artifacts: inside those steps, none after the setup step
         if end is not None and e.seq >= end:
             break
-        if e.kind not in ("receipt", "artifact") or e.attrs.get("origin") == "recorder":
+        if e.kind not in (kinds.RECEIPT, kinds.ARTIFACT) or e.attrs.get("origin") == "recorder":
             continue
         if e.seq > first.last_seq or (e.step not in inside and e.step not in before):
             return None

@@ -28,11 +28,12 @@ import hashlib
 import json
 import posixpath
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from aos import kinds
 from aos.attrs import json_int
 from aos.event import Event
 from aos.text import key_bytes, os_text
@@ -264,6 +265,18 @@ class Artifact:
         return json.loads(data)
 
 
+class _Building:
+    """What the one pass of ``Evidence._index`` carries from event to event."""
+
+    __slots__ = ("by_span", "open_spans", "pending_artifacts", "rebuild_spans")
+
+    def __init__(self) -> None:
+        self.open_spans: dict[str, Step] = {}
+        self.by_span: dict[str, Step] = {}
+        self.pending_artifacts: dict[str, Artifact] = {}
+        self.rebuild_spans: dict[str, dict[str, Artifact]] = {}  # a recorder rebuild's span -> its captures, by path
+
+
 class Evidence:
     """An index over the events of one stream, built in one pass over ``events`` (any iterable).
 
@@ -313,95 +326,108 @@ class Evidence:
     # -- building ------------------------------------------------------------------
 
     def _index(self, events: Iterable[Event]) -> None:
-        open_spans: dict[str, Step] = {}
-        by_span: dict[str, Step] = {}
-        pending_artifacts: dict[str, Artifact] = {}
-        rebuild_spans: dict[str, dict[str, Artifact]] = {}  # a recorder rebuild's span -> its captures, by path
+        """One pass over ``events``: each kind's handler (``_HANDLERS``) files the event; other kinds are kept only."""
+        building = _Building()
         keep = self.keep_output
         kept = self.events
+        handlers = _HANDLERS
         for ev in events:
             kind = ev.kind
-            if keep or ev.data is None or (kind != "stdout" and kind != "stderr"):
+            if keep or ev.data is None or kind not in kinds.OUTPUT:
                 kept.append(ev)
             else:  # the event without its bytes: what a citation needs (seq, kind, step)
                 kept.append(Event(ev.seq, ev.wall_ns, ev.mono_ns, kind, ev.step, ev.attrs_json, None, ev.hash))
-            if kind == "stream.open" and self.open is None:
-                self.open = ev
-            elif kind == "process.exit" and self.exit is None:
-                self.exit = ev
-            elif kind == "step.start":
-                name = _name(ev.attrs.get("name"))
-                span = ev.step or str(ev.attrs.get("span") or ev.attrs.get("id") or name)
-                step = Step(name, span, ev)
-                if ev.attrs.get("origin") == "recorder" and self.exit is not None and ev.step is not None:
-                    self.rebuild_steps.append(step)  # the recorder's own rebuild, after the command
-                    rebuild_spans[span] = {}
-                else:
-                    self.steps.append(step)
-                open_spans[span] = step
-                by_span[span] = step
-            elif kind == "step.end":
-                name = _name(ev.attrs.get("name"))
-                span = ev.step or str(ev.attrs.get("span") or ev.attrs.get("id") or name)
-                step_or_none = open_spans.pop(span, None)
-                if step_or_none is None:
-                    # fall back on the last unfinished step of that name
-                    for cand in reversed(self.steps):
-                        if cand.end is None and cand.name == name:
-                            step_or_none = cand
-                            open_spans.pop(cand.span, None)
-                            break
-                if step_or_none is not None:
-                    step_or_none.end = ev
-            elif kind in ("stderr", "stdout"):
-                # Only output recorded with the step's span is the step's own: the
-                # lane script's output around it proves nothing about the step.
-                target = by_span.get(ev.step) if ev.step is not None else None
-                if target is not None and ev.data:
-                    if kind == "stderr":
-                        target.stderr += ev.data
-                    else:
-                        target.stdout += ev.data
-                        if not keep and len(target.stdout) > 2 * STDOUT_TAIL:
-                            del target.stdout[: len(target.stdout) - STDOUT_TAIL]
-                    target.output_seqs.append(ev.seq)
-            elif kind == "receipt":
-                status = ev.attrs.get("status", "info")
-                fields = ev.attrs.get("fields", {})
-                r = Receipt(
-                    ev,
-                    _name(ev.attrs.get("name")),
-                    status if isinstance(status, str) else str(status),
-                    fields if isinstance(fields, dict) else {},
-                )
-                (self.late_receipts if self.exit is not None else self.receipts).append(r)
-            elif kind == "receipt.invalid":
-                self.invalid_receipts.append(ev)
-            elif kind == "artifact" and ev.step in rebuild_spans and ev.attrs.get("origin") == "recorder":
-                assert ev.step is not None
-                art = Artifact(ev, normalise_path(_name(ev.attrs.get("path"))))
-                self.rebuilt.append(art)
-                rebuild_spans[ev.step][art.path] = art
-            elif kind == "artifact.chunk" and ev.step in rebuild_spans:
-                assert ev.step is not None
-                owned = rebuild_spans[ev.step].get(normalise_path(_name(ev.attrs.get("path"))))
-                if owned is not None:
-                    owned.chunks.append(ev)
-            elif kind == "artifact":
-                art = Artifact(ev, normalise_path(_name(ev.attrs.get("path"))))
-                self.artifacts.append(art)
-                pending_artifacts[art.path] = art
-            elif kind == "device.observed":
-                self.observations.append(ev)
-            elif kind == "telemetry":
-                self.telemetry.append(ev)
-            elif kind == "recorder.interrupted":
-                self.interrupts.append(ev)
-            elif kind == "artifact.chunk":
-                path = normalise_path(_name(ev.attrs.get("path")))
-                owner = pending_artifacts.get(path)
-                if owner is not None:
-                    owner.chunks.append(ev)
+            handler = handlers.get(kind)
+            if handler is not None:
+                handler(self, ev, building)
+
+    def _on_open(self, ev: Event, _: _Building) -> None:
+        if self.open is None:
+            self.open = ev
+
+    def _on_exit(self, ev: Event, _: _Building) -> None:
+        if self.exit is None:
+            self.exit = ev
+
+    def _on_step_start(self, ev: Event, b: _Building) -> None:
+        name = _name(ev.attrs.get("name"))
+        span = ev.step or str(ev.attrs.get("span") or ev.attrs.get("id") or name)
+        step = Step(name, span, ev)
+        if ev.attrs.get("origin") == "recorder" and self.exit is not None and ev.step is not None:
+            self.rebuild_steps.append(step)  # the recorder's own rebuild, after the command
+            b.rebuild_spans[span] = {}
+        else:
+            self.steps.append(step)
+        b.open_spans[span] = step
+        b.by_span[span] = step
+
+    def _on_step_end(self, ev: Event, b: _Building) -> None:
+        name = _name(ev.attrs.get("name"))
+        span = ev.step or str(ev.attrs.get("span") or ev.attrs.get("id") or name)
+        step_or_none = b.open_spans.pop(span, None)
+        if step_or_none is None:
+            # fall back on the last unfinished step of that name
+            for cand in reversed(self.steps):
+                if cand.end is None and cand.name == name:
+                    step_or_none = cand
+                    b.open_spans.pop(cand.span, None)
+                    break
+        if step_or_none is not None:
+            step_or_none.end = ev
+
+    def _on_output(self, ev: Event, b: _Building) -> None:
+        # Only output recorded with the step's span is the step's own: the
+        # lane script's output around it proves nothing about the step.
+        target = b.by_span.get(ev.step) if ev.step is not None else None
+        if target is not None and ev.data:
+            if ev.kind == kinds.STDERR:
+                target.stderr += ev.data
+            else:
+                target.stdout += ev.data
+                if not self.keep_output and len(target.stdout) > 2 * STDOUT_TAIL:
+                    del target.stdout[: len(target.stdout) - STDOUT_TAIL]
+            target.output_seqs.append(ev.seq)
+
+    def _on_receipt(self, ev: Event, _: _Building) -> None:
+        status = ev.attrs.get("status", "info")
+        fields = ev.attrs.get("fields", {})
+        r = Receipt(
+            ev,
+            _name(ev.attrs.get("name")),
+            status if isinstance(status, str) else str(status),
+            fields if isinstance(fields, dict) else {},
+        )
+        (self.late_receipts if self.exit is not None else self.receipts).append(r)
+
+    def _on_invalid_receipt(self, ev: Event, _: _Building) -> None:
+        self.invalid_receipts.append(ev)
+
+    def _on_artifact(self, ev: Event, b: _Building) -> None:
+        art = Artifact(ev, normalise_path(_name(ev.attrs.get("path"))))
+        if ev.step is not None and ev.step in b.rebuild_spans and ev.attrs.get("origin") == "recorder":
+            self.rebuilt.append(art)
+            b.rebuild_spans[ev.step][art.path] = art
+        else:
+            self.artifacts.append(art)
+            b.pending_artifacts[art.path] = art
+
+    def _on_chunk(self, ev: Event, b: _Building) -> None:
+        path = normalise_path(_name(ev.attrs.get("path")))
+        if ev.step is not None and ev.step in b.rebuild_spans:
+            owner = b.rebuild_spans[ev.step].get(path)  # a rebuild's chunk belongs to that rebuild's captures only
+        else:
+            owner = b.pending_artifacts.get(path)
+        if owner is not None:
+            owner.chunks.append(ev)
+
+    def _on_observation(self, ev: Event, _: _Building) -> None:
+        self.observations.append(ev)
+
+    def _on_telemetry(self, ev: Event, _: _Building) -> None:
+        self.telemetry.append(ev)
+
+    def _on_interrupt(self, ev: Event, _: _Building) -> None:
+        self.interrupts.append(ev)
 
     def before(self, seq: int) -> Evidence:
         """The evidence of the events before ``seq`` alone: what was complete when the run was cut there (an
@@ -517,6 +543,24 @@ class Evidence:
         if a.get("signal"):
             return f"the command was killed by {a.get('signal')}"
         return f"the command exited {a.get('exit_code')}"
+
+
+#: Each kind the index files, and its handler; other kinds are kept in ``events`` only.
+_HANDLERS: dict[str, Callable[[Evidence, Event, _Building], None]] = {
+    kinds.STREAM_OPEN: Evidence._on_open,
+    kinds.PROCESS_EXIT: Evidence._on_exit,
+    kinds.STEP_START: Evidence._on_step_start,
+    kinds.STEP_END: Evidence._on_step_end,
+    kinds.STDOUT: Evidence._on_output,
+    kinds.STDERR: Evidence._on_output,
+    kinds.RECEIPT: Evidence._on_receipt,
+    kinds.RECEIPT_INVALID: Evidence._on_invalid_receipt,
+    kinds.ARTIFACT: Evidence._on_artifact,
+    kinds.ARTIFACT_CHUNK: Evidence._on_chunk,
+    kinds.DEVICE_OBSERVED: Evidence._on_observation,
+    kinds.TELEMETRY: Evidence._on_telemetry,
+    kinds.RECORDER_INTERRUPTED: Evidence._on_interrupt,
+}
 
 
 def seqs_of(items: Iterable[Receipt | Step | Artifact | Event]) -> list[int]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from xml.etree import ElementTree as ET
 
+from aos import kinds
 from aos.attrs import json_int
 from aos.event import Event
 from aos.text import display
@@ -224,7 +225,7 @@ class Facts:
         durations = [s.duration_ns for s in self.spans_of(check) if s.duration_ns is not None]
         if durations:
             return max(durations)
-        if any(self.cited.get(seq, ("", None))[0] == "process.exit" for seq in check.evidence):
+        if any(self.cited.get(seq, ("", None))[0] == kinds.PROCESS_EXIT for seq in check.evidence):
             return self.command_ns
         return None
 
@@ -260,38 +261,40 @@ class FactsGatherer:
         if ev.seq in want:
             f.cited[ev.seq] = (ev.kind, ev.step)
         kind = ev.kind
-        if kind == "stderr" or kind == "stdout":
+        if kind == kinds.STDERR or kind == kinds.STDOUT:
             data = ev.data or b""
-            _keep_tail(f.stderr if kind == "stderr" else f.stdout, data)
+            _keep_tail(f.stderr if kind == kinds.STDERR else f.stdout, data)
             span = ev.step
             hops = 0
             while span is not None and span in f.spans and hops < 64:  # a step's tail holds its nested steps'
-                _keep_tail(f.spans[span].stderr if kind == "stderr" else f.spans[span].stdout, data)
+                _keep_tail(f.spans[span].stderr if kind == kinds.STDERR else f.spans[span].stdout, data)
                 span = f.spans[span].parent
                 hops += 1
             return
-        if (kind == "artifact" or kind == "artifact.chunk") and (self.want_files or self._open):
+        if (kind == kinds.ARTIFACT or kind == kinds.ARTIFACT_CHUNK) and (self.want_files or self._open):
             self._file(ev)
             return
-        if kind not in ("stream.open", "step.start", "step.end", "process.exit", "device.observed"):
+        if kind not in (kinds.STREAM_OPEN, kinds.STEP_START, kinds.STEP_END, kinds.PROCESS_EXIT, kinds.DEVICE_OBSERVED):
             return
         try:
             a = ev.attrs
         except Exception:  # noqa: BLE001 - a report quotes what it can; verify names the damage
             return
-        if kind == "stream.open":
+        if kind == kinds.STREAM_OPEN:
             f.stream_id = str(a.get("stream_id")) if a.get("stream_id") is not None else None
             f.started_ns = ev.wall_ns
             f.host = display(a.get("host")) if a.get("host") is not None else None
-        elif kind == "step.start" and ev.step is not None:
+        elif kind == kinds.STEP_START and ev.step is not None:
             parent = a.get("parent")
             f.spans[ev.step] = SpanFacts(display(a.get("name")), parent if isinstance(parent, str) else None)
-        elif kind == "step.end" and ev.step in f.spans:
+        elif kind == kinds.STEP_END and ev.step in f.spans:
             f.spans[ev.step].duration_ns = json_int(a.get("duration_ns"))
             f.spans[ev.step].exit_code = json_int(a.get("exit_code"))
-        elif kind == "process.exit":
+        elif kind == kinds.PROCESS_EXIT:
             f.command_ns = json_int(a.get("duration_ns"))
-        elif kind == "device.observed" and (a.get("observer") == "simulated" or a.get("simulated_from") is not None):
+        elif kind == kinds.DEVICE_OBSERVED and (
+            a.get("observer") == "simulated" or a.get("simulated_from") is not None
+        ):
             gpus = a.get("gpus")
             for g in gpus if isinstance(gpus, list) else []:
                 uuid = g.get("uuid") if isinstance(g, dict) else None
@@ -305,7 +308,7 @@ class FactsGatherer:
         except Exception:  # noqa: BLE001 - a report quotes what it can
             return
         path = display(a.get("path"))
-        if ev.kind == "artifact":
+        if ev.kind == kinds.ARTIFACT:
             self._open.pop(path, None)  # a later capture of the path: an unfinished one stays None
             if ev.seq in self.want_files:
                 self.facts.files[ev.seq] = (path, None)

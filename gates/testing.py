@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from aos.canonical import canonical_json
 from aos.event import Event
 from gates.oracle_results import ORACLE_CHECKPOINT, ORACLE_TRAJECTORY
@@ -110,7 +111,7 @@ class SyntheticStream:
     def __init__(self, env: dict[str, str] | None = None, *, cwd: str = "/lane", gate: str | None = None) -> None:
         self.ops: list[Op] = []
         self.add(
-            "stream.open",
+            kinds.STREAM_OPEN,
             {
                 "stream_id": "0" * 32,
                 "version": "test",
@@ -123,7 +124,7 @@ class SyntheticStream:
                 "labels": {},
             },
         )
-        self.add("process.start", {"pid": 1, "argv": ["lane.sh"]})
+        self.add(kinds.PROCESS_START, {"pid": 1, "argv": ["lane.sh"]})
 
     # -- building --------------------------------------------------------------------
 
@@ -149,7 +150,7 @@ class SyntheticStream:
         attrs: dict[str, Any] = {"name": name, "argv": [name]}
         if pid is not None:
             attrs["pid"] = pid
-        return self.add("step.start", attrs, step=name)
+        return self.add(kinds.STEP_START, attrs, step=name)
 
     def observe(
         self,
@@ -186,12 +187,12 @@ class SyntheticStream:
             "simulated_from": simulated_from,
             "error": error,
         }
-        return self.add("device.observed", attrs, at=at)
+        return self.add(kinds.DEVICE_OBSERVED, attrs, at=at)
 
     def telemetry(self, gpus: list[dict[str, Any]], *, at: int | None = None) -> Op:
         """A ``telemetry`` event: each GPU's ``{uuid, utilization, memory_used, temperature}``."""
         tree = {"processes": 3, "cpu_ns": 1_000_000, "rss": 64 * _MIB}
-        return self.add("telemetry", {"tree": tree, "gpus": gpus}, at=at)
+        return self.add(kinds.TELEMETRY, {"tree": tree, "gpus": gpus}, at=at)
 
     def recorder_artifact(self, path: str, content: bytes, env: str, *, at: int | None = None) -> Op:
         """The recorder's own capture of the file ``env`` named at the start (``origin: recorder``)."""
@@ -205,14 +206,14 @@ class SyntheticStream:
             "env": env,
         }
         i = len(self.ops) if at is None else at
-        op = self.add("artifact", attrs, at=i)
+        op = self.add(kinds.ARTIFACT, attrs, at=i)
         if content:
-            self.add("artifact.chunk", {"path": path, "offset": 0}, content, at=i + 1)
+            self.add(kinds.ARTIFACT_CHUNK, {"path": path, "offset": 0}, content, at=i + 1)
         return op
 
     def step_end(self, name: str, exit_code: int | None = 0, signal: str | None = None) -> Op:
         return self.add(
-            "step.end",
+            kinds.STEP_END,
             {"name": name, "argv": [name], "exit_code": exit_code, "signal": signal, "duration_ns": 1},
             step=name,
         )
@@ -221,22 +222,22 @@ class SyntheticStream:
         return self.add(kind, {}, data, step)
 
     def receipt(self, name: str, status: str = "pass", step: str | None = None, **fields: Any) -> Op:
-        return self.add("receipt", {"name": name, "status": status, "fields": fields}, step=step)
+        return self.add(kinds.RECEIPT, {"name": name, "status": status, "fields": fields}, step=step)
 
     def artifact(self, path: str, content: bytes, step: str | None = None, chunk: int = 1 << 16) -> Op:
         op = self.add(
-            "artifact",
+            kinds.ARTIFACT,
             {"path": path, "size": len(content), "mode": 0o644, "sha256": sha256(content), "content": "inline"},
             step=step,
         )
         for off in range(0, max(len(content), 1), chunk):
             if content:
-                self.add("artifact.chunk", {"path": path, "offset": off}, content[off : off + chunk], step)
+                self.add(kinds.ARTIFACT_CHUNK, {"path": path, "offset": off}, content[off : off + chunk], step)
         return op
 
     def exit(self, code: int | None = 0, signal: str | None = None, timed_out: bool = False) -> Op:
         return self.add(
-            "process.exit",
+            kinds.PROCESS_EXIT,
             {"exit_code": code, "signal": signal, "timed_out": timed_out, "duration_ns": 1, "rusage": {}},
         )
 
@@ -263,7 +264,7 @@ class SyntheticStream:
 
     def receipt_op(self, name: str, **fields: Any) -> Op:
         """The one receipt named ``name`` (matching ``fields``)."""
-        return self.one("receipt", name, **fields)
+        return self.one(kinds.RECEIPT, name, **fields)
 
     def fields(self, name: str, **where: Any) -> dict[str, Any]:
         """The fields of the one receipt ``name`` (edit them in place)."""
@@ -280,13 +281,13 @@ class SyntheticStream:
 
     def set_artifact(self, path: str, content: bytes) -> None:
         """Replace a captured file's bytes (its artifact event agrees with them)."""
-        art = self.one("artifact", path)
+        art = self.one(kinds.ARTIFACT, path)
         i = self.ops.index(art)
-        self.drop(o for o in self.ops if o["kind"] == "artifact.chunk" and o["attrs"]["path"] == path)
+        self.drop(o for o in self.ops if o["kind"] == kinds.ARTIFACT_CHUNK and o["attrs"]["path"] == path)
         art["attrs"].update(size=len(content), sha256=sha256(content))
         self.ops.insert(
             i + 1,
-            {"kind": "artifact.chunk", "attrs": {"path": path, "offset": 0}, "data": content, "step": art["step"]},
+            {"kind": kinds.ARTIFACT_CHUNK, "attrs": {"path": path, "offset": 0}, "data": content, "step": art["step"]},
         )
 
     def move_after_exit(self, ops: Iterable[Op]) -> None:
@@ -431,7 +432,7 @@ def device_lane(
         ("wrong-product", "nvidia-plan-host", "refusal-wrong-product"),
     ):
         s.step_start(step)
-        s.output("stderr", f"refused: {expected}: the binding does not match this device\n".encode(), step)
+        s.output(kinds.STDERR, f"refused: {expected}: the binding does not match this device\n".encode(), step)
         s.step_end(step, exit_code=3)
         s.receipt(
             "refusal-control",
@@ -536,7 +537,7 @@ def device_lane(
     s.step_end("fresh-evaluation")
 
     s.step_start("corrupted-checkpoint")
-    s.output("stderr", b"refused: checkpoint-chunk: chunk 2 does not match its digest\n", "corrupted-checkpoint")
+    s.output(kinds.STDERR, b"refused: checkpoint-chunk: chunk 2 does not match its digest\n", "corrupted-checkpoint")
     s.step_end("corrupted-checkpoint", exit_code=4)
     s.receipt("corrupted-checkpoint", step="corrupted-checkpoint", exit_code=4, exit_name="checkpoint-chunk")
 

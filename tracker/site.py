@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from aos.attrs import json_int
 from aos.refusals import Refusal
 from gates.wording import count
@@ -315,7 +316,7 @@ def _read_observed(view: StreamView, path: Path) -> None:
     from aos.text import display
 
     fields = [COLUMNS.index("kind"), COLUMNS.index("attrs")]
-    wanted = pa.array(["device.observed", "artifact"])
+    wanted = pa.array([kinds.DEVICE_OBSERVED, kinds.ARTIFACT])
     gpus: dict[tuple[str, str, str | None], Gpu] = {}
     observers: set[str] = set()
     with StreamFile(path) as f:
@@ -328,7 +329,7 @@ def _read_observed(view: StreamView, path: Path) -> None:
                 attrs = json.loads(text)
                 if not isinstance(attrs, dict):
                     continue
-                if kind == "artifact":
+                if kind == kinds.ARTIFACT:
                     sha = attrs.get("sha256")
                     view.artifacts.append(
                         Artifact(

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from aos.refusals import StreamSignature
 from tracker.ids import iso_ms
 from tracker.refusals import TrackerStreamChanged
@@ -141,7 +142,7 @@ def device_observers(path: Path) -> dict[str, str]:
     from aos.schema import COLUMNS
 
     fields = [COLUMNS.index("kind"), COLUMNS.index("attrs")]
-    wanted = pa.array(["device.observed"])
+    wanted = pa.array([kinds.DEVICE_OBSERVED])
     found: dict[str, str] = {}
     try:
         with StreamFile(path) as f:
@@ -182,7 +183,7 @@ def _observed(path: Path, file_blake3: str) -> tuple[int, str | None, tuple[str,
     # Only the three columns needed are decompressed; in each batch they are 0, 1, 2.
     fields = [COLUMNS.index("wall_ns"), COLUMNS.index("kind"), COLUMNS.index("attrs")]
     options = read_options(included_fields=fields)
-    wanted = pa.array(["stream.open", "device.observed"])
+    wanted = pa.array([kinds.STREAM_OPEN, kinds.DEVICE_OBSERVED])
     opened: int | None = None
     commit: str | None = None
     uuids: set[str] = set()
@@ -198,12 +199,12 @@ def _observed(path: Path, file_blake3: str) -> tuple[int, str | None, tuple[str,
                     continue
                 batch = batch.filter(mask)
             for wall, kind, text in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
-                if kind == "stream.open" and opened is None:
+                if kind == kinds.STREAM_OPEN and opened is None:
                     opened = wall
                     source = json.loads(text).get("source")
                     named = source.get("commit") if isinstance(source, dict) else None
                     commit = named if isinstance(named, str) and named else None
-                elif kind == "device.observed":
+                elif kind == kinds.DEVICE_OBSERVED:
                     gpus = json.loads(text).get("gpus")
                     for gpu in gpus if isinstance(gpus, list) else []:
                         if isinstance(gpu, dict) and isinstance(gpu.get("uuid"), str):

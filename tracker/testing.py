@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from tracker.backends import Connection, is_postgres_url
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def sealed_stream(
     w = StreamWriter(path, signer=signer, background_flush=False, fsync="never")
     try:
         w.append(
-            "stream.open",
+            kinds.STREAM_OPEN,
             {
                 "stream_id": w.stream_id,
                 "argv": ["true"],
@@ -62,13 +63,13 @@ def sealed_stream(
                 for i, u in enumerate(devices)
             ]
             w.append(
-                "device.observed",
+                kinds.DEVICE_OBSERVED,
                 {"phase": "start", "observer": "simulated", "driver": "0.0", "gpus": gpus, "processes": []},
             )
-        w.append("process.start", {"pid": 1, "argv": ["true"]})
-        seq = w.append("stdout", {}, data=stdout)
+        w.append(kinds.PROCESS_START, {"pid": 1, "argv": ["true"]})
+        seq = w.append(kinds.STDOUT, {}, data=stdout)
         exit_seq = w.append(
-            "process.exit",
+            kinds.PROCESS_EXIT,
             {"exit_code": 0, "signal": None, "timed_out": False, "duration_ns": 1, "rusage": {}},
         )
         if verdict is not None:
@@ -76,7 +77,7 @@ def sealed_stream(
                 {"name": "exit-zero", "status": "pass", "reason": "exited 0", "evidence": [exit_seq]},
                 {"name": "output", "status": "pass", "reason": "printed", "evidence": [seq]},
             ]
-            w.append("verdict", {"gate": gate, "verdict": verdict, "scope": scope, "checks": checks})
+            w.append(kinds.VERDICT, {"gate": gate, kinds.VERDICT: verdict, "scope": scope, "checks": checks})
         return w.seal()
     finally:
         w.close()

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from aos.attrs import RECEIPT_STATUSES
+from aos.kinds import RECEIPT, RECEIPT_INVALID
 from aos.text import text_key, text_value, value_bytes
 from observe.env import ChannelVars
 
@@ -116,33 +117,33 @@ def parse_receipt_line(raw: bytes) -> tuple[str, dict[str, Any]]:
     gets an answer, an empty one included: nothing on the channel is dropped.
     """
     if not raw.strip():
-        return "receipt.invalid", {"reason": "empty line"}
+        return RECEIPT_INVALID, {"reason": "empty line"}
     try:
         obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except UnicodeDecodeError:
-        return "receipt.invalid", {"reason": "not UTF-8"}
+        return RECEIPT_INVALID, {"reason": "not UTF-8"}
     except (ValueError, RecursionError) as exc:
-        return "receipt.invalid", {"reason": f"not JSON: {exc}"}
+        return RECEIPT_INVALID, {"reason": f"not JSON: {exc}"}
     if not isinstance(obj, dict):
-        return "receipt.invalid", {"reason": f"not a JSON object but {type(obj).__name__}"}
+        return RECEIPT_INVALID, {"reason": f"not a JSON object but {type(obj).__name__}"}
     if not _unicode(obj):
         # "\udcff" escapes name no character; attrs hold only Unicode text (FORMAT.md 3.1, 3.7).
-        return "receipt.invalid", {"reason": "a string escapes a lone surrogate (not Unicode text)"}
+        return RECEIPT_INVALID, {"reason": "a string escapes a lone surrogate (not Unicode text)"}
     extra = sorted(set(obj) - _KEYS)
     if extra:
-        return "receipt.invalid", {"reason": f"unknown key {extra[0]!r}; a receipt has name, status, fields"}
+        return RECEIPT_INVALID, {"reason": f"unknown key {extra[0]!r}; a receipt has name, status, fields"}
     name = obj.get("name")
     if not (isinstance(name, str) and name) and not (isinstance(name, dict) and value_bytes(name)):
-        return "receipt.invalid", {"reason": "name missing or not a non-empty string"}
+        return RECEIPT_INVALID, {"reason": "name missing or not a non-empty string"}
     status = obj.get("status", "info")
     if status not in RECEIPT_STATUSES:
-        return "receipt.invalid", {"reason": f"status {status!r} is not one of {', '.join(RECEIPT_STATUSES)}"}
+        return RECEIPT_INVALID, {"reason": f"status {status!r} is not one of {', '.join(RECEIPT_STATUSES)}"}
     fields = obj.get("fields", {})
     if fields is None:
         fields = {}
     if not isinstance(fields, dict):
-        return "receipt.invalid", {"reason": "fields is not a JSON object"}
-    return "receipt", {"name": name, "status": status, "fields": fields}
+        return RECEIPT_INVALID, {"reason": "fields is not a JSON object"}
+    return RECEIPT, {"name": name, "status": status, "fields": fields}
 
 
 def _unicode(obj: Any) -> bool:

@@ -10,6 +10,7 @@ from typing import IO, TYPE_CHECKING
 
 import click
 
+from aos.kinds import OUTPUT
 from aos.refusals import Refusal
 from observe.cli.options import STREAM, Exit, example, json_option, public_key, public_key_option, reports_refusals
 
@@ -137,7 +138,7 @@ def read_command(
         out = sys.stdout.buffer
         if artifact is not None:
             artifact_bytes(events, artifact, out)
-        elif what in ("stdout", "stderr"):
+        elif what in OUTPUT:
             for ev in events:
                 if ev.kind == what and ev.data:
                     out.write(ev.data)

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from observe.devices.lane_config import node_entries
 from observe.devices.lane_nodes import Node, lane_nodes
 from observe.devices.observers import ENV_SIMULATED, lane_configs
@@ -170,8 +171,8 @@ def _observe(node: Node, env: Mapping[str, str], key: ObserverKey | None) -> tup
             data = b""
         simulated = {"path": os.path.abspath(sim_path), "data_b64": base64.b64encode(data).decode()}
     found = observe_once(node, key, simulated=simulated, timeout=START_TIMEOUT)
-    start = next((a for k, a in found if k == "device.observed" and a.get("phase") == "start"), None)
-    lost = next((str(a.get("reason")) for k, a in found if k == "node.lost"), None)
+    start = next((a for k, a in found if k == kinds.DEVICE_OBSERVED and a.get("phase") == "start"), None)
+    lost = next((str(a.get("reason")) for k, a in found if k == kinds.NODE_LOST), None)
     return start, lost
 
 

@@ -56,6 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aos import kinds
 from observe.devices.bundle import BOOTSTRAP, Bundle, build_bundle
 from observe.devices.lane_nodes import Node, lane_nodes, node_key
 from observe.devices.observers import ENV_SIMULATED, lane_configs, schema_problem
@@ -308,7 +309,7 @@ class NodeLink:
                 return
             if not self._start_claimed:  # held for the recorder, which appends them before process.start
                 self._pending.append((kind, attrs))
-                if kind == "device.observed" and attrs.get("phase") == "start":
+                if kind == kinds.DEVICE_OBSERVED and attrs.get("phase") == "start":
                     self._start_ready.set()
                 return
         self.append_event(kind, attrs)
@@ -317,7 +318,7 @@ class NodeLink:
         """A start observation of observer ``none``: the node could not be observed, and why."""
         node = {**self.facts, "refused": refused} if refused else dict(self.facts)
         self._emit(
-            "device.observed",
+            kinds.DEVICE_OBSERVED,
             {
                 "phase": "start",
                 "observer": "none",
@@ -455,12 +456,12 @@ class NodeLink:
                     raise Refused("observer-digest", f"the node received an observer of SHA-256 {msg.get('sha256')}")
                 elif kind == "sessions":
                     self._sessions(msg.get("sessions"))
-                elif kind in ("device.observed", "telemetry"):
+                elif kind in (kinds.DEVICE_OBSERVED, kinds.TELEMETRY):
                     wrong = schema_problem(kind, msg.get("attrs"))
                     if wrong is not None:
                         raise _Overrun(f"the observer sent a {kind} not of the recorder's schema: {wrong}")
                     attrs = {**msg["attrs"], "node": dict(self.facts)}
-                    started = started or kind == "device.observed"
+                    started = started or kind == kinds.DEVICE_OBSERVED
                     self._emit(kind, attrs)
                 elif kind == "bye":
                     finished = True
@@ -468,7 +469,7 @@ class NodeLink:
             channel.close()
             if not started:
                 raise Refused("observer-failed", str(exc)) from None
-            self._emit("node.lost", {"node": dict(self.facts), "reason": str(exc), "at_ns": time.monotonic_ns()})
+            self._emit(kinds.NODE_LOST, {"node": dict(self.facts), "reason": str(exc), "at_ns": time.monotonic_ns()})
             return
         if finished:
             return
@@ -486,7 +487,7 @@ class NodeLink:
                 )
             raise Refused("observer-failed", f"the observer exited {status} before observing: {said or 'no output'}")
         self._emit(
-            "node.lost",
+            kinds.NODE_LOST,
             {
                 "node": dict(self.facts),
                 "reason": (

@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from observe.interop.verified import argv_of, attrs_of, display, opening
 
 if TYPE_CHECKING:
@@ -54,10 +55,10 @@ def asciicast_chunks(stream: VerifiedStream) -> Iterator[bytes]:
     env = env if isinstance(env, dict) else {}
     width, height = _size(env)
     pty = open_attrs.get("pty") is True
-    argv = argv_of(attrs_of(start).get("argv") if start.kind == "process.start" else open_attrs.get("argv"))
+    argv = argv_of(attrs_of(start).get("argv") if start.kind == kinds.PROCESS_START else open_attrs.get("argv"))
     t0 = start.mono_ns
     last_mono = t0
-    decoders = {k: codecs.getincrementaldecoder("utf-8")("replace") for k in ("stdout", "stderr")}
+    decoders = {k: codecs.getincrementaldecoder("utf-8")("replace") for k in (kinds.STDOUT, kinds.STDERR)}
     with tempfile.TemporaryFile(prefix="alpha-asciicast-") as body:
 
         def line(text: str) -> None:
@@ -79,11 +80,11 @@ def asciicast_chunks(stream: VerifiedStream) -> Iterator[bytes]:
                 line(f'[{at(mono_ns)}, "o", {json.dumps(piece, ensure_ascii=False)}]')
 
         for ev in stream.events():
-            if ev.kind in ("stdout", "stderr") and ev.data:
+            if ev.kind in (kinds.STDOUT, kinds.STDERR) and ev.data:
                 out(ev.mono_ns, decoders[ev.kind].decode(ev.data))
-            elif ev.kind == "step.start":
+            elif ev.kind == kinds.STEP_START:
                 line(f'[{at(ev.mono_ns)}, "m", {json.dumps(display(attrs_of(ev).get("name")), ensure_ascii=False)}]')
-            elif ev.kind == "process.exit":
+            elif ev.kind == kinds.PROCESS_EXIT:
                 last_mono = max(last_mono, ev.mono_ns)
         for decoder in decoders.values():  # the bytes of a character cut off at the very end
             out(last_mono, decoder.decode(b"", final=True))

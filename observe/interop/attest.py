@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from aos.refusals import StreamVerdict
 from observe.env import RecorderVars
 from observe.refusals import AttestPolicy
@@ -177,7 +178,7 @@ def _recheck(stream: VerifiedStream, got: Verdict, gate: Gate) -> None:
     if (got.verdict, got.scope, have) != (fresh.verdict, fresh.scope, want):
         differ = [f"{n}: sealed {s}" for n, s in have if (n, s) not in want]
         differ += [f"{n}: fresh {s}" for n, s in want if (n, s) not in have]
-        opened = next((e for e in stream.events() if e.kind == "stream.open"), None)
+        opened = next((e for e in stream.events() if e.kind == kinds.STREAM_OPEN), None)
         recorded = opened.attrs.get("version") if opened is not None else None
         hint = ""
         if isinstance(recorded, str) and recorded != _tool_version():

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from observe.interop.semconv import ci_attributes, source_attributes
 from observe.interop.verified import argv_of, attrs_of, display, int_of, opening
 
@@ -146,7 +147,7 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
     sid = stream.stream_id
     trace_id = _trace_id(sid)
     open_attrs, start = opening(stream)
-    start_attrs = attrs_of(start) if start.kind == "process.start" else {}
+    start_attrs = attrs_of(start) if start.kind == kinds.PROCESS_START else {}
     argv = argv_of(start_attrs.get("argv", open_attrs.get("argv")))
     root = _Span(
         _span_id(sid, start.seq),
@@ -169,11 +170,11 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
         return root
 
     for ev in stream.events():
-        if ev.kind == "seal":
+        if ev.kind == kinds.SEAL:
             break
         last_ns = max(last_ns, ev.wall_ns)
         a = attrs_of(ev)
-        if ev.kind == "step.start" and ev.step is not None:
+        if ev.kind == kinds.STEP_START and ev.step is not None:
             parent = a.get("parent")
             enclosing = span_of(parent) if isinstance(parent, str) else root
             from aos.text import key_bytes
@@ -192,7 +193,7 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
             )
             spans.append(span)
             open_steps.setdefault(ev.step, []).append(span)
-        elif ev.kind == "step.end" and ev.step is not None and open_steps.get(ev.step):
+        elif ev.kind == kinds.STEP_END and ev.step is not None and open_steps.get(ev.step):
             span = open_steps[ev.step].pop()
             code, signal = int_of(a.get("exit_code")), a.get("signal")
             span.end_ns, span.end_seq = ev.wall_ns, ev.seq
@@ -200,7 +201,7 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
                 {"process.exit.code": code, "aos.step.signal": signal if isinstance(signal, str) else None}
             )
             span.status = _exit_status(code, signal, ended=True)
-        elif ev.kind == "process.exit":
+        elif ev.kind == kinds.PROCESS_EXIT:
             code, signal = int_of(a.get("exit_code")), a.get("signal")
             timed_out = a.get("timed_out") is True
             root.end_ns, root.end_seq = ev.wall_ns, ev.seq
@@ -213,7 +214,7 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
                 }
             )
             root.status = _exit_status(code, signal, ended=True, timed_out=timed_out)
-        elif ev.kind == "receipt":
+        elif ev.kind == kinds.RECEIPT:
             span_of(ev.step).event(
                 ev,
                 "aos.receipt",
@@ -223,9 +224,9 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
                     "aos.receipt.fields": json.dumps(a.get("fields", {}), sort_keys=True, ensure_ascii=False),
                 },
             )
-        elif ev.kind == "receipt.invalid":
+        elif ev.kind == kinds.RECEIPT_INVALID:
             span_of(ev.step).event(ev, "aos.receipt.invalid", {"aos.receipt.reason": display(a.get("reason"))})
-        elif ev.kind == "artifact":
+        elif ev.kind == kinds.ARTIFACT:
             span_of(ev.step).event(
                 ev,
                 "aos.artifact",
@@ -236,7 +237,7 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
                     "aos.artifact.content": a.get("content") if isinstance(a.get("content"), str) else None,
                 },
             )
-        elif ev.kind == "verdict":
+        elif ev.kind == kinds.VERDICT:
             root.attrs.update(
                 {
                     "aos.gate": display(a.get("gate")),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from aos.refusals import Refusal
 from observe.refusals import OutputWrite
 from observe.util.atomic import replace_file_with
@@ -154,6 +155,6 @@ def _first(events: Iterable[Event], kind: str) -> Event | None:
 
 def opening(stream: VerifiedStream) -> tuple[dict[str, Any], Event]:
     """``stream.open``'s attrs, and the event the command starts at (``process.start``, else the first)."""
-    opened = _first(stream.events(), "stream.open")
-    start = _first(stream.events(), "process.start") or opened or next(stream.events())
+    opened = _first(stream.events(), kinds.STREAM_OPEN)
+    start = _first(stream.events(), kinds.PROCESS_START) or opened or next(stream.events())
     return (attrs_of(opened) if opened is not None else {}), start

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from aos.refusals import Refusal, StreamMissing
 from observe.query.tables import Source, events_batch, events_schema, read_private
 from observe.refusals import QueryStreamId
@@ -91,7 +92,7 @@ def _refusal_text(exc: Refusal) -> str:
 def _source(first: Any) -> str | None:
     """``source`` of a ``stream.open`` event as JSON (the JSON null when no repository held the cwd; None when
     the stream records none)."""
-    if first is None or first.kind != "stream.open":
+    if first is None or first.kind != kinds.STREAM_OPEN:
         return None
     try:
         attrs = first.attrs
@@ -102,7 +103,7 @@ def _source(first: Any) -> str | None:
 
 def _opening(first: Any) -> tuple[str | None, str | None, str | None]:
     """host, labels (JSON) and argv (JSON) of a ``stream.open`` event, as stored."""
-    if first is None or first.kind != "stream.open":
+    if first is None or first.kind != kinds.STREAM_OPEN:
         return None, None, None
     try:
         attrs = first.attrs

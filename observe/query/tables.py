@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from aos.refusals import Refusal, StreamMissing, StreamSeal
 
 if TYPE_CHECKING:
@@ -89,8 +90,8 @@ CHECK_COLUMNS: tuple[str, ...] = (
 )
 
 #: Kinds whose attrs fill the typed convenience columns.
-_NAMED = frozenset({"step.start", "step.end", "receipt"})
-_EXITED = frozenset({"step.end", "process.exit"})
+_NAMED = frozenset({kinds.STEP_START, kinds.STEP_END, kinds.RECEIPT})
+_EXITED = frozenset({kinds.STEP_END, kinds.PROCESS_EXIT})
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -231,7 +232,7 @@ def events_batch(batch: pa.RecordBatch, source: Source, schema: pa.Schema) -> pa
             continue
         if k in _NAMED:
             name[i] = _text(a.get("name"))
-        if k == "receipt":
+        if k == kinds.RECEIPT:
             s = a.get("status")
             status[i] = s if isinstance(s, str) else None
         if k in _EXITED:

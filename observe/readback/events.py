@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
+from aos import kinds
 from aos.event import Event
 from aos.refusals import Refusal
 from observe.refusals import ArtifactMissing
@@ -73,7 +74,7 @@ class StepFilter:
     def admits(self, ev: Event) -> bool:
         from aos.text import os_text
 
-        if ev.kind == "step.start" and ev.step is not None:
+        if ev.kind == kinds.STEP_START and ev.step is not None:
             try:
                 a = ev.attrs
             except Refusal:
@@ -98,9 +99,9 @@ def artifact_bytes(events: Iterable[Event], path: str, out: IO[bytes]) -> int:
     sha = hashlib.sha256()
     written = 0
     for ev in events:
-        if ev.kind == "artifact" and os.path.normpath(os_text(ev.attrs.get("path")) or "") == want:
+        if ev.kind == kinds.ARTIFACT and os.path.normpath(os_text(ev.attrs.get("path")) or "") == want:
             meta, sha, written = ev.attrs, hashlib.sha256(), 0
-        elif ev.kind == "artifact.chunk" and meta is not None and ev.attrs.get("path") == meta.get("path"):
+        elif ev.kind == kinds.ARTIFACT_CHUNK and meta is not None and ev.attrs.get("path") == meta.get("path"):
             chunk = ev.data or b""
             if ev.attrs.get("offset") != written:
                 raise ArtifactMissing(f"{path}: chunk at offset {ev.attrs.get('offset')} where {written} was due")

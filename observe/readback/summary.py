@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from aos import kinds
 from aos.attrs import json_int
 from aos.refusals import Refusal
 from gates.wording import count
@@ -39,8 +40,8 @@ class Summary:
     source_recorded: bool = False
     started_ns: int | None = None
     exit: dict[str, Any] | None = None
-    out_bytes: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
-    out_chunks: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
+    out_bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(kinds.OUTPUT, 0))
+    out_chunks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(kinds.OUTPUT, 0))
     steps: list[dict[str, Any]] = field(default_factory=list)
     receipts: list[dict[str, Any]] = field(default_factory=list)
     receipt_counts: dict[str, int] = field(default_factory=dict)  # status -> receipts (STATUSES at most)
@@ -103,12 +104,12 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
         except Refusal:  # attrs that are not a JSON object: verify names it on the integrity line
             a = {}
         if any(m in ev.attrs_json for m in MARKERS):
-            for line in cuts_of(f"{ev.kind} (seq {ev.seq})" if ev.kind != "stream.open" else ev.kind, a):
+            for line in cuts_of(f"{ev.kind} (seq {ev.seq})" if ev.kind != kinds.STREAM_OPEN else ev.kind, a):
                 if len(s.cuts) < KEEP:
                     s.cuts.append(_text(line))
                 else:
                     s.cuts_omitted += 1
-        if ev.kind == "stream.open":
+        if ev.kind == kinds.STREAM_OPEN:
             s.stream_id = _text(a.get("stream_id", ""))
             argv = a.get("argv")
             s.argv = [_shown(v) for v in argv] if isinstance(argv, list) else []
@@ -119,10 +120,10 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
             s.source_recorded = "source" in a
             s.source = a.get("source") if isinstance(a.get("source"), dict) else None
             s.started_ns = ev.wall_ns
-        elif ev.kind in ("stdout", "stderr"):
+        elif ev.kind in (kinds.STDOUT, kinds.STDERR):
             s.out_bytes[ev.kind] += len(ev.data or b"")
             s.out_chunks[ev.kind] += 1
-        elif ev.kind == "step.start" and ev.step is not None:
+        elif ev.kind == kinds.STEP_START and ev.step is not None:
             if len(s.steps) >= KEEP:
                 s.omitted["steps"] += 1
                 continue
@@ -132,13 +133,13 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
             step["by_hand"] = a.get("runner") == "client"  # a span opened by hand: no result to show
             open_steps[ev.step] = step
             s.steps.append(step)
-        elif ev.kind == "step.end" and ev.step in open_steps:
+        elif ev.kind == kinds.STEP_END and ev.step in open_steps:
             open_steps[ev.step].update(
                 exit_code=json_int(a.get("exit_code")),
                 signal=a.get("signal"),
                 duration_ns=json_int(a.get("duration_ns")),
             )
-        elif ev.kind == "receipt":
+        elif ev.kind == kinds.RECEIPT:
             status = _text(a.get("status"))
             if status in s.receipt_counts or len(s.receipt_counts) < STATUSES:
                 s.receipt_counts[status] = s.receipt_counts.get(status, 0) + 1
@@ -148,18 +149,18 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
                 s.omitted["receipts"] += 1
                 continue
             s.receipts.append({"name": _shown(a.get("name")), "status": status})
-        elif ev.kind == "receipt.invalid":
+        elif ev.kind == kinds.RECEIPT_INVALID:
             s.invalid_receipts += 1
-        elif ev.kind == "artifact":
+        elif ev.kind == kinds.ARTIFACT:
             if len(s.artifacts) >= KEEP:
                 s.omitted["artifacts"] += 1
                 continue
             s.artifacts.append(a)
-        elif ev.kind == "process.exit":
+        elif ev.kind == kinds.PROCESS_EXIT:
             s.exit = a
-        elif ev.kind == "verdict":
+        elif ev.kind == kinds.VERDICT:
             s.verdict = a
-        elif ev.kind == "device.observed":
+        elif ev.kind == kinds.DEVICE_OBSERVED:
             node = a.get("node")
             if isinstance(node, dict):
                 key = f"{_text(node.get('host'))}:{_text(node.get('port'))}"
@@ -252,9 +253,10 @@ def format_summary(s: Summary) -> str:
         how = f"signal {_text(e['signal'])}" if e.get("signal") else f"code {_text(e.get('exit_code'))}"
         extra = " (timed out)" if e.get("timed_out") is True else ""
         lines.append(f"exit       {how}{extra} after {formatting.seconds(e.get('duration_ns'))}")
+    size, chunks = s.out_bytes, s.out_chunks
     lines.append(
-        f"output     stdout {formatting.size(s.out_bytes['stdout'])} in {count(s.out_chunks['stdout'], 'chunk')}, "
-        f"stderr {formatting.size(s.out_bytes['stderr'])} in {count(s.out_chunks['stderr'], 'chunk')}"
+        f"output     stdout {formatting.size(size[kinds.STDOUT])} in {count(chunks[kinds.STDOUT], 'chunk')}, "
+        f"stderr {formatting.size(size[kinds.STDERR])} in {count(chunks[kinds.STDERR], 'chunk')}"
     )
     lines.append(f"steps      {len(s.steps) + s.omitted['steps']}")
     for st in s.steps:
@@ -344,7 +346,7 @@ def _data_note(kind: str, data: bytes) -> str:
     import hashlib
 
     digest = hashlib.sha256(data).hexdigest()[:16]
-    if kind in ("artifact", "artifact.chunk"):
+    if kind in (kinds.ARTIFACT, kinds.ARTIFACT_CHUNK):
         return f"{len(data)} B of a captured file, not shown (sha256 {digest}...; read --artifact PATH writes them)"
     if b"\x00" in data[:4096] or not _is_text(data[:4096]):
         return f"{len(data)} B, binary, not shown (sha256 {digest}...)"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from aos.attrs import json_int
+from aos.kinds import OUTPUT, SEAL, STDOUT, STREAM_OPEN
 from aos.reader import require_regular
 from aos.refusals import StreamChain, StreamMissing, StreamSchema, StreamTruncated, StreamUnsealed
 
@@ -242,13 +243,13 @@ def _follow(source: _Growing, path: str, out_fd: int, err_fd: int) -> bool:
         kinds = batch.column("kind").to_pylist()
         data = batch.column("data")
         for i, kind in enumerate(kinds):
-            if kind == "stdout" or kind == "stderr":
+            if kind in OUTPUT:
                 chunk = data[i].as_py()
                 if isinstance(chunk, bytes) and chunk:
-                    _write(out_fd if kind == "stdout" else err_fd, chunk)
-            elif kind == "stream.open":
+                    _write(out_fd if kind == STDOUT else err_fd, chunk)
+            elif kind == STREAM_OPEN:
                 _watch_recorder(source, batch, i)
-            elif kind == "seal":
+            elif kind == SEAL:
                 return True
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from blake3 import blake3
 
+from aos import kinds
 from aos.bounds import cut_text
 from observe.secrets.masking import Masker, Scanner, SecretSet
 
@@ -226,7 +227,7 @@ def capture(
         _stopped(append, " ".join(patterns), "while listing the files to capture", step, problems)
         return []
     for pattern in missing:
-        append("artifact.missing", {"pattern": cut_text(pattern), "error": "no such file or no match"}, None, step)
+        append(kinds.ARTIFACT_MISSING, {"pattern": cut_text(pattern), "error": "no such file or no match"}, None, step)
         problems.append(pattern)
     recorded = []
     for i, path in enumerate(files):
@@ -261,7 +262,7 @@ def capture_file(
     extra = dict(attrs or {})
 
     def tagged(kind: str, event_attrs: dict[str, Any], data: bytes | None, step: str | None) -> object:
-        return append(kind, event_attrs if kind == "artifact.chunk" else {**event_attrs, **extra}, data, step)
+        return append(kind, event_attrs if kind == kinds.ARTIFACT_CHUNK else {**event_attrs, **extra}, data, step)
 
     full = os.path.normpath(os.path.join(cwd, path))
     name = relative_name(full, cwd)
@@ -279,7 +280,7 @@ def _never() -> bool:
 
 def _stopped(append: Append, path: str, what: str, step: str | None, problems: list[str]) -> None:
     error = f"capture stopped (timeout or signal): {what}"
-    append("artifact.error", {"path": cut_text(path), "error": error, "stopped": True}, None, step)
+    append(kinds.ARTIFACT_ERROR, {"path": cut_text(path), "error": error, "stopped": True}, None, step)
     problems.append(f"{path} (capture stopped)")
 
 
@@ -296,36 +297,36 @@ def _capture_one(
     try:
         st = os.lstat(path)
     except OSError as exc:
-        append("artifact", _unreadable(name, None, exc), None, step)
+        append(kinds.ARTIFACT, _unreadable(name, None, exc), None, step)
         return False
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISLNK(st.st_mode):
         try:
             target = os.readlink(path)
         except OSError as exc:
-            append("artifact", _unreadable(name, st, exc), None, step)
+            append(kinds.ARTIFACT, _unreadable(name, st, exc), None, step)
             return False
         attrs = _base(name, "symlink", len(os.fsencode(target)), mode)
         attrs["target"] = cut_text(target)  # paths are any bytes (FORMAT.md 3.7)
-        append("artifact", attrs, None, step)
+        append(kinds.ARTIFACT, attrs, None, step)
         return True
     if not stat.S_ISREG(st.st_mode):
         attrs = _base(name, "other", 0, mode)
         attrs["error"] = f"not a regular file (mode {stat.filemode(st.st_mode)})"
-        append("artifact", attrs, None, step)
+        append(kinds.ARTIFACT, attrs, None, step)
         return True
     try:
         # O_NONBLOCK: a FIFO swapped in after the lstat must not block the open.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
-        append("artifact", _unreadable(name, st, exc), None, step)
+        append(kinds.ARTIFACT, _unreadable(name, st, exc), None, step)
         return False
     try:
         fst = os.fstat(fd)
         if not stat.S_ISREG(fst.st_mode):
             attrs = _base(name, "other", 0, stat.S_IMODE(fst.st_mode))
             attrs["error"] = f"replaced while captured by a non-regular file (mode {stat.filemode(fst.st_mode)})"
-            append("artifact", attrs, None, step)
+            append(kinds.ARTIFACT, attrs, None, step)
             return False
         scanner = Scanner(secrets)
         size, sha256, b3 = _hash(fd, scanner, stop)
@@ -334,14 +335,14 @@ def _capture_one(
         attrs.update(sha256=sha256, blake3=b3, content="inline" if inline else "omitted")
         if scanner.found:
             attrs["masked"] = True
-        append("artifact", attrs, None, step)
+        append(kinds.ARTIFACT, attrs, None, step)
         if inline:
             os.lseek(fd, 0, os.SEEK_SET)
             return _emit_chunks(append, fd, name, size, sha256, step, Masker(secrets, commands=False), stop)
         return True
     except OSError as exc:
         error = f"read failed: {exc.strerror or exc}"
-        append("artifact.error", {"path": cut_text(name), "error": error}, None, step)
+        append(kinds.ARTIFACT_ERROR, {"path": cut_text(name), "error": error}, None, step)
         return False
     finally:
         os.close(fd)
@@ -370,11 +371,11 @@ def _emit_chunks(
         read += len(chunk)
         out = masker.feed(chunk)
         if out:
-            append("artifact.chunk", {"path": cut_text(name), "offset": offset}, out, step)
+            append(kinds.ARTIFACT_CHUNK, {"path": cut_text(name), "offset": offset}, out, step)
             offset += len(out)
     out = masker.finish()
     if out:
-        append("artifact.chunk", {"path": cut_text(name), "offset": offset}, out, step)
+        append(kinds.ARTIFACT_CHUNK, {"path": cut_text(name), "offset": offset}, out, step)
     if read != size or digest.hexdigest() != sha256 or masker.masked:
         attrs: dict[str, Any] = {
             "path": cut_text(name),
@@ -384,7 +385,7 @@ def _emit_chunks(
         }
         if masker.masked:
             attrs["masked"] = True
-        append("artifact.error", attrs, None, step)
+        append(kinds.ARTIFACT_ERROR, attrs, None, step)
         return False
     return True
 

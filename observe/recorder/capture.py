@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from aos import kinds
 from observe.exits import Exit
 from observe.recorder.containment import Container, End
 from observe.recorder.control import Control
@@ -49,7 +50,7 @@ _ORDER = {"pipe": 0, "steppipe": 0, "stdin": 1, "accept": 1, "conn": 2, "exit": 
 @dataclass
 class _Source:
     fd: int
-    name: str  # "stdout" or "stderr": the event kind
+    name: str  # kinds.STDOUT or kinds.STDERR: the event kind
     masker: Masker
     open: bool = True
 
@@ -119,9 +120,9 @@ class Capture:
         self.kill_grace = kill_grace
         self.drain_seconds = drain_seconds
         self.started_ns = started_ns
-        self.sources = [_Source(spawned.out_fd, "stdout", Masker(secrets))]
+        self.sources = [_Source(spawned.out_fd, kinds.STDOUT, Masker(secrets))]
         if spawned.err_fd is not None:
-            self.sources.append(_Source(spawned.err_fd, "stderr", Masker(secrets)))
+            self.sources.append(_Source(spawned.err_fd, kinds.STDERR, Masker(secrets)))
         self.outcome = Outcome()
         self.exited = False
         self._sel = selectors.DefaultSelector()
@@ -180,7 +181,7 @@ class Capture:
                 break
             except OSError as exc:
                 if exc.errno != errno.EIO:  # EIO: a pseudo-terminal's end of file
-                    self.sink.append("recorder.error", {"error": f"reading {src.name}: {exc}"})
+                    self.sink.append(kinds.RECORDER_ERROR, {"error": f"reading {src.name}: {exc}"})
                 chunk = b""
             if not chunk:
                 more = None
@@ -229,7 +230,7 @@ class Capture:
         handler itself, which may run in the middle of an append): what follows it was cut by the interrupt."""
         if self._mark_pending:
             self._mark_pending = False
-            self.sink.append("recorder.interrupted", {"signal": self.outcome.interrupted, "during": "command"})
+            self.sink.append(kinds.RECORDER_INTERRUPTED, {"signal": self.outcome.interrupted, "during": "command"})
 
     def _killpg(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -368,7 +369,7 @@ class Capture:
         self.control.poll_receipts(force=True)
         stray = any(s.open for s in self.sources)
         self.sink.append(
-            "process.exit",
+            kinds.PROCESS_EXIT,
             {
                 "exit_code": o.exit_code,
                 "signal": o.signal,

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aos import kinds
 from aos.attrs import json_int
 from aos.bounds import bounded_list, cut_text
 from aos.canonical import canonical_json
@@ -86,10 +87,10 @@ def _listed(items: list[str]) -> list[str]:
 
 
 _DATA_FRAMES = {
-    FRAME_OUT: ("stdout", False),
-    FRAME_ERR: ("stderr", False),
-    FRAME_OUT_ECHO: ("stdout", True),
-    FRAME_ERR_ECHO: ("stderr", True),
+    FRAME_OUT: (kinds.STDOUT, False),
+    FRAME_ERR: (kinds.STDERR, False),
+    FRAME_OUT_ECHO: (kinds.STDOUT, True),
+    FRAME_ERR_ECHO: (kinds.STDERR, True),
 }
 
 
@@ -218,17 +219,17 @@ class Control:
         # Parsed first, masked after: a secret written with JSON escapes (\", \\, \uXXXX) is
         # a secret again once parsed; the raw line of an invalid one is masked escapes and all.
         kind, attrs = parse_receipt_line(line)
-        raw = mask_json_bytes(line, self.secrets)[:MAX_FRAME] if kind == "receipt.invalid" else None
+        raw = mask_json_bytes(line, self.secrets)[:MAX_FRAME] if kind == kinds.RECEIPT_INVALID else None
         attrs = mask_attrs(attrs, self.secrets)
         # JSON spells a number such as 9e20 in 4 bytes that canonical JSON writes in 21: a line past an eighth of
         # the bound may parse to attrs beyond it (masks grow text less)
-        size = len(canonical_json(attrs).encode()) if kind == "receipt" and len(line) > MAX_FRAME // 8 else 0
+        size = len(canonical_json(attrs).encode()) if kind == kinds.RECEIPT and len(line) > MAX_FRAME // 8 else 0
         if size > MAX_FRAME:  # a line within the bound whose attrs are not: numbers written longer, masks
             big = Oversize()
             big.add(line)
             said = f"a receipt whose attrs are {size} bytes once parsed, more than an event holds ({MAX_FRAME})"
             attrs = {**big.attrs("a receipt"), "reason": said}
-            kind, raw = "receipt.invalid", mask_json_bytes(line, self.secrets)[:MAX_FRAME]
+            kind, raw = kinds.RECEIPT_INVALID, mask_json_bytes(line, self.secrets)[:MAX_FRAME]
         self.sink.append(kind, attrs, raw, step)
 
     def _oversize(self, big: Oversize, what: str, step: str | None) -> None:
@@ -237,7 +238,7 @@ class Control:
         attrs = big.attrs(what)
         if big.kind is not None:
             attrs["frame"] = printable(big.kind.decode("latin-1"))
-        self.sink.append("receipt.invalid", attrs, mask_json_bytes(bytes(big.head), self.secrets)[:MAX_FRAME], step)
+        self.sink.append(kinds.RECEIPT_INVALID, attrs, mask_json_bytes(bytes(big.head), self.secrets)[:MAX_FRAME], step)
 
     def finish_receipts(self) -> None:
         """At the end: every remaining line, and final lines without a newline."""
@@ -283,7 +284,7 @@ class Control:
             for kind, payload in conn.reader.feed(data):
                 self._frame(conn, kind, payload)
         except (ValueError, TypeError, KeyError) as exc:
-            self.sink.append("recorder.error", {"error": _said(f"bad control message: {exc}")}, None, conn.span)
+            self.sink.append(kinds.RECORDER_ERROR, {"error": _said(f"bad control message: {exc}")}, None, conn.span)
             self._close(conn, sel)
 
     def writable(self, conn: _Conn, sel: selectors.BaseSelector) -> None:
@@ -393,7 +394,7 @@ class Control:
         """Record the span's ``step.start`` (``pid``: the step's command, for the sampler's attribution)."""
         span = str(conn.span)
         conn.start = start
-        self.sink.append("step.start", dict(start), None, span)
+        self.sink.append(kinds.STEP_START, dict(start), None, span)
         self.echo.begin_step(span, display(start["name"]))  # a CI fold, in the echo only
         with self._steps_lock:
             name = start["name"]  # byte text: the registry keeps the step column's text form
@@ -403,7 +404,7 @@ class Control:
         """Record ``step.end`` (``attrs``) of the connection's span."""
         self.drain()
         self.poll_receipts(force=True)
-        self.sink.append("step.end", attrs, None, conn.span)
+        self.sink.append(kinds.STEP_END, attrs, None, conn.span)
         self.echo.end_step(str(conn.span), attrs.get("exit_code"))
         conn.ended = True
         with self._steps_lock:

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from aos import kinds
 from observe.exits import Exit
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ def run_gate(gate: Gate, argv: Sequence[str], options: RecordOptions) -> GateOut
         elif failed:
             v = inconclusive(gate, "stream-readback", f"the recorder cannot read back what it wrote: {failed[0]}")
             gather, evidence = FactsGatherer(), None
-        writer.append("verdict", v.to_attrs())
+        writer.append(kinds.VERDICT, v.to_attrs())
         sealed.append(v)
         if machine:  # sealed, then said: the recording ends as the recorder's failure (125)
             raise Resource(v.checks[0].reason)

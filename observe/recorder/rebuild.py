@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from aos.text import os_text, printable, text_value
 from observe.recorder import artifacts
 from observe.recorder.source import GitResult, git_env, run_git
@@ -86,7 +87,7 @@ def rebuild_for_gate(gate: Gate, writer: StreamWriter, options: RecordOptions) -
         return
     events = writer.iter_written_events()
     try:
-        opening = next((e for e in events if e.kind == "stream.open"), None)
+        opening = next((e for e in events if e.kind == kinds.STREAM_OPEN), None)
     except StreamWrite:
         return
     finally:
@@ -321,7 +322,7 @@ class _Rebuild:
             "parent": None,
             "pid": os.getpid(),
         }
-        self.append("step.start", start)
+        self.append(kinds.STEP_START, start)
         began = time.monotonic_ns()
         end = {k: start[k] for k in ("name", "origin", "rule", "argv", "parent", "pid")}
         try:
@@ -330,7 +331,7 @@ class _Rebuild:
             problem = f"the checkout failed: {exc}"
         if problem is not None:
             end.update(exit_code=None, signal=None, duration_ns=time.monotonic_ns() - began, error=printable(problem))
-            self.append("step.end", end)
+            self.append(kinds.STEP_END, end)
             return
         code, sig, error = self._command(argv, tree)
         if code == 0:
@@ -338,7 +339,7 @@ class _Rebuild:
         end.update(exit_code=code, signal=sig, duration_ns=time.monotonic_ns() - began)
         if error:
             end["failure"] = printable(error)
-        self.append("step.end", end)
+        self.append(kinds.STEP_END, end)
 
     def _command(self, argv: list[str], tree: str) -> tuple[int | None, str | None, str]:
         """Run the rebuild command in ``tree``; its output is recorded as the step's. (exit, signal, problem)."""
@@ -356,17 +357,17 @@ class _Rebuild:
                 start_new_session=True,
             )
         except OSError as exc:
-            self.append("stderr", {}, printable(f"cannot run {argv[0]}: {exc.strerror or exc}\n").encode())
+            self.append(kinds.STDERR, {}, printable(f"cannot run {argv[0]}: {exc.strerror or exc}\n").encode())
             return 127, None, f"cannot run {argv[0]}: {exc.strerror or exc}"
         assert proc.stdout is not None
         assert proc.stderr is not None
         deadline = time.monotonic() + self.rule.timeout
-        kept = {"stdout": 0, "stderr": 0}
+        kept = dict.fromkeys(kinds.OUTPUT, 0)
         maskers = {name: Masker(self.secrets, commands=False) for name in kept}
         problem = ""
         with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
-            sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
+            sel.register(proc.stdout, selectors.EVENT_READ, kinds.STDOUT)
+            sel.register(proc.stderr, selectors.EVENT_READ, kinds.STDERR)
             while sel.get_map():
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -402,7 +403,7 @@ class _Rebuild:
         tags = {"origin": "recorder", "rebuild": self.rule.id}
 
         def append(kind: str, attrs: dict[str, Any], data: bytes | None, step: str | None) -> None:
-            self.append(kind, attrs if kind == "artifact.chunk" else {**attrs, **tags}, data)
+            self.append(kind, attrs if kind == kinds.ARTIFACT_CHUNK else {**attrs, **tags}, data)
 
         artifacts.capture(append, self.rule.outputs, cwd=out, base=self.cwd, step=self.span, secrets=self.secrets)
 

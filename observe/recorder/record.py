@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from aos import kinds
 from aos.text import printable
 from observe.exits import Exit
 from observe.recorder import outpath, tuning
@@ -274,7 +275,7 @@ def _run_guarded(rec: Recording) -> tuple[Outcome, bool]:
         from observe.recorder.capture import Outcome
 
         logger().error("the recorder failed", error=mask_text(f"{type(exc).__name__}: {exc}", rec.secrets))
-        rec.sink.append("recorder.error", {"error": printable(f"the recorder failed: {type(exc).__name__}: {exc}")})
+        rec.sink.append(kinds.RECORDER_ERROR, {"error": printable(f"the recorder failed: {type(exc).__name__}: {exc}")})
         return Outcome(), True
 
 
@@ -289,7 +290,7 @@ def _seal(rec: Recording, before_seal: BeforeSeal | None) -> tuple[SealInfo | No
         except Exception as exc:  # noqa: BLE001 - any failure of the hook is recorded, then sealed
             hook_failed = True
             error = printable(f"before_seal failed: {type(exc).__name__}: {exc}")
-            rec.sink.append_direct("recorder.error", {"error": error})
+            rec.sink.append_direct(kinds.RECORDER_ERROR, {"error": error})
     return rec.sink.seal(), hook_failed
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from aos.bounds import LABELS_BUDGET, bounded_list, bounded_mapping
 from aos.text import printable, text_key, text_value
 from observe.channel.protocol import ENV_STDERR_ID, ENV_STDOUT_ID, ENV_STEP, ENV_STREAM, ENV_STREAM_ID
@@ -69,7 +70,7 @@ def run_recorded(rec: Recording) -> Outcome:
     from observe.recorder.control import Control
 
     opened = _stream_open(rec)
-    rec.sink.append("stream.open", opened)
+    rec.sink.append(kinds.STREAM_OPEN, opened)
     _say_dirty(rec, opened["source"])
     control = Control(
         rec.channel_dir,
@@ -237,7 +238,7 @@ def _run_command(rec: Recording, control: Control, sampler: Sampler | None) -> t
     if sampler is not None:
         start = sampler.take_start()
         if start is not None:
-            rec.sink.append("device.observed", start)
+            rec.sink.append(kinds.DEVICE_OBSERVED, start)
         for kind, attrs in sampler.take_node_starts():  # the remote nodes' (observe.devices.remote)
             rec.sink.append(kind, attrs)
     env = _command_env(rec, control)
@@ -249,7 +250,7 @@ def _run_command(rec: Recording, control: Control, sampler: Sampler | None) -> t
         if isinstance(spawned, SpawnFailure):
             return _not_started(rec, spawned, started_ns), started_ns
         start_attrs = {"pid": spawned.pid, "argv": _argv_text(rec.argv, rec.secrets), **container.describe()}
-        rec.sink.append("process.start", start_attrs)
+        rec.sink.append(kinds.PROCESS_START, start_attrs)
         if sampler is not None:
             sampler.command_started(spawned.pid)
         outcome = _capture(rec, spawned, control, started_ns=started_ns, not_ours=not_ours, container=container)
@@ -264,7 +265,7 @@ def _not_started(rec: Recording, spawned: SpawnFailure, started_ns: int) -> Outc
     from observe.recorder.capture import Outcome
 
     rec.sink.append(
-        "process.exit",
+        kinds.PROCESS_EXIT,
         {
             "exit_code": spawned.exit_code,
             "signal": None,
@@ -329,7 +330,7 @@ def _after_exit(rec: Recording, outcome: Outcome, promised: bool) -> None:
         logger().warning("processes of the command outlived the recording", survivors=len(end.survivors))
     if outcome.stray or outcome.ended or (end is not None and end.guaranteed < promised):
         rec.sink.append(
-            "process.stray",
+            kinds.PROCESS_STRAY,
             {
                 "still_open": outcome.stray,
                 "drained_ns": int(tuning.drain_seconds() * 1e9),
@@ -341,7 +342,7 @@ def _after_exit(rec: Recording, outcome: Outcome, promised: bool) -> None:
             },
         )
     if outcome.late_interrupt:
-        rec.sink.append("recorder.interrupted", {"signal": outcome.late_interrupt})
+        rec.sink.append(kinds.RECORDER_INTERRUPTED, {"signal": outcome.late_interrupt})
 
 
 def _end_attrs(rec: Recording, end: End) -> dict[str, Any]:
@@ -389,4 +390,4 @@ def _final_artifacts(rec: Recording, outcome: Outcome, started_ns: int) -> None:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     if caught:
-        rec.sink.append("recorder.interrupted", {"signal": caught[0]})
+        rec.sink.append(kinds.RECORDER_INTERRUPTED, {"signal": caught[0]})

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from observe.devices.namespace import namespace_facts
 from observe.devices.observers import (
     ENV_SIMULATED,
@@ -363,7 +364,7 @@ class Sampler:
                 self._start_attrs = start
         self._start_ready.set()
         if late:
-            self._append("device.observed", start)
+            self._append(kinds.DEVICE_OBSERVED, start)
         self._wake.wait()
         next_at = time.monotonic() + self.interval
         failed = False
@@ -376,7 +377,7 @@ class Sampler:
                     failed = True
                     logger().warning("a device sample failed", error=f"{type(exc).__name__}: {exc}")
         end, _reading, _tree, _key = self._observe("end")
-        self._append("device.observed", end)
+        self._append(kinds.DEVICE_OBSERVED, end)
         try:
             observer.close()
         except Exception as exc:  # noqa: BLE001 - closing NVML must not fail the recording
@@ -391,9 +392,9 @@ class Sampler:
         """A ``telemetry`` event, and a ``device.observed`` sample when something changed."""
         assert self.observing is not None
         attrs, reading, tree, key = self._observe("sample")
-        self._append("telemetry", {"tree": self.tree.usage(tree), "gpus": gpu_telemetry(reading)})
+        self._append(kinds.TELEMETRY, {"tree": self.tree.usage(tree), "gpus": gpu_telemetry(reading)})
         if self.observing.changed(key):
-            self._append("device.observed", attrs)
+            self._append(kinds.DEVICE_OBSERVED, attrs)
 
 
 def open_observer(mode: str, env: Mapping[str, str]) -> Observer:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from observe.channel.protocol import FRAME_ERR, FRAME_OUT, encode_frame, encode_json
 from observe.recorder.sinks import Echo, Sink
 from observe.recorder.spawn import Spawned, SpawnFailure, exit_status, exit_waker, signal_name, spawn_step
@@ -53,7 +54,7 @@ FORWARDED_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 @dataclass
 class _Pipe:
     fd: int
-    name: str  # "stdout" or "stderr": the event kind
+    name: str  # kinds.STDOUT or kinds.STDERR: the event kind
     echo: bool  # echoed by the recorder (the client's own fd is the recorder's), else forwarded
     masker: Masker
     open: bool = True
@@ -128,8 +129,8 @@ class Steps:
             return spawned
         assert spawned.err_fd is not None
         pipes = [
-            _Pipe(spawned.out_fd, "stdout", echo[0], Masker(self.secrets)),
-            _Pipe(spawned.err_fd, "stderr", echo[1], Masker(self.secrets)),
+            _Pipe(spawned.out_fd, kinds.STDOUT, echo[0], Masker(self.secrets)),
+            _Pipe(spawned.err_fd, kinds.STDERR, echo[1], Masker(self.secrets)),
         ]
         run = Run(span, spawned, pipes, started, sock, conn)
         for pipe in pipes:
@@ -238,7 +239,9 @@ class Steps:
                 return
             except OSError as exc:
                 if exc.errno != errno.EIO:
-                    self.sink.append("recorder.error", {"error": f"reading step {pipe.name}: {exc}"}, None, run.span)
+                    self.sink.append(
+                        kinds.RECORDER_ERROR, {"error": f"reading step {pipe.name}: {exc}"}, None, run.span
+                    )
                 chunk = b""
             if not chunk:
                 if sel is not None:
@@ -275,7 +278,7 @@ class Steps:
         if len(run.outbox) > FORWARD_CAP:
             run.forward_lost = True
             return
-        run.outbox += encode_frame(FRAME_OUT if name == "stdout" else FRAME_ERR, data)
+        run.outbox += encode_frame(FRAME_OUT if name == kinds.STDOUT else FRAME_ERR, data)
 
     def reply(self, sel: selectors.BaseSelector, run: Run, obj: dict[str, Any]) -> None:
         """Queue the step's final message to its client, after everything forwarded."""

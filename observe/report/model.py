@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from aos.attrs import json_int
 from observe.report.plots import Series
 
@@ -270,10 +271,10 @@ class _Collector:
             m.start_mono = ev.mono_ns
         m.last_mono = ev.mono_ns
         kind = ev.kind
-        if kind in ("stdout", "stderr"):
+        if kind in (kinds.STDOUT, kinds.STDERR):
             self._output(ev)
             return
-        if kind == "artifact.chunk":
+        if kind == kinds.ARTIFACT_CHUNK:
             self._chunk(ev)
             return
         try:

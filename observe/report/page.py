@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from aos import kinds
 from aos.attrs import json_int
 from observe.report.model import ReportModel, Tail, ansi_html, cited_seqs, text
 from observe.report.plots import Plot, line_plot
@@ -180,7 +181,7 @@ def _outputs(outs: dict[str, Tail], cap: int, select: str, stream_name: str) -> 
     import shlex
 
     shown = []
-    for kind in ("stdout", "stderr"):
+    for kind in (kinds.STDOUT, kinds.STDERR):
         tail = outs.get(kind)
         if tail is None:
             continue

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aos import kinds
 from observe.recorder.sinks import Sink
 from observe.secrets.masking import SecretSet, env_secrets, mask_attrs, mask_json_bytes, mask_value
 
@@ -38,7 +39,7 @@ __all__ = ["MASK_FILE_MAX_BYTES", "MaskingSink", "mask_file_values", "read_mask_
 MASK_FILE_MAX_BYTES = 1 << 20
 
 #: Kinds whose data a streaming masker has already masked before the event is appended.
-_STREAMED = frozenset({"stdout", "stderr", "artifact.chunk"})
+_STREAMED = frozenset({kinds.STDOUT, kinds.STDERR, kinds.ARTIFACT_CHUNK})
 
 
 def secrets_for_recording(

@@ -40,6 +40,26 @@ class _Clock:
         return BASE_WALL + self.tick * 1_000_000, BASE_MONO + self.tick * 1_000_000
 
 
+#: What process.start and process.stray say of the containment (FORMAT.md 4).
+_CONTAINED = {"containment": "cgroup", "guaranteed": True, "containment_note": "/sys/fs/cgroup/alpha-observe-vectors"}
+#: A remote node as device.observed and node.lost name it (FORMAT.md 4.1).
+_NODE = {"host": "lane@gpu0.example", "address": "gpu0.example", "port": 22, "user": "observer", "lane_user": "lane"}
+
+
+def _observed(phase: str) -> dict[str, object]:
+    """A device.observed of the simulated observer with no GPU (FORMAT.md 4.1)."""
+    return {
+        "phase": phase,
+        "observer": "simulated",
+        "library": None,
+        "driver": None,
+        "cuda_driver": None,
+        "namespace": {"pid": "initial", "ns": None, "pid1_ns": None, "nspid": None, "markers": []},
+        "gpus": [],
+        "processes": [],
+    }
+
+
 def _write(path: Path, stream_id: str, signer: Signer | None) -> None:
     path.unlink(missing_ok=True)
     w = StreamWriter(
@@ -66,15 +86,19 @@ def _write(path: Path, stream_id: str, signer: Signer | None) -> None:
             "labels": {"lane": "vectors", "unicode": "\u00e9\u4e2d\U0001f600"},
         },
     )
-    w.append("process.start", {"pid": 4242, "argv": ["sh", "-c", "..."]})
+    w.append("device.observed", _observed("start"))
+    w.append("process.start", {"pid": 4242, "argv": ["sh", "-c", "..."], **_CONTAINED})
     w.append("stdout", {}, b"hello\n")
     w.append("stderr", {}, b"\x00\xff")
+    w.append("telemetry", {"tree": {"processes": 1, "cpu_ns": 1_500_000, "rss": 4096}, "gpus": []})
+    w.append("node.lost", {"node": _NODE, "reason": "connection closed", "at_ns": BASE_MONO + 3_500_000})
     w.flush()  # first batch, closed by a checkpoint
     w.append("step.start", {"name": "build", "argv": ["make"], "parent": None}, step="s1")
     w.append("stdout", {}, b"", step="s1")
     fields = {"role": "coordinator", "n": 1.5, "small": 1e-7, "whole": 2.0, "big": 1e21, "exact": 2**70}
     w.append("receipt", {"name": "static-build", "status": "pass", "fields": fields}, step="s1")
     w.append("receipt.invalid", {"reason": "not JSON"}, b"{oops\n", step="s1")
+    w.append("recorder.error", {"error": "bad control message: not a JSON object"}, step="s1")
     # A step nested in s1 whose name, argument and span id are not UTF-8 (byte text, FORMAT.md 3.7).
     inner = {"name": text_value(b"link\xff"), "argv": ["ld", text_value(b"-o\xfe")], "parent": "s1"}
     span = text_key(b"s2\xff")
@@ -106,8 +130,24 @@ def _write(path: Path, stream_id: str, signer: Signer | None) -> None:
     )
     w.append("artifact.chunk", {"path": "out/a.txt", "offset": 0}, content)
     exit_seq = w.append(
-        "process.exit", {"exit_code": 0, "signal": None, "timed_out": False, "duration_ns": 2_000_000, "rusage": {}}
+        "process.exit",
+        {
+            "exit_code": 0,
+            "signal": None,
+            "timed_out": False,
+            "duration_ns": 2_000_000,
+            "rusage": {},
+            "interrupted": None,
+            "stray_writers": True,
+        },
     )
+    w.append("recorder.interrupted", {"signal": "SIGINT"})  # after the exit: no "during"
+    ended = [{"pid": 4243, "argv": ["sleep", "60"], "signal": "SIGTERM"}]
+    stray = {"still_open": ["stdout"], "drained_ns": 2_000_000_000, "ended": ended, "survivors": []}
+    w.append("process.stray", {**stray, **_CONTAINED})
+    w.append("device.observed", _observed("end"))
+    w.append("artifact.error", {"path": "out/locked.bin", "error": "Permission denied"})
+    w.append("artifact.missing", {"pattern": "out/*.log", "error": "no such file or no match"})
     w.append(
         "verdict",
         {

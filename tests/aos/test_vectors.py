@@ -196,7 +196,7 @@ class TestVectors:
             assert stream["genesis"] == genesis
 
     def test_vectors_cover_every_designed_kind(self) -> None:
-        """The vectors hold at least one event of every kind docs/FORMAT.md names."""
+        """The vectors hold at least one event of every kind docs/FORMAT.md names (aos.kinds.REGISTRY)."""
         from aos.event import KINDS
 
         doc = json.loads((VECTORS / "vectors.json").read_text(encoding="utf-8"))

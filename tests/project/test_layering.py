@@ -42,7 +42,7 @@ TRACKER_USES = (
 )
 #: The light channel: what it may import beyond the standard library.
 CHANNEL = "observe.channel"
-CHANNEL_MAY_IMPORT = ("observe.channel", "observe.env", "observe.exits", "aos.text", "aos.attrs")
+CHANNEL_MAY_IMPORT = ("observe.channel", "observe.env", "observe.exits", "aos.text", "aos.attrs", "aos.kinds")
 
 Graph = Mapping[str, set[str]]
 
