@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from gates.refusals import GateFileError, UnknownGate
 from observe.cli.options import (
     STREAM,
     CommandAfterOptions,
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
     from gates.report import Facts
     from gates.verdict import Verdict
 
+#: A gate file or name that is not valid is a usage error (exit 2), printed as every refusal is.
+GATE_USAGE = {GateFileError.name: Exit.USAGE, UnknownGate.name: Exit.USAGE}
+
 __all__ = ["COMMANDS", "complete_gate_name", "gate_command", "gates_command", "verdict_command"]
 
 
@@ -50,7 +54,6 @@ def complete_gate_name(ctx: click.Context, _param: click.Parameter, incomplete: 
     """Shell completion for a gate NAME: the built-in gates and those of any ``--gate-file`` given so far."""
     from click.shell_completion import CompletionItem
 
-    from gates.refusals import GateFileError
     from gates.registry import builtin_gates, load_user_gate
 
     found = {name: g.description for name, g in builtin_gates().items()}
@@ -61,16 +64,6 @@ def complete_gate_name(ctx: click.Context, _param: click.Parameter, incomplete: 
             continue
         found[g.name] = g.description
     return [CompletionItem(n, help=(d or None)) for n, d in sorted(found.items()) if n.startswith(incomplete)]
-
-
-def _resolve(name: str, gate_files: tuple[Path, ...]) -> Gate:
-    from gates.refusals import GateFileError
-    from gates.registry import resolve_gate
-
-    try:
-        return resolve_gate(name, gate_files)
-    except GateFileError as exc:
-        raise click.UsageError(exc.diagnostics()) from None
 
 
 def _terminal_width(stream: Any) -> int:
@@ -161,7 +154,7 @@ def _report_options(func: Any) -> Any:
 @gate_file_option("Load gates from a TOML gate file (repeatable).")
 @_report_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@reports_refusals(Exit.RECORDER, by_name={OutExists.name: Exit.USAGE})
+@reports_refusals(Exit.RECORDER, by_name={OutExists.name: Exit.USAGE, **GATE_USAGE})
 def gate_command(
     name: str,
     gate_files: tuple[Path, ...],
@@ -180,11 +173,12 @@ def gate_command(
     COMMAND runs. With --json, stdout is one
     JSON document and the command's echo goes to stderr.
     """
+    from gates.registry import resolve_gate
     from observe.ci.publish import prepare_files
     from observe.recorder.gating import run_gate
 
     argv = list(command)
-    gate_ = _resolve(name, gate_files)
+    gate_ = resolve_gate(name, gate_files)  # gate-file, gate-unknown: refused (exit 2) before COMMAND runs
     if not prepare_files(((junit, "the JUnit report"), (summary, "the summary")), _echo):
         sys.exit(Exit.RECORDER)  # before the command runs, as for an --out that cannot be written
     outcome = run_gate(gate_, argv, options_from_click(**kwargs, echo_to_stderr=as_json))
@@ -286,21 +280,18 @@ def _gate_doc(g: Gate) -> dict[str, Any]:
 @click.argument("name", required=False, shell_complete=complete_gate_name)
 @gate_file_option("Also list the gates of a TOML gate file (repeatable).")
 @json_option("Print the gates as one JSON document.")
+@reports_refusals(by_name=GATE_USAGE)
 def gates_command(name: str | None, gate_files: tuple[Path, ...], as_json: bool) -> None:
     """List every gate, one line each; with NAME, gate NAME and its rules."""
-    from gates.refusals import GateFileError
     from gates.registry import builtin_gates, load_user_gate
 
     found = dict(builtin_gates())
     for p in gate_files:
-        try:
-            g = load_user_gate(p)
-        except GateFileError as exc:
-            raise click.UsageError(exc.diagnostics()) from None
+        g = load_user_gate(p)  # gate-file
         found[g.name] = g
     if name is not None:
         if name not in found:
-            raise click.UsageError(f"no gate named {name!r} (known: {', '.join(sorted(found))})")
+            raise UnknownGate(f"no gate named {name!r} (known: {', '.join(sorted(found))})")
         found = {name: found[name]}
     if as_json:
         import json
