@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from observe.devices.lane_config import node_entries
 from observe.devices.lane_nodes import Node, lane_nodes
 from observe.devices.observers import ENV_SIMULATED, lane_configs
+from observe.exits import Exit
 
 if TYPE_CHECKING:
     from observe.devices.remote import ObserverKey
@@ -333,7 +334,7 @@ def _lane_probe(
     finally:
         transport.close()
     said = err.decode("utf-8", "replace").strip()[-500:]
-    if status == 127:
+    if status == Exit.NOT_FOUND:
         return None, f"no {python} on the node as the lane account (exit 127{': ' + said if said else ''})"
     try:
         answer = json.loads(out)
