@@ -9,6 +9,10 @@ recorder kills as a whole, with pids that change all the time (and a list of the
 children that changes while it is read), so only a sweep of the recorder's tree that cannot
 be slipped past finds them.
 
+With HOPPERS ``0``, the child does not hop: it starts a thread and ends its main thread
+(``pthread_exit``), so that ``/proc`` shows it a zombie (``Z``) while its other thread runs on,
+for SECONDS: a sweep that takes a zombie leader for a dead process passes it by.
+
 When SECONDS are over, each survivor writes its pid and the time to MARK (the test's proof
 that it outlived the recording, when that is after the recorder exited).
 """
@@ -35,6 +39,16 @@ def parent_cgroup() -> str:
     raise SystemExit("no cgroup2 mount")
 
 
+def _state(pid: int) -> str:
+    """What /proc/PID/stat says of ``pid``'s main thread ("" when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return ""
+    return raw[raw.rfind(b")") + 2 :].split()[0].decode()
+
+
 def main() -> None:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 12.0
     mark = sys.argv[2] if len(sys.argv) > 2 else ""
@@ -42,7 +56,11 @@ def main() -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     above = parent_cgroup()
-    if os.fork():
+    child = os.fork()
+    if child:
+        until = time.monotonic() + 10
+        while hoppers == 0 and time.monotonic() < until and _state(child) not in ("Z", ""):
+            time.sleep(0.005)  # the recorded command ends once its child shows as a zombie
         os._exit(0)  # the recorded command is done; its child lives on
     with open(os.path.join(above, "cgroup.procs"), "w") as fh:
         fh.write(f"{os.getpid()}\n")  # out of the command's cgroup: what it forks from now on is too
@@ -52,6 +70,19 @@ def main() -> None:
         os.dup2(devnull, fd)
         os.close(devnull)
     deadline = time.monotonic() + seconds
+    if hoppers == 0:
+        import ctypes
+        import threading
+
+        def survive() -> None:
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            if mark:
+                with open(mark, "a") as fh:
+                    fh.write(f"{os.getpid()} {time.time()}\n")
+            os._exit(0)
+
+        threading.Thread(target=survive).start()
+        ctypes.CDLL(None).pthread_exit(None)  # the main thread ends; ctypes let go of the GIL for the call
     for _ in range(hoppers - 1):
         if not os.fork():
             break

@@ -39,16 +39,18 @@ def cgroup_gone(evs: list) -> bool:
     return not any(Path(m + path).exists() for m in mounts)
 
 
-def test_a_command_that_leaves_its_cgroup_and_hops_is_found_and_never_guaranteed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hoppers", [HOPPERS, 0], ids=["hopping", "zombie-leader"])
+def test_a_command_that_leaves_its_cgroup_is_found_and_never_guaranteed(tmp_path: Path, hoppers: int) -> None:
     """Every recording of the escaper ends it (no mark after the recorder exited), says the end was not
-    guaranteed and why, and leaves its cgroup removed."""
+    guaranteed and why, and leaves its cgroup removed: whether it hops from pid to pid, or ended its main
+    thread so that /proc shows it a zombie while another thread runs on."""
     if not cgroup_possible():
         pytest.skip("no cgroup v2 of its own can be made here")
     env = child_env({RecorderVars.CONTAINMENT: None, RecorderVars.KILL_GRACE: "0.2", RecorderVars.DRAIN: "0.1"})
     runs = []
     for n in range(RECORDINGS):
         out, mark = tmp_path / f"run-{n}.aos", tmp_path / f"mark-{n}"
-        argv = [sys.executable, "-I", "-S", str(ESCAPER), str(HOP_SECONDS), str(mark), str(HOPPERS)]
+        argv = [sys.executable, "-I", "-S", str(ESCAPER), str(HOP_SECONDS), str(mark), str(hoppers)]
         proc = subprocess.Popen(
             [ALPHA, "observe", "record", "--quiet", "--out", str(out), "--", *argv],
             env=env,
