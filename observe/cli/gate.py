@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gates.refusals import GateFileError, UnknownGate
 from observe.cli.options import (
     STREAM,
     CommandAfterOptions,
@@ -44,8 +43,9 @@ if TYPE_CHECKING:
     from gates.report import Facts
     from gates.verdict import Verdict
 
-#: A gate file or name that is not valid is a usage error (exit 2), printed as every refusal is.
-GATE_USAGE = {GateFileError.name: Exit.USAGE, UnknownGate.name: Exit.USAGE}
+#: A gate file or name that is not valid (gates.refusals: by name, so that ``record`` loads no gates) is a
+#: usage error (exit 2), printed as every refusal is.
+GATE_USAGE = {"gate-file": Exit.USAGE, "gate-unknown": Exit.USAGE}
 
 __all__ = ["COMMANDS", "complete_gate_name", "gate_command", "gates_command", "verdict_command"]
 
@@ -54,6 +54,7 @@ def complete_gate_name(ctx: click.Context, _param: click.Parameter, incomplete: 
     """Shell completion for a gate NAME: the built-in gates and those of any ``--gate-file`` given so far."""
     from click.shell_completion import CompletionItem
 
+    from gates.refusals import GateFileError
     from gates.registry import builtin_gates, load_user_gate
 
     found = {name: g.description for name, g in builtin_gates().items()}
@@ -283,6 +284,7 @@ def _gate_doc(g: Gate) -> dict[str, Any]:
 @reports_refusals(by_name=GATE_USAGE)
 def gates_command(name: str | None, gate_files: tuple[Path, ...], as_json: bool) -> None:
     """List every gate, one line each; with NAME, gate NAME and its rules."""
+    from gates.refusals import UnknownGate
     from gates.registry import builtin_gates, load_user_gate
 
     found = dict(builtin_gates())
