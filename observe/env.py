@@ -17,7 +17,16 @@ its ``stream.open`` environment are a policy, not variables the tool reads:
 
 from __future__ import annotations
 
-__all__ = ["BuildkiteVars", "ChannelVars", "GitHubVars", "GitLabVars", "RecorderVars", "StoreVars", "TrackerVars"]
+__all__ = [
+    "BuildkiteVars",
+    "ChannelVars",
+    "DebugVars",
+    "GitHubVars",
+    "GitLabVars",
+    "RecorderVars",
+    "StoreVars",
+    "TrackerVars",
+]
 
 
 class ChannelVars:
@@ -85,6 +94,13 @@ class TrackerVars:
     DB = "ALPHA_TRACKER_DB"
     #: The default ``--signing-key``.
     SIGNING_KEY = "ALPHA_TRACKER_SIGNING_KEY"
+
+
+class DebugVars:
+    """Read by every ``alpha`` command."""
+
+    #: ``1``: an error is raised with its traceback (a refusal's too, printed before its ``refused:`` line).
+    DEBUG = "ALPHA_DEBUG"
 
 
 class GitHubVars:

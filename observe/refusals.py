@@ -2,13 +2,16 @@
 
 Each is a :class:`aos.refusals.Refusal`, registered by name (docs/REFUSALS.md
 lists them); the stream refusals themselves are :mod:`aos.refusals`'. Light:
-this module imports nothing but ``aos.refusals``, so a light command can name
+this module imports nothing but ``aos.refusals`` and ``observe.env``, so a light command can name
 a refusal without loading what raises it.
 """
 
 from __future__ import annotations
 
+import os
+
 from aos.refusals import Refusal, StreamWrite
+from observe.env import DebugVars
 
 __all__ = [
     "ArtifactMissing",
@@ -24,6 +27,7 @@ __all__ = [
     "StoreUnreachable",
     "StoreUrl",
     "StreamDigest",
+    "debugging",
     "resource_refusal",
 ]
 
@@ -96,6 +100,11 @@ class Resource(Refusal):
     """
 
     name = "resource"
+
+
+def debugging() -> bool:
+    """Whether ``ALPHA_DEBUG=1``: an error is then raised with its traceback, not only named in one line."""
+    return os.environ.get(DebugVars.DEBUG, "").strip() == "1"
 
 
 def resource_refusal(exc: BaseException) -> Resource | None:

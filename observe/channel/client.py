@@ -216,7 +216,7 @@ def artifact(paths: list[str]) -> int:
 
 
 def _shell_code(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
+    return Exit.SIGNAL - returncode if returncode < 0 else returncode
 
 
 def _run_plain(argv: list[str]) -> int:
@@ -226,10 +226,10 @@ def _run_plain(argv: list[str]) -> int:
         return _shell_code(subprocess.call(argv))
     except FileNotFoundError as exc:
         sys.stderr.write(f"alpha observe step: {argv[0]}: command not found ({exc.strerror})\n")
-        return 127
+        return Exit.NOT_FOUND
     except OSError as exc:
         sys.stderr.write(f"alpha observe step: {argv[0]}: cannot execute ({exc.strerror or exc})\n")
-        return 126
+        return Exit.CANNOT_EXECUTE
 
 
 def step(name: str, argv: list[str], *, standalone: bool = False) -> int:

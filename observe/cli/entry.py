@@ -2,7 +2,7 @@
 
 A lane calls ``alpha observe receipt`` and ``alpha observe step`` hundreds of times, so
 their start-up is most of their cost: this module imports nothing but the standard
-library until it knows the command. A plain invocation of either (the forms below) goes
+library (and ``observe.exits``, which is no more) until it knows the command. A plain invocation of either (the forms below) goes
 straight to ``observe.channel.client``; any other (``--help``, ``--status=pass``, an option
 before NAME, a value that starts with ``-``, a bad ``--field``...) goes to the click
 command line, which gives the same result or the usual usage error:
@@ -13,8 +13,11 @@ command line, which gives the same result or the usual usage error:
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Sequence
+
+from observe.exits import Exit
 
 __all__ = ["main", "parse_receipt", "parse_step"]
 
@@ -93,7 +96,8 @@ def main() -> None:
 
     An error of the machine that no command caught (a thread, memory or a descriptor that
     could not be had while the tool starts) is printed as ``refused: resource: ...`` and
-    exits 1, never as a traceback; an interrupt (SIGINT) exits 130, also without one.
+    exits 1, with its traceback before it only under ``ALPHA_DEBUG=1``; an interrupt (SIGINT)
+    exits 130, without one.
     """
     try:
         code = _fast(sys.argv[1:])
@@ -103,14 +107,20 @@ def main() -> None:
 
         cli()
     except KeyboardInterrupt:
-        sys.exit(130)  # an interrupt (a lane's Ctrl-C reaching `receipt` or `step`): quietly, as a shell says it
+        sys.exit(
+            Exit.SIGNAL + signal.SIGINT
+        )  # 130: an interrupt (a lane's Ctrl-C reaching `receipt` or `step`): quietly, as a shell says it
     except (SystemExit, GeneratorExit):
         raise
     except BaseException as exc:  # a Rust extension's panic is a BaseException
-        from observe.refusals import resource_refusal
+        from observe.refusals import debugging, resource_refusal
 
         refusal = resource_refusal(exc)
         if refusal is None:
             raise
+        if debugging():
+            import traceback
+
+            traceback.print_exc()
         sys.stderr.write(refusal.diagnostics() + "\n")
-        sys.exit(1)
+        sys.exit(Exit.FAIL)

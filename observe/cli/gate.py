@@ -43,6 +43,10 @@ if TYPE_CHECKING:
     from gates.report import Facts
     from gates.verdict import Verdict
 
+#: A gate file or name that is not valid (gates.refusals: by name, so that ``record`` loads no gates) is a
+#: usage error (exit 2), printed as every refusal is.
+GATE_USAGE = {"gate-file": Exit.USAGE, "gate-unknown": Exit.USAGE}
+
 __all__ = ["COMMANDS", "complete_gate_name", "gate_command", "gates_command", "verdict_command"]
 
 
@@ -61,16 +65,6 @@ def complete_gate_name(ctx: click.Context, _param: click.Parameter, incomplete: 
             continue
         found[g.name] = g.description
     return [CompletionItem(n, help=(d or None)) for n, d in sorted(found.items()) if n.startswith(incomplete)]
-
-
-def _resolve(name: str, gate_files: tuple[Path, ...]) -> Gate:
-    from gates.refusals import GateFileError
-    from gates.registry import resolve_gate
-
-    try:
-        return resolve_gate(name, gate_files)
-    except GateFileError as exc:
-        raise click.UsageError(exc.diagnostics()) from None
 
 
 def _terminal_width(stream: Any) -> int:
@@ -161,7 +155,7 @@ def _report_options(func: Any) -> Any:
 @gate_file_option("Load gates from a TOML gate file (repeatable).")
 @_report_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@reports_refusals(Exit.RECORDER, by_name={OutExists.name: Exit.USAGE})
+@reports_refusals(Exit.RECORDER, by_name={OutExists.name: Exit.USAGE, **GATE_USAGE})
 def gate_command(
     name: str,
     gate_files: tuple[Path, ...],
@@ -180,11 +174,12 @@ def gate_command(
     COMMAND runs. With --json, stdout is one
     JSON document and the command's echo goes to stderr.
     """
+    from gates.registry import resolve_gate
     from observe.ci.publish import prepare_files
     from observe.recorder.gating import run_gate
 
     argv = list(command)
-    gate_ = _resolve(name, gate_files)
+    gate_ = resolve_gate(name, gate_files)  # gate-file, gate-unknown: refused (exit 2) before COMMAND runs
     if not prepare_files(((junit, "the JUnit report"), (summary, "the summary")), _echo):
         sys.exit(Exit.RECORDER)  # before the command runs, as for an --out that cannot be written
     outcome = run_gate(gate_, argv, options_from_click(**kwargs, echo_to_stderr=as_json))
@@ -287,21 +282,19 @@ def _gate_doc(g: Gate) -> dict[str, Any]:
 @click.argument("name", required=False, shell_complete=complete_gate_name)
 @gate_file_option("Also list the gates of a TOML gate file (repeatable).")
 @json_option("Print the gates as one JSON document.")
+@reports_refusals(by_name=GATE_USAGE)
 def gates_command(name: str | None, gate_files: tuple[Path, ...], as_json: bool) -> None:
     """List every gate, one line each; with NAME, gate NAME and its rules."""
-    from gates.refusals import GateFileError
+    from gates.refusals import UnknownGate
     from gates.registry import builtin_gates, load_user_gate
 
     found = dict(builtin_gates())
     for p in gate_files:
-        try:
-            g = load_user_gate(p)
-        except GateFileError as exc:
-            raise click.UsageError(exc.diagnostics()) from None
+        g = load_user_gate(p)  # gate-file
         found[g.name] = g
     if name is not None:
         if name not in found:
-            raise click.UsageError(f"no gate named {name!r} (known: {', '.join(sorted(found))})")
+            raise UnknownGate(f"no gate named {name!r} (known: {', '.join(sorted(found))})")
         found = {name: found[name]}
     if as_json:
         import json

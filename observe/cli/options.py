@@ -98,7 +98,8 @@ def reports_refusals(
 ) -> Callable[[F], F]:
     """Return a decorator that prints a refusal the one way the CLI prints them and exits.
 
-    A refusal raised by the command is printed as ``refused: NAME: detail`` on stderr;
+    A refusal raised by the command is printed as ``refused: NAME: detail`` on stderr
+    (after its traceback under ``ALPHA_DEBUG=1``);
     the exit code is ``by_name[NAME]`` where the refusal's name is listed, else
     ``exit``. An error of the machine (a thread, memory, a descriptor or disk space that
     could not be had: ``aos.resources``) is refused as ``resource`` with the same code.
@@ -107,7 +108,13 @@ def reports_refusals(
     """
     codes = dict(by_name or {})
 
-    def report(exc: Refusal) -> None:
+    def report(exc: Refusal, cause: BaseException) -> None:
+        from observe.refusals import debugging
+
+        if debugging():  # ALPHA_DEBUG=1: where it was raised, then the one line, with the same code
+            import traceback
+
+            traceback.print_exception(cause, file=sys.stderr)
         click.echo(exc.diagnostics(), err=True)
         sys.exit(codes.get(exc.name, exit))
 
@@ -117,7 +124,7 @@ def reports_refusals(
             try:
                 return fn(*args, **kwargs)
             except Refusal as exc:
-                report(exc)
+                report(exc, exc)
             except (KeyboardInterrupt, SystemExit, GeneratorExit):
                 raise
             except BaseException as exc:  # a Rust extension's panic is a BaseException
@@ -129,7 +136,7 @@ def reports_refusals(
                     refusal = translate(exc)
                 if refusal is None:
                     raise
-                report(refusal)
+                report(refusal, exc)
 
         return wrapper  # type: ignore[return-value]
 

@@ -34,6 +34,7 @@ from aos import kinds
 from observe.devices.lane_config import node_entries
 from observe.devices.lane_nodes import Node, lane_nodes
 from observe.devices.observers import ENV_SIMULATED, lane_configs
+from observe.exits import Exit
 
 if TYPE_CHECKING:
     from observe.devices.remote import ObserverKey
@@ -334,7 +335,7 @@ def _lane_probe(
     finally:
         transport.close()
     said = err.decode("utf-8", "replace").strip()[-500:]
-    if status == 127:
+    if status == Exit.NOT_FOUND:
         return None, f"no {python} on the node as the lane account (exit 127{': ' + said if said else ''})"
     try:
         answer = json.loads(out)

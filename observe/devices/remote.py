@@ -60,6 +60,7 @@ from aos import kinds
 from observe.devices.bundle import BOOTSTRAP, Bundle, build_bundle
 from observe.devices.lane_nodes import Node, lane_nodes, node_key
 from observe.devices.observers import ENV_SIMULATED, lane_configs, schema_problem
+from observe.exits import Exit
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -480,7 +481,7 @@ class NodeLink:
             stderr += channel.recv_stderr(STDERR_KEPT)
         said = stderr.decode("utf-8", "replace").strip()[-STDERR_KEPT:]
         if not started:
-            if status == 127:
+            if status == Exit.NOT_FOUND:
                 raise Refused(
                     "no-python3",
                     f"the node has no interpreter at {self.node.python} (exit 127{': ' + said if said else ''})",

@@ -20,6 +20,8 @@ import re
 import time
 from dataclasses import dataclass
 
+from observe.recorder.proctree import info
+
 __all__ = ["Cgroup", "CgroupUnavailable", "make_cgroup"]
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -170,21 +172,49 @@ class Cgroup:
 
 
 #: An empty ``alpha-observe-*`` cgroup older than this many seconds was left by a recorder that was killed
-#: (SIGKILL ends nothing): the next recording beside it removes it.
+#: (SIGKILL ends nothing): the next recording beside it removes it, at once where the cgroup names its
+#: recorder (``OWNER``) and that recorder is gone.
 STALE_SECONDS = 600.0
 PREFIX = "alpha-observe-"
+#: The extended attribute of a recording's cgroup that names the recorder that made it: ``PID START NS``
+#: (its start in clock ticks since boot, which tells a pid from its reuse, and its PID namespace, in which
+#: the pid means something). Where the kernel keeps no such attribute on cgroups (before Linux 5.7), or
+#: the recorder ran in another PID namespace, the age alone tells a left cgroup.
+OWNER = "user.alpha-observe.recorder"
+
+
+def _identity(pid: int) -> str | None:
+    """``PID START NS`` of a running process, or None when it is gone."""
+    proc = info(pid, with_argv=False)
+    try:
+        namespace = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+    return None if proc is None else f"{pid} {proc.start} {namespace}"
+
+
+def _owner_gone(directory: str) -> bool:
+    """Whether the cgroup names its recorder, of this PID namespace, and that recorder no longer runs."""
+    try:
+        owner = os.getxattr(directory, OWNER, follow_symlinks=False).decode("ascii")
+        pid, _start, namespace = owner.split(" ")
+        if namespace != os.readlink("/proc/self/ns/pid"):
+            return False
+        return _identity(int(pid)) != owner
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
 
 
 def _remove_stale(parent: str) -> None:
-    """Remove the empty cgroups killed recorders left beside ours (a cgroup in use is never empty that long,
-    and a populated one cannot be removed)."""
+    """Remove the empty cgroups killed recorders left beside ours: one whose recorder is gone, or one older
+    than STALE_SECONDS (a cgroup in use is never empty that long; a populated one cannot be removed)."""
     now = time.time()
     with contextlib.suppress(OSError), os.scandir(parent) as entries:
         for entry in entries:
             if not entry.name.startswith(PREFIX) or not entry.is_dir(follow_symlinks=False):
                 continue
             with contextlib.suppress(OSError):
-                if now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS:
+                if _owner_gone(entry.path) or now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS:
                     os.rmdir(entry.path)
 
 
@@ -213,5 +243,7 @@ def make_cgroup(name: str) -> Cgroup:
             with contextlib.suppress(OSError):
                 os.rmdir(directory)
             raise CgroupUnavailable(f"no write access to {os.path.normpath(os.path.join(directory, control))}")
+    with contextlib.suppress(OSError):  # who made it: a cgroup its killed recorder left is removed at once
+        os.setxattr(directory, OWNER, str(_identity(os.getpid())).encode("ascii"))
     path = own.rstrip("/") + "/" + safe
     return Cgroup(directory, path, parent, can_kill)

@@ -9,9 +9,11 @@ name it as ``containment``, with ``guaranteed``):
   it forks. It is ended with SIGTERM to every member, then, after the grace,
   frozen (no member can fork any more), listed, and killed with ``cgroup.kill``.
   The end is guaranteed once the kernel says the cgroup is empty and no process
-  of the tree is found outside it (a member that wrote itself out of the cgroup,
-  which needs the recorder's own write access, is swept, and the end is then not
-  guaranteed).
+  of the tree is found outside it: a member that wrote itself out of the cgroup
+  (which needs the recorder's own write access, so a command running as root
+  can) is swept, until the recorder's own children, read a few times in a row,
+  agree and none is alive (:meth:`CgroupContainer.quiet`: a pid hopper cannot
+  hide from that), and the end is then not guaranteed.
 - ``sweep``: the recorder's process tree (it is the tree's subreaper), walked
   from its own children down: SIGTERM, then rounds that stop (SIGSTOP: a stopped
   process cannot fork) every live process found, then kill it, until
@@ -42,7 +44,17 @@ from typing import Any
 
 from observe.env import RecorderVars
 from observe.recorder.cgroup import PREFIX, Cgroup, CgroupUnavailable, make_cgroup
-from observe.recorder.proctree import ProcessInfo, argv_of, descendants, info, live, reap, signal_process, walk
+from observe.recorder.proctree import (
+    ProcessInfo,
+    argv_of,
+    children,
+    descendants,
+    info,
+    live,
+    reap,
+    signal_process,
+    walk,
+)
 
 __all__ = ["CGROUP", "SWEEP", "Container", "End", "open_container"]
 
@@ -52,6 +64,9 @@ SWEEP = "sweep"
 EMPTY_SWEEPS = 5
 #: Rounds in a row that must find no process of the tree outside the emptied cgroup.
 ESCAPE_SWEEPS = 3
+#: Reads in a row of the recorder's own children that must agree, with none of them alive, before a cgroup's
+#: end is called guaranteed (see :meth:`CgroupContainer.quiet`).
+QUIET_READS = 3
 #: Seconds the killing may take at most, after the grace.
 KILL_BOUND = 10.0
 #: Seconds between two looks while waiting for processes to go.
@@ -304,9 +319,15 @@ class CgroupContainer(Container):
         if self._terminate(ledger, first, grace, command) or self.cgroup.populated:
             self._kill_cgroup(ledger, command)
         emptied = not self.cgroup.populated
-        # A member that wrote itself out of the cgroup is still the recorder's descendant: sweep those.
+        # A member that wrote itself out of the cgroup is still the recorder's descendant: sweep those, until
+        # the recorder's own children show that none is left (a pid hopper can slip past a few sweeps).
         outside = _Ledger()
         Container._kill(self, outside, command, ESCAPE_SWEEPS)
+        deadline = time.monotonic() + KILL_BOUND
+        quiet = self.quiet()
+        while not quiet and time.monotonic() < deadline:
+            Container._kill(self, outside, command, ESCAPE_SWEEPS)
+            quiet = self.quiet()
         self.reap(command)
         survivors = [{"pid": p.pid, "argv": list(p.argv)} for p in Container.members(self) if p.pid != command]
         for pid, entry in outside.entries.items():
@@ -316,9 +337,46 @@ class CgroupContainer(Container):
             notes.append("the cgroup still held live processes when the recorder gave up")
         if outside.entries:
             notes.append(f"{len(outside.entries)} process(es) of the tree had left the cgroup and were swept")
-        guaranteed = emptied and not outside.entries and not survivors
+        if not quiet:
+            notes.append(
+                "the recorder's own children never held still with none alive: a process that left the cgroup "
+                "may have outlived the recording"
+            )
+        guaranteed = emptied and quiet and not outside.entries and not survivors
         ended = [e for e in ledger.listed() if e["pid"] != command]
         return End(CGROUP, guaranteed, ended, survivors, "; ".join(notes))
+
+    def quiet(self) -> bool:
+        """Whether no process of the tree is left, in the cgroup or out of it: ``QUIET_READS`` reads in a row of
+        the recorder's own children (less ``exclude``) that agree, none of them alive, nothing reaped meanwhile.
+
+        The recorder is the tree's subreaper, so a live process of the tree has a chain of live parents up to
+        one of its children, and a process that hops from pid to pid (each parent exits) leaves a new child of
+        the recorder's at every hop: a zombie stays listed until the recorder reaps it, its child is listed
+        from the moment it is reparented. A command that can write itself out of its cgroup (it has the
+        recorder's own write access to the cgroup above) is found so, whatever it does between two looks.
+        """
+        first = self._children_now()
+        if first is None:
+            return False
+        for _ in range(QUIET_READS - 1):
+            time.sleep(0.0005)
+            if self._children_now() != first:
+                return False
+        return True
+
+    def _children_now(self) -> tuple[tuple[int, int, str], ...] | None:
+        """``(pid, start, state)`` of each of the recorder's children; None when one (bar ``exclude``) is alive."""
+        found = []
+        for pid in sorted(set(children(self.root)) - self.exclude):
+            proc = info(pid, with_argv=False)
+            if proc is None:
+                found.append((pid, 0, "gone"))  # reaped meanwhile: the next read differs
+            elif live(proc):
+                return None
+            else:
+                found.append((pid, proc.start, proc.state))
+        return tuple(found)
 
     def _kill_cgroup(self, ledger: _Ledger, command: int | None) -> None:
         """Freeze the cgroup (nothing inside can fork), list its members, kill them all, wait until it is empty."""

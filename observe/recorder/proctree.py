@@ -64,12 +64,33 @@ def argv_of(pid: int) -> tuple[str, ...]:
     return tuple(a.decode("utf-8", "backslashreplace") for a in raw.split(b"\0") if a)
 
 
+def _thread_state(pid: int) -> str:
+    """The state of a thread of ``pid`` that still runs, or ``Z`` when none does: a process whose main thread
+    ended (``pthread_exit``) shows ``Z`` in /proc/PID/stat while its other threads run on."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return "Z"
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
+                raw = fh.read()
+        except OSError:
+            continue
+        state = raw[raw.rfind(b")") + 2 :].split()[:1]
+        if state and state[0] not in (b"Z", b"X"):
+            return state[0].decode("ascii", "replace")
+    return "Z"
+
+
 def info(pid: int, *, with_argv: bool = True) -> ProcessInfo | None:
-    """What /proc says of ``pid`` now, or None when it is gone."""
+    """What /proc says of ``pid`` now, or None when it is gone; a zombie main thread whose process has a
+    thread still running is that thread's state (the process is alive)."""
     st = _stat(pid)
     if st is None:
         return None
-    return ProcessInfo(pid, st[0], st[1], st[2], argv_of(pid) if with_argv else ())
+    state = _thread_state(pid) if st[1] == "Z" else st[1]
+    return ProcessInfo(pid, st[0], state, st[2], argv_of(pid) if with_argv else ())
 
 
 def live(proc: ProcessInfo) -> bool:

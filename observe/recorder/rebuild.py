@@ -12,9 +12,11 @@ The checkout never touches the user's repository or tree: a fresh bare repositor
 in a private temporary folder borrows the user's objects (``objects/info/alternates``)
 and has no configuration, hooks or attributes of its own. The commit is the one
 recorded at the start, by object id, never a ref; its tree is read into a private
-index and written back (``write-tree`` hashes it again: it must be the recorded
-tree), and every file is written from its blob by this module, the blob's bytes
-hashed as git hashes them and compared with its id. So a command that rewrote
+index, which must hold the recorded tree's entries one by one (``ls-tree -r``: a
+malformed tree, say two entries of one name, loses one in the index, and
+``write-tree`` would only answer the id ``read-tree`` cached), and every file
+is written from its blob by this module, the blob's bytes hashed as git hashes
+them and compared with its id. So a command that rewrote
 ``.git`` while it ran (hooks, config, refs, replace refs, even loose objects) cannot
 change what is built: the tree built is the recorded one, or the rebuild is
 ``inconclusive``. The command runs with a small environment (``ENV_KEPT``), stdin
@@ -38,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from aos import kinds
 from aos.text import os_text, printable, text_value
+from observe.exits import Exit
 from observe.recorder import artifacts
 from observe.recorder.source import GitResult, git_env, run_git
 
@@ -166,25 +169,43 @@ def checkout(source: dict[str, Any], into: str, work: str, deadline: float) -> s
     read = git("read-tree", tree)
     if not read.ok:
         return _git_failure(f"cannot read tree {tree}", read)
-    written = git("write-tree")
-    if not written.ok or written.out.decode("ascii", "replace").strip() != tree:
-        return f"tree {tree} does not hash back to its id (got {written.out.decode('ascii', 'replace').strip()})"
+    indexed, problem = _listing(git, ("ls-files", "-s", "-z"), "cannot list the index read from the tree")
+    if problem is not None:
+        return problem
+    recorded, problem = _listing(git, ("ls-tree", "-r", "-z", "--full-tree", tree), f"cannot list tree {tree}")
+    if problem is not None:
+        return problem
+    # ``write-tree`` would answer the id read-tree cached, whatever the index holds: compare entry by entry.
+    if indexed != recorded:
+        lost = sorted(set(recorded) - set(indexed)) or sorted(set(indexed) - set(recorded)) or recorded
+        return (
+            f"tree {tree} is malformed: the index read from it is not its {len(recorded)} entries "
+            f"(first difference: {lost[0][2]!r}; {len(indexed)} entries read)"
+        )
+    return _write_tree(repo, env, indexed, into, fmt, deadline)
+
+
+def _listing(
+    git: Callable[..., GitResult], args: tuple[str, ...], what: str
+) -> tuple[list[tuple[str, str, bytes]], str | None]:
+    """``(mode, oid, path)`` of each entry git lists (``ls-files -s`` or ``ls-tree -r``, both ``-z``), in order."""
     listing = bytearray()
 
     def keep(chunk: bytes) -> bool:
         listing.extend(chunk)
         return len(listing) < (1 << 30)
 
-    listed = git("ls-files", "-s", "-z", on_out=keep)
+    listed = git(*args, on_out=keep)
     if not listed.ok:
-        return _git_failure("cannot list the tree", listed)
+        return [], _git_failure(what, listed)
     entries = []
     for item in bytes(listing).split(b"\0"):
         if item:
             head, _, path = item.partition(b"\t")
-            mode, oid, _stage = head.split(b" ")
-            entries.append((mode.decode(), oid.decode(), path))
-    return _write_tree(repo, env, entries, into, fmt, deadline)
+            fields = head.split(b" ")  # ls-files: mode oid stage; ls-tree: mode type oid
+            oid = fields[1] if args[0] == "ls-files" else fields[2]
+            entries.append((fields[0].decode(), oid.decode(), path))
+    return entries, None
 
 
 def _safe_path(path: bytes) -> bool:
@@ -358,7 +379,7 @@ class _Rebuild:
             )
         except OSError as exc:
             self.append(kinds.STDERR, {}, printable(f"cannot run {argv[0]}: {exc.strerror or exc}\n").encode())
-            return 127, None, f"cannot run {argv[0]}: {exc.strerror or exc}"
+            return Exit.NOT_FOUND, None, f"cannot run {argv[0]}: {exc.strerror or exc}"
         assert proc.stdout is not None
         assert proc.stderr is not None
         deadline = time.monotonic() + self.rule.timeout

@@ -77,7 +77,7 @@ def exit_status(status: int) -> tuple[int | None, str | None, int]:
     """``(exit_code, signal_name, shell_code)`` from a ``wait`` status."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        return None, signal_name(sig), 128 + sig
+        return None, signal_name(sig), Exit.SIGNAL + sig
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else Exit.RECORDER
     return code, None, code
 
@@ -97,8 +97,8 @@ def _pipe(size: int) -> tuple[int, int]:
 def _failure(argv: Sequence[str], exc: OSError) -> SpawnFailure:
     what = argv[0] if argv else ""
     if isinstance(exc, FileNotFoundError) or exc.errno in (errno.ENOENT, errno.ENOTDIR):
-        return SpawnFailure(127, f"{what}: command not found ({exc.strerror or exc})")
-    return SpawnFailure(126, f"{what}: cannot execute ({exc.strerror or exc})")
+        return SpawnFailure(Exit.NOT_FOUND, f"{what}: command not found ({exc.strerror or exc})")
+    return SpawnFailure(Exit.CANNOT_EXECUTE, f"{what}: cannot execute ({exc.strerror or exc})")
 
 
 def spawn(
@@ -117,7 +117,7 @@ def spawn(
     output goes straight to the recorder.
     """
     if not argv:
-        return SpawnFailure(127, "no command given")
+        return SpawnFailure(Exit.NOT_FOUND, "no command given")
     inside = container.spawning() if container is not None else contextlib.nullcontext()
     with inside:
         if pty:
@@ -159,7 +159,7 @@ def spawn_step(
     are empty, as for the command itself.
     """
     if not argv:
-        return SpawnFailure(127, "no command given")
+        return SpawnFailure(Exit.NOT_FOUND, "no command given")
     inside = container.spawning() if container is not None else contextlib.nullcontext()
 
     def start(out_w: int, err_w: int, out_id: str, err_id: str) -> subprocess.Popen[bytes]:
@@ -200,12 +200,12 @@ def _on_fresh_pipes(
         for fd in (out_r, out_w, err_r, err_w):
             os.close(fd)
         if cwd is not None and exc.filename == cwd and exc.filename != argv[0]:
-            return SpawnFailure(126, f"{argv[0]}: cannot execute in {cwd} ({exc.strerror or exc})")
+            return SpawnFailure(Exit.CANNOT_EXECUTE, f"{argv[0]}: cannot execute in {cwd} ({exc.strerror or exc})")
         return _failure(argv, exc)
     except (ValueError, subprocess.SubprocessError) as exc:  # embedded NUL and the like
         for fd in (out_r, out_w, err_r, err_w):
             os.close(fd)
-        return SpawnFailure(126, f"cannot execute: {exc}")
+        return SpawnFailure(Exit.CANNOT_EXECUTE, f"cannot execute: {exc}")
     os.close(out_w)
     os.close(err_w)
     for fd in (out_r, err_r):
@@ -301,7 +301,7 @@ def _spawn_pty(argv: Sequence[str], env: Mapping[str, str]) -> Spawned | SpawnFa
     except (ValueError, subprocess.SubprocessError) as exc:
         os.close(master)
         os.close(slave)
-        return SpawnFailure(126, f"cannot execute: {exc}")
+        return SpawnFailure(Exit.CANNOT_EXECUTE, f"cannot execute: {exc}")
     os.close(slave)
     os.set_blocking(master, False)
     return Spawned(proc, master, None, slave_id, slave_id, forward_stdin=True)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from aos import kinds
 from observe.channel.protocol import FRAME_ERR, FRAME_OUT, encode_frame, encode_json
+from observe.exits import Exit
 from observe.recorder.sinks import Echo, Sink
 from observe.recorder.spawn import Spawned, SpawnFailure, exit_status, exit_waker, signal_name, spawn_step
 from observe.secrets.masking import Masker, SecretSet
@@ -347,7 +348,7 @@ class Steps:
         run.duration_ns = time.monotonic_ns() - run.started_ns
         run.exited = True
         if status == -1:  # reaped by someone else: how it ended is not known
-            run.exit_code, run.signal, run.shell_code = None, None, 125
+            run.exit_code, run.signal, run.shell_code = None, None, Exit.RECORDER
         else:
             run.spawned.proc.returncode = status  # reaped here; keep Popen from waiting again
             run.exit_code, run.signal, run.shell_code = exit_status(status)
