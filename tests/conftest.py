@@ -99,6 +99,19 @@ def cli() -> Cli:
     return invoke
 
 
+# -- a small sealed stream -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def stream(tmp_path: Path) -> Path:
+    """A small sealed stream with a verdict of gate distributed-device (tracker.testing.sealed_stream), s.aos."""
+    from tracker.testing import sealed_stream
+
+    path = tmp_path / "s.aos"
+    sealed_stream(path)
+    return path
+
+
 # -- a real S3-compatible server (moto's standalone server) for the store tests -------------
 
 

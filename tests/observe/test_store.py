@@ -53,14 +53,6 @@ def big_stream(path: Path, mib: int) -> Path:
     return path
 
 
-@pytest.fixture
-def stream(tmp_path: Path) -> Path:
-    """A small sealed stream with a verdict."""
-    path = tmp_path / "s.aos"
-    sealed_stream(path)
-    return path
-
-
 class TestFolderStore:
     """A local folder (a path or file://) as the store."""
 
