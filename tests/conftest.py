@@ -364,10 +364,10 @@ def two_gpu_tracker(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str
 
 # -- the `slow` marker: the inner loop is `pytest -m "not slow"` ---------------------------------
 # One registry, read at collection: a test that uses (directly or through another fixture) one of
-# these fixtures starts a real server, browser or lane, and is marked `slow`. A module whose tests
+# these fixtures starts a real server, browser, lane or CI job, and is marked `slow`. A module whose tests
 # start such things without one of these fixtures says so itself (`pytestmark = pytest.mark.slow`).
 
-#: The fixtures that start real servers, browsers or lane recordings, and what each starts.
+#: The fixtures that start real servers, browsers, lane recordings or CI jobs, and what each starts.
 SLOW_FIXTURES: dict[str, str] = {
     "pg_server": "the suite's PostgreSQL server",
     "ssh_node": "a real sshd",
@@ -377,6 +377,8 @@ SLOW_FIXTURES: dict[str, str] = {
     "phoenix": "an Arize Phoenix server",
     "two_gpu_tracker": "the two-GPU tracker sample (re-verifies eight streams)",
     "lane_runs": "the three lanes recorded over SSH",
+    "python_shim": "a CI job run as its runner would: the tool pip-installed into a venv, then the job recorded",
+    "action_source": "the action's steps run from a copy of the checkout, as a runner would",
 }
 
 #: Parameters that put a test on a real server: the PostgreSQL side of every tracker test.
