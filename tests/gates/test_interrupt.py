@@ -29,6 +29,7 @@ import pytest
 from aos.event import Event
 from gates.engine import evaluate
 from gates.language import GateFileError, parse_gate_text
+from tests.helpers.eagain import retry_eagain
 from tests.helpers.paths import ROOT
 from tests.helpers.recorder import events
 from tests.helpers.run import ALPHA, child_env
@@ -37,7 +38,7 @@ TESTING = ROOT / "samples" / "lane" / "testing"
 GATE = "coordinate-device"
 VARIABLE = "ALPHA_COORDINATE_DEVICE_CONFIG"
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]  # the device lane runs for real
 
 #: ``LANE_PYTHON``: runs ``python3 -m lanekit PHASE ...``, except the phase named by $WAIT_PHASE (its work
 #: becomes a wait, after touching $WAIT_MARK), the phase named by $NOOP_PHASE (exits 0 doing nothing) and
@@ -95,14 +96,17 @@ def _start(tmp_path: Path, env: dict[str, str], argv: list[str] | None = None) -
     the lane prints reaches this test as it would a terminal), in a session of its own: its process group is
     the foreground group a terminal would signal."""
     script = argv or ["bash", str(ROOT / "scripts" / "ci" / f"{GATE}.sh"), "out"]
-    return subprocess.Popen(
-        [ALPHA, "observe", "gate", GATE, "--out", str(tmp_path / "run.aos"), "--", *script],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
+    return retry_eagain(
+        lambda: subprocess.Popen(
+            [ALPHA, "observe", "gate", GATE, "--out", str(tmp_path / "run.aos"), "--", *script],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        ),
+        f"the {GATE} lane",
     )
 
 

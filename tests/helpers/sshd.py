@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.helpers.eagain import retry_eagain
+
 SSHD = "/usr/sbin/sshd"
 SSH = shutil.which("ssh") or "/usr/bin/ssh"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
@@ -116,12 +118,8 @@ def sshd_available() -> str | None:
 
 def _keygen(path: Path, comment: str) -> str:
     """A fresh ed25519 key pair at ``path`` (no passphrase); the public key's line."""
-    subprocess.run(
-        [SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
+    argv = [SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)]
+    retry_eagain(lambda: subprocess.run(argv, check=True, capture_output=True, timeout=30), "ssh-keygen")
     return (path.parent / (path.name + ".pub")).read_text().strip()
 
 
@@ -210,16 +208,13 @@ class SshNode:
     def start(self) -> None:
         """Start this node's sshd and wait until it accepts a BatchMode login."""
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # the privilege separation folder sshd insists on
-        self.process = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(self.folder / "sshd_config")],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.folder / "sshd.log", "ab"),  # noqa: SIM115 - the server's for its lifetime
-            start_new_session=True,
-        )
+        self.process = self._spawn()
         deadline = time.monotonic() + 20
         while True:
-            probe = subprocess.run(self.ssh_argv("true"), capture_output=True, timeout=20, check=False)
+            probe = retry_eagain(
+                lambda: subprocess.run(self.ssh_argv("true"), capture_output=True, timeout=20, check=False),
+                f"the login probe of test sshd {self.name}",
+            )
             if probe.returncode == 0:
                 return
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -227,6 +222,21 @@ class SshNode:
                 self.stop()
                 raise RuntimeError(f"test sshd {self.name} did not start: {probe.stderr!r}\n{log}")
             time.sleep(0.1)
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        """This node's sshd, started (tried again after a transient EAGAIN)."""
+
+        def spawn() -> subprocess.Popen[bytes]:
+            with open(self.folder / "sshd.log", "ab") as log:  # the child keeps its own descriptor
+                return subprocess.Popen(
+                    [SSHD, "-D", "-e", "-f", str(self.folder / "sshd_config")],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    start_new_session=True,
+                )
+
+        return retry_eagain(spawn, f"test sshd {self.name}")
 
     def stop(self) -> None:
         """End this node's sshd and every session it serves (each in a session of its own, so not in the
@@ -245,13 +255,7 @@ class SshNode:
         self.host_key.unlink()
         (self.folder / (self.host_key.name + ".pub")).unlink()
         self.host_key_pub = _keygen(self.host_key, f"host-{self.name}-2")
-        self.process = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(self.folder / "sshd_config")],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.folder / "sshd.log", "ab"),  # noqa: SIM115
-            start_new_session=True,
-        )
+        self.process = self._spawn()
         _wait_listening(self.port)
         return self.host_key_pub
 

@@ -18,21 +18,15 @@ from typing import Any
 import pytest
 
 import aos.verify
-from aos.refusals import Refusal
 from aos.verify import verify_stream
 from observe.store import fetch, open_store, push
 from tests.helpers.paths import ROOT
+from tests.helpers.refusals import refused
 from tests.helpers.run import alpha, child_env
 from tests.helpers.s3 import S3Bucket, free_port
 from tracker.testing import sealed_stream
 
 HEX64 = "0123456789abcdef" * 4
-
-
-def refusal(fn: Callable[[], object]) -> Refusal:
-    with pytest.raises(Refusal) as info:
-        fn()
-    return info.value
 
 
 def digest_of(url: str) -> str:
@@ -56,14 +50,6 @@ def big_stream(path: Path, mib: int) -> Path:
         w.seal()
     finally:
         w.close()
-    return path
-
-
-@pytest.fixture
-def stream(tmp_path: Path) -> Path:
-    """A small sealed stream with a verdict."""
-    path = tmp_path / "s.aos"
-    sealed_stream(path)
     return path
 
 
@@ -122,13 +108,13 @@ class TestFolderStore:
     ) -> None:
         """A stream that does not verify is refused with verify's own refusal, and nothing is stored."""
         store = tmp_path / "store"
-        exc = refusal(lambda: push(asset(name), store))
+        exc = refused(lambda: push(asset(name), store))
         assert asset_manifest[name]["refusal"] == exc.name
         assert not store.exists()
 
     def test_push_refuses_a_missing_stream(self, tmp_path: Path) -> None:
         """A path that is not there is stream-missing."""
-        assert "stream-missing" == refusal(lambda: push(tmp_path / "absent.aos", tmp_path / "store")).name
+        assert "stream-missing" == refused(lambda: push(tmp_path / "absent.aos", tmp_path / "store")).name
 
     def test_tampered_object_is_refused_and_nothing_is_written(self, stream: Path, tmp_path: Path) -> None:
         """An object edited in the store is refused (stream-digest); -o is left as it was, with no temporary file."""
@@ -141,11 +127,11 @@ class TestFolderStore:
         obj.write_bytes(bytes(data))
         out_dir = tmp_path / "out"
         out_dir.mkdir()
-        exc = refusal(lambda: fetch(url, out_dir / "s.aos"))
+        exc = refused(lambda: fetch(url, out_dir / "s.aos"))
         assert "stream-digest" == exc.name
         assert [] == leftovers(out_dir)
         (out_dir / "s.aos").write_bytes(b"keep me")
-        refusal(lambda: fetch(url, out_dir / "s.aos"))
+        refused(lambda: fetch(url, out_dir / "s.aos"))
         assert b"keep me" == (out_dir / "s.aos").read_bytes()
         assert ["s.aos"] == leftovers(out_dir)
 
@@ -159,7 +145,7 @@ class TestFolderStore:
         obj = store / url.rsplit("/", 1)[1]
         obj.chmod(0o644)
         shutil.copyfile(b, obj)
-        exc = refusal(lambda: fetch(url, tmp_path / "out.aos"))
+        exc = refused(lambda: fetch(url, tmp_path / "out.aos"))
         assert "stream-digest" == exc.name
         assert digest_of(url) in exc.detail
         assert not (tmp_path / "out.aos").exists()
@@ -175,7 +161,7 @@ class TestFolderStore:
         store.mkdir()
         obj = store / f"{blake3(bad.read_bytes()).hexdigest()}.aos"
         shutil.copyfile(bad, obj)
-        exc = refusal(lambda: fetch(obj.as_uri(), tmp_path / "out.aos"))
+        exc = refused(lambda: fetch(obj.as_uri(), tmp_path / "out.aos"))
         assert "stream-unsealed" == exc.name
         assert ["store"] == leftovers(tmp_path)
 
@@ -204,14 +190,14 @@ class TestFolderStore:
 
         monkeypatch.setattr(aos.verify, "verify_stream", verify_then_swap)
         store = tmp_path / "store"
-        exc = refusal(lambda: push(stream, store))
+        exc = refused(lambda: push(stream, store))
         assert "stream-digest" == exc.name
         assert [] == leftovers(store)
 
     def test_missing_object(self, tmp_path: Path) -> None:
         """A name the store does not hold is stream-missing, and nothing is written."""
         (tmp_path / "store").mkdir()
-        exc = refusal(lambda: fetch((tmp_path / "store" / f"{HEX64}.aos").as_uri(), tmp_path / "out.aos"))
+        exc = refused(lambda: fetch((tmp_path / "store" / f"{HEX64}.aos").as_uri(), tmp_path / "out.aos"))
         assert "stream-missing" == exc.name
         assert ["store"] == leftovers(tmp_path)
 
@@ -220,17 +206,17 @@ class TestFolderStore:
         store = tmp_path / "store"
         store.mkdir()
         os.mkfifo(store / f"{HEX64}.aos")
-        assert "stream-missing" == refusal(lambda: fetch(store / f"{HEX64}.aos", tmp_path / "out.aos")).name
+        assert "stream-missing" == refused(lambda: fetch(store / f"{HEX64}.aos", tmp_path / "out.aos")).name
 
     def test_unwritable_target(self, stream: Path, tmp_path: Path) -> None:
         """A target in a folder that does not exist is stream-write."""
         url = push(stream, tmp_path / "store")
-        assert "stream-write" == refusal(lambda: fetch(url, tmp_path / "no" / "such" / "s.aos")).name
+        assert "stream-write" == refused(lambda: fetch(url, tmp_path / "no" / "such" / "s.aos")).name
 
     def test_unwritable_store(self, stream: Path, tmp_path: Path) -> None:
         """A store folder that cannot be created is store-unreachable."""
         (tmp_path / "file").write_text("not a folder")
-        assert "store-unreachable" == refusal(lambda: push(stream, tmp_path / "file" / "store")).name
+        assert "store-unreachable" == refused(lambda: push(stream, tmp_path / "file" / "store")).name
 
     @pytest.mark.parametrize(
         "url",
@@ -244,14 +230,14 @@ class TestFolderStore:
     )
     def test_not_a_store(self, url: str) -> None:
         """A URL that names no store this tool knows is store-url."""
-        assert "store-url" == refusal(lambda: open_store(url)).name
+        assert "store-url" == refused(lambda: open_store(url)).name
 
     @pytest.mark.parametrize(
         "url", ["s3://b/p/stream.aos", f"s3://b/{HEX64}", f"s3://b/{HEX64.upper()}.aos", f"{HEX64}.aos", ""]
     )
     def test_not_a_stored_stream(self, url: str, tmp_path: Path) -> None:
         """fetch needs STORE/<64 lowercase hex>.aos; anything else is store-url before any download."""
-        assert "store-url" == refusal(lambda: fetch(url, tmp_path / "out.aos")).name
+        assert "store-url" == refused(lambda: fetch(url, tmp_path / "out.aos")).name
 
 
 class TestS3Store:
@@ -283,7 +269,7 @@ class TestS3Store:
         s3_bucket.client.put_object(Bucket=s3_bucket.name, Key=url.rsplit("/", 1)[1], Body=bytes(data))
         out_dir = tmp_path / "out"
         out_dir.mkdir()
-        assert "stream-digest" == refusal(lambda: fetch(url, out_dir / "s.aos")).name
+        assert "stream-digest" == refused(lambda: fetch(url, out_dir / "s.aos")).name
         assert [] == leftovers(out_dir)
 
     def test_valid_stream_under_a_wrong_name(self, tmp_path: Path, s3_bucket: S3Bucket) -> None:
@@ -291,12 +277,12 @@ class TestS3Store:
         a = tmp_path / "a.aos"
         sealed_stream(a)
         s3_bucket.client.upload_file(str(a), s3_bucket.name, f"{HEX64}.aos")
-        assert "stream-digest" == refusal(lambda: fetch(f"{s3_bucket.url}/{HEX64}.aos", tmp_path / "o.aos")).name
+        assert "stream-digest" == refused(lambda: fetch(f"{s3_bucket.url}/{HEX64}.aos", tmp_path / "o.aos")).name
         assert not (tmp_path / "o.aos").exists()
 
     def test_push_refuses_what_does_not_verify(self, asset: Callable[[str], Path], s3_bucket: S3Bucket) -> None:
         """A damaged stream is refused before anything is uploaded."""
-        assert "stream-chain" == refusal(lambda: push(asset("flipped-byte.aos"), s3_bucket.url)).name
+        assert "stream-chain" == refused(lambda: push(asset("flipped-byte.aos"), s3_bucket.url)).name
         assert 0 == s3_bucket.client.list_objects_v2(Bucket=s3_bucket.name)["KeyCount"]
 
     def test_file_changed_after_verification(
@@ -313,13 +299,13 @@ class TestS3Store:
             return v
 
         monkeypatch.setattr(aos.verify, "verify_stream", verify_then_swap)
-        assert "stream-digest" == refusal(lambda: push(stream, s3_bucket.url)).name
+        assert "stream-digest" == refused(lambda: push(stream, s3_bucket.url)).name
         assert 0 == s3_bucket.client.list_objects_v2(Bucket=s3_bucket.name)["KeyCount"]
 
     def test_missing_object_and_bucket(self, stream: Path, s3_bucket: S3Bucket, tmp_path: Path) -> None:
         """An object that is not there is stream-missing; pushing to a bucket that is not there is store-unreachable."""
-        assert "stream-missing" == refusal(lambda: fetch(f"{s3_bucket.url}/{HEX64}.aos", tmp_path / "o.aos")).name
-        exc = refusal(lambda: push(stream, f"{s3_bucket.url}-absent/p"))
+        assert "stream-missing" == refused(lambda: fetch(f"{s3_bucket.url}/{HEX64}.aos", tmp_path / "o.aos")).name
+        exc = refused(lambda: push(stream, f"{s3_bucket.url}-absent/p"))
         assert ("store-unreachable", "no such bucket") == (exc.name, exc.detail.rsplit(": ", 1)[1])
         assert [] == [p for p in tmp_path.iterdir() if p.name.startswith(".o.aos")]
 
@@ -327,7 +313,7 @@ class TestS3Store:
         """An endpoint nothing listens on is store-unreachable, after the client's retries."""
         monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
         monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")
-        exc = refusal(lambda: push(stream, s3_bucket.url))
+        exc = refused(lambda: push(stream, s3_bucket.url))
         assert "store-unreachable" == exc.name
         assert "Could not connect" in exc.detail
 
@@ -335,7 +321,7 @@ class TestS3Store:
         """No credentials at all is store-unreachable, naming the cause."""
         monkeypatch.delenv("AWS_ACCESS_KEY_ID")
         monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
-        exc = refusal(lambda: push(stream, s3_bucket.url))
+        exc = refused(lambda: push(stream, s3_bucket.url))
         assert "store-unreachable" == exc.name
         assert "credentials" in exc.detail
 

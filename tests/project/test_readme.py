@@ -56,11 +56,12 @@ class TestQuickStart:
 
     def test_ci_runs_the_same_test_command(self) -> None:
         """.ci/run installs exactly as the README's test command does and gates exactly its pytest (with
-        only the JUnit file the gate reads added: ``tests-pass`` judges the suite's own results)."""
+        only the durations report and the JUnit file the gate reads added: ``tests-pass`` judges the suite's
+        own results, and the log names its 25 slowest tests)."""
         venv, install, test = _quick_start()[1].split(" && ")
         script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
         assert f"\n{venv} && {install} || exit 1\n" in script
-        assert f' -- {test} --junitxml "$out/pytest.xml"\n' in script
+        assert f' -- {test} --durations=25 --junitxml "$out/pytest.xml"\n' in script
         assert "pip install" not in script.replace(f"{venv} && {install}", "")
 
     def test_the_main_job_runs_as_written(self, tmp_path: Path) -> None:
@@ -146,6 +147,51 @@ class TestReadmeTour:
         done = _bash(block.splitlines()[-1], tmp_path)
         assert 1 == done.returncode, done.stdout + done.stderr
         assert "failing: test_app.test_fails" in done.stderr
+
+
+def _inner_loop() -> str:
+    """The README's inner-loop command (inline, beside the quick start's test command)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Quick start") : text.index("## Where it runs")]
+    (command,) = re.findall(r"The\s+inner loop is `([^`]+)`", section)
+    return command
+
+
+class TestInnerLoop:
+    """``pytest -m "not slow"``, as the README writes it, leaves out exactly the tests that start real servers."""
+
+    #: Three modules: tracker tests on both backends, tests that each start sshd, a lane over a pod of sshds.
+    PATHS = (
+        "tests/tracker/test_location.py",
+        "tests/observe/devices/test_remote.py",
+        "tests/samples/test_local_pod.py",
+    )
+
+    def _collected(self, command: str) -> list[str]:
+        import shlex
+        import sys
+
+        argv = shlex.split(command)
+        assert [".venv/bin/python", "-m", "pytest"] == argv[:3]
+        argv = [sys.executable, *argv[1:], "--collect-only", "-q", *self.PATHS]
+        done = subprocess.run(argv, cwd=ROOT, env=child_env(), capture_output=True, text=True, check=False)
+        assert done.returncode in (0, 5), done.stdout + done.stderr  # 5: nothing selected
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    def test_not_slow_leaves_out_every_server(self) -> None:
+        """The inner loop keeps the SQLite side of the tracker tests and none of PostgreSQL, sshd or the lane."""
+        kept = self._collected(_inner_loop())
+        assert any("[sqlite]" in test for test in kept), kept
+        assert not [test for test in kept if "postgresql" in test or not test.startswith(self.PATHS[0])], kept
+
+    def test_slow_is_the_rest(self) -> None:
+        """``-m slow`` selects the PostgreSQL side and every test of the two SSH modules, and no SQLite test."""
+        command = _inner_loop().replace('"not slow"', "slow")
+        slow = self._collected(command)
+        assert not [test for test in slow if "[sqlite]" in test], slow
+        assert any("[postgresql]" in test for test in slow), slow
+        for path in self.PATHS[1:]:
+            assert any(test.startswith(path) for test in slow), (path, slow)
 
 
 class TestLaneNames:

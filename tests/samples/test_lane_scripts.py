@@ -27,7 +27,7 @@ LANES = {
     "independent-device": "ALPHA_INDEPENDENT_DEVICE_CONFIG",
 }
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]  # the lanes run for real under their gates
 
 
 def _env(**extra: str) -> dict[str, str]:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from aos.reader import read_stream
+from tests.helpers.eagain import retry_eagain
 from tests.helpers.paths import ROOT
 from tests.helpers.run import ALPHA, child_env
 from tests.helpers.sshd import as_lane, lane_readable, observer_args, observer_env
@@ -96,13 +97,16 @@ def _start_gate(gate: str, folder: Path, config: Path) -> subprocess.Popen[str]:
     stream = folder / f"{gate}.aos"
     options = ["--out", str(stream), "--quiet", *observer_args()]
     env = {VARIABLE[gate]: str(config), "ALPHA_OBSERVE_SIMULATED_GPUS": _simulated(folder), **observer_env()}
-    return subprocess.Popen(
-        [ALPHA, "observe", "gate", gate, *options, "--", "bash", str(script), "out"],
-        cwd=folder,
-        env=child_env(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    return retry_eagain(
+        lambda: subprocess.Popen(
+            [ALPHA, "observe", "gate", gate, *options, "--", "bash", str(script), "out"],
+            cwd=folder,
+            env=child_env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ),
+        f"the {gate} lane",
     )
 
 

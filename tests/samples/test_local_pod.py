@@ -28,6 +28,7 @@ from tests.helpers.workers import LANES_OVER_SSH
 SECTION = "## Try it without a GPU"
 pytestmark = [
     pytest.mark.timeout(300),
+    pytest.mark.slow,  # a pod of real sshds and the lane over them
     LANES_OVER_SSH,
     pytest.mark.skipif(os.geteuid() != 0, reason="local-pod.sh makes an account and serves two: root only"),
     pytest.mark.skipif(sshd_available() is not None, reason=str(sshd_available())),

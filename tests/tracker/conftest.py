@@ -1,7 +1,8 @@
 """The tracker's shared fixtures: the example tracker built once per module and backend, a fresh copy per test.
 
 The backends themselves (``tracker_backend``, ``pg_server``, ``tracker_db``) are in tests/conftest.py:
-samples/ uses them too.
+samples/ uses them too. ``conn`` is the tracker most attach tests start from (one running run, ``run``); a
+module that starts elsewhere (no run yet, known devices, SQLite only) defines its own ``conn``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tracker import records
+from tracker.backends import Connection
+from tracker.db import init
 from tracker.testing import ExampleTracker, example_tracker
 
 
@@ -51,3 +55,18 @@ def example_copy(
     yield db
     if server is not None:
         server.drop_database(name)
+
+
+@pytest.fixture
+def conn(tracker_db: str) -> Iterator[Connection]:
+    """An empty tracker with one running run of lane distributed-device."""
+    c = init(tracker_db)
+    records.start_run(c, lane="distributed-device")
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def run(conn: Connection) -> str:
+    """The id of the tracker's one run."""
+    return str(conn.execute("SELECT id FROM runs").fetchone()[0])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +19,6 @@ from tracker.backends import Connection
 from tracker.db import init
 from tracker.streams import derive
 from tracker.testing import flip_byte, sealed_stream
-
-
-@pytest.fixture
-def conn(tracker_db: str) -> Iterator[Connection]:
-    """An empty tracker with one running run of lane distributed-device."""
-    c = init(tracker_db)
-    records.start_run(c, lane="distributed-device")
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def run(conn: Connection) -> str:
-    """The id of the tracker's one run."""
-    return str(conn.execute("SELECT id FROM runs").fetchone()[0])
 
 
 def count(conn: Connection) -> int:

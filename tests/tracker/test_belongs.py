@@ -14,6 +14,7 @@ from aos.refusals import Refusal
 from aos.writer import StreamWriter
 from tests.helpers.backends import integrity_errors
 from tests.helpers.cli import Cli
+from tests.helpers.refusals import refused
 from tracker import records
 from tracker.attach import attach
 from tracker.backends import Connection
@@ -38,18 +39,12 @@ def count(conn: Connection) -> int:
     return int(conn.execute("SELECT count(*) FROM evidence").fetchone()[0])
 
 
-def refusal(conn: Connection, path: Path, run: str) -> str:
-    with pytest.raises(Refusal) as info:
-        attach(conn, path, run)
-    return info.value.name
-
-
 class TestLane:
     def test_stream_of_another_lane_refused(self, conn: Connection, tmp_path: Path) -> None:
         """A stream whose gate is not the run's lane is not evidence for it."""
         run = records.start_run(conn, lane="distributed-device")
         sealed_stream(tmp_path / "s.aos", gate="exit-zero")
-        assert "tracker-evidence-lane" == refusal(conn, tmp_path / "s.aos", run)
+        assert "tracker-evidence-lane" == refused(attach, conn, tmp_path / "s.aos", run).name
         assert 0 == count(conn)
 
     def test_run_without_lane_takes_its_first_streams_gate(self, conn: Connection, tmp_path: Path) -> None:
@@ -59,7 +54,7 @@ class TestLane:
         attach(conn, tmp_path / "a.aos", run)
         assert "coordinate-device" == conn.execute("SELECT lane FROM runs WHERE id = ?", (run,)).fetchone()[0]
         sealed_stream(tmp_path / "b.aos", gate="distributed-device")
-        assert "tracker-evidence-lane" == refusal(conn, tmp_path / "b.aos", run)
+        assert "tracker-evidence-lane" == refused(attach, conn, tmp_path / "b.aos", run).name
 
     def test_database_refuses_the_wrong_lane(self, conn: Connection) -> None:
         """A plain SQL insert of evidence of another gate is refused by the database itself."""
@@ -73,7 +68,7 @@ class TestTime:
         """A stream recorded (stream.open) before the run started is not evidence for it."""
         sealed_stream(tmp_path / "old.aos", opened_ns=time.time_ns() - 3_600_000_000_000)
         run = records.start_run(conn, lane="distributed-device")
-        assert "tracker-evidence-time" == refusal(conn, tmp_path / "old.aos", run)
+        assert "tracker-evidence-time" == refused(attach, conn, tmp_path / "old.aos", run).name
         assert 0 == count(conn)
 
     def test_stream_recorded_after_the_run_started_accepted(self, conn: Connection, tmp_path: Path) -> None:
@@ -101,7 +96,7 @@ class TestTime:
         sealed_stream(tmp_path / "before.aos", opened_ns=declared - 60_000_000_000)
         run = records.start_run(conn, lane="distributed-device", started_at_ns=declared)
         attach(conn, tmp_path / "during.aos", run)
-        assert "tracker-evidence-time" == refusal(conn, tmp_path / "before.aos", run)
+        assert "tracker-evidence-time" == refused(attach, conn, tmp_path / "before.aos", run).name
         from tracker.ids import iso_ms
 
         started = conn.execute("SELECT started_at FROM runs WHERE id = ?", (run,)).fetchone()[0]
@@ -132,13 +127,13 @@ class TestDevices:
         """A run on GPU A does not take a stream whose recorder observed only GPU B."""
         run = records.start_run(conn, lane="distributed-device", devices=[GPU_A])
         sealed_stream(tmp_path / "s.aos", devices=[GPU_B])
-        assert "tracker-evidence-devices" == refusal(conn, tmp_path / "s.aos", run)
+        assert "tracker-evidence-devices" == refused(attach, conn, tmp_path / "s.aos", run).name
 
     def test_stream_without_observed_devices_refused(self, conn: Connection, tmp_path: Path) -> None:
         """A run that names devices does not take a stream whose recorder observed no GPU."""
         run = records.start_run(conn, lane="distributed-device", devices=[GPU_A])
         sealed_stream(tmp_path / "s.aos")
-        assert "tracker-evidence-devices" == refusal(conn, tmp_path / "s.aos", run)
+        assert "tracker-evidence-devices" == refused(attach, conn, tmp_path / "s.aos", run).name
 
     def test_stream_observed_on_every_device_accepted(self, conn: Connection, tmp_path: Path) -> None:
         """A stream observed on every device of the run (and maybe more of the host's) is accepted."""
@@ -266,7 +261,7 @@ class TestStreamVerdict:
         shown = cli("observe", "verdict", str(path))
         assert 1 == shown.exit_code
         assert shown.stderr.startswith("refused: stream-verdict: ")
-        assert "stream-verdict" == refusal(conn, path, run)
+        assert "stream-verdict" == refused(attach, conn, path, run).name
         assert 0 == count(conn)
 
     def test_database_refuses_evidence_without_a_verdict(self, conn: Connection) -> None:

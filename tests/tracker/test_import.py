@@ -25,6 +25,7 @@ from aos.signing import generate_keypair, load_signer
 from tests.helpers.backends import PlainClient, without_triggers
 from tests.helpers.cli import Cli
 from tests.helpers.paths import ROOT
+from tests.helpers.refusals import refused as refused_by
 from tracker import importing, records
 from tracker.attach import attach
 from tracker.audit import audit
@@ -109,10 +110,9 @@ def counts(conn: Connection) -> dict[str, Any]:
 def refused(conn: Connection, db: str, *, drop_legacy_ids: bool = False) -> Refusal:
     """Import ``db`` into ``conn``; it must be refused with nothing written. Returns the refusal."""
     before = counts(conn)
-    with pytest.raises(Refusal) as info:
-        import_tracker(conn, db, drop_legacy_ids=drop_legacy_ids)
+    refusal = refused_by(import_tracker, conn, db, drop_legacy_ids=drop_legacy_ids)
     assert before == counts(conn)
-    return info.value
+    return refusal
 
 
 def _substance(conn: Connection, runs: list[str]) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,23 +15,7 @@ from tracker import journal, records
 from tracker.attach import attach
 from tracker.audit import audit
 from tracker.backends import Connection
-from tracker.db import init
 from tracker.testing import sealed_stream
-
-
-@pytest.fixture
-def conn(tracker_db: str) -> Iterator[Connection]:
-    """An empty tracker with one running run of lane distributed-device."""
-    c = init(tracker_db)
-    records.start_run(c, lane="distributed-device")
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def run(conn: Connection) -> str:
-    """The id of the tracker's one run."""
-    return str(conn.execute("SELECT id FROM runs").fetchone()[0])
 
 
 def _url_of(conn: Connection) -> Any:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from aos.refusals import Refusal
 from tests.helpers.backends import integrity_errors
+from tests.helpers.refusals import refused
 from tracker import records
 from tracker.attach import attach
 from tracker.audit import audit
@@ -35,12 +35,6 @@ def _source(commit: str) -> dict[str, Any]:
     return {"commit": commit, "tree": "3" * 40, "branch": "main", "remote": None, "dirty": False}
 
 
-def _refusal(conn: Connection, path: Path, run: str) -> str:
-    with pytest.raises(Refusal) as info:
-        attach(conn, path, run)
-    return info.value.name
-
-
 class TestAttach:
     def test_run_records_its_ci_jobs_commit(self, conn: Connection) -> None:
         """`run start` under GitHub Actions records $GITHUB_SHA as the run's commit."""
@@ -59,14 +53,14 @@ class TestAttach:
         """A stream recorded at another commit than the run's is refused, and nothing is recorded."""
         run = records.start_run(conn, lane="distributed-device", environ=CI)
         sealed_stream(tmp_path / "s.aos", source=_source(OTHER))
-        assert "tracker-evidence-source" == _refusal(conn, tmp_path / "s.aos", run)
+        assert "tracker-evidence-source" == refused(attach, conn, tmp_path / "s.aos", run).name
         assert 0 == conn.execute("SELECT count(*) FROM evidence").fetchone()[0]
 
     def test_stream_naming_no_commit_refused(self, conn: Connection, tmp_path: Path) -> None:
         """A stream recorded outside a repository (source null), or with none recorded, is refused for such a run."""
         run = records.start_run(conn, lane="distributed-device", environ=CI)
         sealed_stream(tmp_path / "a.aos")
-        assert "tracker-evidence-source" == _refusal(conn, tmp_path / "a.aos", run)
+        assert "tracker-evidence-source" == refused(attach, conn, tmp_path / "a.aos", run).name
 
     def test_run_without_a_commit_takes_any(self, conn: Connection, tmp_path: Path) -> None:
         """A run outside CI names no commit: any stream of its lane is evidence for it."""

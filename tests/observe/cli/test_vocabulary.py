@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import pytest
 from click.testing import CliRunner
 
 from aos.signing import generate_keypair
@@ -102,14 +101,6 @@ class TestEveryCommand:
                 words = [] if name == "alpha" else name.split()
                 text = run(*words, "--help")[1]
                 assert [] == [a for a in aliases if a in text], name
-
-
-@pytest.fixture
-def stream(tmp_path: Path) -> Path:
-    """A sealed stream with a verdict of gate distributed-device."""
-    path = tmp_path / "s.aos"
-    sealed_stream(path)
-    return path
 
 
 class TestOldSpellingsStillWork:

@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 from aos.reader import read_stream
 from observe.cli.root import main
+from tests.helpers.eagain import retry_eagain
 from tests.helpers.workers import PHOENIX
 from tests.observe.interop.test_otlp_send import lane  # noqa: F401 - the recorded lane fixture, shared
 
@@ -61,13 +62,16 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "PHOENIX_TELEMETRY_ENABLED": "false",
     }
     log = (d / "phoenix.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "phoenix.server.main", "serve"],
-        cwd=d,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    proc = retry_eagain(
+        lambda: subprocess.Popen(
+            [sys.executable, "-m", "phoenix.server.main", "serve"],
+            cwd=d,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        ),
+        "the Phoenix server",
     )
     base = f"http://127.0.0.1:{port}"
     try:

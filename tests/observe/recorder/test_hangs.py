@@ -24,6 +24,20 @@ def _alive(pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
+def _reading(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` holds ``path`` open and has read into it (its offset, /proc/PID/fdinfo, past 0)."""
+    target = str(path.resolve())
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            if os.readlink(fd) == target:
+                info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text()
+                if int(info.split("pos:", 1)[1].split()[0]) > 0:
+                    return True
+    except OSError:  # a descriptor closed while looked at, or the process gone
+        return False
+    return False
+
+
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGKILL)
@@ -75,7 +89,7 @@ class TestCaptureUnderSignalsAndTimeout:
         )
         try:
             wait_for(lambda: (tmp_path / "ready").exists(), timeout=30)
-            time.sleep(1.0)  # the command is done: the recorder is hashing the file now
+            wait_for(lambda: _reading(proc.pid, tmp_path / "huge"), timeout=30)  # the recorder is hashing it now
             proc.terminate()
             proc.communicate(timeout=30)
         finally:
@@ -200,7 +214,9 @@ class TestPty:
             read_until(b"ready\r\n")
             os.write(master, b"typed-line\n")
             read_until(b"typed-line", 2)
-            time.sleep(0.3)  # a third copy, if the recorder's terminal echoed too, would be here by now
+            # No wait for a third copy: had the recorder's terminal echoed too, its line discipline would have
+            # echoed the line when it took it in, before it takes in the end of input below; the recording ends
+            # only after that, and everything up to its end is read.
             os.write(master, b"\x04")
             read_until(b"\x00")  # to the end
             settings = termios.tcgetattr(master)

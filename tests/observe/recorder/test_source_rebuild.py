@@ -298,6 +298,7 @@ class TestGateRule:
         assert (set(), {"source", "rebuild"}) == ({"source", "rebuild"} & names[0], {"source", "rebuild"} & names[1])
 
 
+@pytest.mark.slow  # the reference lane runs to its preflight and rebuilds
 def test_reference_lane_rebuilds_from_its_commit(tmp_path: Path) -> None:
     """The reference lane, committed: its physical part (here stopped at the preflight) rebuilds the static
     executables from the commit byte for byte: rebuild passes, and the source check says the tree was clean."""

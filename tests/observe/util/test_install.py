@@ -58,16 +58,6 @@ def _without(modules: str, *args: str, cwd: Path) -> subprocess.CompletedProcess
     return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, check=False)
 
 
-@pytest.fixture
-def stream(tmp_path: Path) -> Path:
-    """A sealed stream."""
-    from tracker.testing import sealed_stream
-
-    path = tmp_path / "s.aos"
-    sealed_stream(path)
-    return path
-
-
 class TestTheHintFires:
     @pytest.mark.parametrize(
         "args",
