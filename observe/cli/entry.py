@@ -2,10 +2,11 @@
 
 A lane calls ``alpha observe receipt`` and ``alpha observe step`` hundreds of times, so
 their start-up is most of their cost: this module imports nothing but the standard
-library (and ``observe.exits``, which is no more) until it knows the command. A plain invocation of either (the forms below) goes
-straight to ``observe.channel.client``; any other (``--help``, ``--status=pass``, an option
-before NAME, a value that starts with ``-``, a bad ``--field``...) goes to the click
-command line, which gives the same result or the usual usage error:
+library (and ``observe.exits``, which is no more) until it knows the command. A plain
+invocation of either (the forms below) goes straight to ``observe.channel.client``; any
+other (``--help``, ``--status=pass``, an option before NAME, a value that starts with
+``-``, a bad ``--field``...) goes to the click command line, which gives the same result
+or the usual usage error:
 
     alpha observe receipt NAME [--status S | --field K=V | --json OBJ]...
     alpha observe step NAME [--standalone]... [--] COMMAND...   (COMMAND not starting with -)
