@@ -48,20 +48,10 @@ def is_local(host: object) -> bool:
     return host in LOCAL_HOSTS or (isinstance(host, str) and host.strip() in ("", "local"))
 
 
-def _merged_observer(top: Mapping[str, Any], entry: Mapping[str, Any]) -> Any:
-    """The node's ``observer``: the entry's keys over the top level's (both objects), as written."""
-    above, own = top.get("observer"), entry.get("observer")
-    if entry is top or own is None:
-        return above
-    if above is None:
-        return own
-    if isinstance(above, dict) and isinstance(own, dict):
-        return {**above, **own}
-    return own  # not an object: observer_of names it
-
-
-def _merged_env(top: Mapping[str, Any], entry: Mapping[str, Any]) -> Any:
-    above, own = top.get("node_env"), entry.get("node_env")
+def _merged(top: Mapping[str, Any], entry: Mapping[str, Any], key: str) -> Any:
+    """A node's ``observer`` or ``node_env``: the entry's keys over the top level's (both objects), as written;
+    a value that is not an object is the entry's own (its reader names what is wrong with it)."""
+    above, own = top.get(key), entry.get(key)
     if entry is top or own is None:
         return above
     if above is None:
@@ -84,7 +74,8 @@ def node_entries(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     found = []
     for entry in nodes:
         merged = {**{k: config[k] for k in INHERITED if k in config}, **entry}
-        for key, value in (("observer", _merged_observer(config, entry)), ("node_env", _merged_env(config, entry))):
+        for key in ("observer", "node_env"):
+            value = _merged(config, entry, key)
             if value is None:
                 merged.pop(key, None)
             else:
