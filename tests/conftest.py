@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 
 from tests.helpers.cli import Cli, invoke
+from tests.helpers.durations import slow_by_time
 from tests.helpers.eagain import retry_eagain, transient
 from tests.helpers.paths import ASSETS
 from tests.helpers.run import foreign
 from tests.helpers.s3 import S3Bucket, free_port
+from tests.helpers.workers import turn
 
 #: Whether the suite runs in CI (read once, before any test removes the CI variables).
 IN_CI = bool(os.environ.get("CI"))
@@ -385,22 +387,37 @@ SLOW_FIXTURES: dict[str, str] = {
 SLOW_PARAMS: dict[str, object] = {"tracker_backend": "postgresql"}
 
 
-def slow_reason(fixturenames: list[str], params: dict[str, object]) -> str | None:
-    """Why a test with these fixtures (the closure) and parameters is slow, or None when it is not."""
+def slow_reason(fixturenames: list[str], params: dict[str, object], nodeid: str = "") -> str | None:
+    """Why a test with these fixtures (the closure), parameters and node id is slow, or None when it is not:
+    a fixture or parameter above, else its measured time (tests/durations.json, tests.helpers.durations)."""
     for name in fixturenames:
         if name in SLOW_FIXTURES:
             return f"{name}: {SLOW_FIXTURES[name]}"
     for name, value in SLOW_PARAMS.items():
         if params.get(name) == value:
             return f"{name}={value}"
+    seconds = slow_by_time(nodeid)
+    if seconds is not None:
+        return f"measured {seconds} s (tests/durations.json)"
     return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by mark
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark `slow` every test that SLOW_FIXTURES or SLOW_PARAMS name."""
+    """Mark `slow` every test that SLOW_FIXTURES, SLOW_PARAMS or its measured time name."""
     for item in items:
         callspec = getattr(item, "callspec", None)
-        why = slow_reason(list(getattr(item, "fixturenames", ())), dict(callspec.params) if callspec else {})
+        params = dict(callspec.params) if callspec else {}
+        why = slow_reason(list(getattr(item, "fixturenames", ())), params, item.nodeid)
         if why is not None:
             item.add_marker(pytest.mark.slow(reason=why))
+
+
+# -- workers: one per core, and the tests that run alone (tests/helpers/workers.py) ------------------
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
+    """Each test runs beside the other workers' tests, or with none when it is marked ``alone``."""
+    with turn(item.get_closest_marker("alone") is not None):
+        return (yield)

@@ -27,14 +27,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.helpers.accounts import ensure, per_worker
 from tests.helpers.eagain import retry_eagain
 
 SSHD = "/usr/sbin/sshd"
 SSH = shutil.which("ssh") or "/usr/bin/ssh"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 ADDRESS = "127.0.0.1"
-#: The node's unprivileged account the lane logs into (never the recorder's).
-LANE_USER = "aos-lane"
+#: The node's unprivileged account the lane logs into (never the recorder's): ``aos-lane``, one per xdist
+#: worker (tests.helpers.accounts), since a test plants start-up code in its home.
+LANE_USER = per_worker("aos-lane")
 #: The node's observer account, the recorder's.
 OBSERVER_USER = "root"
 #: The environment variable the tests hand the observer key in (``--observer-key-env``).
@@ -42,19 +44,8 @@ OBSERVER_KEY_ENV = "AOS_TEST_OBSERVER_KEY"
 
 
 def lane_account() -> pwd.struct_passwd:
-    """The lane account, created on first use (``useradd``, its own home; not locked, so a key logs in)."""
-    try:
-        return pwd.getpwnam(LANE_USER)
-    except KeyError:
-        pass
-    subprocess.run(
-        ["useradd", "--create-home", "--shell", "/bin/bash", "--user-group", LANE_USER],
-        capture_output=True,
-        timeout=60,
-        check=False,  # another process may have made it meanwhile: looked up again below
-    )
-    subprocess.run(["usermod", "-p", "*", LANE_USER], capture_output=True, timeout=60, check=False)
-    return pwd.getpwnam(LANE_USER)
+    """The lane account, created on first use (its own home; not locked, so a key logs in)."""
+    return ensure(LANE_USER)
 
 
 def as_lane(path: Path) -> Path:

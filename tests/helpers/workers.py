@@ -1,11 +1,19 @@
-"""Marks that keep the tests sharing one expensive fixture on one worker (pytest-xdist's ``loadgroup``).
+"""Marks for the suite's workers: tests sharing one expensive fixture on one worker (pytest-xdist's
+``loadgroup``), and the tests that run alone.
 
-Under ``pytest -n logical --dist loadgroup`` (one worker per core); a session or module
+The suite runs one worker per core (``-n logical --dist loadgroup``, pyproject.toml's addopts); a session or module
 fixture is built once in each worker that runs a test using it. Where that costs many
 seconds, every test using it carries the same mark here, so one worker builds it once.
 """
 
 from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,11 +23,43 @@ TWO_GPU_TRACKER = pytest.mark.xdist_group("two-gpu-tracker")
 #: tests/samples/test_lane_ssh.py's ``lane_runs``: the three lanes over SSH, recorded once (about 45 s).
 LANES_OVER_SSH = pytest.mark.xdist_group("lanes-over-ssh")
 
-#: tests/observe/cli/test_resource.py: its limited processes run as ``nobody``, and the thread limit is the
-#: threads that user holds: another such process ending gave one room to start some of its threads (DuckDB
-#: then crashed with SIGSEGV, 2 in 30 with two at once). One at a time, with every other test that runs a
-#: process as that user (the suite's PostgreSQL server runs as ``nobody`` too: not yet kept apart).
+#: tests/observe/cli/test_resource.py: its limited processes run as one account (tests.helpers.accounts), whose
+#: threads its thread limit counts: one test at a time (another such process ending gave one room to start some
+#: of its threads; DuckDB then crashed with SIGSEGV, 2 in 30 with two at once), with the test that records as
+#: ``nobody`` (tests/observe/recorder/test_trust_boundary.py).
 RESOURCE_LIMITS = pytest.mark.xdist_group("resource-limits")
 
 #: tests/observe/interop/test_otlp_phoenix.py's ``phoenix``: a Phoenix server (about 13 s to start).
 PHOENIX = pytest.mark.xdist_group("phoenix")
+
+#: A test that loads the whole machine (every pid it can fork, as the pid hopper does) runs with no test of any
+#: other worker beside it: under two workers, another worker's fork or thread start failed with EAGAIN while
+#: 10 hoppers ran. See :func:`turn`.
+ALONE = pytest.mark.alone
+
+
+@contextlib.contextmanager
+def turn(alone: bool) -> Iterator[None]:
+    """Run one test: beside other workers' tests, or ``alone`` with none (a readers-writer lock on two files
+    shared by the run's workers; the turnstile makes a waiting ``alone`` test go next instead of starving).
+    Outside pytest-xdist there is nothing to share, and nothing is locked."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        yield
+        return
+    folder = Path(tempfile.gettempdir())
+    with (
+        (folder / f"alpha-observe-tests-{run}.turnstile").open("a") as gate,
+        (folder / f"alpha-observe-tests-{run}.lock").open("a") as lock,
+    ):
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)

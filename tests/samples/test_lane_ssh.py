@@ -28,7 +28,7 @@ from aos.reader import read_stream
 from tests.helpers.eagain import retry_eagain
 from tests.helpers.paths import ROOT
 from tests.helpers.run import ALPHA, child_env
-from tests.helpers.sshd import as_lane, lane_readable, observer_args, observer_env
+from tests.helpers.sshd import LANE_USER, as_lane, lane_readable, observer_args, observer_env
 from tests.helpers.workers import LANES_OVER_SSH
 
 LANE = ROOT / "samples" / "lane"
@@ -212,7 +212,7 @@ class TestLanesOverSsh:
             assert ["start", "end"] == [mine[0]["phase"], mine[-1]["phase"]]
             assert all(o["node"]["host_key_verified"] and o["simulated_from"] for o in mine)
             accounts = {(o["node"]["user"], o["node"]["lane_user"], o["node"]["lane_uid"] != 0) for o in mine}
-            assert {("root", "aos-lane", True)} == accounts
+            assert {("root", LANE_USER, True)} == accounts
         reason = next(c["reason"] for c in lane_run["verdict"]["checks"] if c["name"] == "devices-observed")
         assert "simulated" in reason, reason
 

@@ -22,6 +22,7 @@ import pytest
 from aos.resources import machine_error
 from aos.verify import verify_stream
 from tests.aos.test_bounded_reading import AT_BOUND_DATA, at_bound_stream
+from tests.helpers.accounts import ensure, per_worker
 from tests.helpers.paths import ROOT
 from tests.helpers.run import alpha, child_env
 from tests.helpers.workers import RESOURCE_LIMITS
@@ -77,16 +78,22 @@ main()
 #: One worker runs them all: see RESOURCE_LIMITS.
 pytestmark = RESOURCE_LIMITS
 
-UNPRIVILEGED = [
-    "setpriv",
-    "--reuid",
-    "65534",
-    "--regid",
-    "65534",
-    "--clear-groups",
-    "--inh-caps=+dac_read_search",  # to read the interpreter and the tree under /root, as root's tests do
-    "--ambient-caps=+dac_read_search",
-]
+#: The thread limit counts every thread of the limited process's user: an account of this worker's alone
+#: (tests.helpers.accounts), never ``nobody``, whom the suite's PostgreSQL servers run as.
+LIMITED_USER = "aos-limits"
+
+
+def unprivileged() -> list[str]:
+    """``setpriv`` to this worker's limited account, keeping the right to read root's tree (as root's tests do)."""
+    account = ensure(per_worker(LIMITED_USER))
+    return [
+        "setpriv",
+        f"--reuid={account.pw_uid}",
+        f"--regid={account.pw_gid}",
+        "--clear-groups",
+        "--inh-caps=+dac_read_search",  # to read the interpreter and the tree under /root
+        "--ambient-caps=+dac_read_search",
+    ]
 
 
 def _threads_possible() -> bool:
@@ -95,7 +102,7 @@ def _threads_possible() -> bool:
 
 def limited(kind: str, *args: str, extra: int = 0) -> subprocess.CompletedProcess[str]:
     """``alpha ARGS`` under the limit KIND (``none`` for none), as text."""
-    prefix = UNPRIVILEGED if kind == "threads" else []
+    prefix = unprivileged() if kind == "threads" else []
     env = child_env({"PYTHONPATH": str(ROOT)})
     argv = [*prefix, sys.executable, "-c", DRIVER, kind, str(extra), *args]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)

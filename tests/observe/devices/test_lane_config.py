@@ -18,7 +18,7 @@ import pytest
 
 from tests.helpers.paths import ROOT
 from tests.helpers.recorder import events, record
-from tests.helpers.sshd import SshNode, observer_args, observer_env
+from tests.helpers.sshd import LANE_USER, SshNode, observer_args, observer_env
 
 README = ROOT / "samples" / "lane" / "README.md"
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
@@ -178,7 +178,7 @@ def assert_observed(evs: list[Any], node: SshNode) -> None:
     facts = mine[0].attrs["node"]
     assert facts["host_key_verified"]
     accounts = (facts["user"], facts["observer_uid"], facts["lane_user"], facts["key"])
-    assert ("root", 0, "aos-lane", "env") == accounts
+    assert ("root", 0, LANE_USER, "env") == accounts
 
 
 def test_the_readmes_two_host_config_observes_both_nodes(ssh_nodes: tuple[SshNode, SshNode], tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from observe.env import RecorderVars
 from tests.helpers.paths import ATTACKS
 from tests.helpers.recorder import events, one
 from tests.helpers.run import ALPHA, child_env
+from tests.helpers.workers import ALONE
 from tests.observe.recorder.test_containment import cgroup_possible
 
 ESCAPER = ATTACKS / "cgroup_escaper.py"
@@ -29,6 +30,9 @@ HOP_SECONDS = 8.0
 #: Recordings side by side, and the hoppers of each (they fork flat out).
 RECORDINGS = 3
 HOPPERS = 6
+
+#: Its hoppers take every pid they can: no other worker's test runs beside it.
+pytestmark = ALONE
 
 
 def cgroup_gone(evs: list) -> bool:

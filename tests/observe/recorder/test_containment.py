@@ -26,6 +26,7 @@ from observe.recorder.cgroup import CgroupUnavailable, make_cgroup
 from tests.helpers.paths import ATTACKS
 from tests.helpers.recorder import events, one, output
 from tests.helpers.run import ALPHA, child_env
+from tests.helpers.workers import ALONE
 
 HOPPER = ATTACKS / "pid_hopper.py"
 #: Seconds the hopper hops before it writes its mark: past each recording's end (a mark written before
@@ -132,6 +133,7 @@ def _stray(evs: list[Event]) -> dict[str, object]:
     return dict(found[0].attrs) if found else {}
 
 
+@ALONE  # its ten hoppers at a time take every pid they can: another worker's fork failed with EAGAIN
 @pytest.mark.parametrize(("mode", "count"), CONTAINMENTS)
 def test_the_pid_hopper_never_outlives_a_recording(tmp_path: Path, mode: str, count: int) -> None:
     """Every recording of the pid hopper (20 in a cgroup, 10 swept; half under --timeout) leaves no survivor,
