@@ -20,7 +20,7 @@ from tests.helpers.eagain import retry_eagain, transient
 from tests.helpers.paths import ASSETS
 from tests.helpers.run import foreign
 from tests.helpers.s3 import S3Bucket, free_port
-from tests.helpers.workers import turn
+from tests.helpers.workers import SSHD, turn
 
 #: Whether the suite runs in CI (read once, before any test removes the CI variables).
 IN_CI = bool(os.environ.get("CI"))
@@ -383,6 +383,9 @@ SLOW_FIXTURES: dict[str, str] = {
     "action_source": "the action's steps run from a copy of the checkout, as a runner would",
 }
 
+#: The fixtures that start or log into the suite's sshds: their tests run on one worker (workers.SSHD).
+SSHD_FIXTURES = frozenset({"ssh_node", "ssh_nodes", "own_node", "lane_runs"})
+
 #: Parameters that put a test on a real server: the PostgreSQL side of every tracker test.
 SLOW_PARAMS: dict[str, object] = {"tracker_backend": "postgresql"}
 
@@ -404,13 +407,17 @@ def slow_reason(fixturenames: list[str], params: dict[str, object], nodeid: str 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by mark
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark `slow` every test that SLOW_FIXTURES, SLOW_PARAMS or its measured time name."""
+    """Mark `slow` every test that SLOW_FIXTURES, SLOW_PARAMS or its measured time name, and put every test of
+    an sshd on the sshd worker."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = dict(callspec.params) if callspec else {}
-        why = slow_reason(list(getattr(item, "fixturenames", ())), params, item.nodeid)
+        fixtures = list(getattr(item, "fixturenames", ()))
+        why = slow_reason(fixtures, params, item.nodeid)
         if why is not None:
             item.add_marker(pytest.mark.slow(reason=why))
+        if SSHD_FIXTURES.intersection(fixtures):
+            item.add_marker(SSHD)
 
 
 # -- workers: one per core, and the tests that run alone (tests/helpers/workers.py) ------------------

@@ -20,8 +20,13 @@ import pytest
 #: tests/conftest.py's ``two_gpu_tracker``: the two-GPU tracker sample, run once (about 20 s).
 TWO_GPU_TRACKER = pytest.mark.xdist_group("two-gpu-tracker")
 
-#: tests/samples/test_lane_ssh.py's ``lane_runs``: the three lanes over SSH, recorded once (about 45 s).
-LANES_OVER_SSH = pytest.mark.xdist_group("lanes-over-ssh")
+#: Every test that starts or logs into the suite's real sshds (tests/helpers/sshd.py): one worker runs them in turn.
+#: A node's observer reports the machine's other SSH sessions (a pod's other root login is a finding), and the
+#: suite's nodes all share this machine, so another worker's sessions would be findings too. tests/conftest.py
+#: gives this mark to every test using an sshd fixture (``SSHD_FIXTURES``); the lanes over SSH, recorded once
+#: (about 45 s), and samples/pod/local-pod.sh carry it themselves.
+SSHD = pytest.mark.xdist_group("sshd")
+LANES_OVER_SSH = SSHD
 
 #: tests/observe/cli/test_resource.py: its limited processes run as one account (tests.helpers.accounts), whose
 #: threads its thread limit counts: one test at a time (another such process ending gave one room to start some
