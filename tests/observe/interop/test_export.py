@@ -391,7 +391,7 @@ def _noisy(d: Path, mib: int) -> Path:
     [
         ["observe", "export", "{}", "--format", "asciicast", "-o", "x.cast"],
         ["observe", "export", "{}", "--format", "otlp", "-o", "x.json"],
-        ["observe", "attest", "{}", "-o", "x.att"],
+        ["observe", "attest", "{}", "--attester-id", "https://ci.example/a", "-o", "x.att"],
     ],
     ids=["asciicast", "otlp", "attest"],
 )
