@@ -123,6 +123,32 @@ def slsa_verifier_checks(st: dict[str, Any], artifact_sha256: str, builder_id: s
         raise AssertionError(f"ErrorMismatchSource: {uri!r}")
 
 
+def gh_attestation_checks(bundle_path: Path, artifact_sha256: str, predicate_type: str) -> None:
+    """``gh attestation verify --bundle``'s checks that do not need a Fulcio certificate, replicated from its
+    source where it cannot run here.
+
+    From cli/cli ``pkg/cmd/attestation/verification``: ``GetLocalAttestations``
+    loads a ``.json`` bundle (sigstore-go's ``bundle.LoadJSONFromPath``, which wants
+    a known bundle media type); ``EnforcementCriteria`` requires the predicate type
+    (``--predicate-type``, default ``https://slsa.dev/provenance/v1``); and
+    ``BuildDigestPolicyOption`` hands the artifact's digest to sigstore-go, which
+    accepts the statement only when a subject's digest under that algorithm is it.
+    Its other criteria (the certificate's SAN, issuer, source repository owner and
+    runner environment) name a Fulcio certificate, which a key-signed bundle has
+    not: there ``gh`` refuses every bundle of ours, which is why this replica stops here.
+    """
+    if bundle_path.suffix != ".json":
+        raise AssertionError("ErrLocalAttestations")
+    bundle = json.loads(bundle_path.read_text())
+    if bundle.get("mediaType") != "application/vnd.dev.sigstore.bundle.v0.3+json":
+        raise AssertionError("bundle could not be loaded from JSON file")
+    st = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+    if st.get("predicateType") != predicate_type:
+        raise AssertionError(f"predicate type {st.get('predicateType')!r} is not {predicate_type!r}")
+    if not any(s.get("digest", {}).get("sha256") == artifact_sha256 for s in st.get("subject", [])):
+        raise AssertionError("provided artifact digest does not match any digest in statement")
+
+
 # -- the documented build --------------------------------------------------------------------
 
 
@@ -202,6 +228,16 @@ class TestBuild:
             statement(built / "build.intoto.json"), sha256_of(built / "dist" / "hello.txt"), BUILDER, REMOTE
         )
 
+    def test_gh_attestation_checks_pass(self, built: Path) -> None:
+        """gh attestation verify's bundle, predicate-type and digest checks (replicated) accept the provenance
+        under the default predicate type, and refuse it under another (--predicate-type test-result)."""
+        digest = sha256_of(built / "dist" / "hello.txt")
+        gh_attestation_checks(built / "build.sigstore.json", digest, "https://slsa.dev/provenance/v1")
+        with pytest.raises(AssertionError, match="predicate type"):
+            gh_attestation_checks(
+                built / "build.sigstore.json", digest, "https://in-toto.io/attestation/test-result/v0.1"
+            )
+
     def test_sigstore_js_verifies_the_provenance_bundle(self, built: Path, tmp_path: Path) -> None:
         """@sigstore/verify verifies the provenance's bundle given attest.pub and the artifact's digest."""
         (script,) = vsa_blocks("js")
@@ -226,6 +262,8 @@ class TestForgeries:
         assert (1, True) == (done.returncode, "subject digest differs" in done.stderr), done.stderr
         with pytest.raises(AssertionError, match="ErrorMismatchHash"):
             slsa_verifier_checks(statement(d / "build.intoto.json"), digest, BUILDER, REMOTE)
+        with pytest.raises(AssertionError, match="does not match any digest"):
+            gh_attestation_checks(d / "build.sigstore.json", digest, "https://slsa.dev/provenance/v1")
         (script,) = vsa_blocks("js")
         js = run_js(script, d, "build.sigstore.json", "attest.pub", digest)
         assert (1, True) == (js.returncode, "subject digest differs" in js.stderr), js.stderr
@@ -326,6 +364,32 @@ class TestOptions:
         assert {"sha256": hashlib.sha256(b"bytes").hexdigest(), "blake3": blake3(b"bytes").hexdigest()} == found[
             0
         ].digest
+
+    def test_lane_configs_are_inputs_and_no_repository_no_source(self, tmp_path: Path) -> None:
+        """A lane config the recorder captured itself is a resolved dependency (never a subject); a recording
+        outside a git repository (source null) names no source."""
+        s = SyntheticStream()
+        s.ops[0]["attrs"]["source"] = None
+        s.recorder_artifact("/etc/lane/config.json", b"{}", "ALPHA_LANE_DEVICE_CONFIG")
+        s.artifact("dist/a.bin", b"x")
+        s.exit(0)
+        s.write(tmp_path / "s.aos")
+        a, found = attest_provenance(tmp_path / "s.aos", identity=Identity(BUILDER))
+        assert ["dist/a.bin"] == [x.name for x in found]
+        deps = a.statement["predicate"]["buildDefinition"]["resolvedDependencies"]
+        expected = {"sha256": hashlib.sha256(b"{}").hexdigest()}
+        assert [{"name": "config.json", "digest": expected, "annotations": {"env": "ALPHA_LANE_DEVICE_CONFIG"}}] == deps
+
+    def test_test_result_subjects_out(self, tmp_path: Path) -> None:
+        """--test-result --subjects-out lists the same subjects as the statement, in sha256sum's format."""
+        stream = with_tests(
+            tmp_path / "s.aos", b'<testsuite><testcase classname="u" name="a"/></testsuite>', "tests-pass"
+        )
+        r = invoke("observe", "attest", str(stream), "--test-result", "--subjects-out", str(tmp_path / "sums"),
+                   "-o", str(tmp_path / "t.json"))  # fmt: skip
+        assert 0 == r.exit_code, r.stderr
+        digest = statement(tmp_path / "t.json")["subject"][0]["digest"]["sha256"]
+        assert f"{digest}  reports/junit.xml\n" == (tmp_path / "sums").read_text()
 
     def test_an_unsealed_stream_is_refused(self, tmp_path: Path) -> None:
         """A stream without its seal is refused by verify's name (stream-unsealed); nothing is written."""
