@@ -303,6 +303,35 @@ class TestStatement:
         assert url == statement_of(envelope_of(tmp_path / "e.json"))["predicate"]["resourceUri"]
         assert 2 == run(str(stream), "--resource-uri", "not a uri", "-o", str(tmp_path / "f.json"))[0]
 
+    def test_policy_uri_and_attester_from_flags_or_environment(self, tmp_path: Path) -> None:
+        """--policy-uri (or $ALPHA_ATTEST_POLICY_URI) is policy.uri and --attester-id overrides the environment's."""
+        stream = gated(tmp_path / "s.aos")
+        uri = "https://example.com/policies/exit-zero"
+        r = invoke("observe", "attest", str(stream), "--attester-id", "urn:mine:attester",
+                   "-o", str(tmp_path / "a.json"),
+                   env={AttestVars.ATTESTER_ID: ATTESTER, AttestVars.POLICY_URI: uri})  # fmt: skip
+        assert 0 == r.exit_code, r.stderr
+        p = statement_of(envelope_of(tmp_path / "a.json"))["predicate"]
+        assert ("urn:mine:attester", uri) == (p["verifier"]["id"], p["policy"]["uri"])
+        assert 2 == run(str(stream), "--policy-uri", "not a uri", "-o", str(tmp_path / "b.json"))[0]
+
+    @pytest.mark.parametrize(
+        "args",
+        [
+            ["--subjects-out", "s.sha256"],
+            ["--subject", "dist/*"],
+            ["--provenance", "--subjects-out", "same.json", "-o", "same.json"],
+        ],
+        ids=["subjects-out-without-provenance", "subject-without-provenance", "same-file"],
+    )
+    def test_usage_errors(self, tmp_path: Path, args: list[str]) -> None:
+        """--subject and --subjects-out need --provenance or --test-result; two outputs may not name one file."""
+        stream = gated(tmp_path / "s.aos")
+        args = [str(tmp_path / a) if a.endswith((".json", ".sha256")) else a for a in args]
+        out = [] if "-o" in args else ["-o", str(tmp_path / "e.json")]
+        code, _, err = run(str(stream), *args, *out)
+        assert (2, ["s.aos"]) == (code, sorted(p.name for p in tmp_path.iterdir())), err
+
     def test_level_names(self) -> None:
         """Levels are ALPHA_OBSERVE_SCOPE_ and the scope, upper-cased, other characters as _ (never SLSA_)."""
         assert ["ALPHA_OBSERVE_SCOPE_PHYSICAL", "ALPHA_OBSERVE_SCOPE_UNIT_TESTS", "ALPHA_OBSERVE_SCOPE_SLSA__"] == [
