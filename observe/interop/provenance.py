@@ -52,7 +52,8 @@ __all__ = [
 ]
 
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
-#: A remote that is a URL (``scheme://``) or scp-like (``user@host:path``); anything else is a local path.
+#: A remote that is a URL (``scheme://``) or scp-like (``user@host:path``); anything else (and ``file:``) is
+#: a local path.
 _REMOTE_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+|[^\s/@:]+@[^\s/:]+:\S+")
 
 
@@ -154,7 +155,7 @@ def _source_dependency(source: Any) -> dict[str, Any] | None:
         return None
     dep: dict[str, Any] = {"name": "source", "digest": {"gitCommit": source["commit"]}}
     remote = display(source["remote"]) if source.get("remote") else None
-    if remote is not None and _REMOTE_URL.fullmatch(remote):
+    if remote is not None and _REMOTE_URL.fullmatch(remote) and not remote.lower().startswith("file:"):
         branch = display(source["branch"]) if source.get("branch") is not None else None
         dep["uri"] = f"git+{remote}" + (f"@refs/heads/{branch}" if branch else "")
     annotations: dict[str, Any] = {"dirty": bool(source.get("dirty"))}

@@ -342,14 +342,17 @@ class TestOptions:
             attest_provenance(stream, identity=Identity(BUILDER), patterns=["nothing/*"])
 
     def test_a_capture_outside_the_working_directory_is_named_by_its_file_name(self, tmp_path: Path) -> None:
-        """An absolute recorded path gives the subject its file name, and a local remote gives no source uri."""
-        stream = self.stream(tmp_path, commit="a" * 40, tree="b" * 40, branch="main", remote="/srv/repo.git")
-        a, found = attest_provenance(stream, identity=Identity(BUILDER))
-        assert ["dist/app.whl", "dist/app.tar.gz", "side.bin"] == [s.name for s in found]
-        source = a.statement["predicate"]["buildDefinition"]["resolvedDependencies"][0]
-        assert ({"gitCommit": "a" * 40}, False) == (source["digest"], "uri" in source)
-        text = base64.b64decode(a.envelope["payload"]).decode()
-        assert [] == [t for t in ("/home/runner", "/srv/repo.git", "/lane") if t in text]
+        """An absolute recorded path gives the subject its file name, and a local remote (a path, a file: URL)
+        gives no source uri."""
+        for i, remote in enumerate(("/srv/repo.git", "file:///srv/repo.git")):
+            (tmp_path / str(i)).mkdir()
+            stream = self.stream(tmp_path / str(i), commit="a" * 40, tree="b" * 40, branch="main", remote=remote)
+            a, found = attest_provenance(stream, identity=Identity(BUILDER))
+            assert ["dist/app.whl", "dist/app.tar.gz", "side.bin"] == [s.name for s in found]
+            source = a.statement["predicate"]["buildDefinition"]["resolvedDependencies"][0]
+            assert ({"gitCommit": "a" * 40}, False) == (source["digest"], "uri" in source), remote
+            text = base64.b64decode(a.envelope["payload"]).decode()
+            assert [] == [t for t in ("/home/runner", "/srv/repo.git", "/lane") if t in text]
 
     def test_digest_blake3_adds_the_recorders_blake3(self, tmp_path: Path) -> None:
         """--digest blake3 adds the BLAKE3 the artifact event states beside sha256 (none stated: sha256 alone)."""
