@@ -523,3 +523,21 @@ class TestTestResult:
         r = invoke("observe", "attest", str(tmp_path / "s.aos"), "--test-result", "-o", str(tmp_path / "t.json"))
         assert (1, False) == (r.exit_code, (tmp_path / "t.json").exists())
         assert r.stderr.startswith("refused: stream-verdict: ")
+
+    def test_lists_are_bounded_and_url_is_the_resource_uri(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Each id list holds at most MAX_IDS ids and stderr says what was cut; --resource-uri is the url."""
+        import observe.interop.test_result
+
+        monkeypatch.setattr(observe.interop.test_result, "MAX_IDS", 2)
+        stream = with_tests(tmp_path / "s.aos", JUNIT, "tests-pass")
+        url = "s3://evidence/aos/0123.aos"
+        r = invoke(
+            "observe", "attest", str(stream), "--test-result", "--resource-uri", url, "-o", str(tmp_path / "t.json")
+        )
+        assert 0 == r.exit_code, r.stderr
+        p = statement(tmp_path / "t.json")["predicate"]
+        assert (["unit.a", "unit.b"], ["unit.f1", "unit.f2"], url) == (p["passedTests"], p["failedTests"], p["url"])
+        assert "passedTests: the first 2 of 3 ids are listed" in r.stderr
+        assert "failedTests: the first 2 of 3 ids are listed" in r.stderr
