@@ -24,7 +24,7 @@ import datetime
 import os
 import posixpath
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,11 +44,13 @@ __all__ = [
     "Subject",
     "attest_provenance",
     "build_definition",
+    "hashed_captures",
     "provenance_predicate",
     "run_details",
     "sha256sum_lines",
     "subject_name",
     "subjects",
+    "without_chunk_bytes",
 ]
 
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -81,8 +83,19 @@ def _blake3(art: Artifact) -> str | None:
     return value.lower() if isinstance(value, str) and re.fullmatch(r"[0-9a-fA-F]{64}", value) else None
 
 
+#: How a capture's SHA-256 is established: the digest, or None and why (``gates.evidence.Artifact.sha256``'s contract).
+Digest = Callable[["Artifact"], tuple[str | None, str]]
+
+
+def _from_content(art: Artifact) -> tuple[str | None, str]:
+    return art.sha256()
+
+
 def subjects(
-    ev: Evidence, patterns: Sequence[str] = (), digests: Sequence[str] = ("sha256",)
+    ev: Evidence,
+    patterns: Sequence[str] = (),
+    digests: Sequence[str] = ("sha256",),
+    sha256: Digest = _from_content,
 ) -> tuple[list[Subject], list[str]]:
     """Return the files the recorder captured, as subjects, and a note for each capture left out.
 
@@ -91,7 +104,8 @@ def subjects(
     capture whose bytes do not hash to its recorded SHA-256 is left out, named.
     ``patterns``: globs over the recorded path (``gates.evidence.glob_match``);
     none means every capture. A path captured twice is named once, by its last
-    capture.
+    capture. ``sha256``: how a capture's digest is established (default: from the
+    bytes ``ev`` holds; ``hashed_captures`` when ``ev`` was built without them).
     """
     from gates.evidence import glob_match
 
@@ -106,7 +120,7 @@ def subjects(
         if kind != "file":
             notes.append(f"{art.path} (seq {art.event.seq}): captured as {kind!r}, not a file: not a subject")
             continue
-        sha, how = art.sha256()
+        sha, how = sha256(art)
         if sha is None:
             notes.append(f"{art.path} (seq {art.event.seq}): {how}: not a subject")
             continue
@@ -122,6 +136,62 @@ def subjects(
             notes.append(f"{art.path}: captured again (seq {art.event.seq}); the last capture is the subject")
         by_path[art.path] = Subject(subject_name(art.path), digest, art.path, art.event.seq)
     return list(by_path.values()), notes
+
+
+def without_chunk_bytes(events: Iterable[Event]) -> Iterator[Event]:
+    """Return ``events`` with every ``artifact.chunk``'s bytes left out (its seq, step and offset kept), so an
+    index of them holds no captured file; ``hashed_captures`` hashes those bytes in a second pass."""
+    from aos.event import Event
+
+    for e in events:
+        if e.kind == kinds.ARTIFACT_CHUNK and e.data is not None:
+            yield Event(e.seq, e.wall_ns, e.mono_ns, e.kind, e.step, e.attrs_json, None, e.hash)
+        else:
+            yield e
+
+
+def hashed_captures(stream: VerifiedStream, arts: Iterable[Artifact]) -> Digest:
+    """Return how the SHA-256 of each of ``arts`` is established, hashing their chunks' bytes in one more pass
+    over ``stream``, a chunk at a time (never a whole file in memory).
+
+    The rule is ``Artifact.sha256``'s: inline bytes must be whole (each chunk
+    starting where the last ended, as many bytes as the ``size``) and hash to the
+    digest the ``artifact`` event states; omitted bytes fall back on that digest.
+    """
+    import hashlib
+
+    owner: dict[int, int] = {}  # chunk seq -> its artifact's seq
+    state: dict[int, list[Any]] = {}  # artifact seq -> [hasher, bytes so far, whole so far]
+    for art in arts:
+        state[art.event.seq] = [hashlib.sha256(), 0, True]
+        owner.update((c.seq, art.event.seq) for c in art.chunks)
+    for e in stream.events():
+        seq = owner.get(e.seq)
+        if seq is None:
+            continue
+        st = state[seq]
+        offset = e.attrs.get("offset")
+        if not st[2] or type(offset) is not int or offset != st[1]:
+            st[2] = False
+            continue
+        st[0].update(e.data or b"")
+        st[1] += len(e.data or b"")
+
+    def digest(art: Artifact) -> tuple[str | None, str]:
+        recorded = art.recorded_sha256
+        if not art.inline:
+            if recorded is not None:
+                return recorded, "the recorder's digest (content omitted)"
+            return None, "its captured bytes are incomplete"
+        hasher, size, whole = state[art.event.seq]
+        if not whole or (art.size is not None and art.size != size):
+            return None, "its captured bytes are incomplete"
+        actual: str = hasher.hexdigest()
+        if recorded is not None and recorded != actual:
+            return None, f"its captured bytes hash to {actual} but the artifact event says {recorded}"
+        return actual, "hashed from the captured bytes"
+
+    return digest
 
 
 def sha256sum_lines(descriptors: Iterable[dict[str, Any]]) -> bytes:
@@ -168,13 +238,13 @@ def _source_dependency(source: Any) -> dict[str, Any] | None:
     return dep
 
 
-def _lane_configs(ev: Evidence) -> list[dict[str, Any]]:
+def _lane_configs(ev: Evidence, sha256: Digest) -> list[dict[str, Any]]:
     """The lane configs the recorder captured itself, as ResourceDescriptors (inputs of the run)."""
     out = []
     for art in ev.artifacts:
         if art.origin != "recorder":
             continue
-        sha, _ = art.sha256()
+        sha, _ = sha256(art)
         if sha is None:
             continue
         dep: dict[str, Any] = {"name": subject_name(art.path), "digest": {"sha256": sha}}
@@ -193,7 +263,9 @@ def _environment(env: Any) -> dict[str, Any]:
     return {"recorded": kept, "not_recorded": sum(1 for v in recorded.values() if v == NOT_RECORDED)}
 
 
-def build_definition(opened: dict[str, Any], ev: Evidence, gate: dict[str, Any] | None) -> dict[str, Any]:
+def build_definition(
+    opened: dict[str, Any], ev: Evidence, gate: dict[str, Any] | None, sha256: Digest = _from_content
+) -> dict[str, Any]:
     """Return ``buildDefinition``: the command, its gate, the environment policy and the source."""
     from observe.interop.verified import argv_of
 
@@ -201,7 +273,7 @@ def build_definition(opened: dict[str, Any], ev: Evidence, gate: dict[str, Any] 
     if gate is not None:
         external["gate"] = gate
     deps = [d for d in [_source_dependency(opened.get("source"))] if d is not None]
-    deps += _lane_configs(ev)
+    deps += _lane_configs(ev, sha256)
     return {
         "buildType": BUILD_TYPE,
         "externalParameters": external,
@@ -248,11 +320,12 @@ def provenance_predicate(
     builder_id: str,
     gate: dict[str, Any] | None,
     digests: Sequence[str],
+    sha256: Digest = _from_content,
 ) -> dict[str, Any]:
     """Return the SLSA provenance v1 predicate of the verified ``stream`` (indexed as ``ev``)."""
     opened = ev.open.attrs if ev.open is not None else {}
     return {
-        "buildDefinition": build_definition(opened, ev, gate),
+        "buildDefinition": build_definition(opened, ev, gate, sha256),
         "runDetails": run_details(stream, opened, builder_id, digests),
     }
 
@@ -277,8 +350,9 @@ def attest_provenance(
 
     builder_id = identity.attester()
     stream = verified(path, signer, seal_key)
-    ev = Evidence(stream.events(), keep_output=False)
-    found, notes = subjects(ev, patterns, digests)
+    ev = Evidence(without_chunk_bytes(stream.events()), keep_output=False)
+    sha256 = hashed_captures(stream, ev.artifacts)
+    found, notes = subjects(ev, patterns, digests, sha256)
     if not found:
         which = f" matching {', '.join(repr(p) for p in patterns)}" if patterns else ""
         raise AttestSubject(
@@ -296,7 +370,7 @@ def attest_provenance(
         "_type": STATEMENT_TYPE,
         "subject": [s.descriptor() for s in found],
         "predicateType": PREDICATE_TYPE,
-        "predicate": provenance_predicate(stream, ev, builder_id, gate, digests),
+        "predicate": provenance_predicate(stream, ev, builder_id, gate, digests, sha256),
     }
     said = [f"{stream.path}: provenance of {len(found)} captured file(s) for builder {builder_id}"]
     said += notes + seal_notes(stream.verification, signer)
