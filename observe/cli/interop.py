@@ -35,20 +35,18 @@ __all__ = ["COMMANDS", "attest_command", "export_command"]
     " -o ci.aos.intoto.json --bundle ci.aos.sigstore.json",
     "alpha observe attest build.aos --provenance --subject 'dist/*' --subjects-out dist.sha256"
     " --attester-id https://ci.example/builder --sign-key attest.key -o build.provenance.json",
-    "alpha observe attest tests.aos --test-result --attester-id https://ci.example/builder -o tests.intoto.json",
+    "alpha observe attest tests.aos --test-result --sign-key attest.key -o tests.intoto.json",
 )
 @click.command("attest")
 @click.argument("stream", type=STREAM)
 @click.option(
     "--provenance",
-    "what",
-    flag_value="provenance",
+    is_flag=True,
     help="A SLSA provenance v1 of the files the recorder captured, instead of the verdict's summary (VSA).",
 )
 @click.option(
     "--test-result",
-    "what",
-    flag_value="test-result",
+    is_flag=True,
     help="An in-toto Test Result of the [[tests]] the sealed verdict judged, instead of the summary (VSA).",
 )
 @sign_key_options("the envelope")
@@ -111,7 +109,8 @@ __all__ = ["COMMANDS", "attest_command", "export_command"]
 @reports_refusals()
 def attest_command(
     stream: Path,
-    what: str | None,
+    provenance: bool,
+    test_result: bool,
     sign_key: Path | None,
     sign_key_env: str | None,
     key: str | None,
@@ -139,6 +138,10 @@ def attest_command(
     """
     from observe.interop.identity import Identity, is_uri
     from observe.interop.verified import write_output
+
+    if provenance and test_result:
+        raise click.UsageError("--provenance or --test-result: one statement per command")
+    what = "provenance" if provenance else "test-result" if test_result else None
 
     for value, hint in ((resource_uri, "--resource-uri"), (policy_uri, "--policy-uri"), (attester_id, "--attester-id")):
         if value is not None and not is_uri(value):

@@ -321,11 +321,13 @@ class TestStatement:
             ["--subjects-out", "s.sha256"],
             ["--subject", "dist/*"],
             ["--provenance", "--subjects-out", "same.json", "-o", "same.json"],
+            ["--provenance", "--test-result"],
         ],
-        ids=["subjects-out-without-provenance", "subject-without-provenance", "same-file"],
+        ids=["subjects-out-without-provenance", "subject-without-provenance", "same-file", "both-statements"],
     )
     def test_usage_errors(self, tmp_path: Path, args: list[str]) -> None:
-        """--subject and --subjects-out need --provenance or --test-result; two outputs may not name one file."""
+        """--subject and --subjects-out need --provenance or --test-result; two outputs may not name one file;
+        one statement per command."""
         stream = gated(tmp_path / "s.aos")
         args = [str(tmp_path / a) if a.endswith((".json", ".sha256")) else a for a in args]
         out = [] if "-o" in args else ["-o", str(tmp_path / "e.json")]
