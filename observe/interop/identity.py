@@ -13,7 +13,7 @@ The URIs that are this project's own (these, the provenance's ``buildType``, the
 extension field that carries alpha-observe's details) are URNs under
 ``urn:alpha-observe:``: the project owns no domain and no package-registry
 name, so it names nothing it would have to resolve; docs/CI.md ("Attesting",
-"Provenance") is their definition.
+"Provenance and test results") is their definition.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from observe.refusals import AttestIdentity
 
 __all__ = ["BUILD_TYPE", "DETAILS", "URI", "Identity", "gate_uri", "is_uri", "stream_uri"]
 
-#: The provenance's ``buildDefinition.buildType``: a command recorded by alpha-observe (docs/CI.md, "Provenance").
+#: The provenance's ``buildDefinition.buildType``: a command recorded by alpha-observe
+#: (docs/CI.md, "Provenance and test results").
 BUILD_TYPE = "urn:alpha-observe:build-type:recorded-command:v1"
 #: The extension field (in-toto: named by a URI) that carries alpha-observe's own details in a predicate.
 DETAILS = "urn:alpha-observe:details:v1"

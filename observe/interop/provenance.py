@@ -15,7 +15,7 @@ itself as the byproduct. No field carries the runner's absolute paths: the
 working directory is left out, a capture outside it is named by its file name,
 and a source remote that is a local path gives no ``uri``.
 
-docs/CI.md ("Provenance") is the reference.
+docs/CI.md ("Provenance and test results") is the reference.
 """
 
 from __future__ import annotations

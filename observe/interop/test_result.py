@@ -9,7 +9,7 @@ did not pass (a ``fail`` or an ``inconclusive``), ``WARNED`` when all passed but
 some case was skipped, else ``PASSED``; ``configuration`` names each file read
 by its path and SHA-256; passed, skipped (``warnedTests``) and failed or erroring
 case ids are listed, each list bounded by ``MAX_IDS`` (the notes say what was
-cut). docs/CI.md ("Test results") is the reference.
+cut). docs/CI.md ("Provenance and test results") is the reference.
 """
 
 from __future__ import annotations
