@@ -18,6 +18,7 @@ its ``stream.open`` environment are a policy, not variables the tool reads:
 from __future__ import annotations
 
 __all__ = [
+    "AttestVars",
     "BuildkiteVars",
     "ChannelVars",
     "DebugVars",
@@ -76,6 +77,15 @@ class RecorderVars:
     #: A lane's device configuration file: ``ALPHA_<LANE>_DEVICE_CONFIG`` (the recorder captures each set).
     LANE_CONFIG_PREFIX = "ALPHA_"
     LANE_CONFIG_SUFFIX = "_DEVICE_CONFIG"
+
+
+class AttestVars:
+    """Read by ``attest``: the identities its statements name, which only the user can give."""
+
+    #: The attester's id (a URI): the VSA's ``verifier.id``, the provenance's ``runDetails.builder.id``.
+    ATTESTER_ID = "ALPHA_ATTESTER_ID"
+    #: The VSA's ``policy.uri`` (default: ``urn:alpha-observe:gate:NAME``).
+    POLICY_URI = "ALPHA_ATTEST_POLICY_URI"
 
 
 class StoreVars:

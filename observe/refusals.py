@@ -15,7 +15,9 @@ from observe.env import DebugVars
 
 __all__ = [
     "ArtifactMissing",
+    "AttestIdentity",
     "AttestPolicy",
+    "AttestSubject",
     "KeyExists",
     "KeyWrite",
     "NodesConfig",
@@ -38,10 +40,22 @@ class ArtifactMissing(Refusal):
     name = "artifact-missing"
 
 
+class AttestIdentity(Refusal):
+    """``attest`` was given no attester id (a URI the user owns), or one that is not a URI."""
+
+    name = "attest-identity"
+
+
 class AttestPolicy(Refusal):
     """The gate that sealed the verdict is not held here with the digest the stream names."""
 
     name = "attest-policy"
+
+
+class AttestSubject(Refusal):
+    """``attest --provenance``/``--test-result``: no captured artifact to name as a subject (or none matches)."""
+
+    name = "attest-subject"
 
 
 class KeyExists(Refusal):

@@ -1,4 +1,4 @@
-"""Interop commands: ``attest`` (a DSSE/in-toto/SLSA VSA envelope) and ``export`` (OTLP, asciicast, Arrow).
+"""Interop commands: ``attest`` (an in-toto VSA, provenance or test result in DSSE) and ``export``.
 
 Both read the stream once and verify it first; a stream that does not verify
 is refused by name (``refused: NAME: detail`` on stderr, exit 1) and nothing is
@@ -7,7 +7,6 @@ written. Usage errors exit 2.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,21 +22,33 @@ from observe.cli.options import (
     sign_key_options,
     signing_key,
 )
+from observe.env import AttestVars
 
 if TYPE_CHECKING:
     from aos.signing import Signer, Verifier
 
 __all__ = ["COMMANDS", "attest_command", "export_command"]
 
-_URI = re.compile(r"[a-z][a-z0-9+.-]*:\S+")
-
 
 @example(
-    "alpha observe attest ci.aos --sign-key attest.key --key seal.pub -o ci.aos.intoto.json"
-    " --bundle ci.aos.sigstore.json"
+    "alpha observe attest ci.aos --sign-key attest.key --key seal.pub --attester-id https://ci.example/builder"
+    " -o ci.aos.intoto.json --bundle ci.aos.sigstore.json",
+    "alpha observe attest build.aos --provenance --subject 'dist/*' --subjects-out dist.sha256"
+    " --attester-id https://ci.example/builder --sign-key attest.key -o build.provenance.json",
+    "alpha observe attest tests.aos --test-result --sign-key attest.key -o tests.intoto.json",
 )
 @click.command("attest")
 @click.argument("stream", type=STREAM)
+@click.option(
+    "--provenance",
+    is_flag=True,
+    help="A SLSA provenance v1 of the files the recorder captured, instead of the verdict's summary (VSA).",
+)
+@click.option(
+    "--test-result",
+    is_flag=True,
+    help="An in-toto Test Result of the [[tests]] the sealed verdict judged, instead of the summary (VSA).",
+)
 @sign_key_options("the envelope")
 @public_key_option("Also require the stream's seal to be signed by this Ed25519 public key (as verify --key).")
 # The seal's public key before the one vocabulary; its own (hidden) parameter, since the old --key beside it
@@ -45,17 +56,47 @@ _URI = re.compile(r"[a-z][a-z0-9+.-]*:\S+")
 @click.option("--seal-key", "seal_key", type=click.Path(dir_okay=False), default=None, hidden=True)
 @gate_file_option("The definition of a gate from a file (repeatable); built-in gates need none.")
 @click.option(
+    "--attester-id",
+    "attester_id",
+    default=None,
+    metavar="URI",
+    envvar=AttestVars.ATTESTER_ID,
+    help="Who attests, a URI you own: the VSA's verifier.id, the provenance's builder.id"
+    f" (or ${AttestVars.ATTESTER_ID}).",
+)
+@click.option(
+    "--policy-uri",
+    default=None,
+    metavar="URI",
+    envvar=AttestVars.POLICY_URI,
+    help=f"The VSA's policy.uri (or ${AttestVars.POLICY_URI}); default: urn:alpha-observe:gate:NAME.",
+)
+@click.option(
     "--resource-uri",
     default=None,
     metavar="URI",
-    help="The VSA's resourceUri (e.g. the stream's store URL); default: the stream's file:// URI.",
+    help="The VSA's resourceUri, the test result's url (e.g. the stream's store URL);"
+    " default: urn:alpha-observe:stream:ID (the test result: no url).",
+)
+@click.option(
+    "--subject",
+    "patterns",
+    multiple=True,
+    metavar="GLOB",
+    help="--provenance/--test-result: only the captured files whose recorded path matches (repeatable).",
+)
+@click.option(
+    "--subjects-out",
+    default=None,
+    metavar="FILE",
+    help="--provenance/--test-result: also write the subjects in sha256sum's format (for subject-checksums).",
 )
 @click.option(
     "--digest",
     "digests",
     type=click.Choice(["sha256", "blake3"]),
     multiple=True,
-    help="A digest of the stream file the subject carries (repeatable; default: sha256 and blake3).",
+    help="Subjects carry sha256; --digest blake3 adds BLAKE3 (repeatable).",
 )
 @click.option(
     "--bundle",
@@ -68,50 +109,89 @@ _URI = re.compile(r"[a-z][a-z0-9+.-]*:\S+")
 @reports_refusals()
 def attest_command(
     stream: Path,
+    provenance: bool,
+    test_result: bool,
     sign_key: Path | None,
     sign_key_env: str | None,
     key: str | None,
     seal_key: str | None,
     gate_files: tuple[Path, ...],
+    attester_id: str | None,
+    policy_uri: str | None,
     resource_uri: str | None,
+    patterns: tuple[str, ...],
+    subjects_out: str | None,
     digests: tuple[str, ...],
     bundle: str | None,
     out: str,
 ) -> None:
-    """Attest STREAM's sealed verdict as an in-toto statement (SLSA VSA) in a DSSE envelope.
+    """Attest STREAM as an in-toto statement in a DSSE envelope: its verdict (SLSA VSA), or with
+    --provenance its build (SLSA provenance v1), or with --test-result its tests (in-toto Test Result).
 
-    The envelope's payload is an in-toto Statement v1 whose subject is the
-    stream file and whose predicate is a SLSA verification summary v1; it is
-    signed with --sign-key or --sign-key-env (Ed25519), else its signatures list is empty.
-    STREAM is verified first, and its sealed verdict re-evaluated by the same gate
-    (found by name and digest); a pass is PASSED, a fail or inconclusive FAILED.
-    --bundle also writes it as a Sigstore bundle for Sigstore verifiers.
-    Exit 0 written, 1 refused (nothing written), 2 usage.
+    STREAM is verified first (intact and sealed). The VSA's subject is the stream
+    file, its sealed verdict re-evaluated by the same gate (found by name and
+    digest): a pass is PASSED, a fail or inconclusive FAILED. The provenance's and
+    test result's subjects are the files the recorder captured. The summary and the
+    provenance name the attester id (--attester-id), required: no default names anyone. Signed with --sign-key
+    or --sign-key-env (Ed25519), else its signatures list is empty; --bundle also
+    writes it as a Sigstore bundle. Exit 0 written, 1 refused (nothing written), 2 usage.
     """
-    from observe.interop.attest import DIGESTS, attest
+    from observe.interop.identity import Identity, is_uri
     from observe.interop.verified import write_output
 
-    if resource_uri is not None and not _URI.fullmatch(resource_uri):
-        raise click.BadParameter(f"{resource_uri!r} is not a URI (scheme:rest)", param_hint="--resource-uri")
+    if provenance and test_result:
+        raise click.UsageError("--provenance or --test-result: one statement per command")
+    what = "provenance" if provenance else "test-result" if test_result else None
+
+    for value, hint in ((resource_uri, "--resource-uri"), (policy_uri, "--policy-uri"), (attester_id, "--attester-id")):
+        if value is not None and not is_uri(value):
+            raise click.BadParameter(f"{value!r} is not a URI (scheme:rest)", param_hint=hint)
+    if subjects_out is not None and what is None:
+        raise click.UsageError("--subjects-out lists the captured files: give --provenance or --test-result")
+    if patterns and what is None:
+        raise click.UsageError("--subject chooses captured files: give --provenance or --test-result")
     signer, seal = _attest_keys(sign_key, sign_key_env, key, seal_key)
     if bundle is not None and signer is None:
         raise click.UsageError("--bundle needs --sign-key: a Sigstore bundle holds a signed envelope")
-    if bundle is not None and bundle == out:
-        raise click.UsageError("--bundle and -o name the same file")
-    a = attest(
-        stream,
-        signer=signer,
-        seal_key=seal,
-        gate_files=gate_files,
-        resource_uri=resource_uri,
-        digests=tuple(dict.fromkeys(digests)) or DIGESTS,
-    )
+    outputs = [o for o in (out, bundle, subjects_out) if o is not None and o != "-"]
+    if len(set(outputs)) != len(outputs):
+        raise click.UsageError("-o, --bundle and --subjects-out name the same file")
+    identity = Identity(attester_id, policy_uri, resource_uri)
+    wanted = ("sha256", *[d for d in digests if d != "sha256"])
+    listed = None
+    if what == "provenance":
+        from observe.interop.provenance import attest_provenance, sha256sum_lines
+
+        a, found = attest_provenance(
+            stream, identity=identity, signer=signer, seal_key=seal, patterns=patterns, digests=wanted
+        )
+        listed = sha256sum_lines(s.descriptor() for s in found)
+    elif what == "test-result":
+        from observe.interop.provenance import sha256sum_lines
+        from observe.interop.test_result import attest_test_result
+
+        a = attest_test_result(
+            stream,
+            identity=identity,
+            signer=signer,
+            seal_key=seal,
+            gate_files=gate_files,
+            patterns=patterns,
+            digests=wanted,
+        )
+        listed = sha256sum_lines(a.statement["subject"])
+    else:
+        from observe.interop.attest import attest
+
+        a = attest(stream, identity=identity, signer=signer, seal_key=seal, gate_files=gate_files, digests=wanted)
     write_output(out, a.envelope_bytes())
     if bundle is not None:
         write_output(bundle, a.bundle_bytes())
+    if subjects_out is not None and listed is not None:
+        write_output(subjects_out, listed)
     for note in a.notes:
         click.echo(f"alpha observe attest: {note}", err=True)
-    for written in (out, bundle):
+    for written in (out, bundle, subjects_out):
         if written is not None and written != "-":
             click.echo(f"alpha observe attest: wrote {written}", err=True)
 

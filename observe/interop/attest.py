@@ -11,32 +11,41 @@ by name), then re-checks the sealed verdict before it says anything about it:
   (so a verdict edited and re-chained in an unsigned stream is not attested).
 
 The Statement (in-toto Statement v1) names the stream file by SHA-256 (and
-BLAKE3) and carries a SLSA verification summary v1: ``PASSED`` only for a
+BLAKE3 on request) and carries a SLSA verification summary v1: ``PASSED`` only for a
 ``pass`` verdict (``fail`` and ``inconclusive`` are ``FAILED``), the verified
-level ``ALPHA_OBSERVE_SCOPE_<SCOPE>``. The envelope is signed with an Ed25519 key
-over the DSSE pre-authentication encoding; unsigned, its ``signatures`` list is
-empty. ``Attestation.bundle`` wraps the same envelope in a Sigstore bundle (v0.3)
-whose verification material is the signing key's id as a public-key hint, for
-Sigstore verifiers given that public key. docs/CI.md ("Attesting") is the reference.
+level ``ALPHA_OBSERVE_SCOPE_<SCOPE>``. Its verifier is the attester id the user
+gives; its policy and resource URIs the user's, else location-free names
+(``observe.interop.identity``).
+The envelope and bundle are ``observe.interop.envelope``'s. docs/CI.md ("Attesting")
+is the reference.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime
 import hashlib
 import itertools
-import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aos import kinds
 from aos.refusals import StreamVerdict
 from observe.env import RecorderVars
+from observe.interop.envelope import (
+    BUNDLE_MEDIA_TYPE,
+    PAYLOAD_TYPE,
+    STATEMENT_TYPE,
+    Attestation,
+    envelope,
+    pae,
+    rfc3339,
+    tool_version,
+)
+from observe.interop.identity import DETAILS, Identity, gate_uri, stream_uri
 from observe.refusals import AttestPolicy
 
 if TYPE_CHECKING:
@@ -48,35 +57,38 @@ if TYPE_CHECKING:
 __all__ = [
     "BUNDLE_MEDIA_TYPE",
     "DIGESTS",
-    "EXTENSION",
     "PAYLOAD_TYPE",
     "PREDICATE_TYPE",
     "STATEMENT_TYPE",
-    "VERIFIER_ID",
     "Attestation",
     "attest",
+    "digests_of",
     "level",
     "pae",
+    "seal_notes",
+    "verified",
+    "verified_gate",
 ]
 
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/verification_summary/v1"
-#: The verifier's identity: the tool's Package URL (its version is in ``verifier.version``).
-VERIFIER_ID = "pkg:pypi/alpha-observe"
-#: The predicate's extension field (in-toto: extension field names are URIs): alpha-observe's own detail.
-EXTENSION = VERIFIER_ID
 SLSA_VERSION = "1.0"
-#: The Sigstore bundle format ``attest --bundle`` writes (protobuf-specs ``Bundle``, JSON).
-BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
-#: The digests of the stream file a subject can carry, in the order written.
+#: The digests a subject can carry, in the order written; sha256 always, blake3 on request.
 DIGESTS = ("sha256", "blake3")
 
 
-def pae(payload_type: str, payload: bytes) -> bytes:
-    """DSSE v1 pre-authentication encoding: ``DSSEv1 SP LEN(type) SP type SP LEN(body) SP body``."""
-    t = payload_type.encode("utf-8")
-    return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
+def digests_of(data: bytes | bytearray, requested: Sequence[str], blake3_hex: str | None = None) -> dict[str, str]:
+    """Return the subject digests of ``data``: sha256, and blake3 when ``requested`` names it."""
+    unknown = [d for d in requested if d not in DIGESTS]
+    if unknown:
+        raise ValueError(f"digests must be some of {DIGESTS}, not {list(requested)}")
+    out = {"sha256": hashlib.sha256(data).hexdigest()}
+    if "blake3" in requested:
+        if blake3_hex is None:
+            from blake3 import blake3
+
+            blake3_hex = blake3(bytes(data)).hexdigest()
+        out["blake3"] = blake3_hex
+    return out
 
 
 def level(scope: str) -> str:
@@ -88,59 +100,8 @@ def level(scope: str) -> str:
     return RecorderVars.SCOPE_PREFIX + re.sub(r"[^A-Z0-9]", "_", scope.upper())
 
 
-@dataclass(frozen=True)
-class Attestation:
-    """What ``attest`` made, and what it tells a person about it (``notes``)."""
-
-    statement: dict[str, Any]
-    envelope: dict[str, Any]
-    result: str
-    gate: Gate
-    key_id: str | None
-    notes: list[str] = field(default_factory=list)
-
-    def envelope_bytes(self) -> bytes:
-        """The envelope as written: JSON, one line, newline-terminated."""
-        return (json.dumps(self.envelope, sort_keys=True) + "\n").encode("utf-8")
-
-    def bundle(self) -> dict[str, Any]:
-        """The same envelope as a Sigstore bundle v0.3: the signing key's id as a public-key hint, no log entries.
-
-        A Sigstore verifier checks it with the attester's public key given as trusted
-        material under that hint, and no transparency log or timestamp required.
-        Only a signed attestation has a bundle (``ValueError`` otherwise).
-        """
-        if self.key_id is None:
-            raise ValueError("an unsigned attestation has no Sigstore bundle")
-        return {
-            "mediaType": BUNDLE_MEDIA_TYPE,
-            "verificationMaterial": {
-                "publicKey": {"hint": self.key_id},
-                "tlogEntries": [],
-            },
-            "dsseEnvelope": self.envelope,
-        }
-
-    def bundle_bytes(self) -> bytes:
-        """The bundle as written: JSON, one line, newline-terminated."""
-        return (json.dumps(self.bundle(), sort_keys=True) + "\n").encode("utf-8")
-
-
-def _rfc3339(when: datetime.datetime) -> str:
-    return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _tool_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("alpha-observe")
-    except PackageNotFoundError:  # pragma: no cover - running from a tree that was never installed
-        return "0+unknown"
-
-
-def _policy_gate(sealed: dict[str, Any], gate_files: Sequence[str | os.PathLike[str]]) -> tuple[Gate, str]:
-    """The gate that sealed the verdict, found by name and digest; and the URI naming its definition."""
+def _policy_gate(sealed: dict[str, Any], gate_files: Sequence[str | os.PathLike[str]]) -> Gate:
+    """The gate that sealed the verdict, found by name and digest."""
     from gates.language import load_gate
     from gates.registry import builtin_gates
 
@@ -151,12 +112,11 @@ def _policy_gate(sealed: dict[str, Any], gate_files: Sequence[str | os.PathLike[
     for path in gate_files:
         g = load_gate(Path(path))  # gate-file for a malformed file
         if g.name == name and g.digest == digest:
-            return g, Path(path).resolve().as_uri()
+            return g
         seen.append(f"{g.name} {g.digest[:12]} ({path})")
     builtin = builtin_gates().get(str(name))
     if builtin is not None and builtin.digest == digest:
-        entry = builtin.source.removeprefix("builtin:")
-        return builtin, f"{VERIFIER_ID}@{_tool_version()}#gates/builtin/{entry}"
+        return builtin
     if builtin is not None:
         seen.append(f"built-in {builtin.name} {builtin.digest[:12]}")
     held = f"; held: {', '.join(seen)}" if seen else ""
@@ -181,15 +141,16 @@ def _recheck(stream: VerifiedStream, got: Verdict, gate: Gate) -> None:
         opened = next((e for e in stream.events() if e.kind == kinds.STREAM_OPEN), None)
         recorded = opened.attrs.get("version") if opened is not None else None
         hint = ""
-        if isinstance(recorded, str) and recorded != _tool_version():
-            hint = f" (recorded by alpha-observe {recorded}, this is {_tool_version()}: attest with that version)"
+        if isinstance(recorded, str) and recorded != tool_version():
+            hint = f" (recorded by alpha-observe {recorded}, this is {tool_version()}: attest with that version)"
         raise StreamVerdict(
             f"the sealed verdict ({got.verdict}, scope {got.scope}) is not what gate {gate.name} gives over the "
             f"sealed events ({fresh.verdict}, scope {fresh.scope}); {'; '.join(differ) or 'checks differ'}{hint}"
         )
 
 
-def _seal_notes(v: Any, signer: Signer | None) -> list[str]:
+def seal_notes(v: Any, signer: Signer | None) -> list[str]:
+    """Return what ``attest`` says of the stream's seal: unsigned, checked, or not checked."""
     if not v.signed:
         return ["seal: unsigned (the chain proves integrity against accident, not against a forger)"]
     if v.signature_checked:
@@ -197,69 +158,80 @@ def _seal_notes(v: Any, signer: Signer | None) -> list[str]:
     return [f"seal: names key {v.seal.get('key_id')}; its signature was NOT checked (give --key PUBKEY to require it)"]
 
 
-def attest(
-    path: str | os.PathLike[str],
-    *,
-    signer: Signer | None = None,
-    seal_key: Verifier | None = None,
-    gate_files: Sequence[str | os.PathLike[str]] = (),
-    resource_uri: str | None = None,
-    digests: Sequence[str] = DIGESTS,
-    now: datetime.datetime | None = None,
-) -> Attestation:
-    """Verify the stream at ``path``, re-check its sealed verdict, and make the envelope.
+def verified(path: str | os.PathLike[str], signer: Signer | None, seal_key: Verifier | None) -> VerifiedStream:
+    """Read and verify the stream at ``path`` once (``verify``'s refusals).
 
     ``seal_key``: the seal must be signed by it (``stream-signature`` otherwise).
     Without it, a seal that names ``signer``'s key is checked against that key;
     a seal signed by another key is reported, its signature unchecked.
-    ``digests``: which of ``DIGESTS`` the subject carries (``("sha256",)`` for
-    consumers that refuse a digest they do not know).
     """
     from aos.signing import Verifier
-    from aos.verify import require_verdict, verify_stream
-    from gates.verdict import Verdict
+    from aos.verify import verify_stream
     from observe.interop.verified import load_verified
 
-    unknown = [d for d in digests if d not in DIGESTS]
-    if unknown or not digests:
-        raise ValueError(f"digests must be some of {DIGESTS}, not {list(digests)}")
     stream = load_verified(path, seal_key)
     v = stream.verification
     if seal_key is None and signer is not None and v.signed and v.seal.get("key_id") == signer.key_id:
         # the same bytes again, now with the signature checked: never a second read of the path
         v = verify_stream(stream.path, Verifier(signer.private.public_key()), data=stream.data)
         stream = replace(stream, verification=v)
-    sealed = require_verdict(v)
+    return stream
+
+
+def verified_gate(stream: VerifiedStream, gate_files: Sequence[str | os.PathLike[str]]) -> tuple[Verdict, Gate]:
+    """Return the stream's sealed verdict and its gate, re-checked (``stream-verdict``, ``attest-policy``)."""
+    from aos.verify import require_verdict
+    from gates.verdict import Verdict
+
+    sealed = require_verdict(stream.verification)
     got = Verdict.from_attrs(sealed)  # stream-verdict when malformed
-    gate, policy_uri = _policy_gate(sealed, gate_files)
+    gate = _policy_gate(sealed, gate_files)
     _recheck(stream, got, gate)
+    return got, gate
+
+
+def attest(
+    path: str | os.PathLike[str],
+    *,
+    identity: Identity,
+    signer: Signer | None = None,
+    seal_key: Verifier | None = None,
+    gate_files: Sequence[str | os.PathLike[str]] = (),
+    digests: Sequence[str] = ("sha256",),
+    now: datetime.datetime | None = None,
+) -> Attestation:
+    """Verify the stream at ``path``, re-check its sealed verdict, and make the envelope.
+
+    ``identity``: the attester id (``attest-identity`` without one) and the policy
+    and resource URIs, each stated only when given. ``digests``: the subject
+    carries sha256, and blake3 when named.
+    """
+    verifier_id = identity.attester()
+    stream = verified(path, signer, seal_key)
+    v = stream.verification
+    got, gate = verified_gate(stream, gate_files)
 
     verdict, scope = got.verdict, got.scope
     result = "PASSED" if verdict == "pass" else "FAILED"
     p = stream.path
+    policy = {"name": gate.name, "uri": identity.policy_uri or gate_uri(gate.name), "digest": {"sha256": gate.digest}}
+    predicate: dict[str, Any] = {
+        "verifier": {"id": verifier_id, "version": {"alpha-observe": tool_version()}},
+        "timeVerified": rfc3339(now or datetime.datetime.now(datetime.UTC)),
+        "resourceUri": identity.resource_uri or stream_uri(v.stream_id),
+    }
     statement: dict[str, Any] = {
         "_type": STATEMENT_TYPE,
-        "subject": [
-            {
-                "name": p.name,
-                "digest": {
-                    d: hashlib.sha256(stream.data).hexdigest() if d == "sha256" else v.file_blake3
-                    for d in DIGESTS
-                    if d in digests
-                },
-            }
-        ],
+        "subject": [{"name": p.name, "digest": digests_of(stream.data, digests, v.file_blake3)}],
         "predicateType": PREDICATE_TYPE,
         "predicate": {
-            "verifier": {"id": VERIFIER_ID, "version": {"alpha-observe": _tool_version()}},
-            "timeVerified": _rfc3339(now or datetime.datetime.now(datetime.UTC)),
-            "resourceUri": resource_uri or p.resolve().as_uri(),
-            "policy": {"name": gate.name, "uri": policy_uri, "digest": {"sha256": gate.digest}},
+            **predicate,
+            "policy": policy,
             "inputAttestations": [],
             "verificationResult": result,
             "verifiedLevels": [level(scope)] if result == "PASSED" else ["FAILED"],
             "slsaVersion": SLSA_VERSION,
-            EXTENSION: {
+            DETAILS: {
                 "stream_id": v.stream_id,
                 "gate": gate.name,
                 "verdict": verdict,
@@ -276,19 +248,6 @@ def attest(
             },
         },
     }
-    payload = json.dumps(statement, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    signatures: list[dict[str, str]] = []
     notes = [f"{p}: gate {gate.name}: {verdict} (scope {scope}) -> verificationResult {result}"]
-    notes += _seal_notes(v, signer)
-    if signer is not None:
-        sig = signer.private.sign(pae(PAYLOAD_TYPE, payload))
-        signatures.append({"keyid": signer.key_id, "sig": base64.b64encode(sig).decode("ascii")})
-        notes.append(f"envelope: signed by key {signer.key_id}")
-    else:
-        notes.append("envelope: the statement is unsigned (signatures is empty; give --key KEY to sign it)")
-    envelope = {
-        "payloadType": PAYLOAD_TYPE,
-        "payload": base64.b64encode(payload).decode("ascii"),
-        "signatures": signatures,
-    }
-    return Attestation(statement, envelope, result, gate, signer.key_id if signer else None, notes)
+    notes += seal_notes(v, signer)
+    return envelope(statement, signer, result=result, gate=gate, notes=notes)

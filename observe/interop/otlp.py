@@ -11,6 +11,7 @@ attribute.
 
 from __future__ import annotations
 
+import base64
 import json
 import shlex
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aos import kinds
-from observe.interop.semconv import ci_attributes, source_attributes
+from observe.interop.semconv import TASK_RUN_RESULT, ci_attributes, source_attributes, task_run_result
 from observe.interop.verified import argv_of, attrs_of, display, int_of, opening
 
 if TYPE_CHECKING:
@@ -134,12 +135,34 @@ class _Span:
         return span
 
 
-def _command_name(argv: list[str]) -> str:
-    """The root span's name: the command line when short, else its first word and an ellipsis (80 at most)."""
-    if not argv:
-        return "(no command)"
-    text = shlex.join(argv)
-    return text if len(text) <= 80 else shlex.join(argv[:1])[:78] + " \u2026"
+def _name_text(stored: Any) -> tuple[str, str | None]:
+    """A recorded byte text as a span name: its text, bytes that are not UTF-8 as U+FFFD; and, only then,
+    the exact bytes in base64 (``\\xNN`` text would read the same as a name that holds those four characters)."""
+    from aos.text import value_bytes
+
+    raw = value_bytes(stored)
+    if raw is None:
+        return display(stored), None
+    try:
+        return raw.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace"), base64.b64encode(raw).decode("ascii")
+
+
+def _command_name(argv: Any) -> tuple[str, list[str] | None]:
+    """The root span's name: the command line when short, else its first word and an ellipsis (80 at most);
+    and, when an item is not UTF-8, every item's exact bytes in base64."""
+    items = [_name_text(v) for v in argv] if isinstance(argv, list) else []
+    if not items:
+        return "(no command)", None
+    words = [text for text, _ in items]
+    text = shlex.join(words)
+    name = text if len(text) <= 80 else shlex.join(words[:1])[:78] + " \u2026"
+    if all(b64 is None for _, b64 in items):
+        return name, None
+    from aos.text import value_bytes
+
+    return name, [base64.b64encode(value_bytes(v) or b"").decode("ascii") for v in argv]
 
 
 def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
@@ -148,14 +171,20 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
     trace_id = _trace_id(sid)
     open_attrs, start = opening(stream)
     start_attrs = attrs_of(start) if start.kind == kinds.PROCESS_START else {}
-    argv = argv_of(start_attrs.get("argv", open_attrs.get("argv")))
+    recorded_argv = start_attrs.get("argv", open_attrs.get("argv"))
+    argv = argv_of(recorded_argv)
+    root_name, argv_b64 = _command_name(recorded_argv)
     root = _Span(
         _span_id(sid, start.seq),
         None,
-        _command_name(argv),
+        root_name,
         start.wall_ns,
         start.seq,
-        {"process.command_args": argv, "process.pid": int_of(start_attrs.get("pid"))},
+        {
+            "process.command_args": argv,
+            "process.pid": int_of(start_attrs.get("pid")),
+            "aos.process.command_args_b64": argv_b64,
+        },
     )
     env = open_attrs.get("env")
     root.attrs.update(ci_attributes(env if isinstance(env, dict) else {}))
@@ -163,6 +192,7 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
     spans: list[_Span] = [root]
     open_steps: dict[str, list[_Span]] = {}  # step id -> spans started with it and not yet ended
     last_ns = start.wall_ns
+    interrupted = False  # a signal reached the recorder while the command ran
 
     def span_of(step: str | None) -> _Span:
         if step is not None and open_steps.get(step):
@@ -179,14 +209,16 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
             enclosing = span_of(parent) if isinstance(parent, str) else root
             from aos.text import key_bytes
 
+            name, name_b64 = _name_text(a.get("name"))
             span = _Span(
                 _span_id(sid, ev.seq),
                 enclosing.span_id,
-                display(a.get("name")),
+                name,
                 ev.wall_ns,
                 ev.seq,
                 {
                     "aos.step.id": key_bytes(ev.step).decode("utf-8", "backslashreplace"),
+                    "aos.step.name_b64": name_b64,
                     "process.command_args": argv_of(a.get("argv")),
                     "process.pid": int_of(a.get("pid")),
                 },
@@ -237,6 +269,8 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
                     "aos.artifact.content": a.get("content") if isinstance(a.get("content"), str) else None,
                 },
             )
+        elif ev.kind == kinds.RECORDER_INTERRUPTED and a.get("during") == "command":
+            interrupted = True
         elif ev.kind == kinds.VERDICT:
             root.attrs.update(
                 {
@@ -244,6 +278,9 @@ def otlp_traces(stream: VerifiedStream) -> dict[str, Any]:
                     "aos.verdict": display(a.get("verdict")),
                     "aos.scope": display(a.get("scope")),
                     "aos.verdict.time_unix_nano": ev.wall_ns,
+                    TASK_RUN_RESULT: task_run_result(
+                        a.get("verdict"), timed_out=root.attrs.get("aos.timed_out") is True, interrupted=interrupted
+                    ),
                 }
             )
             checks = a.get("checks")

@@ -13,7 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ci_attributes", "source_attributes"]
+__all__ = ["TASK_RUN_RESULT", "ci_attributes", "source_attributes", "task_run_result"]
+
+#: The semantic conventions' attribute for how a task run ended, and the values it takes.
+TASK_RUN_RESULT = "cicd.pipeline.task.run.result"
+_RESULTS = ("success", "failure", "error", "timeout", "cancellation", "skip")
 
 
 def ci_attributes(env: Mapping[str, Any]) -> dict[str, str]:
@@ -56,3 +60,24 @@ def source_attributes(source: Any) -> dict[str, str | bool]:
         found["aos.source.tree"] = display(source["tree"])
     found["aos.source.dirty"] = bool(source.get("dirty"))
     return found
+
+
+def task_run_result(verdict: Any, *, timed_out: bool, interrupted: bool) -> str | None:
+    """The ``cicd.pipeline.task.run.result`` of a gated run; None when no verdict was sealed.
+
+    ``timeout`` when ``--timeout`` ended the command, ``cancellation`` when a signal
+    reached the recorder while the command ran, else the verdict: ``pass`` is
+    ``success``, ``fail`` ``failure``, ``inconclusive`` (the evidence does not
+    decide) ``error``. The semantic conventions' ``skip`` is never given: a
+    recorded run ran.
+    """
+    if verdict not in ("pass", "fail", "inconclusive"):
+        return None
+    if timed_out:
+        result = "timeout"
+    elif interrupted:
+        result = "cancellation"
+    else:
+        result = {"pass": "success", "fail": "failure", "inconclusive": "error"}[verdict]
+    assert result in _RESULTS
+    return result

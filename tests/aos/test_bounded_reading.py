@@ -139,7 +139,7 @@ def _commands(b: Bombs, name: str) -> dict[str, list[str]]:
         "query": ["observe", "query", "SELECT count(*), sum(octet_length(data)) FROM events", s],
         "export-otlp": ["observe", "export", s, "--format", "otlp", "-o", str(out / "trace.json")],
         "export-asciicast": ["observe", "export", s, "--format", "asciicast", "-o", str(out / "cast.json")],
-        "attest": ["observe", "attest", s, "-o", str(out / "attestation.json")],
+        "attest": ["observe", "attest", s, "--attester-id", "urn:test:a", "-o", str(out / "attestation.json")],
         "fetch": ["observe", "fetch", b.stores[name], "-o", str(out / "fetched.aos")],
         "attach": ["observe", "attach", s, "--tracker", str(b.empty[name]), "--run", b.runs[name]],
         "audit": ["tracker", "--db", db, "audit"],

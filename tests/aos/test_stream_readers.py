@@ -104,6 +104,32 @@ class TestArrowExport:
         assert kinds(folder) == run_js(node, script, folder)
 
 
+class TestWhichReadsTheExport:
+    """docs/FORMAT.md's table of readers: who reads the uncompressed export (an IPC file), who does not."""
+
+    def test_pyarrow_reads_both(self, folder: Path) -> None:
+        """pyarrow reads the stream as a stream and the export as a file, the same kinds."""
+        import pyarrow as pa
+
+        with pa.ipc.open_file(folder / "ci.arrow") as f:
+            exported = f.read_all()["kind"].to_pylist()
+        assert kinds(folder) == exported == pa.ipc.open_stream(folder / "ci.aos").read_all()["kind"].to_pylist()
+
+    def test_nanoarrow_does_not_read_the_export(self, folder: Path) -> None:
+        """nanoarrow reads IPC streams only: the export, an IPC file, is refused."""
+        import nanoarrow as na
+        from nanoarrow.ipc import InputStream
+
+        with pytest.raises(Exception, match="get_schema"), InputStream.from_path(folder / "ci.arrow") as stream:
+            na.ArrayStream(stream).read_all()
+
+    def test_arro3_reads_the_export_as_a_file(self, folder: Path) -> None:
+        """arro3's read_ipc reads the export."""
+        from arro3.io import read_ipc
+
+        assert kinds(folder) == read_ipc(folder / "ci.arrow").read_all()["kind"].to_pylist()
+
+
 class TestRecipes:
     def test_polars(self, folder: Path) -> None:
         """polars reads the stream as is (docs/FORMAT.md recipe)."""

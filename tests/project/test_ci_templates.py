@@ -159,7 +159,12 @@ class TestGitHubWorkflow:
         evidence_ws = _workspace(tmp_path / "evidence")
         shutil.copytree(lane_ws / "aos-streams", evidence_ws / "aos-streams")  # upload-artifact, download-artifact
         (tmp_path / "evidence-temp").mkdir()
-        evidence = GitHubJob(evidence_ws, tmp_path / "evidence-temp", env, {**context, "needs": needs})
+        # what a runner sets, and the attest line names its attester by
+        runner = {
+            "GITHUB_SERVER_URL": "https://github.com",
+            "GITHUB_WORKFLOW_REF": "OWNER/REPO/.github/workflows/ci.yml@refs/heads/main",
+        }
+        evidence = GitHubJob(evidence_ws, tmp_path / "evidence-temp", {**env, **runner}, {**context, "needs": needs})
         for step in jobs["evidence"]["steps"]:
             if "run" in step and "pip install" not in step["run"]:
                 done = evidence.run_step(step)
@@ -214,6 +219,10 @@ class TestGitLabJob:
             AWS_ENDPOINT_URL=evidence_bucket,
             AWS_ACCESS_KEY_ID="testing",
             AWS_SECRET_ACCESS_KEY="testing",
+            # what a runner sets, and the attest line names its attester by
+            CI_SERVER_URL="https://gitlab.example.com",
+            CI_PROJECT_PATH="OWNER/REPO",
+            CI_RUNNER_ID="7",
         )
         done = run_gitlab(job, ws, env)
         assert 0 == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]

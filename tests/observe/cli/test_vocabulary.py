@@ -124,7 +124,7 @@ class TestOldSpellingsStillWork:
         gated(stream, signer=load_signer(tmp_path / "seal.key"))
         out = tmp_path / "e.json"
         args = ["--key", str(tmp_path / "attest.key"), "--seal-key", str(tmp_path / "seal.pub"), "--output", str(out)]
-        code, _, err = run("observe", "attest", str(stream), *args)
+        code, _, err = run("observe", "attest", str(stream), "--attester-id", "https://ci.example/a", *args)
         assert 0 == code, err
         import json
 
@@ -141,12 +141,13 @@ class TestOldSpellingsStillWork:
         gated(stream, signer=load_signer(tmp_path / "seal.key"))
         code, _, err = run(
             "observe", "attest", str(stream), "--sign-key", str(tmp_path / "attest.key"),
-            "--key", str(tmp_path / "seal.pub"), "-o", str(tmp_path / "e.json"),
+            "--key", str(tmp_path / "seal.pub"), "-o", str(tmp_path / "e.json"), "--attester-id", "https://ci.example/a",
         )  # fmt: skip
         assert 0 == code, err
         code, _, err = run(
-            "observe", "attest", str(stream), "--key", str(tmp_path / "attest.pub"), "-o", str(tmp_path / "f.json")
-        )
+            "observe", "attest", str(stream), "--key", str(tmp_path / "attest.pub"), "-o", str(tmp_path / "f.json"),
+            "--attester-id", "https://ci.example/a",
+        )  # fmt: skip
         assert (1, True) == (code, err.startswith("refused: stream-signature:"))
 
     def test_attest_sign_key_env(self, tmp_path: Path) -> None:
@@ -155,7 +156,7 @@ class TestOldSpellingsStillWork:
 
         stream = gated(tmp_path / "s.aos")
         generate_keypair(tmp_path / "attest")
-        env = {"ATTEST_KEY": (tmp_path / "attest.key").read_text()}
+        env = {"ATTEST_KEY": (tmp_path / "attest.key").read_text(), "ALPHA_ATTESTER_ID": "https://ci.example/a"}
         out = tmp_path / "e.json"
         code, _, err = run("observe", "attest", str(stream), "--sign-key-env", "ATTEST_KEY", "-o", str(out), env=env)
         assert 0 == code, err

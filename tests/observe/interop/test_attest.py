@@ -23,10 +23,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from aos.signing import Signer, load_signer
 from gates.testing import SyntheticStream
+from observe.env import AttestVars
 from observe.interop.attest import PAYLOAD_TYPE, attest, level, pae
+from observe.interop.identity import DETAILS, Identity
 from tests.helpers.cli import invoke
 from tests.helpers.paths import ASSETS, DOCS, ROOT
 from tests.helpers.run import child_env
+
+#: The attester id every test gives (a user's own URI; alpha-observe has none of its own).
+ATTESTER = "https://ci.example/attester"
+ID = Identity(ATTESTER)
 
 EXIT_ZERO_TOML = ROOT / "gates" / "builtin" / "exit-zero.toml"
 
@@ -79,7 +85,8 @@ def keypair(tmp_path: Path, name: str) -> tuple[Path, Path, Signer]:
 
 
 def run(*args: str) -> tuple[int, str, str]:
-    r = invoke("observe", "attest", *args)
+    """``alpha observe attest ARGS...`` with the attester id in ``$ALPHA_ATTESTER_ID``, as a CI job sets it."""
+    r = invoke("observe", "attest", *args, env={AttestVars.ATTESTER_ID: ATTESTER})
     return r.exit_code, r.stdout, r.stderr
 
 
@@ -230,34 +237,34 @@ class TestStatement:
         assert {"_type", "subject", "predicateType", "predicate"} == set(st)
 
     def test_subject_is_the_stream_file(self, tmp_path: Path) -> None:
-        """The subject is the stream file: its name, SHA-256 and BLAKE3 of its exact bytes."""
+        """The subject is the stream file: its name and the SHA-256 of its exact bytes; --digest blake3 adds BLAKE3."""
         stream = gated(tmp_path / "lane.aos")
         run(str(stream), "-o", str(tmp_path / "e.json"))
-        st = statement_of(envelope_of(tmp_path / "e.json"))
+        run(str(stream), "--digest", "blake3", "-o", str(tmp_path / "b.json"))
         data = stream.read_bytes()
-        expected = [
-            {
-                "name": "lane.aos",
-                "digest": {"sha256": hashlib.sha256(data).hexdigest(), "blake3": blake3(data).hexdigest()},
-            }
-        ]
-        assert expected == st["subject"]
+        sha256 = {"sha256": hashlib.sha256(data).hexdigest()}
+        assert [{"name": "lane.aos", "digest": sha256}] == statement_of(envelope_of(tmp_path / "e.json"))["subject"]
+        both = {**sha256, "blake3": blake3(data).hexdigest()}
+        assert [{"name": "lane.aos", "digest": both}] == statement_of(envelope_of(tmp_path / "b.json"))["subject"]
 
     def test_predicate(self, tmp_path: Path) -> None:
-        """verifier, policy (the gate's name, URI and the SHA-256 of its definition), result, level, scope."""
+        """verifier (the user's id), policy (the gate's name, URN and the SHA-256 of its definition), the stream's
+        URN, result, level, scope; nothing names a package or a local path."""
         from importlib.metadata import version
 
         stream = gated(tmp_path / "s.aos")
         before = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
         run(str(stream), "-o", str(tmp_path / "e.json"))
         p = statement_of(envelope_of(tmp_path / "e.json"))["predicate"]
-        assert {"id": "pkg:pypi/alpha-observe", "version": {"alpha-observe": version("alpha-observe")}} == p["verifier"]
+        assert {"id": ATTESTER, "version": {"alpha-observe": version("alpha-observe")}} == p["verifier"]
         assert {
             "name": "exit-zero",
-            "uri": f"pkg:pypi/alpha-observe@{version('alpha-observe')}#gates/builtin/exit-zero.toml",
+            "uri": "urn:alpha-observe:gate:exit-zero",
             "digest": {"sha256": hashlib.sha256(EXIT_ZERO_TOML.read_bytes()).hexdigest()},
         } == p["policy"]
-        assert stream.resolve().as_uri() == p["resourceUri"]
+        assert f"urn:alpha-observe:stream:{p[DETAILS]['stream_id']}" == p["resourceUri"]
+        text = base64.b64decode(envelope_of(tmp_path / "e.json")["payload"]).decode()
+        assert [] == [t for t in ("pkg:", "file:", str(tmp_path)) if t in text]
         assert ("PASSED", ["ALPHA_OBSERVE_SCOPE_COMMAND"], []) == (
             p["verificationResult"],
             p["verifiedLevels"],
@@ -265,7 +272,7 @@ class TestStatement:
         )
         when = datetime.datetime.strptime(p["timeVerified"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
         assert before <= when <= datetime.datetime.now(datetime.UTC)
-        ext = p["pkg:pypi/alpha-observe"]
+        ext = p[DETAILS]
         assert ("exit-zero", "pass", "command", [{"name": "exit-code", "status": "pass"}]) == (
             ext["gate"],
             ext["verdict"],
@@ -284,7 +291,7 @@ class TestStatement:
         p = st["predicate"]
         expected = ("PASSED", ["ALPHA_OBSERVE_SCOPE_COMMAND"]) if verdict == "pass" else ("FAILED", ["FAILED"])
         assert expected == (p["verificationResult"], p["verifiedLevels"])
-        assert verdict == p["pkg:pypi/alpha-observe"]["verdict"]
+        assert verdict == p[DETAILS]["verdict"]
         for v in validators:
             v.validate(st)
 
@@ -295,6 +302,37 @@ class TestStatement:
         run(str(stream), "--resource-uri", url, "-o", str(tmp_path / "e.json"))
         assert url == statement_of(envelope_of(tmp_path / "e.json"))["predicate"]["resourceUri"]
         assert 2 == run(str(stream), "--resource-uri", "not a uri", "-o", str(tmp_path / "f.json"))[0]
+
+    def test_policy_uri_and_attester_from_flags_or_environment(self, tmp_path: Path) -> None:
+        """--policy-uri (or $ALPHA_ATTEST_POLICY_URI) is policy.uri and --attester-id overrides the environment's."""
+        stream = gated(tmp_path / "s.aos")
+        uri = "https://example.com/policies/exit-zero"
+        r = invoke("observe", "attest", str(stream), "--attester-id", "urn:mine:attester",
+                   "-o", str(tmp_path / "a.json"),
+                   env={AttestVars.ATTESTER_ID: ATTESTER, AttestVars.POLICY_URI: uri})  # fmt: skip
+        assert 0 == r.exit_code, r.stderr
+        p = statement_of(envelope_of(tmp_path / "a.json"))["predicate"]
+        assert ("urn:mine:attester", uri) == (p["verifier"]["id"], p["policy"]["uri"])
+        assert 2 == run(str(stream), "--policy-uri", "not a uri", "-o", str(tmp_path / "b.json"))[0]
+
+    @pytest.mark.parametrize(
+        "args",
+        [
+            ["--subjects-out", "s.sha256"],
+            ["--subject", "dist/*"],
+            ["--provenance", "--subjects-out", "same.json", "-o", "same.json"],
+            ["--provenance", "--test-result"],
+        ],
+        ids=["subjects-out-without-provenance", "subject-without-provenance", "same-file", "both-statements"],
+    )
+    def test_usage_errors(self, tmp_path: Path, args: list[str]) -> None:
+        """--subject and --subjects-out need --provenance or --test-result; two outputs may not name one file;
+        one statement per command."""
+        stream = gated(tmp_path / "s.aos")
+        args = [str(tmp_path / a) if a.endswith((".json", ".sha256")) else a for a in args]
+        out = [] if "-o" in args else ["-o", str(tmp_path / "e.json")]
+        code, _, err = run(str(stream), *args, *out)
+        assert (2, ["s.aos"]) == (code, sorted(p.name for p in tmp_path.iterdir())), err
 
     def test_level_names(self) -> None:
         """Levels are ALPHA_OBSERVE_SCOPE_ and the scope, upper-cased, other characters as _ (never SLSA_)."""
@@ -309,7 +347,7 @@ class TestStatement:
         _key, _pub, signer = keypair(tmp_path, "k")
         stream = gated(tmp_path / "s.aos")
         now = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
-        a, b = (attest(stream, signer=signer, now=now).envelope_bytes() for _ in range(2))
+        a, b = (attest(stream, identity=ID, signer=signer, now=now).envelope_bytes() for _ in range(2))
         assert a == b
         assert "2030-01-02T03:04:05Z" == statement_of(json.loads(a))["predicate"]["timeVerified"]
 
@@ -439,7 +477,7 @@ class TestRefusals:
 
 class TestUserGates:
     def test_needs_the_gate_file(self, tmp_path: Path) -> None:
-        """A user gate's verdict is attested only with its definition; the policy URI names that file."""
+        """A user gate's verdict is attested only with its definition; the policy URI names the gate, not its path."""
         from gates.language import load_gate
 
         gate_file = tmp_path / "unit.toml"
@@ -453,7 +491,7 @@ class TestUserGates:
         p = statement_of(envelope_of(tmp_path / "e.json"))["predicate"]
         assert {
             "name": "unit-lane",
-            "uri": gate_file.resolve().as_uri(),
+            "uri": "urn:alpha-observe:gate:unit-lane",
             "digest": {"sha256": hashlib.sha256(gate_file.read_bytes()).hexdigest()},
         } == p["policy"]
         assert ["ALPHA_OBSERVE_SCOPE_UNIT"] == p["verifiedLevels"]
@@ -481,7 +519,7 @@ class TestKeys:
         code, _, err = run(str(stream), "--key", str(key), "-o", str(tmp_path / "e.json"))
         assert 0 == code, err
         assert f"seal: signed by key {signer.key_id}, signature checked" in err
-        seal = statement_of(envelope_of(tmp_path / "e.json"))["predicate"]["pkg:pypi/alpha-observe"]["seal"]
+        seal = statement_of(envelope_of(tmp_path / "e.json"))["predicate"][DETAILS]["seal"]
         assert (True, signer.key_id, True) == (seal["signed"], seal["key_id"], seal["signature_checked"])
 
     def test_seal_forged_under_the_attest_keys_id(self, tmp_path: Path, surgery: ModuleType) -> None:
@@ -501,7 +539,7 @@ class TestKeys:
         code, _, err = run(str(stream), "--key", str(key), "-o", str(tmp_path / "e.json"))
         assert 0 == code, err
         assert f"seal: names key {recorder.key_id}; its signature was NOT checked" in err
-        seal = statement_of(envelope_of(tmp_path / "e.json"))["predicate"]["pkg:pypi/alpha-observe"]["seal"]
+        seal = statement_of(envelope_of(tmp_path / "e.json"))["predicate"][DETAILS]["seal"]
         assert (True, recorder.key_id, False) == (seal["signed"], seal["key_id"], seal["signature_checked"])
 
     def test_seal_key_required(self, tmp_path: Path) -> None:
@@ -554,9 +592,9 @@ class TestReadOnce:
             return real(path)
 
         monkeypatch.setattr(observe.interop.verified, "_read_once", counting)
-        a = attest(stream, signer=signer)
+        a = attest(stream, identity=ID, signer=signer)
         assert [stream] == reads
-        assert a.statement["predicate"]["pkg:pypi/alpha-observe"]["seal"]["signature_checked"]
+        assert a.statement["predicate"][DETAILS]["seal"]["signature_checked"]
 
 
 class TestDocs:

@@ -28,7 +28,9 @@ from cryptography.hazmat.primitives import serialization
 from aos.signing import generate_keypair, load_signer
 from gates.testing import SyntheticStream
 from observe.cli.root import main
+from observe.env import AttestVars
 from observe.interop.attest import BUNDLE_MEDIA_TYPE, attest
+from observe.interop.identity import DETAILS, Identity
 from tests.helpers.paths import ROOT
 
 JS = ROOT / "tests" / "js"
@@ -54,8 +56,12 @@ def gated(path: Path) -> Path:
     return path
 
 
+ATTESTER = "https://ci.example/attester"
+
+
 def attest_cli(*args: str) -> tuple[int, str]:
-    r = CliRunner().invoke(main, ["observe", "attest", *args])
+    """``alpha observe attest ARGS...`` with the attester id a CI job sets in ``$ALPHA_ATTESTER_ID``."""
+    r = CliRunner().invoke(main, ["observe", "attest", *args], env={AttestVars.ATTESTER_ID: ATTESTER})
     return r.exit_code, r.stderr
 
 
@@ -68,8 +74,6 @@ def signed(tmp_path: Path) -> Path:
         str(tmp_path / "ci.aos"),
         "--key",
         str(tmp_path / "attest.key"),
-        "--digest",
-        "sha256",
         "-o",
         str(tmp_path / "ci.aos.intoto.json"),
         "--bundle",
@@ -178,7 +182,7 @@ class TestBundle:
 
     def test_unsigned_attestation_has_no_bundle(self, tmp_path: Path) -> None:
         """The library refuses to make a bundle of an unsigned attestation."""
-        a = attest(gated(tmp_path / "s.aos"))
+        a = attest(gated(tmp_path / "s.aos"), identity=Identity(ATTESTER))
         with pytest.raises(ValueError, match="unsigned"):
             a.bundle()
 
@@ -188,35 +192,29 @@ class TestBundle:
 
 class TestDigest:
     def test_digest_sha256_passes_sigstore_pythons_statement_model(self, tmp_path: Path) -> None:
-        """With --digest sha256 the subject has only sha256, which sigstore-python's Statement accepts."""
+        """By default the subject has only sha256, which sigstore-python's Statement accepts."""
         from sigstore.dsse import Statement
 
         s = gated(tmp_path / "s.aos")
-        code, err = attest_cli(str(s), "--digest", "sha256", "-o", str(tmp_path / "e.json"))
+        code, err = attest_cli(str(s), "-o", str(tmp_path / "e.json"))
         assert 0 == code, err
         payload = base64.b64decode(json.loads((tmp_path / "e.json").read_text())["payload"])
         Statement(payload)
         assert [{"name": "s.aos", "digest": {"sha256": sha256_of(s)}}] == json.loads(payload)["subject"]
 
-    def test_default_subject_has_blake3_which_sigstore_python_refuses(self, tmp_path: Path) -> None:
-        """By default the subject carries sha256 and blake3; sigstore-python's Statement refuses blake3."""
+    def test_digest_blake3_is_refused_by_sigstore_python(self, tmp_path: Path) -> None:
+        """--digest blake3 adds blake3 beside sha256; sigstore-python's Statement refuses blake3."""
+        from blake3 import blake3
         from sigstore.dsse import Statement
         from sigstore.errors import Error
 
-        payload = attest(gated(tmp_path / "s.aos")).envelope["payload"]
-        st = json.loads(base64.b64decode(payload))
-        assert {"sha256", "blake3"} == set(st["subject"][0]["digest"])
-        with pytest.raises(Error, match="blake3"):
-            Statement(base64.b64decode(payload))
-
-    def test_digest_blake3_only(self, tmp_path: Path) -> None:
-        """--digest blake3 names the file by BLAKE3 alone; an unknown digest is a usage error."""
-        from blake3 import blake3
-
         s = gated(tmp_path / "s.aos")
         assert 0 == attest_cli(str(s), "--digest", "blake3", "-o", str(tmp_path / "e.json"))[0]
-        st = json.loads(base64.b64decode(json.loads((tmp_path / "e.json").read_text())["payload"]))
-        assert {"blake3": blake3(s.read_bytes()).hexdigest()} == st["subject"][0]["digest"]
+        payload = base64.b64decode(json.loads((tmp_path / "e.json").read_text())["payload"])
+        expected = {"sha256": sha256_of(s), "blake3": blake3(s.read_bytes()).hexdigest()}
+        assert expected == json.loads(payload)["subject"][0]["digest"]
+        with pytest.raises(Error, match="blake3"):
+            Statement(payload)
         assert 2 == attest_cli(str(s), "--digest", "md5", "-o", str(tmp_path / "f.json"))[0]
 
 
@@ -299,8 +297,8 @@ class TestVsaProtobuf:
         predicate = self.predicate(signed)
         lagging: list[tuple[str, Callable[[dict[str, Any]], object]]] = [
             # in the order a parser meets them (the keys are sorted)
-            ("pkg:pypi/alpha-observe", lambda p: p.pop("pkg:pypi/alpha-observe")),
             ("name", lambda p: p["policy"].pop("name")),
+            (DETAILS, lambda p: p.pop(DETAILS)),
             ("verifiedLevels", lambda p: p.pop("verifiedLevels")),
             ("version", lambda p: p["verifier"].pop("version")),
         ]

@@ -236,6 +236,25 @@ class TestOtlp:
         )
         assert "\\xff" == attrs(byt.attributes)["aos.step.id"]
 
+    def test_a_name_not_utf8_is_told_from_its_escape(self, tmp_path: Path) -> None:
+        """A step named by the byte 0xff is named U+FFFD with its bytes in aos.step.name_b64, so it is never
+        read as a step named by the four characters \\xff; a command not UTF-8 likewise
+        (aos.process.command_args_b64)."""
+        s = SyntheticStream()
+        s.ops[1]["attrs"]["argv"] = ["run", {"bytes_b64": base64.b64encode(b"\xff").decode()}]
+        s.add("step.start", {"name": {"bytes_b64": "/w=="}, "argv": []}, step="a")
+        s.add("step.end", {"name": {"bytes_b64": "/w=="}, "exit_code": 0, "signal": None}, step="a")
+        s.add("step.start", {"name": "\\xff", "argv": []}, step="b")
+        s.add("step.end", {"name": "\\xff", "exit_code": 0, "signal": None}, step="b")
+        s.exit(0)
+        s.write(tmp_path / "s.aos")
+        export(tmp_path / "s.aos", "otlp", tmp_path / "t.json")
+        spans = parse_otlp((tmp_path / "t.json").read_text()).resource_spans[0].scope_spans[0].spans
+        root = next(x for x in spans if not x.parent_span_id)
+        named = {x.name: attrs(x.attributes).get("aos.step.name_b64") for x in spans if x.parent_span_id}
+        assert {"\ufffd": "/w==", "\\xff": None} == named
+        assert ("run '\ufffd'", ["cnVu", "/w=="]) == (root.name, attrs(root.attributes)["aos.process.command_args_b64"])
+
 
 # -- asciicast ------------------------------------------------------------------------------
 
@@ -391,7 +410,7 @@ def _noisy(d: Path, mib: int) -> Path:
     [
         ["observe", "export", "{}", "--format", "asciicast", "-o", "x.cast"],
         ["observe", "export", "{}", "--format", "otlp", "-o", "x.json"],
-        ["observe", "attest", "{}", "-o", "x.att"],
+        ["observe", "attest", "{}", "--attester-id", "https://ci.example/a", "-o", "x.att"],
     ],
     ids=["asciicast", "otlp", "attest"],
 )

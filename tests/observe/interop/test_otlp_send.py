@@ -132,8 +132,44 @@ class TestSemconv:
             "vcs.ref.head.type": "branch",
             "vcs.ref.base.name": "main",
             "vcs.change.id": "17",
+            "cicd.pipeline.task.run.result": "success",  # the sealed verdict's, not a CI variable's
         }
         assert expected == {k: v for k, v in a.items() if k.startswith(("cicd.", "vcs."))}
+
+    @pytest.mark.parametrize(
+        ("code", "timed_out", "interrupted", "expected"),
+        [
+            (0, False, False, "success"),
+            (1, False, False, "failure"),
+            (None, False, False, "error"),
+            (None, True, False, "timeout"),
+            (None, False, True, "cancellation"),
+        ],
+    )
+    def test_task_run_result_from_the_verdict(
+        self, tmp_path: Path, code: int | None, timed_out: bool, interrupted: bool, expected: str
+    ) -> None:
+        """cicd.pipeline.task.run.result is the sealed verdict in the semantic conventions' values: pass success,
+        fail failure, inconclusive error; a --timeout timeout, a signal during the command cancellation."""
+        s = SyntheticStream(gate="exit-zero")
+        if interrupted:
+            s.add("recorder.interrupted", {"signal": "SIGTERM", "during": "command"})
+        if code is not None or timed_out:
+            s.exit(code if code is not None else None, signal="SIGKILL" if timed_out else None, timed_out=timed_out)
+        s.add("verdict", s.evaluate("exit-zero").to_attrs())
+        s.write(tmp_path / "s.aos")
+        assert 0 == export(str(tmp_path / "s.aos"), "--format", "otlp", "-o", str(tmp_path / "t.json"))[0]
+        root = next(x for x in spans_of(parse_otlp((tmp_path / "t.json").read_text())) if not x.parent_span_id)
+        assert expected == attrs(root.attributes)["cicd.pipeline.task.run.result"]
+
+    def test_no_verdict_no_task_run_result(self, tmp_path: Path) -> None:
+        """A recording without a gate says nothing of the task run's result."""
+        s = SyntheticStream()
+        s.exit(0)
+        s.write(tmp_path / "s.aos")
+        assert 0 == export(str(tmp_path / "s.aos"), "--format", "otlp", "-o", str(tmp_path / "t.json"))[0]
+        root = next(x for x in spans_of(parse_otlp((tmp_path / "t.json").read_text())) if not x.parent_span_id)
+        assert "cicd.pipeline.task.run.result" not in attrs(root.attributes)
 
     @pytest.mark.parametrize(
         ("env", "expected"),
