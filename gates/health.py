@@ -15,19 +15,24 @@ shows it (once per GPU and fact):
 
 A GPU no role is bound to is shown, never judged. A receipt can say nothing here:
 only ``device.observed`` events, which only the recorder appends, are read.
+
+A gate file's ``[[device]]`` tables (:func:`evaluate_device`) require facts of
+the GPUs' health: ``ecc``, ``persistence``, ``mig`` (``"enabled"`` or
+``"disabled"``), ``pcie_width_min`` (lanes), on the bound GPUs or all of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from aos.attrs import json_int
 from aos.event import Event
 from gates.evidence import Evidence
-from gates.typing import Findings
+from gates.typing import Findings, Outcome
+from gates.wording import count
 
-__all__ = ["JUDGED_EVENTS", "bound_gpus", "health_findings"]
+__all__ = ["DEVICE_REQUIREMENTS", "JUDGED_EVENTS", "bound_gpus", "evaluate_device", "health_findings"]
 
 #: NVML's event types that make a bound GPU's run inconclusive (single-bit ECC errors are corrected: shown).
 JUDGED_EVENTS = {"xid": "XID critical error", "double_bit_ecc": "double-bit ECC error"}
@@ -93,3 +98,84 @@ def health_findings(obs: Sequence[Event], bound: Collection[str], f: Findings, w
             for fact, text in _FLAGS.items():
                 if health.get(fact) is True:
                     tell(uuid, fact, o, f"{text} ({fact})")
+
+
+# -- [[device]]: health facts a gate file requires -------------------------------------------
+
+#: Each key of a ``[[device]]`` table: the health fact it reads and how (``mode``: ``"enabled"`` or
+#: ``"disabled"``, equal; ``min``: an integer, at least).
+DEVICE_REQUIREMENTS: dict[str, tuple[str, str]] = {
+    "ecc": ("ecc_mode", "mode"),
+    "persistence": ("persistence", "mode"),
+    "mig": ("mig_mode", "mode"),
+    "pcie_width_min": ("pcie_width", "min"),
+}
+
+
+class DeviceRequirements(Protocol):
+    """What :func:`evaluate_device` reads of a ``[[device]]`` rule (gates.language.DeviceRule)."""
+
+    @property
+    def gpus(self) -> str: ...
+    @property
+    def require(self) -> tuple[tuple[str, Any], ...]: ...
+    @property
+    def reason(self) -> str: ...
+
+
+def evaluate_device(rule: DeviceRequirements, ev: Evidence) -> Outcome:
+    """``[[device]]``: each requirement holds on each selected GPU in every observation that carries its health.
+
+    A value that breaks one fails (the GPU, the fact, the seq); a fact NVML does not offer there, a GPU never
+    observed with its health, or (``gpus = "bound"``) no preflight: inconclusive.
+    """
+    f = Findings()
+    obs = list(ev.observations)
+    if rule.gpus == "bound":
+        wanted = sorted(bound_gpus(ev))
+        if not wanted:
+            f.inconclusive("no preflight receipt binds a GPU: no bound GPU whose health to judge")
+            return f.outcome("")
+    else:
+        wanted = sorted({g["uuid"] for o in obs for g in _gpus(o) if isinstance(g.get("uuid"), str)})
+        if not wanted:
+            f.inconclusive("the recorder observed no GPU")
+            return f.outcome("")
+    why = f" ({rule.reason})" if rule.reason else ""
+    seen: dict[str, int] = {}
+    told: set[tuple[str, str]] = set()
+    for o in obs:
+        for g in _gpus(o):
+            uuid, health = g.get("uuid"), g.get("health")
+            if uuid not in wanted or not isinstance(health, dict):
+                continue
+            seen[uuid] = seen.get(uuid, 0) + 1
+            f.use([o.seq] if seen[uuid] == 1 else [])
+            codes = health.get("unsupported")
+            unsupported: dict[str, Any] = codes if isinstance(codes, dict) else {}
+            for key, want in rule.require:
+                fact, kind = DEVICE_REQUIREMENTS[key]
+                if (uuid, key) in told:
+                    continue
+                value = health.get(fact)
+                if fact in unsupported or value is None:
+                    told.add((uuid, key))
+                    f.use([o.seq])
+                    code = unsupported.get(fact)
+                    f.inconclusive(
+                        f"GPU {uuid}: {fact} is not offered"
+                        + (f" (NVML code {code})" if code is not None else "")
+                        + f" (seq {o.seq}), so {key} = {want!r} cannot be shown{why}"
+                    )
+                    continue
+                ok = value == want if kind == "mode" else isinstance(value, int) and value >= want
+                if not ok:
+                    told.add((uuid, key))
+                    f.use([o.seq])
+                    f.fail(f"GPU {uuid}: {fact} was {value!r} (seq {o.seq}); the gate requires {key} = {want!r}{why}")
+    for uuid in wanted:
+        if uuid not in seen:
+            f.inconclusive(f"GPU {uuid}: no observation carries its health (recorded before issue 35, or simulated)")
+    wanted_text = ", ".join(f"{k} = {v!r}" for k, v in rule.require)
+    where = ", ".join(f"GPU {u} ({count(seen.get(u, 0), 'observation')})" for u in wanted)
+    return f.outcome(f"{wanted_text} held on {where}" + why)

@@ -203,3 +203,75 @@ class TestForgery:
         lane.add("stdout", {}, (fake % ALPHA_GPU).encode(), "uninterrupted-run", at=lane.ops.index(sample(lane)) + 1)
         v = lane.evaluate()
         assert ("pass", "physical") == (v.verdict, v.scope)
+
+
+class TestDeviceRequirements:
+    """``[[device]]`` in a gate file: health facts the recorder must have observed on the GPUs."""
+
+    HEAD = '[gate]\nname = "healthy"\nscope = "observed"\n\n[[device]]\n'
+
+    def _verdict(self, lane: SyntheticStream, table: str) -> tuple[str, str]:
+        from gates.engine import evaluate
+        from gates.language import parse_gate_text
+
+        v = evaluate(parse_gate_text(self.HEAD + table, "<test>"), lane.events())
+        check = next(c for c in v.checks if c.name.startswith("device"))
+        return check.status, check.reason
+
+    def test_requirements_met_on_the_bound_gpus(self) -> None:
+        status, reason = self._verdict(_lane(), 'ecc = "enabled"\npersistence = "enabled"\npcie_width_min = 16\n')
+        assert "pass" == status, reason
+        assert f"held on GPU {ALPHA_GPU} (3 observations), GPU {BETA_GPU} (3 observations)" in reason
+
+    def test_a_value_that_breaks_one_fails_naming_it(self) -> None:
+        lane = _lane()
+        _gpu(sample(lane), BETA_GPU)["health"]["pcie_width"] = 8
+        status, reason = self._verdict(lane, 'pcie_width_min = 16\nreason = "x16 or the run is not comparable"\n')
+        seq = _seq_of_sample(lane)
+        assert ("fail", f"GPU {BETA_GPU}: pcie_width was 8 (seq {seq}); the gate requires pcie_width_min = 16") == (
+            status,
+            reason.split(" (x16")[0],
+        )
+        assert "(x16 or the run is not comparable)" in reason
+
+    def test_a_fact_not_offered_is_inconclusive_with_its_code(self) -> None:
+        lane = _lane()
+        for o in lane.find("device.observed"):
+            for g in o["attrs"]["gpus"]:
+                g["health"]["persistence"] = None
+                g["health"]["unsupported"]["persistence"] = 4
+        status, reason = self._verdict(lane, 'persistence = "enabled"\n')
+        assert "inconclusive" == status
+        assert f"GPU {ALPHA_GPU}: persistence is not offered (NVML code 4)" in reason
+
+    def test_an_unbound_gpu_counts_only_with_gpus_all(self) -> None:
+        lane = _lane(spare=True)
+        for o in lane.find("device.observed"):
+            _gpu(o, SPARE_GPU)["health"]["ecc_mode"] = "disabled"
+        assert "pass" == self._verdict(lane, 'ecc = "enabled"\n')[0]
+        status, reason = self._verdict(lane, 'gpus = "all"\necc = "enabled"\n')
+        assert "fail" == status
+        assert f"GPU {SPARE_GPU}: ecc_mode was 'disabled'" in reason
+
+    def test_no_health_observed_is_inconclusive(self) -> None:
+        status, reason = self._verdict(device_lane(), 'ecc = "enabled"\n')
+        assert "inconclusive" == status
+        assert f"GPU {ALPHA_GPU}: no observation carries its health" in reason
+
+    @pytest.mark.parametrize(
+        ("table", "said"),
+        [
+            ('ecc = "on"\n', '\'ecc\' must be "enabled" or "disabled"'),
+            ("pcie_width_min = 0\n", "'pcie_width_min' must be a positive integer"),
+            ("pcie_width_min = true\n", "'pcie_width_min' must be an integer"),
+            ('gpus = "some"\necc = "enabled"\n', '\'gpus\' must be "bound" or "all"'),
+            ('ecc = "enabled"\npcie_gen_min = 4\n', "unknown key(s) 'pcie_gen_min'"),
+            ('reason = "nothing"\n', "requires nothing"),
+        ],
+    )
+    def test_a_bad_table_is_refused_by_name(self, table: str, said: str) -> None:
+        from gates.language import GateFileError, parse_gate_text
+
+        with pytest.raises(GateFileError) as info:
+            parse_gate_text(self.HEAD + table, "<test>")
+        assert said in str(info.value)

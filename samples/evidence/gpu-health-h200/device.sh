@@ -9,18 +9,19 @@
 #   bash device.sh OUT      (from anywhere; PYTHONPATH: the carried wheels and this checkout)
 #
 # DRY=1: the rehearsal on a machine without a GPU (the simulated observer; a verdict that cannot be physical).
+# WORK=DIR: where its scratch goes (default /tmp); SAMPLES, SECONDS_RUN: the bench's samples, the worker's seconds.
 set -u
 out=$1
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
-bin=/tmp/aos-bin
+bin=${WORK:-/tmp}/aos-bin
 mkdir -p "$bin"
 printf '#!/bin/sh\nexec %s -c "import sys; from observe.cli.entry import main; sys.argv[0] = \\"alpha\\"; main()" "$@"\n' \
     "$(command -v python3)" >"$bin/alpha"
 chmod +x "$bin/alpha"
 export PATH="$bin:$PATH" PYTHONUNBUFFERED=1
 cd "$repo" || exit 1
-work=/tmp/gpu-health
+work=${WORK:-/tmp}/gpu-health
 rm -rf "$work" && mkdir -p "$work"
 echo "== machine"
 uname -r; python3 --version; nvidia-smi -L; python3 -c 'import pynvml, sys; print("nvidia-ml-py", pynvml.__file__)'
