@@ -33,6 +33,9 @@ __all__ = [
     "STATIC",
     "VOLATILE",
     "HealthReader",
+    "describe_event",
+    "describe_health",
+    "health_changes",
     "health_key",
 ]
 
@@ -314,3 +317,76 @@ def health_problem(value: Any) -> str | None:
     ):
         return "health.unsupported is not {FACT: CODE} of null facts"
     return None
+
+
+# -- said to people: show, the report, the site -----------------------------------------------
+
+
+def _said(health: Mapping[str, Any], fact: str) -> str:
+    code = (health.get("unsupported") or {}).get(fact)
+    if code is not None:
+        return f"unsupported (NVML {code})"
+    value = health.get(fact)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "none"
+    return "?" if value is None else str(value)
+
+
+def describe_health(health: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """One GPU's ``health`` as ``(what, value)`` rows for people, every fact once, in :data:`FACTS` order
+    (grouped: the PCIe link, ECC, retired pages, remapped rows, power)."""
+
+    def s(fact: str) -> str:
+        return _said(health, fact)
+
+    return [
+        ("serial", s("serial")),
+        ("board part number", s("board_part_number")),
+        ("VBIOS", s("vbios")),
+        ("PCIe link", f"gen {s('pcie_gen')} of {s('pcie_gen_max')}, x{s('pcie_width')} of x{s('pcie_width_max')}"),
+        ("persistence / MIG / ECC mode", f"{s('persistence')} / {s('mig_mode')} / {s('ecc_mode')}"),
+        (
+            "ECC errors (corrected, uncorrected)",
+            f"volatile {s('ecc_volatile_corrected')}, {s('ecc_volatile_uncorrected')}; "
+            f"aggregate {s('ecc_aggregate_corrected')}, {s('ecc_aggregate_uncorrected')}",
+        ),
+        (
+            "retired pages (single, double, pending)",
+            f"{s('retired_pages_single')}, {s('retired_pages_double')}, {s('retired_pages_pending')}",
+        ),
+        (
+            "remapped rows (correctable, uncorrectable, pending, failure)",
+            f"{s('remapped_correctable')}, {s('remapped_uncorrectable')}, {s('remap_pending')}, {s('remap_failure')}",
+        ),
+        ("clocks-event reasons", s("clocks_event_reasons")),
+        ("power (mW, of limit)", f"{s('power_draw')} of {s('power_limit')}"),
+        ("temperature (C), SM / memory clock (MHz)", f"{s('temperature')}, {s('sm_clock')} / {s('memory_clock')}"),
+        ("events registered", s("events")),
+    ]
+
+
+def health_changes(first: Mapping[str, Any], later: Mapping[str, Any]) -> list[str]:
+    """The facts of ``later`` that are not what they were in ``first``, but those that follow load
+    (:data:`VOLATILE`), as ``fact: before -> after``."""
+    changed = [
+        f"{fact}: {_said(first, fact)} -> {_said(later, fact)}"
+        for fact in FACTS
+        if fact not in (*VOLATILE, "clocks_event_reasons") and _said(first, fact) != _said(later, fact)
+    ]
+    slow = [_slowdowns(h) for h in (first, later)]
+    if slow[0] != slow[1]:
+        changed.append(f"slowdowns: {', '.join(slow[0]) or 'none'} -> {', '.join(slow[1]) or 'none'}")
+    return changed
+
+
+def _slowdowns(health: Mapping[str, Any]) -> list[str]:
+    reasons = health.get("clocks_event_reasons")
+    return [r for r in reasons if r in SLOWDOWNS] if isinstance(reasons, list) else []
+
+
+def describe_event(event: Mapping[str, Any]) -> str:
+    """One GPU event for people: ``XID 79 on GPU-...`` or ``double_bit_ecc on GPU-...``."""
+    what = f"XID {event.get('xid')}" if event.get("type") == "xid" else str(event.get("type"))
+    return f"{what} on {event.get('gpu')}"

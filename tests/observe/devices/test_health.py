@@ -244,3 +244,32 @@ def test_an_event_always_records_a_sample() -> None:
 )
 def test_a_node_sending_another_health_shape_is_refused(bad: dict[str, Any]) -> None:
     assert health_problem(bad) is not None
+
+
+def test_show_says_each_gpus_health_and_events(tmp_path: Path) -> None:
+    """``alpha observe show``: every fact of each GPU (or its code), what changed by the end, each GPU event."""
+    from tests.helpers.run import alpha
+
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps(_doc(BOUND)))
+    proc, out = record(
+        tmp_path,
+        [sys.executable, "-c", LANE, ALPHA, "inject-xid", "inject-ecc"],
+        "--quiet",
+        *FAST,
+        env={"ALPHA_OBSERVE_SIMULATED_GPUS": str(path)},
+    )
+    assert 0 == proc.returncode, proc.stderr
+    observed = _observed(events(out))
+    xid = next(e for e in observed if e.attrs["gpu_events"])
+    ecc = next(e for e in observed if e.attrs["gpus"][0]["health"]["ecc_volatile_uncorrected"] == 1)
+    shown = alpha("observe", "show", str(out), text=True, check=True).stdout
+    assert f"  GPU 0 {BOUND} health (seq " in shown
+    assert "    serial: 1654123456789\n" in shown
+    assert "    board part number: unsupported (NVML 4)\n" in shown
+    assert "    remapped rows (correctable, uncorrectable, pending, failure): 0, 0, no, no\n" in shown
+    assert f"  GPU event: XID 79 on {BOUND} (seq {xid.seq})\n" in shown
+    assert f"changed over the run: ecc_volatile_uncorrected: 0 -> 1 (seq {ecc.seq}); " in shown
+    doc_json = json.loads(alpha("observe", "show", "--json", str(out), text=True, check=True).stdout)
+    assert [79] == [e["xid"] for e in doc_json["gpu_events"]]
+    assert doc_json["health"][BOUND]["first"]["serial"] == "1654123456789"
