@@ -273,3 +273,12 @@ def test_show_says_each_gpus_health_and_events(tmp_path: Path) -> None:
     doc_json = json.loads(alpha("observe", "show", "--json", str(out), text=True, check=True).stdout)
     assert [79] == [e["xid"] for e in doc_json["gpu_events"]]
     assert doc_json["health"][BOUND]["first"]["serial"] == "1654123456789"
+    # the report: a health panel per GPU, its changes over the run, the GPU events
+    page = tmp_path / "report.html"
+    alpha("observe", "report", str(out), "--out", str(page), check=True)
+    html = page.read_text()
+    assert f'Health of GPU 0 <span class="mono">{BOUND}</span>' in html
+    assert "<dt>serial</dt><dd>1654123456789</dd>" in html
+    assert '<dt>board part number</dt><dd class="note">unsupported (NVML 4)</dd>' in html
+    assert f"ecc_volatile_uncorrected: 0 -&gt; 1 (seq {ecc.seq})" in html
+    assert f'<td class="alert">XID 79 on {BOUND}</td><td class="num">seq {xid.seq}</td>' in html
