@@ -18,6 +18,10 @@ Measures, in one run, each as a ratio (it asserts nothing):
 
 On a machine with NVML the sampler's cost includes the NVML queries; on one
 without, the simulated GPUs stand in for them (their reading costs less than NVML's).
+With NVML it also measures one sample with the GPUs' health facts and events
+(observe.devices.health) against one without them (the sampling before issue 35),
+interleaved in ``ALPHA_BENCH_ROUNDS`` (default 3) rounds, best of each: the ratio
+(issue 35's target: at most 2x).
 Ends with issue 16's ``ROW`` line (bench/table.py): one sample's CPU as a share of a
 core at the default 1 s interval (this machine's NVML when it loads, else simulated).
 ``ALPHA_BENCH_SAMPLER_ONLY=1`` stops after the per-sample cost (no recording runs).
@@ -58,19 +62,20 @@ def _gpus_file(tmp: Path) -> Path:
     return path
 
 
-def per_sample_cost(tmp: Path, tree_size: int, n: int, *, real: bool = False) -> tuple[float, int]:
+def per_sample_cost(tmp: Path, tree_size: int, n: int, *, real: bool = False, health: bool = True) -> tuple[float, int]:
     """CPU seconds of one sample, over a tree of ``tree_size`` sleeping children of this process
-    (with ``real``, the machine's own NVML instead of the simulated GPUs; init not counted)."""
+    (with ``real``, the machine's own NVML instead of the simulated GPUs, ``health`` its GPUs' health facts
+    and events or not; init not counted)."""
     children = [subprocess.Popen(["sleep", "600"]) for _ in range(tree_size - 1)]
     children.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "bench-gpu-worker"]))
+    observer: Any = SimulatedObserver(str(_gpus_file(tmp)))
     try:
         time.sleep(0.5)
         tree = ProcessTree()
-        observer: Any = SimulatedObserver(str(_gpus_file(tmp)))
         if real:
             from observe.devices.observers import NvmlObserver
 
-            observer = NvmlObserver.open(required=True)
+            observer = NvmlObserver.open(required=True, health=health)
             if observer.name != "nvml" or observer.error:
                 raise RuntimeError(observer.error or f"observer {observer.name}")
         seen = 0
@@ -85,6 +90,8 @@ def per_sample_cost(tmp: Path, tree_size: int, n: int, *, real: bool = False) ->
             assert real or attrs["processes"], "the simulated GPU process was not found"
         return (time.process_time() - t) / n, seen
     finally:
+        if real:
+            observer.close()  # NVML's event set and its reference
         for child in children:
             child.kill()
             child.wait()
@@ -146,6 +153,17 @@ def main() -> None:
                 f" at the default 1 s interval {real * 100:.3f}% of a core (target < 1%)"
             )
             row = ("this machine's NVML", real)
+            rounds = int(os.environ.get("ALPHA_BENCH_ROUNDS", "3"))
+            with_health, without = [], []
+            for _ in range(rounds):  # interleaved: the machine's noise hits both alike
+                without.append(per_sample_cost(tmp, tree_size, samples, real=True, health=False)[0])
+                with_health.append(per_sample_cost(tmp, tree_size, samples, real=True, health=True)[0])
+            print(
+                f"one sample with this machine's NVML, best of {rounds} interleaved rounds of {samples}:"
+                f" {min(with_health) * 1e3:.3f} ms CPU with the health facts and events,"
+                f" {min(without) * 1e3:.3f} ms without (today's sampling before issue 35):"
+                f" ratio {min(with_health) / min(without):.3f}x (target <= 2x)"
+            )
 
         if os.environ.get("ALPHA_BENCH_SAMPLER_ONLY") == "1":
             print_row(tree_size, *row)

@@ -24,7 +24,10 @@ those kinds. This check binds the lane's claims to those observations:
 4. a bound GPU is shared when memory in use that the listed processes do not
    explain exceeds ``IDLE_MEMORY``, or it is busy while listing no process
    (NVML inside a container lists only that container's processes):
-   inconclusive, never physical.
+   inconclusive, never physical;
+5. a bound GPU whose health was in doubt during the recording (a critical XID,
+   uncorrected ECC errors growing, a pending or failed row remap, a pending
+   retired page: gates/health.py) is inconclusive.
 
 When the lane config the recorder captured names remote nodes (pods over SSH),
 the same rules are applied to each node's own observations instead
@@ -49,6 +52,7 @@ from typing import Any
 from aos.attrs import json_int
 from aos.event import Event
 from gates.evidence import Evidence, Receipt
+from gates.health import bound_gpus, health_findings
 from gates.typing import Findings, Outcome
 from gates.wording import count
 
@@ -278,6 +282,7 @@ def devices_observed(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
             "saw shows a GPU (the lane's receipts and its own nvidia-smi output are claims, not observations)"
         )
         return f.outcome("")
+    health_findings(obs, bound_gpus(ev), f)
     machine = _machine_findings(obs, f)
     if machine is None:
         return f.outcome("")

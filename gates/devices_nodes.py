@@ -33,7 +33,9 @@ check judges those observations, node by node:
    interpreter's finalisation, or its ``/proc`` entry gone while NVML still lists
    it) keeps the identity it was read with under the same pid and ``exe``;
 5. a bound GPU with memory or activity its listed processes do not explain is
-   shared: inconclusive (as on the recorder's own machine).
+   shared: inconclusive (as on the recorder's own machine);
+6. a bound GPU's health in doubt on its node (gates/health.py) is inconclusive,
+   named with its node.
 
 Streams of recorders before remote nodes (``stream.open`` without
 ``observes_nodes: true`` and no observation with ``node``) are judged by the
@@ -65,6 +67,7 @@ from gates.devices import (
     works_on,
 )
 from gates.evidence import Evidence, Receipt
+from gates.health import bound_gpus, health_findings
 from gates.typing import Findings, Outcome
 
 __all__ = ["config_nodes", "devices_observed_anywhere", "devices_observed_on_nodes", "node_account_findings"]
@@ -247,6 +250,9 @@ def devices_observed_on_nodes(
     node_obs = {n: [o for o in ev.observations if _of(o, *n)] for n in nodes}
     lost = {n: [e for e in ev.events if e.kind == kinds.NODE_LOST and _of(e, *n)] for n in nodes}
     facts = {n: _node_findings(_name(*n), node_obs[n], lost[n], f) for n in nodes}
+    bound = bound_gpus(ev)
+    for n in nodes:
+        health_findings(node_obs[n], bound, f, f"node {_name(*n)}: ")
     if not f.ok:
         return f.outcome("")
     seen_gpus = _node_gpus(nodes, node_obs, f)

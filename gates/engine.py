@@ -18,10 +18,12 @@ from aos import kinds
 from aos.event import Event
 from gates.containment import CONTAINMENT_CHECK, containment_recorded
 from gates.evidence import Evidence, Receipt, Step
+from gates.health import evaluate_device
 from gates.language import (
     ArtifactRule,
     CheckRule,
     Condition,
+    DeviceRule,
     EachRule,
     EqualRule,
     ExitRule,
@@ -707,6 +709,7 @@ _EVALUATORS: dict[type, Any] = {
     TestsRule: _tests,
     CheckRule: _check,
     RebuildRule: evaluate_rebuild,
+    DeviceRule: evaluate_device,
 }
 
 

@@ -14,6 +14,7 @@ docs/GATES.md documents every table and key. In short::
     [[tests]]   junit | tap, min_tests, failures, errors, max_skipped, require, step
     [[check]]   name, uses, args        (a named Python check, gates/checks.py)
     [[rebuild]] command, outputs, compare, timeout   (the recorder rebuilds the recorded commit)
+    [[device]]  gpus, reason, ecc, persistence, mig, pcie_width_min   (the GPUs' health facts, gates/health.py)
     [[part]]    name, when, scope, skipped, and any of the rule tables above
 
 Every rule may carry ``id`` (the check's name in the verdict) and ``when``
@@ -39,6 +40,7 @@ __all__ = [
     "ArtifactRule",
     "CheckRule",
     "Condition",
+    "DeviceRule",
     "EachRule",
     "EqualRule",
     "ExitRule",
@@ -333,6 +335,23 @@ class RebuildRule:
         )
 
 
+@dataclass(frozen=True)
+class DeviceRule:
+    """Health facts the recorder observed on the GPUs (gates/health.py): each requirement in every observation."""
+
+    id: str
+    gpus: str  # "bound" (the preflight's) or "all" (every GPU observed)
+    require: tuple[tuple[str, Any], ...]  # (key of gates.health.DEVICE_REQUIREMENTS, wanted value)
+    reason: str = ""
+    when: Condition | None = None
+
+    def describe(self) -> str:
+        wanted = ", ".join(f"{k} = {v!r}" for k, v in self.require)
+        return f"the {self.gpus} GPUs' health as the recorder observed it: {wanted}" + (
+            f" ({self.reason})" if self.reason else ""
+        )
+
+
 Rule = (
     ExitRule
     | StepRule
@@ -344,6 +363,7 @@ Rule = (
     | TestsRule
     | CheckRule
     | RebuildRule
+    | DeviceRule
 )
 
 
@@ -720,6 +740,37 @@ def _rebuild(t: _Table) -> RebuildRule:
     return rule
 
 
+def _device(t: _Table) -> DeviceRule:
+    from gates.health import DEVICE_REQUIREMENTS
+
+    gpus = t.get("gpus", str, "bound")
+    if gpus not in ("bound", "all"):
+        raise t.error(f'\'gpus\' must be "bound" or "all", not {gpus!r}')
+    require: list[tuple[str, Any]] = []
+    for key, (_fact, kind) in DEVICE_REQUIREMENTS.items():
+        if kind == "mode":
+            value = t.get(key, str)
+            if value is not None and value not in ("enabled", "disabled"):
+                raise t.error(f'{key!r} must be "enabled" or "disabled", not {value!r}')
+        else:
+            value = t.get(key, int)
+            if value is not None and (isinstance(value, bool) or value < 1):
+                raise t.error(f"{key!r} must be a positive integer")
+        if value is not None:
+            require.append((key, value))
+    if not require:
+        raise t.error(f"requires nothing: give at least one of {', '.join(DEVICE_REQUIREMENTS)}")
+    rule = DeviceRule(
+        id=t.get("id", str, f"device:{gpus}"),
+        gpus=gpus,
+        require=tuple(require),
+        reason=t.get("reason", str, ""),
+        when=t.when(),
+    )
+    t.done()
+    return rule
+
+
 _RULE_TABLES: dict[str, Callable[[_Table], Rule]] = {
     "step": _step,
     "receipt": _receipt,
@@ -730,6 +781,7 @@ _RULE_TABLES: dict[str, Callable[[_Table], Rule]] = {
     "tests": _tests,
     "check": _check,
     "rebuild": _rebuild,
+    "device": _device,
 }
 
 

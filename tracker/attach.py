@@ -191,7 +191,20 @@ def insert_evidence(
     if not new:
         return row, []
     changes.append(journal.change(conn, "evidence", row.evidence_id))
+    changes += _record_serials(conn, facts)
     return row, changes
+
+
+def _record_serials(conn: Connection, facts: StreamFacts) -> list[dict[str, Any]]:
+    """Each GPU's serial as the stream's NVML observations show it, beside the device of that UUID that has none
+    yet (migration 6: set once, never changed); the journal's changes."""
+    changes = []
+    for uuid, serial in facts.serials:
+        found = conn.execute("SELECT id FROM devices WHERE uuid = ? AND serial IS NULL", (uuid,)).fetchone()
+        if found is not None:
+            conn.execute("UPDATE devices SET serial = ? WHERE id = ?", (serial, found[0]))
+            changes.append(journal.change(conn, "devices", found[0]))
+    return changes
 
 
 def _attach_from_store(conn: Connection, url: str, run: str | int) -> Attached:

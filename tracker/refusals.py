@@ -21,6 +21,7 @@ from aos.refusals import Refusal, StreamVerdict, refusal_by_name
 __all__ = [
     "TrackerDatabase",
     "TrackerDependencyCycle",
+    "TrackerDeviceSerial",
     "TrackerEvidenceDevices",
     "TrackerEvidenceImmutable",
     "TrackerEvidenceLane",
@@ -159,6 +160,12 @@ class TrackerEvidenceDevices(TrackerRefusal):
     """A stream not observed on every device its run names."""
 
     name = "tracker-evidence-devices"
+
+
+class TrackerDeviceSerial(TrackerRefusal):
+    """A GPU's serial changed after it was recorded beside its UUID."""
+
+    name = "tracker-device-serial"
 
 
 class TrackerEvidenceSource(TrackerRefusal):

@@ -30,6 +30,7 @@ write. A folder that is not empty and not such a site is refused
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from aos import kinds
 from aos.attrs import json_int
 from aos.refusals import Refusal
+from aos.text import display
 from gates.wording import count
 from observe.util import formatting
 from observe.util.atomic import replace_file
@@ -95,6 +97,8 @@ class Gpu:
     name: str
     observer: str
     driver: str | None
+    serial: str | None = None  # its health's serial, as NVML gave it (docs/FORMAT.md section 4.1)
+    health: str | None = None  # its health at the stream's last observation of it, in one line (gpu_health)
 
 
 @dataclass
@@ -271,8 +275,12 @@ class Site:
             for s in r.streams:
                 for g in s.gpus:
                     d = by.setdefault((g.uuid, g.observer), {"uuid": g.uuid, "observer": g.observer, "names": set(),
-                                                            "drivers": set(), "runs": {}})  # fmt: skip
+                                                            "drivers": set(), "runs": {}, "serial": None,
+                                                            "health": None})  # fmt: skip
                     d["names"].add(g.name)
+                    d["serial"] = d["serial"] or g.serial
+                    if g.health is not None:  # the runs come in start order: the last one's health is kept
+                        d["health"] = (r.id, g.health)
                     if g.driver:
                         d["drivers"].add(g.driver)
                     d["runs"][r.id] = r
@@ -346,13 +354,54 @@ def _read_observed(view: StreamView, path: Path) -> None:
                 observers.add(observer)
                 driver = attrs.get("driver") if isinstance(attrs.get("driver"), str) else None
                 listed = attrs.get("gpus")
+                events = [e for e in attrs.get("gpu_events") or [] if isinstance(e, dict)]
                 for gpu in listed if isinstance(listed, list) else []:
                     if isinstance(gpu, dict) and isinstance(gpu.get("uuid"), str):
                         key = (gpu["uuid"], observer, driver)
-                        gpus.setdefault(key, Gpu(gpu["uuid"], str(gpu.get("name") or "?"), observer, driver))
+                        g = gpus.setdefault(key, Gpu(gpu["uuid"], str(gpu.get("name") or "?"), observer, driver))
+                        mine = [e for e in events if e.get("gpu") == gpu["uuid"]]
+                        gpus[key] = _health_of(g, gpu.get("health"), mine)
             del batch
     view.gpus = [gpus[k] for k in sorted(gpus, key=lambda k: (k[0], k[1], k[2] or ""))]
     view.observers = sorted(observers)
+
+
+def _health_of(g: Gpu, health: Any, events: list[dict[str, Any]]) -> Gpu:
+    """``g`` with one observation's ``health`` of it (and its GPU events): its serial, and the line of
+    :func:`gpu_health` (a fault seen earlier in the stream stays said)."""
+    if not isinstance(health, dict):
+        return g
+    serial = health.get("serial")
+    faults = [f for f in (g.health or "").split("; ") if f.startswith(("XID", "double-bit"))]
+    faults += [f"XID {json_int(e.get('xid'))}" if e.get("type") == "xid" else "double-bit ECC error"
+               for e in events if e.get("type") in ("xid", "double_bit_ecc")]  # fmt: skip
+    return dataclasses.replace(
+        g,
+        serial=g.serial or (display(serial) if isinstance(serial, str) and serial else None),
+        health="; ".join([gpu_health(health), *dict.fromkeys(faults)]),
+    )
+
+
+def gpu_health(health: dict[str, Any]) -> str:
+    """One GPU's health in one line for the site: ECC mode and uncorrected errors, row remaps (or retired pages),
+    the PCIe link; ``?`` for a fact NVML did not offer (docs/FORMAT.md section 4.1 names each)."""
+
+    def fact(name: str) -> str:
+        value = health.get(name)
+        if name in (health.get("unsupported") or {}) or value is None:
+            return "?"
+        return ("yes" if value else "no") if isinstance(value, bool) else display(str(value))
+
+    remaps = (
+        f"row remaps pending {fact('remap_pending')}, failed {fact('remap_failure')}"
+        if "remap_pending" not in (health.get("unsupported") or {})
+        else f"retired pages pending {fact('retired_pages_pending')}"
+    )
+    return (
+        f"ECC {fact('ecc_mode')}, uncorrected {fact('ecc_volatile_uncorrected')} volatile / "
+        f"{fact('ecc_aggregate_uncorrected')} aggregate; {remaps}; PCIe gen {fact('pcie_gen_max')} "
+        f"x{fact('pcie_width')} of x{fact('pcie_width_max')}"
+    )
 
 
 def _locate(view: StreamView, fetch_dir: Path) -> Path | None:

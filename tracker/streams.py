@@ -77,6 +77,9 @@ class StreamFacts:
     devices: tuple[str, ...]
     signature_checked: bool
     source_commit: str | None = None
+    #: ``(uuid, serial)`` of each GPU NVML showed with its serial (never a simulated one's): kept beside the
+    #: device's UUID (migration 6), not an evidence column.
+    serials: tuple[tuple[str, str], ...] = ()
 
     def differing(self, row: Mapping[str, Any]) -> list[str]:
         """The :data:`DERIVED` columns where an evidence ``row`` says other than this stream. A row attached
@@ -165,9 +168,11 @@ def device_observers(path: Path) -> dict[str, str]:
     return found
 
 
-def _observed(path: Path, file_blake3: str) -> tuple[int, str | None, tuple[str, ...], str | None]:
-    """(size, stream.open wall time, observed GPU UUIDs, the commit stream.open's ``source`` names), read from
-    bytes whose BLAKE3 is ``file_blake3``.
+def _observed(
+    path: Path, file_blake3: str
+) -> tuple[int, str | None, tuple[str, ...], str | None, tuple[tuple[str, str], ...]]:
+    """(size, stream.open wall time, observed GPU UUIDs, the commit stream.open's ``source`` names, each GPU's
+    serial as NVML gave it), read from bytes whose BLAKE3 is ``file_blake3``.
 
     Those bytes are the ones the verifier just validated in full, so they are read
     here as the plain Arrow IPC stream they are, without validating them again.
@@ -187,6 +192,7 @@ def _observed(path: Path, file_blake3: str) -> tuple[int, str | None, tuple[str,
     opened: int | None = None
     commit: str | None = None
     uuids: set[str] = set()
+    serials: dict[str, str] = {}
     with StreamFile(path) as f:
         threads = blake3.AUTO if f.size > (4 << 20) else 1  # threads only pay off on a large file
         if blake3(f.view, max_threads=threads).hexdigest() != file_blake3:
@@ -205,12 +211,19 @@ def _observed(path: Path, file_blake3: str) -> tuple[int, str | None, tuple[str,
                     named = source.get("commit") if isinstance(source, dict) else None
                     commit = named if isinstance(named, str) and named else None
                 elif kind == kinds.DEVICE_OBSERVED:
-                    gpus = json.loads(text).get("gpus")
+                    attrs = json.loads(text)
+                    nvml = attrs.get("observer") == "nvml" and attrs.get("simulated_from") is None
+                    gpus = attrs.get("gpus")
                     for gpu in gpus if isinstance(gpus, list) else []:
                         if isinstance(gpu, dict) and isinstance(gpu.get("uuid"), str):
                             uuids.add(gpu["uuid"])
+                            health = gpu.get("health")
+                            serial = health.get("serial") if nvml and isinstance(health, dict) else None
+                            if isinstance(serial, str) and serial:
+                                serials.setdefault(gpu["uuid"], serial)
             del batch
-    return size, (iso_ms(opened) if opened is not None else None), tuple(sorted(uuids)), commit
+    opened_at = iso_ms(opened) if opened is not None else None
+    return size, opened_at, tuple(sorted(uuids)), commit, tuple(sorted(serials.items()))
 
 
 def derive(path: str | os.PathLike[str], keys: Mapping[str, Verifier], *, require_trusted: bool) -> StreamFacts:
@@ -226,7 +239,7 @@ def derive(path: str | os.PathLike[str], keys: Mapping[str, Verifier], *, requir
     p = Path(path)
     v = verify_for_tracker(p, keys) if require_trusted else _verify_as_signed(p, keys)
     verdict = Verdict.from_attrs(require_verdict(v))
-    size, recorded_at, devices, commit = _observed(p, v.file_blake3)
+    size, recorded_at, devices, commit, serials = _observed(p, v.file_blake3)
     return StreamFacts(
         path=p,
         stream_id=v.stream_id,
@@ -243,6 +256,7 @@ def derive(path: str | os.PathLike[str], keys: Mapping[str, Verifier], *, requir
         devices=devices,
         signature_checked=v.signature_checked,
         source_commit=commit,
+        serials=serials,
     )
 
 

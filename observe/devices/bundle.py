@@ -1,7 +1,7 @@
 """The node observer's bundle: the modules it runs, zipped the same way every time, and its bootstrap.
 
 The bundle holds the very source files the recorder runs itself
-(observe.devices.identity, namespace, observers, observing, simulated, node_observer,
+(observe.devices.health, identity, namespace, observers, observing, simulated, node_observer,
 observe.env, aos.attrs: one source, never a copy) and nvidia-ml-py's pure-Python
 ``pynvml``, with empty package ``__init__`` files. Its bytes are deterministic
 (sorted names, fixed times), so its SHA-256 names the observer's code.
@@ -28,6 +28,7 @@ __all__ = ["BOOTSTRAP", "Bundle", "build_bundle"]
 _MODULES = (
     ("aos/attrs.py", "aos.attrs"),
     ("observe/env.py", "observe.env"),
+    ("observe/devices/health.py", "observe.devices.health"),
     ("observe/devices/identity.py", "observe.devices.identity"),
     ("observe/devices/namespace.py", "observe.devices.namespace"),
     ("observe/devices/observers.py", "observe.devices.observers"),

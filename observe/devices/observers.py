@@ -30,6 +30,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from observe.devices.health import HealthReader, health_problem
 from observe.devices.identity import Identities
 from observe.env import RecorderVars
 
@@ -95,6 +96,8 @@ class GpuReading:
     utilization: int | None = None
     temperature: int | None = None
     compute_mode: str | None = None
+    #: The GPU's health facts (observe.devices.health); None when the observer reads none.
+    health: dict[str, Any] | None = None
 
 
 @dataclass
@@ -107,6 +110,8 @@ class DeviceReading:
     #: False when the observer cannot list processes at all.
     processes_listed: bool = True
     errors: list[str] = field(default_factory=list)
+    #: The GPU events (XID, ECC) NVML delivered since the last reading: ``{"gpu", "type", "xid", "data"}``.
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Observer(Protocol):
@@ -186,8 +191,10 @@ class NvmlObserver:
     name = "nvml"
     simulated_from: dict[str, str] | None = None
 
-    def __init__(self, nvml: Any) -> None:
+    def __init__(self, nvml: Any, *, health: bool = True) -> None:
         self.nvml = nvml
+        #: The health facts and events (None: not read, as recorders before them did; the sampler's benchmark).
+        self.health: HealthReader | None = HealthReader(nvml) if health else None
         self.error: str | None = None
         self.library: dict[str, str] | None = None
         self.driver: str | None = None
@@ -195,7 +202,7 @@ class NvmlObserver:
         self.handles: list[tuple[Any, GpuReading]] = []
 
     @classmethod
-    def open(cls, *, required: bool) -> Observer:
+    def open(cls, *, required: bool, health: bool = True) -> Observer:
         """Load and start NVML; without it the observer ``none`` (with an ``error`` when ``required``)."""
         if not required:
             import ctypes
@@ -213,7 +220,7 @@ class NvmlObserver:
         except pynvml.NVMLError as exc:
             absent = exc.value in (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
             return NoObserver(None if absent and not required else f"nvmlInit failed: {_message(exc)}")
-        observer = cls(pynvml)
+        observer = cls(pynvml, health=health)
         try:
             observer._describe()
         except Exception as exc:  # noqa: BLE001 - an NVML error (or an API it lacks) is recorded, never fatal
@@ -245,6 +252,8 @@ class NvmlObserver:
                 pci_bus_id=_text(pci.busId) if pci is not None else None,
             )
             self.handles.append((handle, gpu))
+            if self.health is not None:
+                self.health.describe(handle, gpu.uuid)
 
     def _optional(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, or None where NVML says the query is not supported here (or this driver lacks it)."""
@@ -288,9 +297,22 @@ class NvmlObserver:
             for proc in listed:
                 used = getattr(proc, "usedGpuMemory", None)
                 reading.processes.append((int(proc.pid), gpu.uuid, int(used) if used is not None else None))
+        if self.health is not None:
+            for i, gpu in enumerate(reading.gpus):  # one per handle, in order
+                handle = self.handles[i][0]
+                try:
+                    gpu.health = self.health.read(handle, gpu.uuid)
+                except nv.NVMLError as exc:
+                    reading.errors.append(f"GPU {gpu.index} health: {_message(exc)}")
+            reading.events = self.health.events(lambda h: _text(nv.nvmlDeviceGetUUID(h)))
+            reading.errors.extend(self.health.errors)
+            self.health.errors.clear()
         return reading
 
     def close(self) -> None:
+        if self.health is not None:
+            with contextlib.suppress(Exception):
+                self.health.close()
         with contextlib.suppress(self.nvml.NVMLError):
             self.nvml.nvmlShutdown()
 
@@ -397,9 +419,11 @@ def observation(
                 "pci_bus_id": g.pci_bus_id,
                 "compute_mode": g.compute_mode,
                 **_explained(reading, g, recent),
+                "health": g.health,
             }
             for g in reading.gpus
         ],
+        "gpu_events": [dict(e) for e in reading.events],
         "processes": processes if reading.processes_listed else [],
         "attribution": "pids" if available else "unavailable",
         "simulated_from": observer.simulated_from,
@@ -430,6 +454,7 @@ OBSERVATION_SCHEMA: dict[str, tuple[type, ...]] = {
     "cuda_driver": (str, int, type(None)),
     "namespace": _OPT_DICT,
     "gpus": (list,),
+    "gpu_events": (list,),
     "processes": (list,),
     "attribution": (str,),
     "simulated_from": (str, dict, type(None)),
@@ -449,7 +474,10 @@ GPU_SCHEMA: dict[str, tuple[type, ...]] = {
     "listed_memory": _OPT_INT,
     "unexplained_memory": _OPT_INT,
     "unexplained_utilization": _OPT_INT,
+    "health": _OPT_DICT,
 }
+#: Each key of a GPU event of an observation.
+GPU_EVENT_SCHEMA: dict[str, tuple[type, ...]] = {"gpu": (str,), "type": (str,), "xid": _OPT_INT, "data": _INT}
 #: Each key of a process of an observation.
 PROCESS_SCHEMA: dict[str, tuple[type, ...]] = {
     "pid": _INT,
@@ -499,6 +527,11 @@ def schema_problem(kind: str, attrs: Any) -> str | None:
         return f"phase {attrs['phase']!r} is none of {', '.join(PHASES)}"
     for i, g in enumerate(attrs["gpus"]):
         if (found := _shape(g, GPU_SCHEMA, f"gpus[{i}]")) is not None:
+            return found
+        if (found := health_problem(g["health"])) is not None:
+            return f"gpus[{i}].{found}"
+    for i, e in enumerate(attrs["gpu_events"]):
+        if (found := _shape(e, GPU_EVENT_SCHEMA, f"gpu_events[{i}]")) is not None:
             return found
     for i, p in enumerate(attrs["processes"]):
         if (found := _shape(p, PROCESS_SCHEMA, f"processes[{i}]")) is not None:

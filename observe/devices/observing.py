@@ -8,7 +8,10 @@ build the ``device.observed`` attrs) and append a ``sample`` under the same rule
 (:func:`change_key`): when the GPUs, the processes on them (pid, GPU, of the
 tree or not, the steps they run, what they execute), a GPU's compute mode or what
 its listed processes do not explain (memory in steps of ``BUSY_MEMORY``, activity
-or none), the open steps, the attribution or the error changed.
+or none), a GPU's health facts but those that move with load
+(observe.devices.health.health_key), the open steps, the attribution or the error
+changed, or when NVML delivered a GPU event (every observation holding one is
+recorded).
 
 Bundled for the nodes (observe.devices.bundle): standard library and bundled
 modules only, Python 3.9.
@@ -20,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from observe.devices.health import health_key
 from observe.devices.identity import Identities
 from observe.devices.observers import BUSY_MEMORY, QUIET_SECONDS, DeviceReading, Observer, Tree, observation
 
@@ -47,7 +51,8 @@ def change_key(attrs: Mapping[str, Any], open_steps: Sequence[tuple[str, int | N
             (p["pid"], p["gpu"], p["in_tree"], tuple(p["steps"]), _digest(p["exe"]), _digest(p["script"]))
             for p in attrs["processes"]
         ),
-        tuple((g["uuid"], g["compute_mode"], _shared(g)) for g in attrs["gpus"]),
+        tuple((g["uuid"], g["compute_mode"], _shared(g), health_key(g.get("health"))) for g in attrs["gpus"]),
+        object() if attrs.get("gpu_events") else None,  # never equal to another: an event is always recorded
         tuple(open_steps),
         attrs["attribution"],
         attrs["error"],

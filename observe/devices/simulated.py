@@ -9,10 +9,13 @@ simulated observer can never yield scope ``physical``::
     {"driver": STR, "cuda_driver": INT,                       # cuda_driver optional
      "gpus": [{"index": INT, "minor": INT, "uuid": STR, "name": STR, "memory": INT,
                "memory_used": INT, "utilization": INT, "temperature": INT,   # optional, default 0/0/null
-               "pci_bus_id": STR, "compute_mode": STR}],                     # optional
+               "pci_bus_id": STR, "compute_mode": STR,                      # optional
+               "health": {FACT: VALUE, ..., "unsupported": {FACT: CODE}}}],  # optional
      "processes": [{"gpu": UUID, "pid": "tree" | INT, "used_memory": INT,
                     "argv_contains": STR, "utilization": INT,
                     "listed": BOOL}],                                        # optional
+     "faults": [{"gpu": UUID, "argv_contains": STR,
+                 "xid": INT, "health": {FACT: VALUE}}],                     # optional
      "attribution": "unavailable"}                                           # optional
 
 A process with ``"pid": "tree"`` stands for each innermost process of the
@@ -24,7 +27,16 @@ as it is. ``"listed": false`` (default true) adds the process's memory and
 utilisation to its GPU but lists no process: a tenant of another PID namespace,
 as NVML inside a container sees it. ``compute_mode`` defaults to ``"default"``.
 ``"attribution": "unavailable"`` simulates an NVML that cannot list
-processes. A file that cannot be read or parsed gives no GPUs and the ``error``.
+processes.
+
+A GPU's ``health`` gives its health facts (observe.devices.health.FACTS); a fact
+it neither gives nor names in ``unsupported`` is unsupported with NVML's code 3
+(NotSupported); without ``health`` the GPU's health is null (not read). A fault
+applies while a process of the recorded tree whose argv contains its
+``argv_contains`` is alive: its ``health`` facts replace the GPU's, and its
+``xid`` is delivered once, as NVML delivers an XID critical error event (the
+injections the gate's health rules are tested with). A file that cannot be read
+or parsed gives no GPUs and the ``error``.
 
 On a remote node (observe.devices.node_observer) the recorder sends the file's
 bytes to the node's observer, where ``"pid": "tree"`` stands for the node's own
@@ -43,6 +55,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aos.attrs import json_int
+from observe.devices.health import FACTS, shaped
 from observe.devices.observers import ENV_SIMULATED, DeviceReading, GpuReading, Tree
 
 __all__ = ["SIMULATED_MAX_BYTES", "SimulatedObserver"]
@@ -82,6 +95,8 @@ class SimulatedObserver:
         self.simulated_from: dict[str, str] | None = None
         self.gpus: list[GpuReading] = []
         self.processes: list[dict[str, Any]] = []
+        self.faults: list[dict[str, Any]] = []
+        self.fired: set[int] = set()  # the faults whose XID was delivered
         self.listed = True
         absolute = os.path.abspath(path)
         if data is None:
@@ -137,7 +152,24 @@ class SimulatedObserver:
                     utilization=_int(g, "utilization", where, 0),
                     temperature=None if temperature is None else _int(g, "temperature", where),
                     compute_mode=mode,
+                    health=_health(g["health"], where) if "health" in g else None,
                 )
+            )
+        faults = doc.get("faults", [])
+        if not isinstance(faults, list) or not all(isinstance(f, dict) for f in faults):
+            raise SimulatedError("'faults' must be a list of objects")
+        for i, f in enumerate(faults):
+            where = f"faults[{i}]"
+            override = f.get("health", {})
+            if not isinstance(override, dict) or not set(override) <= set(FACTS):
+                raise SimulatedError(f"{where}: 'health' must be an object of health facts")
+            self.faults.append(
+                {
+                    "gpu": _str(f, "gpu", where),
+                    "argv_contains": _str(f, "argv_contains", where),
+                    "xid": _int(f, "xid", where) if "xid" in f else None,
+                    "health": override,
+                }
             )
         procs = doc.get("processes", [])
         if not isinstance(procs, list) or not all(isinstance(p, dict) for p in procs):
@@ -175,10 +207,37 @@ class SimulatedObserver:
                     gpu.utilization = min(100, (gpu.utilization or 0) + entry["utilization"])
                 if self.listed and entry["listed"]:
                     reading.processes.append((pid, entry["gpu"], entry["used_memory"]))
+        for i, fault in enumerate(self.faults):
+            gpu = gpus.get(fault["gpu"])
+            if gpu is None or not _matching(tree, fault["argv_contains"]):
+                continue
+            if gpu.health is not None and fault["health"]:
+                codes = {k: c for k, c in gpu.health["unsupported"].items() if k not in fault["health"]}
+                gpu.health = shaped({**gpu.health, **fault["health"]}, codes)
+            if fault["xid"] is not None and i not in self.fired:
+                self.fired.add(i)
+                reading.events.append({"gpu": gpu.uuid, "type": "xid", "xid": fault["xid"], "data": fault["xid"]})
         return reading
 
     def close(self) -> None:
         pass
+
+
+def _health(value: Any, where: str) -> dict[str, Any]:
+    """A GPU's simulated ``health``: the facts given, each other one unsupported (code 3, NotSupported)."""
+    if not isinstance(value, dict):
+        raise SimulatedError(f"{where}: 'health' must be an object")
+    unsupported = value.get("unsupported", {})
+    facts = {k: v for k, v in value.items() if k != "unsupported"}
+    if not set(facts) <= set(FACTS):
+        raise SimulatedError(f"{where}: 'health' names no such fact: {sorted(set(facts) - set(FACTS))}")
+    if not isinstance(unsupported, dict) or not all(
+        k in FACTS and json_int(c) is not None for k, c in unsupported.items()
+    ):
+        raise SimulatedError(f"{where}: 'health.unsupported' must be {{FACT: CODE}}")
+    codes = {k: 3 for k in FACTS if k not in facts}
+    codes.update({k: int(c) for k, c in unsupported.items()})
+    return shaped(facts, codes)
 
 
 def _matching(tree: Tree, needle: str) -> list[int]:

@@ -55,6 +55,10 @@ class Summary:
     devices: dict[str, Any] | None = None  # the first device.observed of the recorder's own machine
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> its first device.observed (KEEP)
     gpu_processes: set[tuple[int, str]] = field(default_factory=set)  # (pid, gpu) of the tree seen on a GPU
+    #: Each GPU's health (``node NAME: `` before a node's UUID): its index, the first observed and its seq, the last,
+    #: and each change after the first (``[seq, "fact: before -> after"]``, KEEP at most).
+    health: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gpu_events: list[dict[str, Any]] = field(default_factory=list)  # each GPU event with its seq (KEEP at most)
     cuts: list[str] = field(default_factory=list)  # what the recorder cut, one entry a line (KEEP at most)
     cuts_omitted: int = 0
     events: int = 0
@@ -168,6 +172,7 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
                     s.nodes[key] = a
             else:
                 s.devices = s.devices or a
+            _health(s, ev.seq, a)
             for p in a.get("processes") or []:
                 if isinstance(p, dict) and p.get("in_tree"):
                     seen = (json_int(p.get("pid")) or 0, _text(p.get("gpu")))
@@ -192,6 +197,45 @@ def summarize(path: str | os.PathLike[str], public_key: Any = None) -> Summary:
         checked = " (signature checked)" if v.signature_checked else ""
         s.integrity = f"intact and sealed: {v.events} events, head {v.head[:16]}{sig}{checked}"
     return s
+
+
+def _health(s: Summary, seq: int, a: dict[str, Any]) -> None:
+    """File one observation's GPU health and events into ``s``."""
+    node = a.get("node")
+    where = f"node {_text(node.get('host'))}:{_text(node.get('port'))}: " if isinstance(node, dict) else ""
+    for g in a.get("gpus") or []:
+        health = g.get("health") if isinstance(g, dict) else None
+        if not isinstance(health, dict):
+            continue
+        key = f"{where}{_text(g.get('uuid'))}"
+        if key not in s.health:
+            if len(s.health) >= KEEP:
+                continue
+            s.health[key] = {"index": g.get("index"), "first": health, "first_seq": seq, "changes": []}
+        else:
+            from observe.devices.health import health_changes
+
+            changes = s.health[key]["changes"]
+            changes.extend([seq, c] for c in health_changes(s.health[key]["last"], health)[: KEEP - len(changes)])
+        s.health[key]["last"] = health
+    for e in a.get("gpu_events") or []:
+        if isinstance(e, dict) and len(s.gpu_events) < KEEP:
+            s.gpu_events.append({**e, "seq": seq, "where": where})
+
+
+def _health_lines(s: Summary) -> list[str]:
+    """Each GPU's health at its first observation, what changed by its last, and the GPU events."""
+    from observe.devices.health import describe_event, describe_health
+
+    lines = []
+    for key, h in s.health.items():
+        lines.append(f"  GPU {_text(h['index'])} {key} health (seq {h['first_seq']}):")
+        lines.extend(f"    {what}: {value}" for what, value in describe_health(h["first"]))
+        changes = h["changes"]
+        lines.append("    changed over the run: " + ("; ".join(f"{c} (seq {q})" for q, c in changes) or "nothing"))
+    for e in s.gpu_events:
+        lines.append(f"  GPU event: {e['where']}{describe_event(e)} (seq {e['seq']})")
+    return lines
 
 
 def _devices(s: Summary) -> str:
@@ -286,6 +330,7 @@ def format_summary(s: Summary) -> str:
     _more(lines, s.omitted["artifacts"], "artifacts")
     lines.append(f"devices    {_devices(s)}")
     lines.extend(f"  node {node}: {_observation(d)}" for node, d in s.nodes.items())
+    lines.extend(_health_lines(s))
     if s.verdict is None:
         lines.append("verdict    none")
     else:
@@ -332,6 +377,8 @@ def summary_json(s: Summary, stream: str) -> str:
         "devices": s.devices,
         "nodes": s.nodes,
         "gpu_processes": [{"pid": pid, "gpu": gpu} for pid, gpu in sorted(s.gpu_processes)],
+        "health": s.health,
+        "gpu_events": s.gpu_events,
         "verdict": s.verdict,
         "events": s.events,
         "intact": s.intact,

@@ -182,6 +182,7 @@ class ReportModel:
     gpus: dict[str, dict[str, Any]] = field(default_factory=dict)
     gpu_processes: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
     gpu_processes_omitted: int = 0
+    gpu_events: list[dict[str, Any]] = field(default_factory=list)  # each GPU event and its seq (caps.processes)
     cpu: Series = field(default_factory=lambda: Series("CPU (% of one core)"))
     rss: Series = field(default_factory=lambda: Series("RSS"))
     gpu_util: dict[str, Series] = field(default_factory=dict)
@@ -492,7 +493,16 @@ class _Collector:
                     "name": text(g.get("name"), 128),
                     "memory": json_int(g.get("memory")),
                     "pci_bus_id": text(g.get("pci_bus_id") or "", 64),
+                    "health": None,  # (seq, [(what, value)...]) of its first observation with health
+                    "health_last": None,
+                    "health_changes": [],  # (seq, "fact: before -> after")
                 }
+            self._health(ev, m.gpus.get(uuid), g.get("health"))
+        for e in a.get("gpu_events") or []:
+            if isinstance(e, dict) and len(m.gpu_events) < self.c.processes:
+                from observe.devices.health import describe_event
+
+                m.gpu_events.append({"seq": ev.seq, "text": text(describe_event(e), 256)})
         procs = a.get("processes")
         for p in procs if isinstance(procs, list) else []:
             if not isinstance(p, dict):
@@ -513,6 +523,18 @@ class _Collector:
                 "steps": ", ".join(text(s, 128) for s in steps[:8]) if isinstance(steps, list) else "",
                 "first_seq": ev.seq,
             }
+
+    def _health(self, ev: Event, gpu: dict[str, Any] | None, health: Any) -> None:
+        """A GPU's health panel: its facts at the first observation that has them, each change after it."""
+        if gpu is None or not isinstance(health, dict):
+            return
+        from observe.devices.health import describe_health, health_changes
+
+        if gpu["health"] is None:
+            gpu["health"] = (ev.seq, [(w, text(v, 256)) for w, v in describe_health(health)])
+        elif len(gpu["health_changes"]) < self.c.processes:
+            gpu["health_changes"] += [(ev.seq, text(c, 512)) for c in health_changes(gpu["health_last"], health)]
+        gpu["health_last"] = health
 
     def _on_telemetry(self, ev: Event, a: dict[str, Any]) -> None:
         m = self.m

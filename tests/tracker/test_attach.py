@@ -189,3 +189,25 @@ def test_store_url_recorded(tracker_db: str, tmp_path: Path) -> None:
             (run, "a" * 64, "b" * 64),
         )
     conn.close()
+
+
+def test_attach_records_each_gpus_serial_beside_its_uuid(tracker_db: str) -> None:
+    """The H200 recording of issue 35: attached to a run on its GPU, the serial NVML gave is kept beside the UUID
+    (in the attach's journal entry)."""
+    from tests.helpers.paths import ROOT
+    from tracker import journal
+
+    stream = ROOT / "samples" / "evidence" / "gpu-health-h200" / "worker.aos"
+    uuid = "GPU-c5e39284-e09f-9924-148e-f1889a6843f0"
+    conn = init(tracker_db)
+    try:
+        records.add_device(conn, "NVIDIA H200", uuid)
+        # the stream was recorded on 2026-12-02: the run started before it
+        run = records.start_run(conn, devices=[uuid], started_at_ns=1_796_083_200_000_000_000, environ={})
+        attach(conn, stream, run)
+        assert "1653924043232" == conn.execute("SELECT serial FROM devices WHERE uuid = ?", (uuid,)).fetchone()[0]
+        changes = journal.entries(conn)[-1].changes
+        assert any(c["table"] == "devices" and c["row"]["serial"] == "1653924043232" for c in changes)
+        assert [] == journal.check(conn).problems  # the replayed journal is the tables, serial included
+    finally:
+        conn.close()

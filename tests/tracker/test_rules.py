@@ -108,6 +108,28 @@ class TestRunImmutable:
         assert refused(t.conn, "DELETE FROM run_devices").startswith("tracker-run-immutable")
         assert refused(t.conn, "UPDATE devices SET driver = '999'").startswith("tracker-run-immutable")
 
+    def test_a_devices_serial_is_set_once_and_never_changes(self, t: ExampleTracker) -> None:
+        """A GPU's serial beside its UUID (migration 6): set once from null, also on a device a terminal run used
+        (nothing else of it); never changed or removed after; never empty."""
+        run = new_run(t.conn)
+        t.conn.execute("INSERT INTO devices (product, uuid) VALUES ('NVIDIA H200', 'GPU-serial')")
+        dev = t.conn.execute("SELECT id FROM devices WHERE uuid = 'GPU-serial'").fetchone()[0]
+        t.conn.execute("INSERT INTO run_devices (run_id, device_id) VALUES (?, ?)", (run, dev))
+        t.conn.commit()
+        t.conn.execute("UPDATE runs SET state = 'failed', finished_at = 'now' WHERE id = ?", (run,))
+        t.conn.commit()
+        sql = "UPDATE devices SET serial = '1653924043232', driver = '999' WHERE id = ?"
+        assert refused(t.conn, sql, (dev,)).startswith("tracker-run-immutable")
+        t.conn.execute("UPDATE devices SET serial = '1653924043232' WHERE id = ?", (dev,))
+        t.conn.commit()
+        for sql in (
+            "UPDATE devices SET serial = 'forged' WHERE id = ?",
+            "UPDATE devices SET serial = NULL WHERE id = ?",
+        ):
+            assert refused(t.conn, sql, (dev,)).startswith("tracker-device-serial")
+        assert "1653924043232" == t.conn.execute("SELECT serial FROM devices WHERE id = ?", (dev,)).fetchone()[0]
+        refused(t.conn, "INSERT INTO devices (product, uuid, serial) VALUES ('NVIDIA H200', 'GPU-empty', '')")
+
     def test_running_run_can_change(self, t: ExampleTracker) -> None:
         """A running run may be edited and finished (once)."""
         t.conn.execute("UPDATE runs SET note = 'retry' WHERE id = ?", (t.open_run,))

@@ -483,3 +483,38 @@ def test_two_gpu_sample_site(two_gpu_tracker: tuple[Path, str]) -> None:
 def first_run(site: Path) -> str:
     (page,) = (site / "runs").iterdir()
     return page.relative_to(site).as_posix()
+
+
+def test_each_gpus_serial_and_health_at_its_last_run(tracker_db: str, tmp_path: Path) -> None:
+    """The site's "On what": the H200 of issue 35's recording with its serial (from the stream, and kept beside its
+    UUID) and its health at its last run; a fault the stream shows on it is said there too."""
+    uuid = "GPU-c5e39284-e09f-9924-148e-f1889a6843f0"
+    stream = ROOT / "samples" / "evidence" / "gpu-health-h200" / "worker.aos"
+    conn = init(tracker_db)
+    try:
+        records.add_device(conn, "NVIDIA H200", uuid)
+        run = records.start_run(conn, devices=[uuid], started_at_ns=1_796_083_200_000_000_000, environ={})
+        attach(conn, stream, run)
+        write_site(conn, tmp_path / "site")
+        index = (tmp_path / "site" / "index.html").read_text()
+        line = (
+            "ECC enabled, uncorrected 0 volatile / 0 aggregate; row remaps pending no, failed no; PCIe gen 5 x16 of x16"
+        )
+        assert '<td class="serial"><code>1653924043232</code></td>' in index
+        assert f'<td class="health">{line} (run <code>{run}</code>)</td>' in index
+        page = (tmp_path / "site" / "runs" / f"{run}.html").read_text()
+        assert f"<code>{uuid}</code> NVIDIA H200, serial <code>1653924043232</code>" in page
+    finally:
+        conn.close()
+
+
+def test_a_fault_stays_said_in_the_gpus_health_line() -> None:
+    from tracker.site import Gpu, _health_of, gpu_health
+
+    health = {"ecc_mode": "enabled", "remap_pending": True, "unsupported": {"retired_pages_pending": 3}}
+    g = _health_of(Gpu("GPU-x", "H200", "nvml", "580"), health, [{"gpu": "GPU-x", "type": "xid", "xid": 79}])
+    g = _health_of(g, {**health, "remap_pending": False}, [])
+    assert g.health is not None
+    assert g.health.endswith("; XID 79")
+    assert "row remaps pending no" in g.health
+    assert "retired pages pending ?" in gpu_health({"unsupported": {"remap_pending": 3}})

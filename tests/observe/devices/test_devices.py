@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from aos.event import Event
+from observe.devices.health import FACTS
 from observe.devices.observers import (
     BUSY_MEMORY,
     DeviceReading,
@@ -318,6 +319,7 @@ class TestModes:
             "pynvml.nvmlDeviceGetPciInfo = lambda handle: Pci\n"
             "pynvml.nvmlDeviceGetMemoryInfo = memory\n"
             "pynvml.nvmlDeviceGetComputeRunningProcesses = lost\n"
+            "pynvml._nvmlGetFunctionPointer = lambda name: lost()  # every other NVML call: the health facts\n"
         )
         code, evs = self._record_patched(tmp_path, patch, "--observe-devices", "nvml", *FAST, "--", "sleep", "0.3")
         assert 0 == code
@@ -345,9 +347,11 @@ class TestModes:
                     "listed_memory": None,
                     "unexplained_memory": None,
                     "unexplained_utilization": None,
+                    "health": {**dict.fromkeys(FACTS), "unsupported": dict.fromkeys(FACTS, 15)},
                 }
             ] == attrs["gpus"]
             assert "GPU 0: NVMLError_GpuIsLost: GPU is lost" in attrs["error"]
+            assert "GPU GPU-lost health: NVML errors serial 15, board_part_number 15" in attrs["error"]
             assert "GPU 0 processes: NVMLError_GpuIsLost: GPU is lost" in attrs["error"]
         tele = [e.attrs for e in evs if e.kind == "telemetry"]
         assert tele

@@ -269,6 +269,7 @@ START = {
     "cuda_driver": None,
     "namespace": None,
     "gpus": [],
+    "gpu_events": [],
     "processes": [],
     "attribution": "pids",
     "simulated_from": {"path": "/s.json", "sha256": "0" * 64},
