@@ -123,6 +123,34 @@ class DeviceRequirements(Protocol):
     def reason(self) -> str: ...
 
 
+def _wanted(rule: DeviceRequirements, ev: Evidence, f: Findings) -> list[str]:
+    """The GPUs a ``[[device]]`` rule judges (sorted), or none, with the finding that says why."""
+    if rule.gpus == "bound":
+        wanted = sorted(bound_gpus(ev))
+        if not wanted:
+            f.inconclusive("no preflight receipt binds a GPU: no bound GPU whose health to judge")
+        return wanted
+    wanted = sorted({g["uuid"] for o in ev.observations for g in _gpus(o) if isinstance(g.get("uuid"), str)})
+    if not wanted:
+        f.inconclusive("the recorder observed no GPU")
+    return wanted
+
+
+def _requirement_breach(health: dict[str, Any], key: str, want: Any) -> tuple[str, str] | None:
+    """How one requirement fails on one health fact set: ``("inconclusive" | "fail", text)``, or None when it
+    holds. The text names the fact and what it was; the caller adds the GPU and the seq."""
+    fact, kind = DEVICE_REQUIREMENTS[key]
+    codes = health.get("unsupported")
+    unsupported: dict[str, Any] = codes if isinstance(codes, dict) else {}
+    value = health.get(fact)
+    if fact in unsupported or value is None:
+        code = unsupported.get(fact)
+        offered = f"{fact} is not offered" + (f" (NVML code {code})" if code is not None else "")
+        return "inconclusive", offered
+    ok = value == want if kind == "mode" else isinstance(value, int) and value >= want
+    return None if ok else ("fail", f"{fact} was {value!r}")
+
+
 def evaluate_device(rule: DeviceRequirements, ev: Evidence) -> Outcome:
     """``[[device]]``: each requirement holds on each selected GPU in every observation that carries its health.
 
@@ -130,49 +158,30 @@ def evaluate_device(rule: DeviceRequirements, ev: Evidence) -> Outcome:
     observed with its health, or (``gpus = "bound"``) no preflight: inconclusive.
     """
     f = Findings()
-    obs = list(ev.observations)
-    if rule.gpus == "bound":
-        wanted = sorted(bound_gpus(ev))
-        if not wanted:
-            f.inconclusive("no preflight receipt binds a GPU: no bound GPU whose health to judge")
-            return f.outcome("")
-    else:
-        wanted = sorted({g["uuid"] for o in obs for g in _gpus(o) if isinstance(g.get("uuid"), str)})
-        if not wanted:
-            f.inconclusive("the recorder observed no GPU")
-            return f.outcome("")
+    wanted = _wanted(rule, ev, f)
+    if not wanted:
+        return f.outcome("")
     why = f" ({rule.reason})" if rule.reason else ""
     seen: dict[str, int] = {}
     told: set[tuple[str, str]] = set()
-    for o in obs:
+    for o in ev.observations:
         for g in _gpus(o):
             uuid, health = g.get("uuid"), g.get("health")
             if uuid not in wanted or not isinstance(health, dict):
                 continue
             seen[uuid] = seen.get(uuid, 0) + 1
             f.use([o.seq] if seen[uuid] == 1 else [])
-            codes = health.get("unsupported")
-            unsupported: dict[str, Any] = codes if isinstance(codes, dict) else {}
             for key, want in rule.require:
-                fact, kind = DEVICE_REQUIREMENTS[key]
-                if (uuid, key) in told:
+                breach = None if (uuid, key) in told else _requirement_breach(health, key, want)
+                if breach is None:
                     continue
-                value = health.get(fact)
-                if fact in unsupported or value is None:
-                    told.add((uuid, key))
-                    f.use([o.seq])
-                    code = unsupported.get(fact)
-                    f.inconclusive(
-                        f"GPU {uuid}: {fact} is not offered"
-                        + (f" (NVML code {code})" if code is not None else "")
-                        + f" (seq {o.seq}), so {key} = {want!r} cannot be shown{why}"
-                    )
-                    continue
-                ok = value == want if kind == "mode" else isinstance(value, int) and value >= want
-                if not ok:
-                    told.add((uuid, key))
-                    f.use([o.seq])
-                    f.fail(f"GPU {uuid}: {fact} was {value!r} (seq {o.seq}); the gate requires {key} = {want!r}{why}")
+                told.add((uuid, key))
+                f.use([o.seq])
+                how, text = breach
+                if how == "fail":
+                    f.fail(f"GPU {uuid}: {text} (seq {o.seq}); the gate requires {key} = {want!r}{why}")
+                else:
+                    f.inconclusive(f"GPU {uuid}: {text} (seq {o.seq}), so {key} = {want!r} cannot be shown{why}")
     for uuid in wanted:
         if uuid not in seen:
             f.inconclusive(f"GPU {uuid}: no observation carries its health (recorded before issue 35, or simulated)")
