@@ -428,3 +428,36 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
     """Each test runs beside the other workers' tests, or with none when it is marked ``alone``."""
     with turn(item.get_closest_marker("alone") is not None):
         return (yield)
+
+
+# -- no recording leaves its cgroup behind ---------------------------------------------------------
+# Every recording of the suite removes the cgroup it made (observe/recorder/cgroup.py). The run's process
+# (the controller, under pytest-xdist) lists the recordings' cgroups beside its own when the session starts
+# and again after every worker has ended: one that is new then fails the run, named.
+
+
+def _recording_cgroups() -> set[str]:
+    from observe.recorder.cgroup import PREFIX, CgroupUnavailable, _own_directory
+
+    try:
+        directory, _ = _own_directory()
+        return {e.name for e in os.scandir(directory) if e.name.startswith(PREFIX) and e.is_dir()}
+    except (CgroupUnavailable, OSError):
+        return set()
+
+
+_CGROUPS_BEFORE: list[set[str]] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):
+        _CGROUPS_BEFORE.append(_recording_cgroups())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput") or not _CGROUPS_BEFORE:
+        return
+    left = sorted(_recording_cgroups() - _CGROUPS_BEFORE[0])
+    if left:
+        sys.stderr.write(f"\nFAILED: the suite's recordings left {len(left)} cgroup(s) behind: {', '.join(left)}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
