@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -231,3 +232,24 @@ def test_no_observer_opened_with_devices_off(tmp_path: Path, monkeypatch: pytest
     log = tracked(monkeypatch)
     recorder.record(["true"], recorder.RecordOptions(out=tmp_path / "a.aos", quiet=True, observe_devices="off"))
     assert [] == log
+
+
+def test_read_json_loads_no_pandas(tmp_path: Path) -> None:
+    """`read --json` builds its lines with Arrow's kernels and never hands pyarrow a Python object to
+    convert, which (numpy present) makes pyarrow import pandas (about 150 ms); the probe does see it."""
+    from aos.writer import StreamWriter
+
+    w = StreamWriter(tmp_path / "s.aos")
+    w.append("receipt", {"name": "t", "status": "pass", "fields": {"i": 1}}, None, "s1")
+    w.append("stdout", {}, b"hi\n")
+    w.seal()
+    mods = loaded(["observe", "read", "--json", str(tmp_path / "s.aos")], tmp_path)
+    assert "pyarrow" in mods
+    assert "pandas" not in mods
+    if importlib.util.find_spec("pandas") is None:
+        return
+    probe = "import pyarrow as pa; pa.scalar(1)"  # what it avoids: a conversion imports pandas
+    proc = subprocess.run(
+        [sys.executable, "-c", f"{probe}; import sys; print('pandas' in sys.modules)"], capture_output=True, check=True
+    )
+    assert proc.stdout.strip() == b"True"
