@@ -31,7 +31,7 @@ from aos.refusals import Refusal
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["ATTRS_EXACT", "DEPTH", "write_json_lines"]
+__all__ = ["ATTRS_EXACT", "DEPTH", "FEW", "write_json_lines"]
 
 #: How deep an attrs object may nest and still be copied as stored (the regex grows 4x a level,
 #: and RE2 matches a fourth level several times slower).
@@ -56,6 +56,9 @@ def _object(depth: int) -> str:
 
 #: The attrs texts that ``event_json`` writes back unchanged, but for a repeated key (checked apart).
 ATTRS_EXACT = _object(DEPTH)
+
+#: A batch of fewer events than this (a log's: a few chunks of a MiB) is written event by event.
+FEW = 64
 
 #: Every token of an attrs text that matched ``ATTRS_EXACT``: a key (kept), a string, a number, a literal.
 _TOKEN = r'("[^"]*":)|"[^"]*"|-?[0-9]+|true|false|null'
@@ -82,6 +85,9 @@ def write_json_lines(
         if wanted is not None:
             batch = batch.filter(pc.is_in(batch.column(3), value_set=wanted.cast(batch.schema.field(3).type)))
         if batch.num_rows == 0:
+            continue
+        if batch.num_rows < FEW:  # a few big chunks: the kernels' fixed cost and copies are not worth it
+            _one_by_one(batch, encode, out)
             continue
         try:
             text = _batch_lines(batch, encode)

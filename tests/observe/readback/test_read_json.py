@@ -24,7 +24,7 @@ from aos.refusals import Refusal
 from aos.schema import arrow_schema
 from aos.writer import StreamWriter
 from observe.readback.events import event_json
-from observe.readback.jsonl import write_json_lines
+from observe.readback.jsonl import FEW, write_json_lines
 from tests.helpers.run import alpha
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -159,7 +159,8 @@ def test_tricky_attrs_lines_as_event_json(tmp_path: Path) -> None:
         for text in TRICKY[:-1]
         for kind, step, data in (("receipt", None, None), ('we"ird\n', "s\\1", b"\x00\xff"), ("stdout", "é", b""))
     ]
-    good = raw_batch(rows)
+    good = raw_batch(rows * 2)
+    assert good.num_rows >= FEW  # written a batch at a time, not event by event
     assert reference([good])[1] is None
     assert reference([good]) == batched([good])
     assert reference([good, good.slice(5, 7)]) == batched(
@@ -169,20 +170,20 @@ def test_tricky_attrs_lines_as_event_json(tmp_path: Path) -> None:
 
 def test_a_refusal_after_the_lines_before_it() -> None:
     """attrs that is not JSON: the lines before it, then stream-schema, as before."""
-    rows = [("receipt", None, t, None) for t in TRICKY]
+    rows = [("receipt", None, '{"i":1}', None)] * FEW + [("receipt", None, t, None) for t in TRICKY]
     batch = raw_batch(rows)
     expected = reference([batch])
     assert expected[1] is not None
     assert expected[1].startswith("stream-schema")
-    assert expected[0].count(b"\n") == len(TRICKY) - 1
+    assert expected[0].count(b"\n") == len(rows) - 1
     assert expected == batched([batch])
-    tail = raw_batch([("receipt", None, "[1]", None)])  # a JSON array, not an object
-    assert reference([batch.slice(0, 3), tail]) == batched([batch.slice(0, 3), tail])
+    tail = raw_batch([("receipt", None, "[1]", None)] * FEW)  # a JSON array, not an object
+    assert reference([batch.slice(0, FEW + 3), tail]) == batched([batch.slice(0, FEW + 3), tail])
 
 
 def test_kinds_select_as_the_filter_did() -> None:
     """--kind on the batch path: the same lines as filtering the events one by one."""
-    batch = raw_batch([(k, None, '{"i":1}', None) for k in ("stdout", "receipt", "stdout", "step.start")])
+    batch = raw_batch([(k, None, '{"i":1}', None) for k in ("stdout", "receipt", "stdout", "step.start")] * FEW)
     out, err = batched([batch], ("receipt", "step.start"))
     assert err is None
     wanted = [ev for ev in batch_events(batch) if ev.kind in ("receipt", "step.start")]
@@ -232,8 +233,9 @@ def attrs_texts(draw: st.DrawFn) -> str:
 def test_any_stored_rows_same_lines_as_event_json(rows: list[tuple[str, str | None, str, bytes | None]]) -> None:
     """Hypothesis-made rows (canonical or not, repeated keys, escapes, floats, text cut short): the same
     bytes, and the same refusal after them, as event_json event by event."""
-    batch = raw_batch(rows)
+    batch = raw_batch(rows * (FEW // len(rows) + 1))
     assert reference([batch]) == batched([batch])
+    assert reference([batch.slice(0, 5)]) == batched([batch.slice(0, 5)])  # a few rows: event by event
 
 
 @pytest.mark.parametrize("asset", sorted(p.name for p in ASSETS.glob("*.aos")))
