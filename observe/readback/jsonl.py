@@ -20,9 +20,9 @@ installed, pyarrow imports it for that (about 150 ms). Constant text is built fr
 
 from __future__ import annotations
 
-import base64
 from array import array
 from collections.abc import Callable, Collection, Iterable
+from itertools import accumulate
 from typing import IO, TYPE_CHECKING, Any
 
 from aos.event import Event
@@ -31,7 +31,7 @@ from aos.refusals import Refusal
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["ATTRS_EXACT", "DEPTH", "FEW", "write_json_lines"]
+__all__ = ["ATTRS_EXACT", "DEPTH", "FEW", "GROUP_BYTES", "GROUP_ROWS", "write_json_lines"]
 
 #: How deep an attrs object may nest and still be copied as stored (the regex grows 4x a level,
 #: and RE2 matches a fourth level several times slower).
@@ -57,6 +57,10 @@ def _object(depth: int) -> str:
 #: The attrs texts that ``event_json`` writes back unchanged, but for a repeated key (checked apart).
 ATTRS_EXACT = _object(DEPTH)
 
+#: Consecutive batches are taken together up to this many events, or this many bytes.
+GROUP_ROWS = 1 << 16
+GROUP_BYTES = 16 << 20
+
 #: A batch of fewer events than this (a log's: a few chunks of a MiB) is written event by event.
 FEW = 64
 
@@ -73,28 +77,52 @@ def write_json_lines(
     out: IO[bytes],
     kinds: Collection[str] = (),
 ) -> None:
-    """Write every event of ``batches`` (Arrow record batches) as ``encode``'s JSON line, one write per batch.
+    """Write every event of ``batches`` (Arrow record batches) as ``encode``'s JSON line.
 
+    Consecutive batches are taken together up to :data:`GROUP_ROWS` events or :data:`GROUP_BYTES`
+    (RE2 compiles ``ATTRS_EXACT`` once per kernel call, milliseconds: once per group, not per batch).
     ``kinds``, when given, keeps only the events of those kinds. ``encode`` is ``event_json``: it
-    writes the rows that cannot be copied, and a whole batch in which it raises a refusal.
+    writes the rows that cannot be copied, and a whole group in which it raises a refusal.
     """
     import pyarrow.compute as pc
 
-    wanted = _text(sorted(kinds)) if kinds else None
+    wanted = _text([k.encode("utf-8") for k in sorted(kinds)]) if kinds else None
+    group: list[pa.RecordBatch] = []
+    rows = size = 0
     for batch in batches:
         if wanted is not None:
             batch = batch.filter(pc.is_in(batch.column(3), value_set=wanted.cast(batch.schema.field(3).type)))
         if batch.num_rows == 0:
             continue
         if batch.num_rows < FEW:  # a few big chunks: the kernels' fixed cost and copies are not worth it
+            _write_group(group, encode, out)
+            group, rows, size = [], 0, 0
             _one_by_one(batch, encode, out)
             continue
-        try:
-            text = _batch_lines(batch, encode)
-        except Refusal:
-            _one_by_one(batch, encode, out)  # writes the lines up to the refusal, then raises it
-            continue
-        out.write(text)
+        group.append(batch)
+        rows, size = rows + batch.num_rows, size + batch.nbytes
+        if rows >= GROUP_ROWS or size >= GROUP_BYTES:
+            _write_group(group, encode, out)
+            group, rows, size = [], 0, 0
+    _write_group(group, encode, out)
+
+
+def _write_group(group: list[pa.RecordBatch], encode: Callable[[Event], str], out: IO[bytes]) -> None:
+    """The lines of consecutive batches, in one write; event by event up to a refusal where one is raised."""
+    if not group:
+        return
+    if len(group) == 1:
+        batch = group[0]
+    else:
+        import pyarrow as pa
+
+        batch = pa.Table.from_batches(group).combine_chunks().to_batches()[0]
+    try:
+        text = _batch_lines(batch, encode)
+    except Refusal:
+        _one_by_one(batch, encode, out)  # writes the lines up to the refusal, then raises it
+        return
+    out.write(text)
 
 
 def _one_by_one(batch: pa.RecordBatch, encode: Callable[[Event], str], out: IO[bytes]) -> None:
@@ -111,28 +139,20 @@ def _one_by_one(batch: pa.RecordBatch, encode: Callable[[Event], str], out: IO[b
             out.write("\n".join(lines).encode("utf-8"))
 
 
-def _text(values: list[str]) -> pa.Array:
-    """``values`` as an Arrow large_string array, built from buffers (no ``pa.array``: see the module)."""
+def _text(values: list[bytes]) -> pa.Array:
+    """UTF-8 ``values`` as an Arrow large_string array, built from buffers (no ``pa.array``: see the module)."""
     import pyarrow as pa
 
-    data = [v.encode("utf-8") for v in values]
-    offsets = array("q", [0])
-    total = 0
-    for d in data:
-        total += len(d)
-        offsets.append(total)
+    offsets = array("q", accumulate(map(len, values), initial=0))
     return pa.Array.from_buffers(
-        pa.large_string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))]
+        pa.large_string(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(values))]
     )
 
 
-def _constant(value: str, n: int) -> pa.Array:
-    """``n`` copies of ``value``, a large_string array."""
-    import pyarrow as pa
-
-    raw = value.encode("utf-8")
-    offsets = array("q", range(0, (n + 1) * len(raw), len(raw))) if raw else array("q", bytes(8 * (n + 1)))
-    return pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
+def _constants(*values: str) -> list[pa.Scalar]:
+    """Each of ``values`` as an Arrow large_string scalar (taken from an array: no ``pa.scalar``)."""
+    column = _text([v.encode("utf-8") for v in values])
+    return [column[i] for i in range(len(values))]
 
 
 def _batch_lines(batch: pa.RecordBatch, encode: Callable[[Event], str]) -> memoryview:
@@ -149,39 +169,39 @@ def _batch_lines(batch: pa.RecordBatch, encode: Callable[[Event], str]) -> memor
     exact = pc.and_not(exact, pc.match_substring_regex(kind, _ESCAPED))
     exact = pc.and_not(exact, pc.and_kleene(pc.match_substring_regex(step, _ESCAPED), pc.is_valid(step)))
     exact = pc.and_not(exact, _repeats_a_key(attrs, exact))
-    quote, empty = _constant('"', n), _constant("", n)
-    step_json = pc.coalesce(pc.binary_join_element_wise(quote, step.cast(text), quote, empty), _constant("null", n))
-    if data.null_count < n:
-        data_part = _text(
-            ["" if d is None else f',"data_b64":"{base64.b64encode(d).decode("ascii")}"' for d in data.to_pylist()]
-        )
+    quote, empty, null, head, kind_at, wall_at, step_at, attrs_at, end, b64_at = _constants(
+        '"', "", "null", '{"seq":', ',"kind":"', '","wall_ns":', ',"step":', ',"attrs":', "}\n", ',"data_b64":"'
+    )
+    step_json = pc.coalesce(pc.binary_join_element_wise(quote, step.cast(text), quote, empty), null)
+    if data.null_count == 0:
+        data_part = pc.binary_join_element_wise(b64_at, _text(_base64(data)), quote, empty)
+    elif data.null_count < n:
+        present = pc.is_valid(data)
+        coded = pc.binary_join_element_wise(b64_at, _text(_base64(data.filter(present))), quote, empty)
+        data_part = pc.replace_with_mask(pc.if_else(present, empty, empty), present, coded)
     else:
         data_part = empty
     lines = pc.binary_join_element_wise(
-        _constant('{"seq":', n),
-        seq.cast(text),
-        _constant(',"kind":"', n),
-        kind.cast(text),
-        _constant('","wall_ns":', n),
-        wall.cast(text),
-        _constant(',"step":', n),
-        step_json,
-        _constant(',"attrs":', n),
-        attrs.cast(text),
-        data_part,
-        _constant("}\n", n),
-        empty,
-    )
+        head, seq.cast(text), kind_at, kind.cast(text), wall_at, wall.cast(text), step_at, step_json, attrs_at,
+        attrs.cast(text), data_part, end, empty,
+    )  # fmt: skip
     if not pc.all(exact).as_py():
         slow = pc.invert(exact)
         rows = pc.indices_nonzero(slow).to_pylist()
-        fill = [""] * n
+        fill = [b""] * n
         for i, ev in zip(rows, batch_events(batch.filter(slow)), strict=True):
-            fill[i] = encode(ev) + "\n"
+            fill[i] = (encode(ev) + "\n").encode("utf-8")
         lines = pc.if_else(slow, _text(fill), lines)
     _, offsets, values = lines.buffers()
     bounds = memoryview(offsets).cast("q")
     return memoryview(values)[bounds[lines.offset] : bounds[lines.offset + n]]
+
+
+def _base64(data: pa.Array) -> list[bytes]:
+    """The base64 of each value of a binary column with no null."""
+    from binascii import b2a_base64
+
+    return [b2a_base64(d, newline=False) for d in data.to_pylist()]
 
 
 def _repeats_a_key(attrs: pa.Array, exact: pa.Array) -> pa.Array:
@@ -194,10 +214,7 @@ def _repeats_a_key(attrs: pa.Array, exact: pa.Array) -> pa.Array:
     import pyarrow.compute as pc
 
     none = pc.and_not(exact, exact)
-    rows = attrs.filter(exact)
-    for digit in "0123456789":
-        rows = pc.replace_substring(rows, digit, "")
-    texts = pc.dictionary_encode(rows)
+    texts = pc.dictionary_encode(pc.replace_substring_regex(attrs.filter(exact), "[0-9]+", ""))
     shapes = pc.replace_substring_regex(texts.dictionary, _TOKEN, r"\1").to_pylist()
     repeats = [_shape_repeats(shape) for shape in shapes]
     if not any(repeats):
