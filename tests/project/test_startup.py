@@ -253,3 +253,30 @@ def test_read_json_loads_no_pandas(tmp_path: Path) -> None:
         [sys.executable, "-c", f"{probe}; import sys; print('pandas' in sys.modules)"], capture_output=True, check=True
     )
     assert proc.stdout.strip() == b"True"
+
+
+def test_the_shims_receipt_and_step_skip_site(tmp_path: Path) -> None:
+    """The shim starts `observe receipt` and `observe step` with -I -S (no site scan, no .pth: no editable
+    finder), the tool's packages still importable from the path it gives; every other command with -I only."""
+    import shlex
+
+    from observe.recorder.shim import alpha_shim
+
+    lines = Path(alpha_shim(str(tmp_path))).read_text().splitlines()
+    assert lines[1].startswith('case "$1 $2" in "observe receipt" | "observe step") exec ')
+    fast = shlex.split(lines[1].split(") exec ", 1)[1].rsplit(";;", 1)[0])
+    slow = shlex.split(lines[2].removeprefix("exec "))
+    assert fast[1:4] == ["-I", "-S", "-c"]
+    assert slow[1:3] == ["-I", "-c"]
+    tail = "from observe.cli.entry import main; main()"
+    probe = (
+        "import observe.cli.entry, aos.text; print(sorted(m for m in sys.modules if m == 'site' or 'editable' in m))"
+    )
+    for argv, loaded_site in ((fast, False), (slow, True)):
+        at = argv.index("-c") + 1
+        assert argv[at].endswith(tail)
+        code = argv[at].removesuffix(tail) + probe
+        out = subprocess.run([*argv[:at], code], capture_output=True, check=True, cwd=tmp_path).stdout
+        assert ("site" in out.decode()) is loaded_site, out
+        if not loaded_site:
+            assert out.strip() == b"[]"
