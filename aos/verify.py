@@ -25,6 +25,7 @@ Checks, in file order, stopping at the first failure (docs/FORMAT.md section 5):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -34,6 +35,7 @@ from typing import Any
 
 from blake3 import blake3
 
+from aos.ahead import batches_ahead
 from aos.canonical import parse_canonical
 from aos.chain import checkpoint_message, genesis, link, seal_message
 from aos.event import Event
@@ -102,7 +104,9 @@ def verify_stream(
     then knows the bytes it hashes are the bytes verified); ``path`` only names them.
     """
     whole = blake3(max_threads=blake3.AUTO)
-    with StreamFile(path, data=data) as f:
+    # the next batch is decoded on a second thread while this one is hashed (aos.ahead); the
+    # iterator is closed (its thread joined) before the file is
+    with StreamFile(path, data=data) as f, contextlib.closing(batches_ahead(f)) as ahead:
         view = f.view
         sid = f.stream_id
         prev = genesis(sid)
@@ -121,7 +125,7 @@ def verify_stream(
         kinds: dict[str, int] = {}
         verdicts = 0
 
-        for raw in f.batches():
+        for raw in ahead:
             if seal is not None:
                 raise StreamSeal(f"a batch follows the seal (at byte {raw.start})", last_seq=seal.seq)
             try:
@@ -176,6 +180,7 @@ def verify_stream(
                 expected += 1
             whole.update(view[covered : raw.end])
             covered = raw.end
+            f.release(raw.end)  # done with its bytes: its mapped pages go back
 
         last_seq = expected - 1 if expected else None
         if seal is None:
