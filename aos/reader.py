@@ -25,7 +25,7 @@ import mmap
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -275,8 +275,12 @@ class StreamFile:
 
     # -- batches ---------------------------------------------------------------------
 
-    def batches(self) -> Iterator[RawBatch]:
-        """Each complete batch in order; stops at the end or at the first damage."""
+    def batches(self, *, release: bool = True) -> Generator[RawBatch, None, None]:
+        """Each complete batch in order; stops at the end or at the first damage.
+
+        With ``release=False`` the mapped pages of the batches read are not given back here: the caller
+        does it (:meth:`release`) when it is done with their bytes (``aos.ahead``: this runs a batch ahead).
+        """
         pos = self.schema_end
         size = self.size
         while pos < size:
@@ -322,7 +326,8 @@ class StreamFile:
                 self.damage = nulls
                 return
             yield RawBatch(pos, frame.end, batch)
-            self._release(frame.end)
+            if release:
+                self.release(frame.end)
             pos = frame.end
 
     def _decode(self, start: int, end: int) -> pa.RecordBatch:
@@ -357,7 +362,7 @@ class StreamFile:
                 return
             yield from events
 
-    def _release(self, upto: int) -> None:
+    def release(self, upto: int) -> None:
         """Give back the mapped pages of the file before ``upto`` (whole pages only): the batches
         before it are decoded and their consumer has moved on, so reading a stream of any size
         holds a batch's worth of the file, not all of it. The pages come back from the file if

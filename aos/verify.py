@@ -25,6 +25,7 @@ Checks, in file order, stopping at the first failure (docs/FORMAT.md section 5):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -34,6 +35,7 @@ from typing import Any
 
 from blake3 import blake3
 
+from aos.ahead import batches_ahead
 from aos.canonical import parse_canonical
 from aos.chain import checkpoint_message, genesis, link, seal_message
 from aos.event import Event
@@ -102,7 +104,9 @@ def verify_stream(
     then knows the bytes it hashes are the bytes verified); ``path`` only names them.
     """
     whole = blake3(max_threads=blake3.AUTO)
-    with StreamFile(path, data=data) as f:
+    # the next batch is decoded on a second thread while this one is hashed (aos.ahead); the
+    # iterator is closed (its thread joined) before the file is
+    with StreamFile(path, data=data) as f, contextlib.closing(batches_ahead(f)) as ahead:
         view = f.view
         sid = f.stream_id
         prev = genesis(sid)
@@ -112,16 +116,16 @@ def verify_stream(
         verdict: Event | None = None
         seal: Event | None = None
         seal_end = 0
-        digest = blake3()
-        digest.update(view[: f.schema_end])
         # The whole file's digest is taken as the batches go by (never a second pass over the file
         # at the end: the reader gives back each batch's mapped pages once it is done with them).
+        # The seal's digest (the bytes before the seal's batch) is that hasher's state there: one
+        # pass over the file, not two (BLAKE3's digest leaves the hasher as it was).
         whole.update(view[: f.schema_end])
         covered = f.schema_end
         kinds: dict[str, int] = {}
         verdicts = 0
 
-        for raw in f.batches():
+        for raw in ahead:
             if seal is not None:
                 raise StreamSeal(f"a batch follows the seal (at byte {raw.start})", last_seq=seal.seq)
             try:
@@ -168,14 +172,15 @@ def verify_stream(
                 elif ev.kind == SEAL:
                     if i != len(rows) - 1 or len(rows) != 1:
                         raise StreamSeal(f"the seal (seq {ev.seq}) does not stand alone in the last batch")
-                    _check_seal(ev, sid, prev, raw.start, digest.digest(), public_key)
+                    before = whole.digest() if covered == raw.start else blake3(view[: raw.start]).digest()
+                    _check_seal(ev, sid, prev, raw.start, before, public_key)
                     seal = ev
                     seal_end = raw.end
                 prev = h
                 expected += 1
-            digest.update(view[raw.start : raw.end])
             whole.update(view[covered : raw.end])
             covered = raw.end
+            f.release(raw.end)  # done with its bytes: its mapped pages go back
 
         last_seq = expected - 1 if expected else None
         if seal is None:

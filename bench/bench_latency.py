@@ -12,7 +12,9 @@ Measures, in one run, each beside a baseline measured in the same run (it assert
   written with ``aos.writer``: ``gates.evaluation.evaluate_stream`` (read back + evaluate), best of 3;
 - ``alpha observe read --json`` of a recorded log (``ALPHA_BENCH_LOG``, default 100M of log
   text, recorded with ``record -- cat``) and of the 100,000-event stream: MB/s of the JSON
-  it writes, and MB/s of the recorded bytes it reads (the events' data, uncompressed).
+  it writes, and MB/s of the recorded bytes it reads (the events' data, uncompressed); and, in this
+  process, its lines of the 100,000-event stream a batch at a time against event by event (what it
+  did before issue 39): the ratio of CPU seconds, pair by pair, the bytes checked equal.
 
 Children run with bytecode caching on (``PYTHONDONTWRITEBYTECODE`` removed) after one warm-up
 call, as an installed tool runs: compiling the project's sources on every start is not start-up.
@@ -257,6 +259,7 @@ def read_json(tmp: Path, size: int, gate_path: Path) -> None:
             f" {data / 1e6 / best:.0f} MB/s of recorded data,"
             f" {path.stat().st_size / 1e6 / best:.0f} MB/s of stream file"
         )
+    batch_vs_events(gate_path)
     # One target, two kinds of stream: each its own line, so neither hides the other.
     row(
         "`read --json` throughput, a recorded log (MB/s of JSON out)",
@@ -270,6 +273,46 @@ def read_json(tmp: Path, size: int, gate_path: Path) -> None:
         ">= 100 MB/s",
         rates[1] >= 100,
     )
+
+
+def batch_vs_events(path: Path, repeats: int = 5) -> None:
+    """``read --json``'s lines of the 100k-event stream in this process, a batch at a time (what the command
+    does) against event by event (``event_json`` on each event, what it did): CPU seconds, pair by pair,
+    interleaved, median ratio; the bytes compared once."""
+    import io
+
+    from aos.reader import StreamFile, iter_events
+    from observe.readback.events import event_json
+    from observe.readback.jsonl import write_json_lines
+
+    def by_event() -> bytes:
+        return "".join(event_json(ev) + "\n" for ev in iter_events(path)).encode()
+
+    def by_batch() -> bytes:
+        out = io.BytesIO()
+        with StreamFile(path) as f:
+            write_json_lines((raw.batch for raw in f.batches()), event_json, out)
+        return out.getvalue()
+
+    assert by_event() == by_batch(), "read --json: the batch path's bytes differ from event_json's"
+    ratios, olds, news = [], [], []
+    for _ in range(repeats):
+        t = time.process_time()
+        by_event()
+        old = time.process_time() - t
+        t = time.process_time()
+        by_batch()
+        new = time.process_time() - t
+        ratios.append(old / new)
+        olds.append(old)
+        news.append(new)
+    ratio = statistics.median(ratios)
+    print(
+        f"read --json in process, 100k receipts and steps: event by event {statistics.median(olds):.3f} s CPU,"
+        f" a batch at a time {statistics.median(news):.3f} s CPU: {ratio:.1f}x (median of {repeats} pairs)"
+    )
+    row("`read --json` of 100k small events, in process: event by event / a batch at a time (CPU)", f"{ratio:.1f}x",
+        ">= 5x", ratio >= 5)  # fmt: skip
 
 
 def main() -> None:

@@ -24,7 +24,6 @@ This module is imported by the light client path: no pyarrow, nothing heavy.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -178,6 +177,8 @@ class Oversize:
         self.kind = kind  # the frame's type (None for a receipts line)
         self.head = bytearray()
         self.length = 0
+        import hashlib  # the recorder's side only: receipt and step (clients) never load OpenSSL's hashes
+
         self.sha = hashlib.sha256()
 
     def add(self, data: bytes | bytearray | memoryview) -> None:

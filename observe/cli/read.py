@@ -142,6 +142,14 @@ def read_command(
             for ev in events:
                 if ev.kind == what and ev.data:
                     out.write(ev.data)
+        elif what == "json" and steps is None and seqs is None:
+            from aos.reader import StreamFile
+            from observe.readback.jsonl import write_json_lines
+
+            with StreamFile(stream) as f:  # a batch at a time (the same lines as event_json's)
+                write_json_lines((raw.batch for raw in f.batches()), event_json, out, kinds)
+                if f.damage is not None:
+                    damage.append(f.damage)
         elif what == "json":
             _json_lines(events, event_json, out)
         else:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -74,14 +75,15 @@ def test_record_true_imports_only_what_it_uses(tmp_path: Path) -> None:
     "args", [["observe", "receipt", "x", "--field", "a=1"], ["observe", "step", "s", "--", "true"]]
 )
 def test_receipt_and_step_load_neither_click_nor_the_format(tmp_path: Path, args: list[str]) -> None:
-    """A plain receipt or step imports no click, no pyarrow, no dataclasses (aos.event), no uuid: the standard
-    library, observe.channel.client and aos.text only."""
+    """A plain receipt or step imports no click, no pyarrow, no dataclasses (aos.event), no uuid, no hashlib
+    (OpenSSL's, the recorder's side of the channel): the standard library, observe.channel.client and aos.text only."""
     receipts = tmp_path / "receipts"
     receipts.write_bytes(b"")
     env = child_env({"AOS_RECEIPTS": str(receipts), "AOS_CONTROL": str(tmp_path / "none")})
     mods = loaded(args, tmp_path, env)
     assert "observe" in mods
-    assert [] == sorted(m for m in ("click", "pyarrow", "dataclasses", "uuid", "platform", *HEAVY) if m in mods)
+    absent = ("click", "pyarrow", "dataclasses", "uuid", "platform", "hashlib", *HEAVY)
+    assert [] == sorted(m for m in absent if m in mods)
 
 
 def test_the_shim_takes_the_fast_entry(tmp_path: Path) -> None:
@@ -231,3 +233,51 @@ def test_no_observer_opened_with_devices_off(tmp_path: Path, monkeypatch: pytest
     log = tracked(monkeypatch)
     recorder.record(["true"], recorder.RecordOptions(out=tmp_path / "a.aos", quiet=True, observe_devices="off"))
     assert [] == log
+
+
+def test_read_json_loads_no_pandas(tmp_path: Path) -> None:
+    """`read --json` builds its lines with Arrow's kernels and never hands pyarrow a Python object to
+    convert, which (numpy present) makes pyarrow import pandas (about 150 ms); the probe does see it."""
+    from aos.writer import StreamWriter
+
+    w = StreamWriter(tmp_path / "s.aos")
+    w.append("receipt", {"name": "t", "status": "pass", "fields": {"i": 1}}, None, "s1")
+    w.append("stdout", {}, b"hi\n")
+    w.seal()
+    mods = loaded(["observe", "read", "--json", str(tmp_path / "s.aos")], tmp_path)
+    assert "pyarrow" in mods
+    assert "pandas" not in mods
+    if importlib.util.find_spec("pandas") is None:
+        return
+    probe = "import pyarrow as pa; pa.scalar(1)"  # what it avoids: a conversion imports pandas
+    proc = subprocess.run(
+        [sys.executable, "-c", f"{probe}; import sys; print('pandas' in sys.modules)"], capture_output=True, check=True
+    )
+    assert proc.stdout.strip() == b"True"
+
+
+def test_the_shims_receipt_and_step_skip_site(tmp_path: Path) -> None:
+    """The shim starts `observe receipt` and `observe step` with -I -S (no site scan, no .pth: no editable
+    finder), the tool's packages still importable from the path it gives; every other command with -I only."""
+    import shlex
+
+    from observe.recorder.shim import alpha_shim
+
+    lines = Path(alpha_shim(str(tmp_path))).read_text().splitlines()
+    assert lines[1].startswith('case "$1 $2" in "observe receipt" | "observe step") exec ')
+    fast = shlex.split(lines[1].split(") exec ", 1)[1].rsplit(";;", 1)[0])
+    slow = shlex.split(lines[2].removeprefix("exec "))
+    assert fast[1:4] == ["-I", "-S", "-c"]
+    assert slow[1:3] == ["-I", "-c"]
+    tail = "from observe.cli.entry import main; main()"
+    probe = (
+        "import observe.cli.entry, aos.text; print(sorted(m for m in sys.modules if m == 'site' or 'editable' in m))"
+    )
+    for argv, loaded_site in ((fast, False), (slow, True)):
+        at = argv.index("-c") + 1
+        assert argv[at].endswith(tail)
+        code = argv[at].removesuffix(tail) + probe
+        out = subprocess.run([*argv[:at], code], capture_output=True, check=True, cwd=tmp_path).stdout
+        assert ("site" in out.decode()) is loaded_site, out
+        if not loaded_site:
+            assert out.strip() == b"[]"
