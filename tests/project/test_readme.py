@@ -185,10 +185,13 @@ class TestInnerLoop:
         assert not [test for test in kept if "postgresql" in test or not test.startswith(self.PATHS[0])], kept
 
     def test_slow_is_the_rest(self) -> None:
-        """``-m slow`` selects the PostgreSQL side and every test of the two SSH modules, and no SQLite test."""
+        """``-m slow`` selects the PostgreSQL side and every test of the two SSH modules, and a SQLite test only
+        when it was measured at 1 s or more (tests/durations.json)."""
+        from tests.helpers.durations import slow_by_time
+
         command = _inner_loop().replace('"not slow"', "slow")
         slow = self._collected(command)
-        assert not [test for test in slow if "[sqlite]" in test], slow
+        assert not [test for test in slow if "[sqlite]" in test and slow_by_time(test) is None], slow
         assert any("[postgresql]" in test for test in slow), slow
         for path in self.PATHS[1:]:
             assert any(test.startswith(path) for test in slow), (path, slow)
