@@ -26,7 +26,6 @@ event: attrs over their share are cut (strings first, then lists and objects), a
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -79,9 +78,17 @@ def stored_size(stored: Any) -> int:
     return len(json.dumps(stored, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
 
 
+def _sha256(data: bytes = b"") -> Any:
+    """A SHA-256 of ``data``; hashlib (OpenSSL) is loaded the first time a value is cut or left out, not when
+    a recording starts (a command's argv and environment are rarely cut)."""
+    import hashlib
+
+    return hashlib.sha256(data)
+
+
 def cut_note(raw: bytes) -> str:
     """``N bytes, sha256 X`` of ``raw``: what a cut or unrecorded value was."""
-    return f"{len(raw)} bytes, sha256 {hashlib.sha256(raw).hexdigest()}"
+    return f"{len(raw)} bytes, sha256 {_sha256(raw).hexdigest()}"
 
 
 def _utf8(raw: bytes) -> str | None:
@@ -127,17 +134,17 @@ def bounded_list(
     """
     out: list[str | dict[str, str]] = []
     spent = notes = 0
-    rest = hashlib.sha256()
+    rest = None
     rest_items = rest_bytes = 0
     for value in values:
         raw = to_bytes(value)
-        if rest_items:
+        if rest is not None:
             rest.update(raw + b"\0")
             rest_items, rest_bytes = rest_items + 1, rest_bytes + len(raw)
         elif spent >= budget:
             note = f"[NOT RECORDED: {cut_note(raw)}]"
             if notes + len(note) > LIST_NOTES:
-                rest.update(raw + b"\0")
+                rest = _sha256(raw + b"\0")
                 rest_items, rest_bytes = 1, len(raw)
             else:
                 notes += len(note) + 3
@@ -147,7 +154,7 @@ def bounded_list(
             size = stored_size(stored)
             spent += item if stored_size(text_value(raw)) > item else size + 1
             out.append(stored)
-    if rest_items:
+    if rest is not None:
         out.append(f"[NOT RECORDED: {rest_items} more items, {rest_bytes} bytes, sha256 {rest.hexdigest()}]")
     return out
 
@@ -171,12 +178,13 @@ def bounded_mapping(
     """
     out: dict[str, Any] = {}
     spent = value_spent = 0
-    rest = hashlib.sha256()
+    rest = None
     rest_items = rest_bytes = 0
     for key, value in mapping.items():
         raw = to_bytes(value)
         if spent >= budget:
             entry = key.encode("utf-8") + b"=" + raw
+            rest = rest if rest is not None else _sha256()
             rest.update(entry + b"\0")
             rest_items, rest_bytes = rest_items + 1, rest_bytes + len(entry)
             continue
@@ -188,7 +196,7 @@ def bounded_mapping(
             stored = f"[NOT RECORDED: {len(raw)} bytes]"
         out[key] = stored
         spent += stored_size(key) + stored_size(stored) + 2
-    if rest_items:
+    if rest is not None:
         out[REST_KEY] = f"[NOT RECORDED: {rest_items} {what}, {rest_bytes} bytes, sha256 {rest.hexdigest()}]"
     return out
 
@@ -211,7 +219,7 @@ def fit_attrs(attrs: dict[str, Any], limit: int = ATTRS_BUDGET) -> dict[str, Any
     whole = canonical_json(attrs).encode("utf-8", "surrogatepass")
     if len(whole) <= limit:
         return attrs
-    summary: dict[str, Any] = {"bytes": len(whole), "sha256": hashlib.sha256(whole).hexdigest()}
+    summary: dict[str, Any] = {"bytes": len(whole), "sha256": _sha256(whole).hexdigest()}
     longest, widest = _longest(attrs)
     share = max(256, min(limit // 2, widest // 2))
     previous = len(whole) * 2

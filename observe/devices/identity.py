@@ -26,7 +26,6 @@ read again at every observation (an exec keeps the pid and its start time).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat
@@ -68,6 +67,8 @@ class Identities:
         self._digests: dict[_FileKey, str] = {}
 
     def _digest_fd(self, fd: int) -> str:
+        import hashlib  # OpenSSL's hashes: loaded when a file is hashed, not at start-up
+
         st = os.fstat(fd)
         key = _key(st)
         found = self._digests.get(key)

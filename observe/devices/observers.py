@@ -23,7 +23,6 @@ This module imports nothing heavy at import time; ``pynvml`` loads only when
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -178,6 +177,8 @@ def _loaded_library() -> str | None:
 
 
 def _sha256_file(path: str) -> str:
+    import hashlib  # OpenSSL's hashes: loaded when a file is hashed, not at start-up
+
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import fnmatch
 import glob
-import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -358,6 +357,8 @@ def _emit_chunks(
     masker: Masker,
     stop: Callable[[], bool],
 ) -> bool:
+    import hashlib  # OpenSSL's hashes: loaded when a file is hashed, not at start-up
+
     digest = hashlib.sha256()
     read = 0
     offset = 0  # of the bytes recorded: equal to ``read`` but for what the masker holds back
@@ -391,6 +392,8 @@ def _emit_chunks(
 
 
 def _hash(fd: int, scanner: Scanner, stop: Callable[[], bool]) -> tuple[int, str, str]:
+    import hashlib  # OpenSSL's hashes: loaded when a file is hashed, not at start-up
+
     sha, b3 = hashlib.sha256(), blake3()
     size = 0
     while chunk := os.read(fd, CHUNK):

@@ -31,7 +31,6 @@ output is streamed: the diff into its SHA-256, never held whole; at most
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import selectors
@@ -321,7 +320,29 @@ class _Reader:
             raise _Refused(f"git {args[0]} failed: {done.stopped or done.err or f'exit {done.code}'}")
         return done.out
 
+    def together(self) -> list[str] | None:
+        """The work tree, the common git folder, shallowness, HEAD's commit and its tree from one ``rev-parse``
+        (one git process where there were four); ``[]`` outside a repository; None when it fails otherwise (a HEAD
+        with no commit, a repository git refuses...): the calls one by one then say why, as they always did."""
+        done = self.git(
+            "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir", "--is-shallow-repository",
+            "HEAD^{commit}", "HEAD^{tree}",
+        )  # fmt: skip
+        if not done.ok and done.code is not None and not done.stopped and "not a git repository" in done.err.lower():
+            return []
+        lines = done.out.decode("utf-8", "surrogateescape").splitlines() if done.ok else []
+        if len(lines) != 5 or lines[2] not in ("true", "false"):
+            return None
+        if not all(len(h) in (40, 64) and all(c in "0123456789abcdef" for c in h) for h in lines[3:]):
+            return None
+        return lines
+
     def read(self) -> dict[str, Any] | None:
+        known = self.together()
+        if known == []:
+            return None
+        if known is not None:
+            return self.read_from(known[1], commit=known[3], tree=known[4], shallow=known[2] == "true")
         where = self.git("rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir")
         if where.code is None:
             raise _Refused(where.err)
@@ -335,6 +356,16 @@ class _Reader:
         if len(lines) != 2:
             raise _Refused("git rev-parse gave no work tree (a bare repository, or inside .git)")
         git_dir = lines[1]
+        ids = self.git("rev-parse", "--verify", "-q", "HEAD^{commit}")
+        if not ids.ok:
+            raise _Refused("HEAD names no commit (a repository with no commit yet)")
+        commit = ids.out.decode("ascii", "replace").strip()
+        tree = self.must("rev-parse", "--verify", "-q", f"{commit}^{{tree}}").decode("ascii", "replace").strip()
+        shallow = self.must("rev-parse", "--is-shallow-repository").strip() == b"true"
+        return self.read_from(git_dir, commit=commit, tree=tree, shallow=shallow)
+
+    def read_from(self, git_dir: str, *, commit: str, tree: str, shallow: bool) -> dict[str, Any]:
+        """The rest of the reading, once the repository, its commit and its tree are known."""
         config = self.git("config", "-z", "--get-regexp", r"^(remote\.origin\.url|filter\..*)$")
         remote = None
         for entry in config.out.split(b"\0"):
@@ -348,13 +379,7 @@ class _Reader:
                     self.drivers.append(name)
             elif key == b"remote.origin.url":
                 remote = mask_userinfo(value.decode("utf-8", "surrogateescape"))
-        ids = self.git("rev-parse", "--verify", "-q", "HEAD^{commit}")
-        if not ids.ok:
-            raise _Refused("HEAD names no commit (a repository with no commit yet)")
-        commit = ids.out.decode("ascii", "replace").strip()
-        tree = self.must("rev-parse", "--verify", "-q", f"{commit}^{{tree}}").decode("ascii", "replace").strip()
         branch_out = self.git("symbolic-ref", "-q", "--short", "HEAD")
-        shallow = self.must("rev-parse", "--is-shallow-repository").strip() == b"true"
         changes = self.changes()
         dirty = bool(changes["tracked"] or changes["untracked"] or changes["hidden"] or changes.get("error"))
         source: dict[str, Any] = {
@@ -376,6 +401,8 @@ class _Reader:
 
     def changes(self) -> dict[str, Any]:
         """Counts and digests of what differs from HEAD: the diff's SHA-256, each untracked file's."""
+        import hashlib  # OpenSSL's hashes: loaded when a file is hashed, not at start-up
+
         listing = bytearray()
         untracked: list[bytes] = []
         counts = {"untracked": 0, "hidden": 0}
@@ -454,6 +481,8 @@ def _count_headers(chunk: bytes, carry: list[bytes]) -> int:
 
 def _digests(root: str, paths: list[bytes], deadline: float) -> list[dict[str, Any]]:
     """Each untracked path's kind, size and SHA-256 (links: of the target text; never followed, never a FIFO)."""
+    import hashlib  # OpenSSL's hashes: loaded when a file is hashed, not at start-up
+
     out: list[dict[str, Any]] = []
     budget = MAX_UNTRACKED_BYTES
     base = os.fsencode(root)
@@ -477,6 +506,8 @@ def _digests(root: str, paths: list[bytes], deadline: float) -> list[dict[str, A
 
 
 def _hash_file(path: bytes) -> str:
+    import hashlib  # OpenSSL's hashes: loaded when a file is hashed, not at start-up
+
     digest = hashlib.sha256()
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:

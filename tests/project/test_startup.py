@@ -35,14 +35,16 @@ try:
     main()
 except SystemExit:
     pass
-print(json.dumps(sorted({m.split('.')[0] for m, mod in sys.modules.items() if mod is not None})))
+full = len(sys.argv) > 2
+print(json.dumps(sorted({m if full else m.split('.')[0] for m, mod in sys.modules.items() if mod is not None})))
 """
 
 
-def loaded(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> set[str]:
-    """The top-level modules loaded by the time ``alpha ARGS`` is done (run in a fresh interpreter)."""
+def loaded(args: list[str], cwd: Path, env: dict[str, str] | None = None, *, full: bool = False) -> set[str]:
+    """The top-level modules (every module with ``full``) loaded by the time ``alpha ARGS`` is done (run in a
+    fresh interpreter)."""
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(args)],
+        [sys.executable, "-c", PROBE, json.dumps(args), *(["full"] if full else [])],
         capture_output=True,
         cwd=cwd,
         env=env,
@@ -56,11 +58,14 @@ def loaded(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> set
 
 def test_record_true_imports_only_what_it_uses(tmp_path: Path) -> None:
     """`record -- true` with no --sign-key, no gate: no cryptography (it used to load it), no jsonschema,
-    psutil, pynvml, structlog, gates...; with --sign-key, cryptography is loaded (the probe sees imports)."""
+    psutil, pynvml, structlog, gates..., and outside a repository no hashlib; with --sign-key, cryptography is
+    loaded (the probe sees imports)."""
     mods = loaded(["observe", "record", "--quiet", "--out", str(tmp_path / "a.aos"), "--", "true"], tmp_path)
     assert (tmp_path / "a.aos").exists()
     assert [] == sorted(m for m in HEAVY if m in mods)
     assert "pyarrow" in mods  # the writer's: the probe does see what was imported
+    # outside a repository nothing is hashed before the command starts: no OpenSSL (hashlib, hmac)
+    assert [] == sorted(m for m in ("hashlib", "hmac", "secrets") if m in mods)
     subprocess.run(
         [sys.executable, "-c", "import sys; from observe.cli.root import main; main()", "observe", "keygen", "k"],
         cwd=tmp_path,
@@ -69,6 +74,41 @@ def test_record_true_imports_only_what_it_uses(tmp_path: Path) -> None:
     )
     signed = ["observe", "record", "--quiet", "--sign-key", "k.key", "--out", str(tmp_path / "b.aos"), "--", "true"]
     assert "cryptography" in loaded(signed, tmp_path)
+
+
+def test_record_loads_only_its_own_command_module(tmp_path: Path) -> None:
+    """`record -- true` imports observe.cli.record of the command modules, none of the others (the tree is a
+    LazyGroup); `observe --help` lists every command, so it does load them all (the probe sees them)."""
+    mods = loaded(["observe", "record", "--quiet", "--out", str(tmp_path / "a.aos"), "--", "true"], tmp_path, full=True)
+    assert (tmp_path / "a.aos").exists()
+    cli = sorted(m for m in mods if m.startswith("observe.cli."))
+    assert cli == ["observe.cli.entry", "observe.cli.options", "observe.cli.record", "observe.cli.root"]
+    listed = loaded(["observe", "--help"], tmp_path, full=True)
+    assert {"observe.cli.gate", "observe.cli.query", "observe.cli.tracker"} <= listed
+
+
+def test_the_lazy_tree_is_the_whole_tree() -> None:
+    """root.LAZY names every command each module defines, under its own name, and nothing else."""
+    from observe.cli import root
+
+    assert set(root.main.commands) == {"observe", *root.LAZY["alpha"]}
+    assert set(root.observe_group.commands) == set(root.LAZY["observe"])
+    for group in (root.main, root.observe_group):
+        for name, command in group.commands.items():
+            assert command.name == name
+
+
+def test_a_lazy_name_its_module_lacks_is_an_error() -> None:
+    """A registry entry whose module holds no command of that name fails when it is asked for, not silently."""
+    import click
+
+    from observe.cli.root import LazyGroup
+
+    group = LazyGroup("g")
+    group.add_lazy({"nosuch": "observe.cli.report:COMMANDS"})
+    with pytest.raises(LookupError, match="nosuch"):
+        group.get_command(click.Context(group), "nosuch")
+    assert "report" in group.list_commands(click.Context(group))  # what the module does hold was added
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -153,6 +152,8 @@ def parse_github_file(text: str) -> tuple[dict[str, str], str | None]:
 
 def github_output_lines(values: Mapping[str, str], delimiter: str | None = None) -> str:
     """``NAME=VALUE`` lines; a value holding CR or LF in the heredoc form with a random delimiter."""
+    import secrets  # hmac and OpenSSL's hashes: only when a value needs a delimiter, never at the recorder's start
+
     out = []
     for name, value in values.items():
         if "\n" in value or "\r" in value:

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -319,3 +320,79 @@ def test_reference_lane_rebuilds_from_its_commit(tmp_path: Path) -> None:
     assert "pass" == checks["rebuild"]["status"], checks["rebuild"]
     assert "OUT/static/owner-0.pyz" in checks["rebuild"]["reason"]
     assert "clean at the start" in checks["source"]["reason"]
+
+
+def _repos(tmp_path: Path) -> dict[str, Path]:
+    """Places a recording can start from: a repository with a commit (clean and dirty, a SHA-256 one, a shallow
+    clone), one with no commit yet, a .git folder, a plain folder."""
+
+    def git(cwd: Path, *args: str) -> None:
+        subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+    def repo(name: str, *init: str) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        git(path, "init", "-q", *init)
+        git(path, "config", "user.email", "t@example.com")
+        git(path, "config", "user.name", "t")
+        (path / "f").write_text("1\n")
+        git(path, "add", "f")
+        git(path, "commit", "-qm", "one")
+        return path
+
+    places = {"clean": repo("clean"), "sha256": repo("sha256", "--object-format=sha256")}
+    places["dirty"] = repo("dirty")
+    (places["dirty"] / "f").write_text("2\n")
+    (places["dirty"] / "new").write_text("x\n")
+    places["shallow"] = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{places['clean']}", "shallow")
+    places["unborn"] = tmp_path / "unborn"
+    places["unborn"].mkdir()
+    git(places["unborn"], "init", "-q")
+    places["dotgit"] = places["clean"] / ".git"
+    places["plain"] = tmp_path / "plain"
+    places["plain"].mkdir()
+    return places
+
+
+class OneByOne(source_mod._Reader):
+    """The reading as it was before issue 39: each fact from a git process of its own."""
+
+    def together(self) -> list[str] | None:
+        return None
+
+
+def test_one_rev_parse_reads_what_four_did(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The source read with one rev-parse for the work tree, commit, tree and shallowness is the one read a fact
+    at a time, in every kind of place (refusals included); a clean repository takes 5 git processes, not 8, and a
+    folder outside any repository one."""
+    runs: list[str] = []
+    real = source_mod.run_git
+
+    def counted(args: Any, **kw: Any) -> Any:
+        runs.append(args[0])
+        return real(args, **kw)
+
+    monkeypatch.setattr(source_mod, "run_git", counted)
+    for name, place in _repos(tmp_path).items():
+        runs.clear()
+        now = source_mod._Reader(str(place), time.monotonic() + 60, source_mod.OwnFiles())
+        got: Any = source_mod.record_source(str(place))
+        count = len(runs)
+        try:
+            was: Any = OneByOne(str(place), time.monotonic() + 60, source_mod.OwnFiles()).read()
+        except source_mod._Refused as exc:
+            was = {"error": str(exc)}
+        assert got == was, name
+        assert now.together() is not None or name in ("unborn", "dotgit", "plain"), name
+        if name == "clean":
+            assert count == 5
+        if name == "plain":
+            assert got is None
+            assert count == 1
+        if name == "unborn":
+            assert "no commit" in got["error"]
+        if name == "shallow":
+            assert got["shallow"] is True
+        if name == "sha256":
+            assert got["object_format"] == "sha256"
