@@ -506,11 +506,19 @@ def _facts(e: Entry, result: JournalCheck) -> None:
 
 
 def _before(conn: Connection, start: int, result: JournalCheck) -> None:
-    """What the entries before ``start`` say that a check from ``start`` needs, read, not verified: the tracker's
-    id and schema facts (``_facts``) and the first signed entry (every later one must be signed by its key)."""
-    for e in iter_entries(conn, 0):
-        if e.seq >= start:
-            break
-        _facts(e, result)
-        if result.first_signed is None and e.signature is not None and e.key_id is not None:
-            result.first_signed = (e.seq, e.key_id)
+    """What the entries before ``start`` say that a check from ``start`` needs, read, not verified, and only
+    from the entries that say it: the tracker's id and schema facts (``_facts``: the schema entries, whose
+    canonical text holds ``"op":"schema.``) and the first signed entry (every later one must be signed by its key).
+    """
+    first = conn.execute(
+        "SELECT seq, key_id FROM journal WHERE seq < ? AND signature IS NOT NULL AND key_id IS NOT NULL"
+        " ORDER BY seq LIMIT 1",
+        (start,),
+    ).fetchone()
+    if first is not None:
+        result.first_signed = (int(first[0]), str(first[1]))
+    for r in conn.execute(
+        "SELECT seq, prev, hash, entry, key_id, signature FROM journal WHERE seq < ? AND entry LIKE ? ORDER BY seq",
+        (start, '%"op":"schema.%'),
+    ):
+        _facts(Entry(int(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4], r[5], _parse(str(r[3]))), result)

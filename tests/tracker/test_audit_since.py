@@ -111,3 +111,20 @@ def test_pages_of_one_row_give_the_report_a_whole_read_gives(
         conn.close()
     assert whole == paged
     assert (edit is None) == whole["ok"]
+
+
+def test_since_holds_later_entries_to_the_key_that_signed_an_earlier_one(tracker_db: str, tmp_path: Path) -> None:
+    """Entries signed before ``since`` still bind those after it: one appended without the key is named."""
+    from aos.signing import generate_keypair, load_signer
+
+    key, _ = generate_keypair(tmp_path / "tracker")
+    for args in (["init"], ["milestone", "add", "M1", "first"]):
+        assert 0 == invoke("tracker", "--db", tracker_db, "--signing-key", str(key), *args).exit_code
+    conn = connect(tracker_db)
+    since = int(conn.execute("SELECT max(seq) FROM journal").fetchone()[0]) + 1
+    conn.close()
+    assert 0 == invoke("tracker", "--db", tracker_db, "milestone", "add", "M2", "second").exit_code
+    result = invoke("tracker", "--db", tracker_db, "audit", "--since", str(since))
+    assert 1 == result.exit_code
+    key_id = load_signer(key).key_id
+    assert f"journal entry {since} is not signed, though entry 0 before it is (by key {key_id})" in result.stdout
