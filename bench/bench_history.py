@@ -177,15 +177,15 @@ def main() -> int:
             (wa, ma), (wb, mb_) = measured[a][name], measured[b][name]
             # A cost that fell from a to b (noise on a flat one: start-up) is held flat, never extrapolated down.
             wall = wb + max(0.0, wb - wa) * (target - b) / (b - a)
-            mb = mb_ + max(0, mb_ - ma) * (target - b) / (b - a)
-            print(f"{target:>8}  {name:<26} {wall:>9.2f} {'':>9} {mb:>8.0f}   (extrapolated from {a} and {b})")
+            rss = mb_ + max(0, mb_ - ma) * (target - b) / (b - a)
+            print(f"{target:>8}  {name:<26} {wall:>9.2f} {'':>9} {rss:>8.0f}   (extrapolated from {a} and {b})")
             if name == "audit":
                 rows_out.append(
                     row(
                         "audit at 100k runs, peak RSS (extrapolated)",
-                        f"{mb:.0f} MB",
+                        f"{rss:.0f} MB",
                         f"< {HISTORY_AUDIT_100K_MB} MB",
-                        mb < HISTORY_AUDIT_100K_MB,
+                        rss < HISTORY_AUDIT_100K_MB,
                     )
                 )
     base = measured[sizes[-1]]["status"][0]
