@@ -231,7 +231,7 @@ def _intervals(ev: Evidence, steps: Sequence[str]) -> list[tuple[str, int, int]]
     out = []
     for s in ev.steps:
         if s.name in steps:
-            out.append((s.name, s.start.seq, s.end.seq if s.end is not None else len(ev.events)))
+            out.append((s.name, s.start.seq, s.end.seq if s.end is not None else ev.count))
     return out
 
 

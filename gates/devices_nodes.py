@@ -434,7 +434,7 @@ def _described(n: Node, facts: Mapping[str, Any] | None) -> str:
 def devices_observed_anywhere(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     """``devices-observed``: over the remote nodes the captured lane config names, else on the recorder's machine."""
     remote = config_nodes(ev, args.get("config_env"))
-    opened = ev.events[0].attrs if ev.events and ev.events[0].kind == kinds.STREAM_OPEN else {}
+    opened = ev.first.attrs if ev.first is not None and ev.first.kind == kinds.STREAM_OPEN else {}
     nodes_seen = any(isinstance(o.attrs.get("node"), dict) for o in ev.observations)
     if remote is None or not (opened.get("observes_nodes") is True or nodes_seen):
         # A recorder before remote nodes observed only its own machine (a "localhost" host was this machine

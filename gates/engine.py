@@ -41,7 +41,7 @@ from gates.typing import Findings, Outcome
 from gates.verdict import Check, Status, Verdict
 from gates.wording import count
 
-__all__ = ["evaluate", "evaluate_evidence", "holds", "needs_output", "schema_errors"]
+__all__ = ["evaluate", "evaluate_evidence", "holds", "lean_evidence", "needs_output", "schema_errors", "stderr_steps"]
 
 _MISSING = object()
 
@@ -78,6 +78,22 @@ def needs_output(gate: Gate) -> bool:
     return any(isinstance(r, CheckRule) and r.uses not in _CHECKS_WITHOUT_OUTPUT for r in gate.rules)
 
 
+def stderr_steps(gate: Gate) -> frozenset[str]:
+    """The names of the steps whose stderr ``gate``'s rules search (``stderr_contains``, a receipt's
+    ``step_stderr`` claim): an ``Evidence`` without the output keeps no other step's stderr."""
+    names = {r.name for r in gate.rules if isinstance(r, StepRule) and r.stderr_contains}
+    names |= {r.step for r in gate.rules if isinstance(r, ReceiptRule) and r.step is not None and r.step_stderr}
+    return frozenset(names)
+
+
+def lean_evidence(gate: Gate, events: Iterable[Event]) -> Evidence:
+    """The evidence index of ``events`` that keeps what ``gate``'s rules read and no more (``needs_output``,
+    ``stderr_steps``): one pass, in memory that follows the events other than output, not the output."""
+    if needs_output(gate):
+        return Evidence(events)
+    return Evidence(events, keep_output=False, stderr_of=stderr_steps(gate))
+
+
 def versioned_out(rule: Rule, ev: Evidence) -> bool:
     """Whether ``rule`` is left out: a source rule (``[[rebuild]]``, the ``source-identity`` check) over a stream
     recorded before the recorder recorded sources (no ``source`` in its ``stream.open``), or the
@@ -97,7 +113,7 @@ def evaluate(gate: Gate, events: Iterable[Event]) -> Verdict:
     stream of a gigabyte of output is evaluated in memory that follows its
     event count and its steps' stderr, not its size.
     """
-    return evaluate_evidence(gate, Evidence(events, keep_output=needs_output(gate)))
+    return evaluate_evidence(gate, lean_evidence(gate, events))
 
 
 def evaluate_evidence(gate: Gate, ev: Evidence) -> Verdict:
@@ -190,7 +206,9 @@ def _judge_cut(cut: _Cut, ran: list[tuple[Part, Rule, int]], checks: list[Check]
                 prefix = ev.before(cut.seq)
             if _run(rule, prefix).status == "fail":
                 continue
-        checks[at] = Check(check.name, "inconclusive", f"{cut.said}: {check.reason}", check.evidence)
+        checks[at] = Check(
+            check.name, "inconclusive", f"{cut.said}: {check.reason}", check.evidence, check.evidence_omitted
+        )
 
 
 def _interrupted(ev: Evidence) -> list[_Cut]:
@@ -289,7 +307,7 @@ def _run(rule: Rule, ev: Evidence) -> Check:
         out = _EVALUATORS[type(rule)](rule, ev)
     except Exception as exc:  # noqa: BLE001 - a broken rule must never pass, nor lose the verdict
         out = Outcome("inconclusive", f"the check itself raised {type(exc).__name__}: {exc}")
-    return Check(rule.id, out.status, out.reason, tuple(sorted(set(out.evidence))))
+    return Check(rule.id, out.status, out.reason, tuple(sorted(set(out.evidence))), out.evidence_omitted)
 
 
 def _test_files(rule: TestsRule, ev: Evidence) -> dict[str, Any]:

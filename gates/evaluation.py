@@ -66,14 +66,13 @@ def evaluate_events(gate: Gate, events: Iterable[Event], damage: Refusal | None 
 def evaluate_with_evidence(gate: Gate, events: Iterable[Event]) -> tuple[Verdict, Evidence | None]:
     """``evaluate_events`` without damage, also giving the evidence index it built (None when it broke).
 
-    The index keeps only what the gate reads (``gates.engine.needs_output``): the
-    events, without the output's bytes unless a check reads them.
+    The index keeps only what the gate reads (``gates.engine.lean_evidence``): the
+    events but the output unless a check reads it, and the stderr of the steps a rule searches.
     """
-    from gates.engine import evaluate_evidence, needs_output
-    from gates.evidence import Evidence
+    from gates.engine import evaluate_evidence, lean_evidence
 
     try:
-        ev = Evidence(events, keep_output=needs_output(gate))
+        ev = lean_evidence(gate, events)
         return evaluate_evidence(gate, ev), ev
     except BaseException as exc:
         machine = machine_failure(gate, exc)  # a thread or memory the machine could not give (a panic, too)

@@ -28,7 +28,9 @@ import hashlib
 import json
 import posixpath
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Collection, Iterable, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -38,10 +40,7 @@ from aos.attrs import json_int
 from aos.event import Event
 from aos.text import key_bytes, os_text
 
-__all__ = ["STDOUT_TAIL", "Artifact", "Evidence", "Receipt", "Step", "glob_match", "normalise_path"]
-
-#: How much of a step's stdout an ``Evidence`` built with ``keep_output=False`` keeps (its end).
-STDOUT_TAIL = 64 << 10
+__all__ = ["Artifact", "Evidence", "Receipt", "Step", "glob_match", "normalise_path"]
 
 
 def _name(stored: Any) -> str:
@@ -131,7 +130,10 @@ class Step:
     end: Event | None = None
     stderr: bytearray = field(default_factory=bytearray)
     stdout: bytearray = field(default_factory=bytearray)
-    output_seqs: list[int] = field(default_factory=list)
+    #: The seqs of the step's output events, in stream order (8 bytes each), and each one's kind
+    #: (``output_kinds``: 1 for stderr, 0 for stdout), so a check cites them after their events are gone.
+    output_seqs: MutableSequence[int] = field(default_factory=lambda: array("q"))
+    output_kinds: bytearray = field(default_factory=bytearray)
 
     @property
     def finished(self) -> bool:
@@ -281,18 +283,26 @@ class Evidence:
     """An index over the events of one stream, built in one pass over ``events`` (any iterable).
 
     With ``keep_output=False`` it holds what the rules read and no more, so its
-    memory follows the events' count, not the output's size: the ``stdout`` and
-    ``stderr`` events in ``events`` lose their ``data`` (they stay, for their seq,
-    kind and step), each step keeps its whole stderr (``stderr_contains`` and
-    receipts' ``step_stderr`` claims search it) and only the last ``STDOUT_TAIL``
-    bytes of its stdout; artifact chunks keep their bytes. A check that reads the
-    output events' ``data`` (``output-free-of``) needs ``keep_output=True``, the
-    default (every event as given).
+    memory follows the count of events other than output, not the output's size
+    nor its count: ``events`` holds no ``stdout`` or ``stderr`` event (a step keeps
+    the seq and kind of each of its own, 9 bytes, for its citations: ``cite``), no
+    step keeps its stdout, and only the steps named in ``stderr_of`` (those whose
+    stderr a rule searches: ``stderr_contains``, a receipt's ``step_stderr``
+    claim; every step when None) and the recorder's rebuild steps keep their
+    stderr, whole; artifact chunks keep their bytes. A check that reads the output
+    events (``output-free-of``) needs ``keep_output=True``, the default (every
+    event as given, every step's stdout and stderr). ``count`` is the number of
+    events read, ``first`` the first.
     """
 
-    def __init__(self, events: Iterable[Event], *, keep_output: bool = True) -> None:
+    def __init__(
+        self, events: Iterable[Event], *, keep_output: bool = True, stderr_of: Collection[str] | None = None
+    ) -> None:
         self.keep_output = keep_output
+        self.stderr_of = None if stderr_of is None else frozenset(stderr_of)
         self.events: list[Event] = []
+        self.count = 0
+        self.first: Event | None = None
         self.open: Event | None = None
         self.exit: Event | None = None
         self.steps: list[Step] = []
@@ -331,15 +341,19 @@ class Evidence:
         keep = self.keep_output
         kept = self.events
         handlers = _HANDLERS
+        output = kinds.OUTPUT
+        count = 0
         for ev in events:
             kind = ev.kind
-            if keep or ev.data is None or kind not in kinds.OUTPUT:
+            if count == 0:
+                self.first = ev
+            count += 1
+            if keep or kind not in output:
                 kept.append(ev)
-            else:  # the event without its bytes: what a citation needs (seq, kind, step)
-                kept.append(Event(ev.seq, ev.wall_ns, ev.mono_ns, kind, ev.step, ev.attrs_json, None, ev.hash))
             handler = handlers.get(kind)
             if handler is not None:
                 handler(self, ev, building)
+        self.count = count
 
     def _on_open(self, ev: Event, _: _Building) -> None:
         if self.open is None:
@@ -381,11 +395,14 @@ class Evidence:
         target = b.by_span.get(ev.step) if ev.step is not None else None
         if target is not None and ev.data:
             if ev.kind == kinds.STDERR:
-                target.stderr += ev.data
+                names = self.stderr_of
+                if self.keep_output or names is None or target.name in names or target.span in b.rebuild_spans:
+                    target.stderr += ev.data
+                target.output_kinds.append(1)
             else:
-                target.stdout += ev.data
-                if not self.keep_output and len(target.stdout) > 2 * STDOUT_TAIL:
-                    del target.stdout[: len(target.stdout) - STDOUT_TAIL]
+                if self.keep_output:
+                    target.stdout += ev.data
+                target.output_kinds.append(0)
             target.output_seqs.append(ev.seq)
 
     def _on_receipt(self, ev: Event, _: _Building) -> None:
@@ -433,7 +450,9 @@ class Evidence:
         """The evidence of the events before ``seq`` alone: what was complete when the run was cut there (an
         interrupt, a setup refusal; gates.engine). Without the output's bytes kept in ``events``, each step that
         ended before ``seq`` gets its output from this index (all of it precedes its ``step.end``)."""
-        prefix = Evidence((e for e in self.events if e.seq < seq), keep_output=self.keep_output)
+        prefix = Evidence(
+            (e for e in self.events if e.seq < seq), keep_output=self.keep_output, stderr_of=self.stderr_of
+        )
         if not self.keep_output:
             whole = {s.span: s for s in self.steps}
             for step in prefix.steps:
@@ -441,8 +460,21 @@ class Evidence:
                 if full is not None and step.end is not None:
                     step.stderr[:] = full.stderr
                     step.stdout[:] = full.stdout
-                    step.output_seqs[:] = [n for n in full.output_seqs if n < seq]
+                    n = bisect_left(full.output_seqs, seq)
+                    step.output_seqs[:] = full.output_seqs[:n]
+                    step.output_kinds[:] = full.output_kinds[:n]
         return prefix
+
+    def cite(self, seqs: Iterable[int]) -> dict[int, tuple[str, str | None]]:
+        """The kind and step of each of ``seqs`` that the index holds (an output event cited by a step's
+        ``output_seqs`` included, its event gone or not): what a verdict's citations name."""
+        want = set(seqs)
+        out = {e.seq: (e.kind, e.step) for e in self.events if e.seq in want}
+        for step in (*self.steps, *self.rebuild_steps):
+            for n, k in zip(step.output_seqs, step.output_kinds, strict=True):
+                if n in want:
+                    out.setdefault(n, (kinds.STDERR if k else kinds.STDOUT, step.span))
+        return out
 
     # -- queries -------------------------------------------------------------------
 

@@ -552,3 +552,41 @@ def device_lane(
     if observer is not None:
         s.observe("end", idle, observer=observer)
     return s
+
+
+def write_long_lane(path: str | os.PathLike[str], events: int, *, per_step: int = 1000) -> int:
+    """Write a sealed lane of about ``events`` events, as a long build writes them, and return its count.
+
+    Steps named ``build`` of ``per_step`` events each: the step's start, lines of stdout with a
+    stderr warning every 50th, one ``build`` receipt (its exit code and a warning the step's
+    stderr shows), its end; the command exits 0. Most events are output, as in a real lane: a
+    gate over it is measured in memory per event (tests/gates/test_memory.py, bench/bench_gate.py).
+    """
+    from aos.writer import StreamWriter
+
+    steps = max(1, -(-(events - 3) // per_step))  # enough steps for ``events``, rounded up
+    lines = max(0, per_step - 3)
+    w = StreamWriter(path, background_flush=False)
+    w.append(
+        kinds.STREAM_OPEN, {"stream_id": w.stream_id, "argv": ["lane.sh"], "cwd": "/lane", "env": {}, "labels": {}}
+    )
+    w.append(kinds.PROCESS_START, {"pid": 1, "argv": ["lane.sh"]})
+    for i in range(steps):
+        span = f"build-{i}"
+        w.append(kinds.STEP_START, {"name": "build", "argv": ["make", f"part{i}"], "runner": "recorder"}, step=span)
+        for n in range(lines):
+            if n % 50 == 49:
+                w.append(kinds.STDERR, {}, f"warning: unused variable x{n} in part{i}.c\n".encode(), step=span)
+            else:
+                w.append(kinds.STDOUT, {}, f"cc -O2 -c part{i}/unit{n}.c -o part{i}/unit{n}.o\n".encode(), step=span)
+        w.append(
+            kinds.RECEIPT,
+            {"name": "build", "status": "pass", "fields": {"exit_code": 0, "warning": "unused"}},
+            step=span,
+        )
+        w.append(
+            kinds.STEP_END, {"name": "build", "argv": ["make", f"part{i}"], "exit_code": 0, "duration_ns": 1}, step=span
+        )
+    w.append(kinds.PROCESS_EXIT, {"exit_code": 0})
+    w.seal()
+    return w.events

@@ -6,6 +6,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gates.cited import Cited
+from gates.verdict import MAX_EVIDENCE
+
 if TYPE_CHECKING:
     from gates.evidence import Evidence
     from gates.verdict import Status
@@ -20,6 +23,7 @@ class Outcome:
     status: Status
     reason: str
     evidence: tuple[int, ...] = ()
+    evidence_omitted: int = 0  # seqs cited beyond ``evidence`` (``Findings`` keeps the lowest ``MAX_EVIDENCE``)
 
 
 class CheckFunction(Protocol):
@@ -33,13 +37,16 @@ class Findings:
     """Collects what a rule found; the worst finding decides the outcome.
 
     ``fail`` for contradicting evidence, ``inconclusive`` for missing evidence,
-    ``note`` for what a pass should say; ``use`` records evidence seqs.
+    ``note`` for what a pass should say; ``use`` records evidence seqs (a
+    ``Cited`` set: a rule citing a million output events holds no object per
+    seq; its outcome gives the lowest ``MAX_EVIDENCE`` and counts the rest, as
+    the sealed verdict does).
     """
 
     fails: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    seqs: list[int] = field(default_factory=list)
+    seqs: Cited = field(default_factory=Cited)
 
     def fail(self, reason: str) -> None:
         self.fails.append(reason)
@@ -55,7 +62,7 @@ class Findings:
         self.notes.append(reason)
 
     def use(self, seqs: Iterable[int]) -> None:
-        self.seqs.extend(seqs)
+        self.seqs.add(seqs)
 
     @property
     def ok(self) -> bool:
@@ -63,12 +70,14 @@ class Findings:
 
     def outcome(self, passed: str) -> Outcome:
         """The outcome: failures first, then missing evidence, else ``passed``."""
+        cited = tuple(self.seqs.lowest(MAX_EVIDENCE))
+        omitted = len(self.seqs) - len(cited)
         if self.fails:
-            return Outcome("fail", _join(self.fails), tuple(self.seqs))
+            return Outcome("fail", _join(self.fails), cited, omitted)
         if self.missing:
-            return Outcome("inconclusive", _join(self.missing), tuple(self.seqs))
+            return Outcome("inconclusive", _join(self.missing), cited, omitted)
         text = passed + ("; " + "; ".join(self.notes) if self.notes else "")
-        return Outcome("pass", text, tuple(self.seqs))
+        return Outcome("pass", text, cited, omitted)
 
 
 def _join(reasons: list[str], limit: int = 3) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,14 +34,22 @@ from aos.refusals import Refusal, StreamMissing
 from tracker.attach import trusted_keys
 from tracker.backends import Connection, db_errors, db_message, is_sqlite, migration_record_problems
 from tracker.db import expected_schema, migrations, schema_cookie
-from tracker.journal import JournalCheck
+from tracker.journal import JournalCheck, pages, rows_of
 from tracker.journal import check as check_journal
 from tracker.streams import derive, file_blake3
 
 if TYPE_CHECKING:
     from aos.signing import Verifier
 
-__all__ = ["AuditReport", "StreamFinding", "audit", "expected_triggers", "format_audit"]
+__all__ = [
+    "AuditReport",
+    "StreamFinding",
+    "audit",
+    "expected_triggers",
+    "finding_line",
+    "format_audit",
+    "format_audit_tail",
+]
 
 
 @dataclass(frozen=True)
@@ -67,16 +75,15 @@ class AuditReport:
     rules: list[str] = field(default_factory=list)
     journal: list[str] = field(default_factory=list)
     journal_check: JournalCheck = field(default_factory=JournalCheck)
+    #: How many streams were found in each state (those ``streams`` holds and those it did not keep).
+    tally: dict[str, int] = field(default_factory=lambda: {"ok": 0, "changed": 0, "missing": 0})
 
     @property
     def ok(self) -> bool:
-        return not self.rules and not self.journal and all(f.state == "ok" for f in self.streams)
+        return not self.rules and not self.journal and self.tally["ok"] == sum(self.tally.values())
 
     def counts(self) -> dict[str, int]:
-        counts = {"ok": 0, "changed": 0, "missing": 0}
-        for f in self.streams:
-            counts[f.state] += 1
-        return counts
+        return dict(self.tally)
 
     def as_dict(self) -> dict[str, Any]:
         jc = self.journal_check
@@ -87,6 +94,7 @@ class AuditReport:
             "rules": list(self.rules),
             "journal": {
                 "entries": jc.entries,
+                "since": jc.since,
                 "head": jc.head,
                 "signed": jc.signed,
                 "unchecked_signatures": jc.unchecked,
@@ -226,10 +234,20 @@ def _check_rules(conn: Connection) -> list[str]:
     return problems
 
 
-def audit(conn: Connection, *, journal_key: Verifier | None = None) -> AuditReport:
+def audit(
+    conn: Connection,
+    *,
+    journal_key: Verifier | None = None,
+    since: int | None = None,
+    on_stream: Callable[[StreamFinding], None] | None = None,
+) -> AuditReport:
     """Re-verify every attached stream, the journal and the rules; read-only.
 
     ``journal_key``: the tracker's public key; every journal entry must be signed by it.
+    ``since``: a journal entry's seq: only the entries from it on are checked and only the rows and streams
+    they wrote (``tracker.journal.check``); the rules and the schema are checked whole either way.
+    ``on_stream``: each stream's finding, as it is found; the report then keeps only those not ``ok`` (it
+    counts the rest), so memory follows a page of rows, not the streams' count.
     """
     report = AuditReport()
     errors = db_errors(conn)
@@ -240,16 +258,22 @@ def audit(conn: Connection, *, journal_key: Verifier | None = None) -> AuditRepo
         keys = {}
         report.rules.append(f"the trusted keys cannot be read: {db_message(exc)}")
     try:
-        rows = conn.execute("SELECT * FROM evidence ORDER BY id").fetchall()
-    except errors as exc:
-        rows = []
-        report.rules.append(f"the evidence cannot be read: {db_message(exc)}")
-    report.streams = [_check_from_store(row, keys) if row["url"] else _check_stream(row, keys) for row in rows]
-    try:
-        report.journal_check = check_journal(conn, journal_key=journal_key, trusted=keys)
+        report.journal_check = check_journal(conn, journal_key=journal_key, trusted=keys, since=since)
         report.journal = list(report.journal_check.problems)
+        journal_read = True
     except errors as exc:
         report.journal = [f"the journal cannot be replayed: {db_message(exc)}"]
+        journal_read = False
+    try:
+        for row in _evidence_rows(conn, since, report.journal_check if journal_read else None):
+            found = _check_from_store(row, keys) if row["url"] else _check_stream(row, keys)
+            report.tally[found.state] += 1
+            if on_stream is not None:
+                on_stream(found)
+            if on_stream is None or found.state != "ok":
+                report.streams.append(found)
+    except errors as exc:
+        report.rules.append(f"the evidence cannot be read: {db_message(exc)}")
     checks: list[Callable[[], list[str]]] = [
         lambda: _check_schema(conn, report.journal_check),
         lambda: _check_rules(conn),
@@ -262,30 +286,48 @@ def audit(conn: Connection, *, journal_key: Verifier | None = None) -> AuditRepo
     return report
 
 
+def _evidence_rows(conn: Connection, since: int | None, jc: JournalCheck | None) -> Iterator[dict[str, Any]]:
+    """The evidence rows to re-verify, a page at a time: every one, or (``since``) those the entries from
+    there wrote (every one when the journal could not be read, so nothing goes unchecked)."""
+    if since is None or jc is None:
+        yield from pages(conn, "evidence", ("id",))
+        return
+    for key in sorted(jc.changed.get("evidence", ()), key=repr):
+        yield from rows_of(conn.execute("SELECT * FROM evidence WHERE id = ?", key))
+
+
 def _journal_line(report: AuditReport) -> str:
     jc = report.journal_check
     head = f"head {jc.head[:16]}..."
+    checked = f"{jc.entries} entries" + (f" from entry {jc.since}" if jc.since is not None else "")
     if report.journal:
         n = len(report.journal)
-        return f"journal: {n} problem{'s' if n != 1 else ''} in {jc.entries} entries; {head}"
+        return f"journal: {n} problem{'s' if n != 1 else ''} in {checked}; {head}"
     if jc.journal_key is not None:
         signing = f"every one signed by {jc.journal_key}"
     elif jc.signed:
         signing = f"{jc.signed} signed" + (f" ({jc.unchecked} by a key not given, unchecked)" if jc.unchecked else "")
     else:
         signing = "unsigned"
-    return f"journal intact: {jc.entries} entries, {signing}; {head}"
+    return f"journal intact: {checked}, {signing}; {head}"
+
+
+def finding_line(f: StreamFinding) -> str:
+    """One stream's line of ``format_audit``."""
+    return f"{f.state.upper():<8} {f.stream_id}  run {f.run_id}  {f.path}: {f.detail}"
 
 
 def format_audit(report: AuditReport) -> str:
-    lines = []
-    for f in report.streams:
-        lines.append(f"{f.state.upper():<8} {f.stream_id}  run {f.run_id}  {f.path}: {f.detail}")
-    lines.extend(f"RULE     {p}" for p in report.rules)
+    return "\n".join([*(finding_line(f) for f in report.streams), format_audit_tail(report)])
+
+
+def format_audit_tail(report: AuditReport) -> str:
+    """``format_audit`` after the streams' lines: the rules, the journal, the counts."""
+    lines = [f"RULE     {p}" for p in report.rules]
     lines.extend(f"JOURNAL  {p}" for p in report.journal)
     lines.append(_journal_line(report))
     c = report.counts()
-    n = len(report.streams)
+    n = sum(c.values())
     rules = (
         "rules intact"
         if not report.rules

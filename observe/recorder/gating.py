@@ -123,7 +123,7 @@ def run_gate(gate: Gate, argv: Sequence[str], options: RecordOptions) -> GateOut
         f = gather.facts
         cited = {s for c in v.checks for s in c.evidence}
         if evidence is not None and cited:
-            f.cited = {e.seq: (e.kind, e.step) for e in evidence.events if e.seq in cited}
+            f.cited = evidence.cite(cited)
         if evidence is not None:
             from gates.results import file_bytes
 

@@ -22,7 +22,7 @@ from aos.refusals import StreamWrite
 from aos.writer import StreamWriter
 from gates.engine import evaluate, needs_output
 from gates.evaluation import evaluate_events, evaluate_stream
-from gates.evidence import STDOUT_TAIL, Evidence
+from gates.evidence import Evidence
 from gates.language import parse_gate_text
 from gates.registry import builtin_gates, resolve_gate
 from gates.testing import SyntheticStream, device_lane
@@ -146,14 +146,42 @@ def _gate(text: str) -> Any:
 class TestEvidenceKeepsWhatRulesRead:
     def test_output_dropped_unless_a_check_reads_it(self) -> None:
         evs = _lane_with_output().events()
+        whole = Evidence(evs)
         lean = Evidence(iter(evs), keep_output=False)
-        assert len(evs) == len(lean.events)
-        assert all(e.data is None for e in lean.events if e.kind in ("stdout", "stderr"))
+        outputs = [e for e in evs if e.kind in ("stdout", "stderr")]
+        assert [e for e in evs if e not in outputs] == lean.events
+        assert (len(evs), evs[0]) == (lean.count, lean.first)
         assert b"warning: unused\n" == bytes(lean.steps[0].stderr)
-        assert len(lean.steps[0].stdout) <= 2 * STDOUT_TAIL
-        assert bytes(Evidence(evs).steps[0].stdout).endswith(bytes(lean.steps[0].stdout))
+        assert (b"", b"compiling\n" * 1000) == (bytes(lean.steps[0].stdout), bytes(whole.steps[0].stdout))
+        assert list(whole.steps[0].output_seqs) == list(lean.steps[0].output_seqs)
+        in_step = [e for e in outputs if e.step is not None]
+        assert {e.seq: (e.kind, e.step) for e in in_step} == lean.cite(e.seq for e in outputs)
         assert not needs_output(_gate(_STDERR_GATE))
         assert needs_output(_gate(_OUTPUT_GATE))
+
+    def test_stderr_kept_only_for_the_steps_a_rule_searches(self) -> None:
+        from gates.engine import lean_evidence, stderr_steps
+
+        evs = _lane_with_output().events()
+        assert frozenset({"build"}) == stderr_steps(_gate(_STDERR_GATE))
+        assert b"warning: unused\n" == bytes(lean_evidence(_gate(_STDERR_GATE), evs).steps[0].stderr)
+        exit_zero = resolve_gate("exit-zero")
+        assert frozenset() == stderr_steps(exit_zero)
+        assert b"" == bytes(lean_evidence(exit_zero, evs).steps[0].stderr)
+        assert b"warning: unused\n" == bytes(Evidence(evs, keep_output=False).steps[0].stderr)  # None: every step
+
+    def test_a_gate_searching_another_steps_stderr_does_not_see_the_dropped_one(self) -> None:
+        """The forgery: the rule names step "test", the warning is in step "build"'s stderr; keeping only
+        "test"'s stderr must not make the rule pass nor change its verdict from the whole evidence's."""
+        gate = _gate(_STDERR_GATE.replace('name = "build"\nstderr_contains', 'name = "test"\nstderr_contains'))
+        lane = _lane_with_output()
+        lane.step_start("test")
+        lane.step_end("test")
+        evs = lane.events()
+        from gates.engine import evaluate_evidence
+
+        assert "fail" == evaluate(gate, iter(evs)).checks[1].status
+        assert evaluate_evidence(gate, Evidence(evs)).to_attrs() == evaluate(gate, iter(evs)).to_attrs()
 
     @pytest.mark.parametrize("text", [_STDERR_GATE, _OUTPUT_GATE])
     def test_same_verdict_from_a_one_pass_iterable(self, text: str) -> None:
@@ -209,3 +237,82 @@ def test_exit_zero_over_much_output_holds_none_of_it() -> None:
         tracemalloc.stop()
     assert "pass" == v.verdict
     assert peak < 20 << 20, peak
+
+
+#: Peak RSS of a process evaluating a gate over a million events (issue 36: it was 680-800 MB).
+MILLION_EVENTS_RSS_MB = 200
+
+_PROBE = """
+import json, os, subprocess, sys
+proc = subprocess.Popen(json.loads(sys.argv[1]), stdout=subprocess.PIPE, close_fds=True)
+out = proc.stdout.read()
+_, status, ru = os.wait4(proc.pid, 0)
+print(json.dumps({"out": out.decode(), "maxrss_kb": ru.ru_maxrss, "rc": os.waitstatus_to_exitcode(status)}))
+"""
+
+_EVALUATE = """
+import sys
+from pathlib import Path
+from gates.evaluation import evaluate_stream
+from gates.language import parse_gate_text
+from gates.registry import resolve_gate
+gate = resolve_gate("exit-zero") if sys.argv[2] == "exit-zero" else parse_gate_text(sys.argv[2], "t")
+print(evaluate_stream(gate, Path(sys.argv[1])).verdict)
+"""
+
+
+def peak_rss_of_evaluation(stream: Path, gate: str) -> tuple[str, int]:
+    """The verdict and the peak RSS (MB) of a fresh process evaluating ``gate`` (a built-in's name, or TOML)
+    over ``stream``: measured from a small probe process (a child's maxrss starts at its parent's)."""
+    import json
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-c", _EVALUATE, str(stream), gate]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    got = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", _PROBE, json.dumps(argv)], capture_output=True, check=True, text=True, env=env
+        ).stdout
+    )
+    assert 0 == got["rc"], got
+    return got["out"].strip(), got["maxrss_kb"] >> 10
+
+
+#: A gate over ``write_long_lane``'s builds: each step's exit and stderr, each receipt's claims against its step.
+_LONG_GATE = """
+[gate]
+name = "t-builds"
+scope = "command"
+
+[exit]
+code = 0
+
+[[step]]
+name = "build"
+min = 1
+max = 100000
+stderr_contains = "warning: unused"
+
+[[receipt]]
+name = "build"
+min = 1
+max = 100000
+step = "build"
+step_exit = "exit_code"
+step_stderr = ["warning"]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gate", ["exit-zero", _LONG_GATE])
+def test_a_million_events_evaluated_in_bounded_memory(tmp_path: Path, gate: str) -> None:
+    """A million events (a lane of 1,000 build steps of output, a receipt each) under 200 MB: the index keeps
+    no output event, no stdout and only the stderr a rule searches; the checks citing every output event of
+    every step (``stderr_contains``, ``step_stderr``) hold them as bits, not a million ints."""
+    from gates.testing import write_long_lane
+
+    stream = tmp_path / "long.aos"
+    assert write_long_lane(stream, 1_000_000) >= 1_000_000
+    verdict, mb = peak_rss_of_evaluation(stream, gate)
+    assert ("pass", True) == (verdict, mb < MILLION_EVENTS_RSS_MB), mb
