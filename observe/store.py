@@ -86,6 +86,10 @@ class _Folder:
     def url(self, name: str) -> str:
         return (self.root / name).as_uri()
 
+    def local_path(self, name: str) -> Path | None:
+        """Where an object lies on this machine."""
+        return self.root / name
+
     def put(self, fd: int, name: str, digest: str) -> None:
         final = self.root / name
         with contextlib.suppress(OSError, Refusal):
@@ -167,6 +171,10 @@ class _Bucket:
 
     def url(self, name: str) -> str:
         return f"s3://{self.bucket}/{self._key(name)}"
+
+    def local_path(self, name: str) -> Path | None:
+        """None: a bucket's objects are not on this machine."""
+        return None
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name

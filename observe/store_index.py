@@ -79,6 +79,7 @@ STREAM_COLUMNS: tuple[str, ...] = (
     "devices",
     "host",
     "labels",
+    "argv",
     "first_time",
     "last_time",
     "indexed_time",
@@ -96,6 +97,7 @@ CHECK_COLUMNS: tuple[str, ...] = (
     "name",
     "status",
     "reason",
+    "evidence",
 )
 
 
@@ -129,6 +131,7 @@ def stream_schema() -> pa.Schema:
             ("devices", pa.list_(device)),
             ("host", pa.string()),
             ("labels", pa.string()),
+            ("argv", pa.string()),
             ("first_time", ts),
             ("last_time", ts),
             ("indexed_time", ts),
@@ -153,6 +156,7 @@ def check_schema() -> pa.Schema:
             ("name", pa.string()),
             ("status", pa.string()),
             ("reason", pa.string()),
+            ("evidence", pa.list_(pa.int64())),
         ],
         metadata={VERSION_KEY: str(INDEX_VERSION).encode()},
     )
@@ -264,6 +268,7 @@ def describe(path: str | os.PathLike[str], v: Verification, *, url: str, entered
         "devices": _devices(observed),
         "host": host if isinstance(host, str) else _json(host),
         "labels": _json(opening.get("labels")),
+        "argv": _json(opening.get("argv")),
         "first_time": _time(first.wall_ns if first is not None else None),
         "last_time": _time(last_ns),
         "indexed_time": _time(time.time_ns()),
@@ -280,10 +285,17 @@ def describe(path: str | os.PathLike[str], v: Verification, *, url: str, entered
             "name": byte_text(c.get("name")),
             "status": byte_text(c.get("status")),
             "reason": byte_text(c.get("reason")),
+            "evidence": _evidence(c.get("evidence")),
         }
         for c in checks
     ]
     return IndexEntry(row, check_rows)
+
+
+def _evidence(value: Any) -> list[int]:
+    """The seqs a check cites (the int64 ones)."""
+    items = value if isinstance(value, list) else []
+    return [e for e in items if type(e) is int and 0 <= e < (1 << 63)]
 
 
 # -- writing: new files only ---------------------------------------------------------------
