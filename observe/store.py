@@ -151,6 +151,15 @@ class _Folder:
 
         return read_private(self.root / name)
 
+    def delete(self, name: str) -> None:
+        """Remove an object (the index's, once compacted); one already gone is not an error."""
+        try:
+            os.unlink(self.root / name)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreUnreachable(f"{self.root}: cannot remove {name}: {exc.strerror or exc}") from exc
+
     def list_names(self, prefix: str) -> list[str]:
         """The names of the objects under ``prefix`` (a folder path ending in ``/``), temporary files left out."""
         base = self.root / prefix
@@ -242,6 +251,11 @@ class _Bucket:
         with self._errors("download", name):
             body = self.client().get_object(Bucket=self.bucket, Key=self._key(name))["Body"]
             return bytes(body.read())
+
+    def delete(self, name: str) -> None:
+        """Remove an object (the index's, once compacted); S3 answers the same for one already gone."""
+        with self._errors("remove", name):
+            self.client().delete_object(Bucket=self.bucket, Key=self._key(name))
 
     def list_names(self, prefix: str) -> list[str]:
         """The names of the objects under ``prefix``, every page of the listing."""

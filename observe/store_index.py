@@ -13,7 +13,9 @@ DataFusion, Spark, Trino and Athena read it as a column). Every append writes
 new, uniquely named files and never rewrites one (a folder: an atomic rename
 of a complete file; S3: one PUT of a complete object), so two writers at once
 never lose a row. Readers union the files; a stream pushed twice has a row per
-push and readers keep one per file digest (the latest).
+push and readers keep one per file digest (the latest). A day of more than
+``COMPACT_AT`` files is compacted after an append: its rows merged into one
+new file, and only then the files merged removed, so readers read few files.
 
 Refusals: ``stream-digest`` (the file changed after it was verified: nothing
 is indexed), ``index-damaged`` (an index file that is not this schema's
@@ -42,10 +44,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECK_COLUMNS",
+    "COMPACT_AT",
     "INDEX_VERSION",
     "STREAM_COLUMNS",
     "IndexEntry",
     "check_schema",
+    "compact_day",
     "describe",
     "index_prefix",
     "read_index",
@@ -303,12 +307,21 @@ def _evidence(value: Any) -> list[int]:
 
 def _parquet(rows: list[dict[str, Any]], schema: pa.Schema) -> bytes:
     import pyarrow as pa
+
+    return _parquet_table(pa.Table.from_pylist(rows, schema=schema))
+
+
+def _parquet_table(table: pa.Table) -> bytes:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_pylist(rows, schema=schema)
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     return bytes(sink.getvalue().to_pybytes())
+
+
+def _new_name(day: str) -> str:
+    return f"day={day}/{time.time_ns()}-{secrets.token_hex(8)}.parquet"
 
 
 def write_entries(store: Any, entries: list[IndexEntry]) -> list[str]:
@@ -316,20 +329,78 @@ def write_entries(store: Any, entries: list[IndexEntry]) -> list[str]:
 
     Returns the names written. The checks file of a day is written before its
     streams file, so a reader that sees a stream's row also sees its checks.
+    A day that then holds more than ``COMPACT_AT`` streams files is compacted
+    (``compact_day``).
     """
     by_day: dict[str, list[IndexEntry]] = {}
     for e in entries:
         by_day.setdefault(e.day, []).append(e)
     written: list[str] = []
     for day, group in sorted(by_day.items()):
-        name = f"day={day}/{time.time_ns()}-{secrets.token_hex(8)}.parquet"
+        name = _new_name(day)
         checks = [c for e in group for c in e.checks]
         if checks:
             store.put_bytes(f"{index_prefix('checks')}/{name}", _parquet(checks, check_schema()))
             written.append(f"{index_prefix('checks')}/{name}")
         store.put_bytes(f"{index_prefix('streams')}/{name}", _parquet([e.stream for e in group], stream_schema()))
         written.append(f"{index_prefix('streams')}/{name}")
+        if len(store.list_names(f"{index_prefix('streams')}/day={day}/")) > COMPACT_AT:
+            compact_day(store, day)
     return written
+
+
+#: A day of more streams files than this is compacted into one file after an append.
+COMPACT_AT = 16
+
+
+def compact_day(store: Any, day: str) -> bool:
+    """Merge one day's files into one new file per table (their rows, unchanged), then remove the files merged.
+
+    Rows are never lost: a file is removed only after a newer file holding its
+    rows was written, and a file written meanwhile (another writer) is not
+    among those merged. The checks files merged are those of the streams files
+    merged (same names), so an append whose streams file is not written yet
+    keeps its checks file. Two compactions at once may both write a merged
+    file (readers keep one row per digest); one that finds a file already
+    removed (another compaction took it) stops, removing nothing. Returns
+    whether it compacted.
+    """
+    import pyarrow as pa
+
+    from aos.refusals import StreamMissing
+
+    def listed(table: str) -> dict[str, str]:
+        prefix = f"{index_prefix(table)}/day={day}/"
+        return {n[len(prefix) :]: n for n in store.list_names(prefix) if _FILE.match(n[len(index_prefix(table)) + 1 :])}
+
+    streams = listed("streams")
+    if len(streams) < 2:
+        return False
+    checks = {tail: n for tail, n in listed("checks").items() if tail in streams}
+    tail = _new_name(day).partition("/")[2]
+
+    def read(names: dict[str, str], table: str, schema: pa.Schema) -> pa.Table:
+        parts = [_read_file(store, n, table, schema) for n in names.values()]
+        parts = [
+            p.append_column("_file", pa.array([t] * p.num_rows, pa.string())) for p, t in zip(parts, names, strict=True)
+        ]
+        return pa.concat_tables(parts) if parts else schema.append(pa.field("_file", pa.string())).empty_table()
+
+    try:
+        merged_checks = read(checks, "checks", check_schema())
+        merged_streams = read(streams, "streams", stream_schema())
+    except StreamMissing:
+        return False
+    # one row per digest, as readers keep it: files merged by two compactions at once are merged again
+    merged_streams, merged_checks = _latest(merged_streams, merged_checks)
+    if merged_checks.num_rows:
+        rows = merged_checks.drop_columns(["_file"]).replace_schema_metadata(check_schema().metadata)
+        store.put_bytes(f"{index_prefix('checks')}/day={day}/{tail}", _parquet_table(rows))
+    rows = merged_streams.drop_columns(["_file"]).replace_schema_metadata(stream_schema().metadata)
+    store.put_bytes(f"{index_prefix('streams')}/day={day}/{tail}", _parquet_table(rows))
+    for n in [*streams.values(), *checks.values()]:  # the streams files first: no row is left without its checks
+        store.delete(n)
+    return True
 
 
 # -- reading: the union of the files -------------------------------------------------------
@@ -345,27 +416,48 @@ def _files(store: Any, table: str) -> Iterator[tuple[str, str]]:
             yield match.group(1), name
 
 
-def _read_table(store: Any, table: str, schema: pa.Schema) -> pa.Table:
-    """The union of a table's files, with ``day`` and the file's own name (``_file``, shared by the
-    streams and checks files of one append)."""
+def _read_file(store: Any, name: str, table: str, schema: pa.Schema) -> pa.Table:
+    """One index file, checked to be this version's ``table`` (``index-damaged``); ``stream-missing`` if gone."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    parts = []
-    for day, name in _files(store, table):
-        data = store.get_bytes(name)
+    data = store.get_bytes(name)
+    try:
+        got = pq.ParquetFile(pa.BufferReader(data)).read()
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise IndexDamaged(f"{store.url(name)}: not a Parquet file: {exc}") from exc
+    meta = got.schema.metadata or {}
+    if meta.get(VERSION_KEY) != str(INDEX_VERSION).encode() or not got.schema.remove_metadata().equals(
+        schema.remove_metadata()
+    ):
+        raise IndexDamaged(f"{store.url(name)}: not an index v{INDEX_VERSION} {table} file")
+    return got.replace_schema_metadata(None)
+
+
+def _read_table(store: Any, table: str, schema: pa.Schema) -> pa.Table:
+    """The union of a table's files, with ``day`` and the file's own name (``_file``, shared by the
+    streams and checks files of one append).
+
+    A file removed between the listing and its reading (a compaction merged
+    it into a newer file) makes the reader list again, up to a few times.
+    """
+    import pyarrow as pa
+
+    from aos.refusals import StreamMissing
+
+    for attempt in range(5):
+        parts = []
         try:
-            got = pq.read_table(pa.BufferReader(data))
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise IndexDamaged(f"{store.url(name)}: not a Parquet file: {exc}") from exc
-        meta = got.schema.metadata or {}
-        if meta.get(VERSION_KEY) != str(INDEX_VERSION).encode() or not got.schema.remove_metadata().equals(
-            schema.remove_metadata()
-        ):
-            raise IndexDamaged(f"{store.url(name)}: not an index v{INDEX_VERSION} {table} file")
-        got = got.replace_schema_metadata(None)
-        got = got.append_column("day", pa.array([day] * got.num_rows, pa.string()))
-        parts.append(got.append_column("_file", pa.array([name.rpartition("/")[2]] * got.num_rows, pa.string())))
+            for day, name in _files(store, table):
+                got = _read_file(store, name, table, schema)
+                got = got.append_column("day", pa.array([day] * got.num_rows, pa.string()))
+                file = pa.array([name.rpartition("/")[2]] * got.num_rows, pa.string())
+                parts.append(got.append_column("_file", file))
+        except StreamMissing:
+            if attempt == 4:
+                raise
+            continue
+        break
     if not parts:
         empty = schema.remove_metadata().append(pa.field("day", pa.string()))
         return empty.append(pa.field("_file", pa.string())).empty_table()
@@ -379,15 +471,23 @@ def read_index(store: Any) -> tuple[pa.Table, pa.Table]:
     One row per file digest: where a stream was indexed more than once (pushed
     twice), its latest row, and only the checks written with that row.
     """
-    import pyarrow as pa
 
     streams = _read_table(store, "streams", stream_schema())
     checks = _read_table(store, "checks", check_schema())
+    streams, checks = _latest(streams, checks)
+    return streams.drop_columns(["_file"]), checks.drop_columns(["_file"])
+
+
+def _latest(streams: pa.Table, checks: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """One row per file digest, the one of the file whose name sorts last (names begin with the time they
+    were written), and only the checks of that file; both tables carry ``_file``."""
+    import pyarrow as pa
+
     latest: dict[str, tuple[str, int]] = {}  # digest -> (file, row)
     for i, (digest, name) in enumerate(
         zip(streams.column("file_blake3").to_pylist(), streams.column("_file").to_pylist(), strict=True)
     ):
-        if digest not in latest or name > latest[digest][0]:  # names begin with the time they were written
+        if digest not in latest or name > latest[digest][0]:
             latest[digest] = (name, i)
     streams = streams.take(pa.array(sorted(row for _, row in latest.values()), pa.int64()))
     keep = [
@@ -397,5 +497,4 @@ def read_index(store: Any) -> tuple[pa.Table, pa.Table]:
         )
         if digest in latest and latest[digest][0] == name
     ]
-    checks = checks.take(pa.array(keep, pa.int64()))
-    return streams.drop_columns(["_file"]), checks.drop_columns(["_file"])
+    return streams, checks.take(pa.array(keep, pa.int64()))

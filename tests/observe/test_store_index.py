@@ -141,6 +141,53 @@ def _all_rows(store: Path) -> list[dict[str, Any]]:
     return [r for f in index_files(store) if "/streams/" in f for r in pq.read_table(store / f).to_pylist()]
 
 
+class TestCompaction:
+    def test_a_day_of_many_files_is_merged_and_no_row_lost(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Past COMPACT_AT files a day is merged into one file; the index says exactly what it said before."""
+        import observe.store_index
+
+        paths = streams(tmp_path, 7)
+        store = tmp_path / "store"
+        for p in paths[:3]:
+            push(p, store)
+        before, before_checks = read_index(open_store(store))
+        monkeypatch.setattr(observe.store_index, "COMPACT_AT", 3)
+        for p in paths[3:]:
+            push(p, store)
+        files = [f for f in index_files(store) if "/streams/" in f]
+        assert len(files) <= 3
+        rows, checks = read_index(open_store(store))
+        assert 7 == len(set(rows.column("stream_id").to_pylist())) == rows.num_rows
+        assert 14 == checks.num_rows
+        kept = set(before.column("stream_id").to_pylist())
+
+        def by_id(table: Any) -> list[str]:
+            return sorted(repr(r) for r in table.drop_columns(["day"]).to_pylist() if r["stream_id"] in kept)
+
+        assert by_id(before) == by_id(rows)
+        assert by_id(before_checks) == by_id(checks)
+
+    def test_checks_of_an_unfinished_append_are_left(self, tmp_path: Path) -> None:
+        """A checks file whose streams file is not written yet is not merged (nor removed) by a compaction."""
+        from observe.store_index import compact_day
+
+        store = tmp_path / "store"
+        for p in streams(tmp_path, 2):
+            push(p, store)
+        day = index_files(store)[0].split("/")[3].removeprefix("day=")
+        lone = f"{index_prefix('checks')}/day={day}/1-0123456789abcdef.parquet"
+        first_checks = next(f for f in index_files(store) if "/checks/" in f)
+        open_store(store).put_bytes(lone, (store / first_checks).read_bytes())
+        assert compact_day(open_store(store), day)
+        assert lone in index_files(store)
+        assert 2 == len([f for f in index_files(store) if "/checks/" in f])
+        assert 1 == len([f for f in index_files(store) if "/streams/" in f])
+        rows, checks = read_index(open_store(store))
+        assert (2, 4) == (rows.num_rows, checks.num_rows)
+
+
 class TestS3:
     def test_push_indexes_in_the_bucket(self, stream: Path, s3_bucket: S3Bucket) -> None:
         url = push(stream, f"{s3_bucket.url}/ci")
@@ -151,8 +198,10 @@ class TestS3:
         rows, _ = read_index(open_store(f"{s3_bucket.url}/ci"))
         assert [url] == rows.column("url").to_pylist()
 
-    def test_two_writers_at_once_lose_no_row(self, tmp_path: Path, s3_bucket: S3Bucket) -> None:
-        """Two processes pushing into one bucket at the same moment: every stream has its row afterwards."""
+    @pytest.mark.parametrize("compact_at", [16, 2], ids=["appends", "appends-and-compactions"])
+    def test_two_writers_at_once_lose_no_row(self, tmp_path: Path, s3_bucket: S3Bucket, compact_at: int) -> None:
+        """Two processes pushing into one bucket at the same moment (compacting the day as they go, with a
+        threshold of 2): every stream has its row and its checks afterwards."""
         per_writer = 6
         for w in range(2):
             (tmp_path / f"w{w}").mkdir()
@@ -161,8 +210,10 @@ class TestS3:
         script = textwrap.dedent(
             """
             import os, sys, time
+            import observe.store_index
             from observe.store import push
-            go, store, *paths = sys.argv[1:]
+            go, store, compact_at, *paths = sys.argv[1:]
+            observe.store_index.COMPACT_AT = int(compact_at)
             push(paths[0], store, index=False)  # boto3's models loaded before the start
             while not os.path.exists(go):
                 time.sleep(0.001)
@@ -172,7 +223,7 @@ class TestS3:
         )
         procs = [
             subprocess.Popen(
-                [sys.executable, "-c", script, str(go), s3_bucket.url, *map(str, paths)],
+                [sys.executable, "-c", script, str(go), s3_bucket.url, str(compact_at), *map(str, paths)],
                 stderr=subprocess.PIPE,
                 text=True,
             )
