@@ -350,7 +350,9 @@ def write_entries(store: Any, entries: list[IndexEntry]) -> list[str]:
 
 
 #: A day of more streams files than this is compacted into one file after an append.
-COMPACT_AT = 16
+COMPACT_AT = 8
+#: How many index files a reader reads at once.
+READERS = 8
 
 
 def compact_day(store: Any, day: str) -> bool:
@@ -441,18 +443,23 @@ def _read_table(store: Any, table: str, schema: pa.Schema) -> pa.Table:
     A file removed between the listing and its reading (a compaction merged
     it into a newer file) makes the reader list again, up to a few times.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     import pyarrow as pa
 
     from aos.refusals import StreamMissing
 
+    def one(listed: tuple[str, str]) -> pa.Table:
+        day, name = listed
+        got = _read_file(store, name, table, schema)
+        got = got.append_column("day", pa.array([day] * got.num_rows, pa.string()))
+        return got.append_column("_file", pa.array([name.rpartition("/")[2]] * got.num_rows, pa.string()))
+
     for attempt in range(5):
-        parts = []
         try:
-            for day, name in _files(store, table):
-                got = _read_file(store, name, table, schema)
-                got = got.append_column("day", pa.array([day] * got.num_rows, pa.string()))
-                file = pa.array([name.rpartition("/")[2]] * got.num_rows, pa.string())
-                parts.append(got.append_column("_file", file))
+            # Parquet decoding and S3 reads release the GIL: a few files at once
+            with ThreadPoolExecutor(READERS) as pool:
+                parts = list(pool.map(one, list(_files(store, table))))
         except StreamMissing:
             if attempt == 4:
                 raise
