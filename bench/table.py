@@ -32,6 +32,7 @@ BENCHES: dict[str, tuple[str, list[str]]] = {
     "format": ("bench_format.py", []),
     "sampler": ("bench_sampler.py", ["200M"]),
     "query": ("bench_query.py", []),
+    "index": ("bench_index.py", []),
     "report": ("bench_report.py", ["{size}"]),
     "containment": ("bench_containment.py", []),
 }

@@ -18,6 +18,7 @@ __all__ = [
     "AttestIdentity",
     "AttestPolicy",
     "AttestSubject",
+    "IndexDamaged",
     "KeyExists",
     "KeyWrite",
     "NodesConfig",
@@ -130,6 +131,12 @@ def resource_refusal(exc: BaseException) -> Resource | None:
         return None
     said = str(exc) or type(exc).__name__
     return Resource(f"{lacked} ({type(exc).__name__}: {said}); the tool's own failure, not the stream's")
+
+
+class IndexDamaged(Refusal):
+    """A file of the evidence index is not that index version's Parquet (damaged, or written by another tool)."""
+
+    name = "index-damaged"
 
 
 class StoreUnreachable(Refusal):

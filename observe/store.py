@@ -17,6 +17,9 @@ and verifies it, and only then renames it into place: a half-written, altered
 or unverified file is never left at the target. Both stream the bytes (S3
 multipart in both directions); memory stays bounded whatever the file's size.
 
+Each push appends the stream's row to the store's evidence index
+(``observe.store_index``, docs/FORMAT.md section 8) under ``STORE/index/``.
+
 Refusals: the stream's own (``stream-missing``, ``stream-chain``, ...),
 ``stream-digest`` (bytes that are not what their name says), ``store-url`` (not
 a store, or not the URL of a stored stream), ``store-unreachable`` (cannot
@@ -83,6 +86,10 @@ class _Folder:
     def url(self, name: str) -> str:
         return (self.root / name).as_uri()
 
+    def local_path(self, name: str) -> Path | None:
+        """Where an object lies on this machine."""
+        return self.root / name
+
     def put(self, fd: int, name: str, digest: str) -> None:
         final = self.root / name
         with contextlib.suppress(OSError, Refusal):
@@ -119,6 +126,49 @@ class _Folder:
         finally:
             os.close(fd)
 
+    def put_bytes(self, name: str, data: bytes) -> None:
+        """Write a new object ``name`` (a path under the store) whole, by an atomic rename: readers see all
+        of it or none. Names are unique (the index's): an object is never rewritten."""
+        final = self.root / name
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp_fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".part")
+        except OSError as exc:
+            raise StoreUnreachable(f"{self.root}: cannot write to the store: {exc.strerror or exc}") from exc
+        try:
+            with os.fdopen(tmp_fd, "wb") as out:
+                out.write(data)
+                os.fsync(out.fileno())
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, final)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise StoreUnreachable(f"{self.root}: cannot write to the store: {exc.strerror or exc}") from exc
+
+    def get_bytes(self, name: str) -> bytes:
+        from observe.query.tables import read_private
+
+        return read_private(self.root / name)
+
+    def delete(self, name: str) -> None:
+        """Remove an object (the index's, once compacted); one already gone is not an error."""
+        try:
+            os.unlink(self.root / name)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreUnreachable(f"{self.root}: cannot remove {name}: {exc.strerror or exc}") from exc
+
+    def list_names(self, prefix: str) -> list[str]:
+        """The names of the objects under ``prefix`` (a folder path ending in ``/``), temporary files left out."""
+        base = self.root / prefix
+        if not base.is_dir():
+            return []
+        return [
+            p.relative_to(self.root).as_posix() for p in base.rglob("*") if p.is_file() and not p.name.startswith(".")
+        ]
+
 
 class _Bucket:
     """``s3://BUCKET/PREFIX`` through boto3: multipart in both directions, never the whole file in memory."""
@@ -130,6 +180,10 @@ class _Bucket:
 
     def url(self, name: str) -> str:
         return f"s3://{self.bucket}/{self._key(name)}"
+
+    def local_path(self, name: str) -> Path | None:
+        """None: a bucket's objects are not on this machine."""
+        return None
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
@@ -187,6 +241,33 @@ class _Bucket:
     def get(self, name: str, out: IO[bytes]) -> None:
         with self._errors("download", name):
             self.client().download_fileobj(self.bucket, self._key(name), out, Config=self._transfer())
+
+    def put_bytes(self, name: str, data: bytes) -> None:
+        """Write a new object ``name`` whole (one PUT: readers see all of it or none)."""
+        with self._errors("upload", name):
+            self.client().put_object(Bucket=self.bucket, Key=self._key(name), Body=data)
+
+    def get_bytes(self, name: str) -> bytes:
+        with self._errors("download", name):
+            body = self.client().get_object(Bucket=self.bucket, Key=self._key(name))["Body"]
+            return bytes(body.read())
+
+    def delete(self, name: str) -> None:
+        """Remove an object (the index's, once compacted); S3 answers the same for one already gone."""
+        with self._errors("remove", name):
+            self.client().delete_object(Bucket=self.bucket, Key=self._key(name))
+
+    def list_names(self, prefix: str) -> list[str]:
+        """The names of the objects under ``prefix``, every page of the listing."""
+        names: list[str] = []
+        strip = len(self._key(""))
+        with self._errors("list", prefix):
+            pages = (
+                self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(prefix))
+            )
+            for page in pages:
+                names.extend(str(o["Key"])[strip:] for o in page.get("Contents", []))
+        return names
 
     @contextlib.contextmanager
     def _errors(self, doing: str, name: str | None = None) -> Iterator[None]:
@@ -289,7 +370,11 @@ def _object(url: str | os.PathLike[str]) -> tuple[_Store, str, str]:
 
 
 def push(
-    path: str | os.PathLike[str], store_url: str | os.PathLike[str] = DEFAULT_STORE, key: Verifier | None = None
+    path: str | os.PathLike[str],
+    store_url: str | os.PathLike[str] = DEFAULT_STORE,
+    key: Verifier | None = None,
+    *,
+    index: bool = True,
 ) -> str:
     """Verify the stream at ``path``, store it as ``STORE/<file blake3>.aos``, and return that URL.
 
@@ -298,6 +383,10 @@ def push(
     same bytes again is a no-op. The bytes sent are hashed as they are read; if
     they differ from the ones verified (the file changed meanwhile) the object is
     removed and the push refused (``stream-digest``).
+
+    With ``index`` (the default) the stream's row is appended to the store's
+    evidence index (``observe.store_index``): every push appends one, so a
+    row lost to a failed write is written by pushing again.
     """
     from aos.reader import open_regular
     from aos.verify import verify_stream
@@ -310,6 +399,10 @@ def push(
         store.put(fd, name, v.file_blake3)
     finally:
         os.close(fd)
+    if index:
+        from observe.store_index import describe, write_entries
+
+        write_entries(store, [describe(path, v, url=store.url(name), entered_by="push")])
     return store.url(name)
 
 

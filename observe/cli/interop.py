@@ -224,6 +224,7 @@ def _attest_keys(
     "alpha observe export ci.aos --format otlp-proto --endpoint http://127.0.0.1:4318",
     "alpha observe export ci.aos --format asciicast -o ci.cast && asciinema play ci.cast",
     "alpha observe export ci.aos --format arrow -o ci.arrow",
+    "alpha observe export ci.aos --format parquet -o ci.parquet",
 )
 @click.command("export")
 @click.argument("stream", type=STREAM)
@@ -231,9 +232,10 @@ def _attest_keys(
     "--format",
     "fmt",
     required=True,
-    type=click.Choice(["otlp", "otlp-proto", "asciicast", "arrow"]),
+    type=click.Choice(["otlp", "otlp-proto", "asciicast", "arrow", "parquet"]),
     help="otlp: OTLP/JSON traces; otlp-proto: the same as binary protobuf; asciicast: asciicast v2 "
-    "(the terminal output with its timing); arrow: the verified events as an uncompressed Arrow IPC file.",
+    "(the terminal output with its timing); arrow: the verified events as an uncompressed Arrow IPC file; "
+    "parquet: the verified events as Parquet, with the columns of query's events table.",
 )
 @out_option("Where to write it (- for stdout).", aliases=("--output",))
 @click.option(
@@ -245,7 +247,7 @@ def _attest_keys(
 )
 @reports_refusals()
 def export_command(stream: Path, fmt: str, out: str | None, endpoint: str | None) -> None:
-    """Export STREAM as OTLP traces, an asciicast v2 recording or an Arrow IPC file.
+    """Export STREAM as OTLP traces, an asciicast v2 recording, an Arrow IPC file or Parquet.
 
     STREAM is verified first (intact and sealed); exit 0 written (and sent), 1
     refused (nothing written) or not accepted by the receiver, 2 usage.
@@ -289,6 +291,10 @@ def export_command(stream: Path, fmt: str, out: str | None, endpoint: str | None
         from observe.interop.asciicast import asciicast_chunks
 
         write_output(str(out), asciicast_chunks(s))
+    elif fmt == "parquet":
+        from observe.interop.parquet_file import parquet_chunks
+
+        write_output(str(out), parquet_chunks(s))
     else:
         from observe.interop.arrow_file import arrow_file_chunks
 

@@ -94,10 +94,21 @@ def table_text(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     "AND time > now() - INTERVAL 7 DAY GROUP BY name ORDER BY failed DESC\" 'aos-streams/*.aos'",
     'alpha observe query "SELECT gate AS lane, max(duration_ns) / 1e9 AS max_step_s FROM events '
     "WHERE kind = 'step.end' GROUP BY lane\" aos-streams/ --json",
+    'alpha observe query "SELECT verdict, count(*) FROM streams GROUP BY verdict" --store aos-store',
 )
 @click.command("query")
 @click.argument("sql")
-@click.argument("streams", nargs=-1, required=True, metavar="STREAM_OR_GLOB...")
+@click.argument("streams", nargs=-1, metavar="[STREAM_OR_GLOB]...")
+@click.option(
+    "--store",
+    metavar="STORE",
+    help="Query the streams of this folder store's evidence index (written by push) instead of files named here.",
+)
+@click.option(
+    "--reverify",
+    is_flag=True,
+    help="With --store: verify every stream again, not only those whose file no longer matches its index row.",
+)
 @click.option(
     "--include-damaged",
     is_flag=True,
@@ -107,7 +118,15 @@ def table_text(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 @click.option("--json", "fmt", flag_value="json", help='One JSON document: {"columns", "rows", "skipped"}.')
 @click.option("--csv", "fmt", flag_value="csv", help="CSV with a header line (skipped streams on stderr).")
 @reports_refusals(by_name={"query-sql": Exit.USAGE})
-def query_command(sql: str, streams: tuple[str, ...], include_damaged: bool, key: str | None, fmt: str | None) -> None:
+def query_command(
+    sql: str,
+    streams: tuple[str, ...],
+    store: str | None,
+    reverify: bool,
+    include_damaged: bool,
+    key: str | None,
+    fmt: str | None,
+) -> None:
     """Run SQL (DuckDB) over the events of every stream given, as one table.
 
     Tables: `events` (one row per event, with stream_id, typed name, status,
@@ -117,9 +136,14 @@ def query_command(sql: str, streams: tuple[str, ...], include_damaged: bool, key
     row per check of each sealed verdict); docs/QUERY.md lists every column.
 
     Each STREAM_OR_GLOB is a stream, a folder (its *.aos, recursively) or a
-    quoted glob. Every stream is verified first; one that does not verify,
-    or whose stream id another file claims, is skipped and said so (on stderr,
-    or in the JSON's "skipped"). Queries are read-only: they cannot read or
+    quoted glob; every stream is verified first. With --store instead, the
+    streams are those the folder store's evidence index lists (written by
+    push; docs/FORMAT.md section 8), verified when they were pushed and
+    verified again only when a file's size no longer matches its row, or
+    with --reverify or --key (the JSON's "reverified" lists them); a file
+    changed in place stops the query when its events are read. A stream that
+    does not verify, or whose stream id another file claims, is skipped and
+    said so (on stderr, or in the JSON's "skipped"). Queries are read-only: they cannot read or
     write files. Exit 0 ran; 1 a stream changed under the query; 2 usage, or
     SQL that DuckDB refuses (`refused: query-sql: ...`).
     """
@@ -127,15 +151,24 @@ def query_command(sql: str, streams: tuple[str, ...], include_damaged: bool, key
 
     keep_freed_memory()  # big buffers one after another: reuse their pages
 
-    from observe.query.run import run_query
+    from observe.query.run import run_index_query, run_query
 
-    result = run_query(sql, streams, include_damaged=include_damaged, key=public_key(key))
+    if (store is None) == (not streams):
+        raise click.UsageError("give either STREAM_OR_GLOB... or --store STORE")
+    if reverify and store is None:
+        raise click.UsageError("--reverify goes with --store (streams named here are always verified)")
+    if store is not None:
+        result = run_index_query(sql, store, reverify=reverify, include_damaged=include_damaged, key=public_key(key))
+    else:
+        result = run_query(sql, streams, include_damaged=include_damaged, key=public_key(key))
     if fmt == "json":
-        doc = {
+        doc: dict[str, Any] = {
             "columns": result.columns,
             "rows": [[json_value(v) for v in row] for row in result.rows],
             "skipped": [s.to_json() for s in result.skipped],
         }
+        if store is not None:
+            doc["reverified"] = result.reverified
         sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
         return
     for s in result.skipped:

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from observe.interop.verified import VerifiedStream
 
-__all__ = ["arrow_file_chunks"]
+__all__ = ["Chunks", "arrow_file_chunks"]
 
 
-class _Chunks(io.RawIOBase):
+class Chunks(io.RawIOBase):
     """A write-only sink that keeps what was written until it is taken."""
 
     def __init__(self) -> None:
@@ -45,7 +45,7 @@ def arrow_file_chunks(stream: VerifiedStream) -> Iterator[bytes]:
 
     from aos.reader import open_buffer
 
-    sink = _Chunks()
+    sink = Chunks()
     with open_buffer(stream.data, str(stream.path)) as f:
         options = pa.ipc.IpcWriteOptions(compression=None)
         with pa.ipc.new_file(pa.PythonFile(sink, mode="w"), f.schema, options=options) as writer:

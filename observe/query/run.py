@@ -1,6 +1,8 @@
 """SQL over many streams: DuckDB scanning the verified events as Arrow.
 
-``run_query(sql, paths)`` verifies every stream (``aos.verify``), then gives
+``run_query(sql, paths)`` verifies every stream (``aos.verify``);
+``run_index_query(sql, store)`` takes the streams a store's evidence index
+lists, verified when they entered it (``observe.query.indexed``). Either gives
 DuckDB three tables (docs/QUERY.md lists their columns):
 
 - ``events``: one row per event of every stream that joined, with its
@@ -61,6 +63,7 @@ __all__ = [
     "expand_paths",
     "open_sources",
     "query_sources",
+    "run_index_query",
     "run_query",
 ]
 
@@ -73,6 +76,8 @@ class QueryResult:
     rows: list[tuple[Any, ...]]
     skipped: list[Skipped] = field(default_factory=list)
     streams: int = 0
+    #: the streams verified again by this query (``run_index_query``: a file that changed, or ``reverify``)
+    reverified: list[str] = field(default_factory=list)
 
 
 # -- the query ------------------------------------------------------------------------
@@ -173,3 +178,27 @@ def run_query(
     skipped.extend(more)
     columns, rows = query_sources(sql, sources)
     return QueryResult(columns=columns, rows=rows, skipped=skipped, streams=len(sources))
+
+
+def run_index_query(
+    sql: str,
+    store: str,
+    *,
+    reverify: bool = False,
+    include_damaged: bool = False,
+    key: Verifier | None = None,
+) -> QueryResult:
+    """Run ``sql`` over the streams a folder store's evidence index lists (``observe.query.indexed``).
+
+    The ``streams`` and ``checks`` tables come from the index rows; only the
+    streams whose file no longer matches its row (or all, with ``reverify`` or
+    a ``key``) are verified again, listed in the result's ``reverified``.
+    """
+    from observe.query.indexed import indexed_sources
+
+    duckdb_module()
+    got = indexed_sources(store, reverify=reverify, key=key, include_damaged=include_damaged)
+    columns, rows = query_sources(sql, got.sources)
+    return QueryResult(
+        columns=columns, rows=rows, skipped=got.skipped, streams=len(got.sources), reverified=got.reverified
+    )

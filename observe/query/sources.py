@@ -32,7 +32,9 @@ __all__ = [
     "SMALL_STREAM",
     "STREAMS_PER_WORKER",
     "Skipped",
+    "distinct_ids",
     "expand_paths",
+    "open_one",
     "open_sources",
 ]
 
@@ -232,7 +234,7 @@ def _decoded(source: Source, data: bytes, budget: int) -> list[pa.RecordBatch] |
     return kept
 
 
-def _open_one(path: Path, include_damaged: bool, key: Verifier | None, *, keep: int) -> Source | Skipped:
+def open_one(path: Path, include_damaged: bool, key: Verifier | None, *, keep: int) -> Source | Skipped:
     """Verify one path: the stream that joins (a small one with its batches, when they take at most ``keep``
     bytes), or why it is skipped."""
     try:
@@ -255,7 +257,7 @@ def _open_one(path: Path, include_damaged: bool, key: Verifier | None, *, keep: 
 
 
 def _open_in_worker(path: Path, include_damaged: bool, raw_key: bytes | None) -> Source | Skipped:
-    """``_open_one`` in a worker process (a public key travels as its 32 raw bytes).
+    """``open_one`` in a worker process (a public key travels as its 32 raw bytes).
 
     A worker keeps no batches: sending them back costs more (pickled Arrow, one
     small batch a stream) than the scan's re-reading them.
@@ -267,7 +269,7 @@ def _open_in_worker(path: Path, include_damaged: bool, raw_key: bytes | None) ->
         from aos.signing import Verifier
 
         key = Verifier(Ed25519PublicKey.from_public_bytes(raw_key))
-    return _open_one(path, include_damaged, key, keep=0)
+    return open_one(path, include_damaged, key, keep=0)
 
 
 #: Streams per worker process below which verification stays in this process (a worker costs its start-up).
@@ -307,7 +309,7 @@ def open_sources(
             sources.append(r)
 
     if jobs < 2:
-        take(_open_one(path, include_damaged, key, keep=CACHE_BUDGET - cached) for path in paths)
+        take(open_one(path, include_damaged, key, keep=CACHE_BUDGET - cached) for path in paths)
     else:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -323,10 +325,10 @@ def open_sources(
         with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
             chunk = max(1, min(64, len(paths) // (jobs * 4)))
             take(pool.map(_open_in_worker, paths, repeat(include_damaged), repeat(raw_key), chunksize=chunk))
-    return _distinct_ids(sources, skipped)
+    return distinct_ids(sources, skipped)
 
 
-def _distinct_ids(sources: list[Source], skipped: list[Skipped]) -> tuple[list[Source], list[Skipped]]:
+def distinct_ids(sources: list[Source], skipped: list[Skipped]) -> tuple[list[Source], list[Skipped]]:
     """Streams that claim one stream id are never merged: copies are taken once, conflicts not at all."""
     by_id: dict[str, list[Source]] = {}
     for s in sources:

@@ -28,6 +28,7 @@ __all__ = [
     "STREAM_COLUMNS",
     "EventScan",
     "Source",
+    "byte_text",
     "checks_table",
     "events_batch",
     "events_schema",
@@ -180,7 +181,7 @@ def events_schema() -> pa.Schema:
     )
 
 
-def _text(value: Any) -> str | None:
+def byte_text(value: Any) -> str | None:
     """A byte-text value (FORMAT.md 3.7) as a string: undecodable bytes as ``\\xNN``."""
     if isinstance(value, str):
         return value
@@ -231,7 +232,7 @@ def events_batch(batch: pa.RecordBatch, source: Source, schema: pa.Schema) -> pa
         if not isinstance(a, dict):
             continue
         if k in _NAMED:
-            name[i] = _text(a.get("name"))
+            name[i] = byte_text(a.get("name"))
         if k == kinds.RECEIPT:
             s = a.get("status")
             status[i] = s if isinstance(s, str) else None
@@ -424,9 +425,9 @@ def checks_table(sources: Sequence[Source]) -> pa.Table:
             rows["verdict"].append(_verdict_text(s.verdict, "verdict"))
             rows["scope"].append(_verdict_text(s.verdict, "scope"))
             rows["time"].append(_ts(s.last_ns))
-            rows["name"].append(_text(check.get("name")))
-            rows["status"].append(_text(check.get("status")))
-            rows["reason"].append(_text(check.get("reason")))
+            rows["name"].append(byte_text(check.get("name")))
+            rows["status"].append(byte_text(check.get("status")))
+            rows["reason"].append(byte_text(check.get("reason")))
             ints = [e for e in evidence if _int64(e) is not None] if isinstance(evidence, list) else []
             rows["evidence"].append(ints)
     return pa.table(

@@ -1,9 +1,10 @@
 """Streams read by other Arrow implementations, and ``export --format arrow`` for readers without zstd.
 
 Every recipe of docs/FORMAT.md section 7 ("Reading a stream elsewhere") runs as
-written on a real recording and must print the stream's event kinds. polars and
-DataFusion are large and not in the test extra: their recipes skip, saying so,
-where they are not installed; the JavaScript one skips without node.
+written on a real recording and must print the stream's event kinds. polars is
+large and not in the test extra: its recipe skips, saying so, where it is not
+installed (DataFusion is in the test extra, for the evidence index); the
+JavaScript one skips without node.
 """
 
 from __future__ import annotations
@@ -146,7 +147,6 @@ class TestRecipes:
 
     def test_datafusion(self, folder: Path) -> None:
         """DataFusion reads the stream as is (docs/FORMAT.md recipe)."""
-        pytest.importorskip("datafusion", reason="datafusion is not installed (large; not in the test extra)")
         assert kinds(folder) == run_python(recipes("python")[3], folder)
 
     def test_javascript_with_a_zstd_codec(self, folder: Path) -> None:

@@ -34,8 +34,9 @@ def digest_of(url: str) -> str:
 
 
 def leftovers(folder: Path) -> list[str]:
-    """Every file in ``folder`` (a temporary ``.part`` left behind would show here)."""
-    return sorted(p.name for p in folder.iterdir())
+    """Every file in ``folder`` (a temporary ``.part`` left behind would show here), a store's evidence index
+    (the folder ``index``, tests/observe/test_store_index.py) aside."""
+    return sorted(p.name for p in folder.iterdir() if not (p.name == "index" and p.is_dir()))
 
 
 def big_stream(path: Path, mib: int) -> Path:
@@ -259,7 +260,10 @@ class TestS3Store:
         url = push(stream, s3_bucket.url)
         assert url == push(stream, s3_bucket.url)
         versions = s3_bucket.client.list_object_versions(Bucket=s3_bucket.name).get("Versions", [])
-        assert [url.rsplit("/", 1)[1]] == [v["Key"] for v in versions]
+        assert [url.rsplit("/", 1)[1]] == [v["Key"] for v in versions if not v["Key"].startswith("index/")]
+        # each push appended its index row as new objects: none written twice
+        index = [v["Key"] for v in versions if v["Key"].startswith("index/")]
+        assert (4, 4) == (len(index), len(set(index)))
 
     def test_tampered_object_is_refused(self, stream: Path, s3_bucket: S3Bucket, tmp_path: Path) -> None:
         """An object overwritten in the bucket is refused on fetch (stream-digest), and nothing is left at -o."""

@@ -161,8 +161,15 @@ def test_two_runners_s3_and_postgresql(tmp_path: Path, s3_bucket: Any, pg_server
     _audited_from_the_store(out, work, store)
     # and the objects are really there, named by their BLAKE3
     keys = [o["Key"] for o in s3_bucket.client.list_objects_v2(Bucket=s3_bucket.name).get("Contents", [])]
-    assert 2 == len(keys)
-    assert all(re.fullmatch(r"ci/[0-9a-f]{64}\.aos", k) for k in keys)
+    streams = [k for k in keys if not k.startswith("ci/index/")]
+    assert 2 == len(streams)
+    assert all(re.fullmatch(r"ci/[0-9a-f]{64}\.aos", k) for k in streams)
+    # each push indexed its stream (docs/FORMAT.md section 8)
+    from observe.store import open_store
+    from observe.store_index import read_index
+
+    rows, _ = read_index(open_store(store))
+    assert sorted(f"s3://{s3_bucket.name}/{k}" for k in streams) == sorted(rows.column("url").to_pylist())
 
 
 def test_two_runners_defaults(tmp_path: Path, pg_server: Any) -> None:

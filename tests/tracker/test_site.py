@@ -198,7 +198,7 @@ class TestModel:
             first = write_site(conn, out)
             assert ["proven"] == [s.state for s in first.site.streams]
             assert url in html(out / first.site.runs[0].page)
-            for f in (tmp_path / "store").iterdir():
+            for f in (tmp_path / "store").glob("*.aos"):
                 f.unlink()
             second = write_site(conn, out)
         finally:

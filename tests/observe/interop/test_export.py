@@ -356,7 +356,7 @@ class TestAsciicast:
 
 
 class TestRefusals:
-    @pytest.mark.parametrize("fmt", ["otlp", "asciicast"])
+    @pytest.mark.parametrize("fmt", ["otlp", "asciicast", "parquet"])
     def test_tampered_stream(self, tmp_path: Path, fmt: str) -> None:
         """A stream that does not verify is refused by name and nothing is written."""
         from tracker.testing import flip_byte
@@ -410,9 +410,10 @@ def _noisy(d: Path, mib: int) -> Path:
     [
         ["observe", "export", "{}", "--format", "asciicast", "-o", "x.cast"],
         ["observe", "export", "{}", "--format", "otlp", "-o", "x.json"],
+        ["observe", "export", "{}", "--format", "parquet", "-o", "x.parquet"],
         ["observe", "attest", "{}", "--attester-id", "https://ci.example/a", "-o", "x.att"],
     ],
-    ids=["asciicast", "otlp", "attest"],
+    ids=["asciicast", "otlp", "parquet", "attest"],
 )
 def test_memory_stays_near_the_file_size(tmp_path: Path, argv: list[str]) -> None:
     """Exporting or attesting a stream holds its file's bytes once (read once, so what is exported is what was
