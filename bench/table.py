@@ -33,6 +33,7 @@ BENCHES: dict[str, tuple[str, list[str]]] = {
     "sampler": ("bench_sampler.py", ["200M"]),
     "query": ("bench_query.py", []),
     "index": ("bench_index.py", []),
+    "history": ("bench_history.py", []),
     "report": ("bench_report.py", ["{size}"]),
     "containment": ("bench_containment.py", []),
 }
