@@ -14,6 +14,7 @@ gives, and the kind and step of every seq a check cites.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
@@ -54,11 +55,14 @@ def gates() -> dict[str, Gate]:
 
 
 def digests(rel: str) -> dict[str, str]:
-    """Each gate's verdict over the stream ``rel``, as the SHA-256 of its sealed attrs."""
-    return {
-        name: hashlib.sha256(canonical_json(evaluate_stream(gate, ROOT / rel).to_attrs()).encode()).hexdigest()
-        for name, gate in gates().items()
-    }
+    """Each gate's verdict over the stream ``rel``, as the SHA-256 of its sealed attrs. The stream is named by
+    its path in the repo, from the repo's root: a refusal's reason names it, and the digests must not depend on
+    where the checkout lies."""
+    with contextlib.chdir(ROOT):
+        return {
+            name: hashlib.sha256(canonical_json(evaluate_stream(gate, Path(rel)).to_attrs()).encode()).hexdigest()
+            for name, gate in gates().items()
+        }
 
 
 def test_every_stream_and_gate_is_kept() -> None:
