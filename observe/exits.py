@@ -6,9 +6,13 @@ all name their exit codes here, so no command spells a number of its own.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from enum import IntEnum
+from typing import NoReturn
 
-__all__ = ["Exit"]
+__all__ = ["Exit", "leave_now"]
 
 
 class Exit(IntEnum):
@@ -41,3 +45,16 @@ class Exit(IntEnum):
     CANNOT_EXECUTE = 126
     NOT_FOUND = 127
     SIGNAL = 128
+
+
+def leave_now(code: int) -> NoReturn:
+    """Exit with ``code`` at once, standard output and error flushed, skipping the interpreter's teardown.
+
+    For a ``resource`` refusal only: once the machine refused a thread, a native library left half started
+    (Arrow's jemalloc, DuckDB's pool) can crash in that teardown, and the process would end with SIGSEGV
+    instead of the code the refusal documents. The tool registers no ``atexit`` work that this would skip.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(int(code))

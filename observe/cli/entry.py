@@ -18,7 +18,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from observe.exits import Exit
+from observe.exits import Exit, leave_now
 
 __all__ = ["main", "parse_receipt", "parse_step"]
 
@@ -124,4 +124,4 @@ def main() -> None:
 
             traceback.print_exc()
         sys.stderr.write(refusal.diagnostics() + "\n")
-        sys.exit(Exit.FAIL)
+        leave_now(Exit.FAIL)

@@ -34,7 +34,7 @@ import click
 
 from aos.refusals import Refusal
 from observe.env import TrackerVars
-from observe.exits import Exit
+from observe.exits import Exit, leave_now
 
 if TYPE_CHECKING:
     from aos.signing import Signer, Verifier
@@ -116,7 +116,10 @@ def reports_refusals(
 
             traceback.print_exception(cause, file=sys.stderr)
         click.echo(exc.diagnostics(), err=True)
-        sys.exit(codes.get(exc.name, exit))
+        code = codes.get(exc.name, exit)
+        if exc.name == "resource":
+            leave_now(code)
+        sys.exit(code)
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
