@@ -12,7 +12,7 @@ import sys
 from enum import IntEnum
 from typing import NoReturn
 
-__all__ = ["Exit", "leave_now"]
+__all__ = ["Exit", "ResourceExit", "leave_now"]
 
 
 class Exit(IntEnum):
@@ -47,12 +47,18 @@ class Exit(IntEnum):
     SIGNAL = 128
 
 
+class ResourceExit(SystemExit):
+    """The exit of a ``resource`` refusal, already printed: the console script (``observe.cli.entry``) ends the
+    process with :func:`leave_now`; a caller running the command tree in process sees a plain SystemExit."""
+
+
 def leave_now(code: int) -> NoReturn:
     """Exit with ``code`` at once, standard output and error flushed, skipping the interpreter's teardown.
 
-    For a ``resource`` refusal only: once the machine refused a thread, a native library left half started
-    (Arrow's jemalloc, DuckDB's pool) can crash in that teardown, and the process would end with SIGSEGV
-    instead of the code the refusal documents. The tool registers no ``atexit`` work that this would skip.
+    For a ``resource`` refusal only, and only from the console script (never inside a process that goes on):
+    once the machine refused a thread, a native library left half started (Arrow's jemalloc, DuckDB's pool)
+    can crash in the teardown, and the process would end with SIGSEGV instead of the code the refusal
+    documents. The tool registers no ``atexit`` work that this would skip.
     """
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):

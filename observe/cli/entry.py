@@ -18,7 +18,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from observe.exits import Exit, leave_now
+from observe.exits import Exit, ResourceExit, leave_now
 
 __all__ = ["main", "parse_receipt", "parse_step"]
 
@@ -111,6 +111,8 @@ def main() -> None:
         sys.exit(
             Exit.SIGNAL + signal.SIGINT
         )  # 130: an interrupt (a lane's Ctrl-C reaching `receipt` or `step`): quietly, as a shell says it
+    except ResourceExit as done:  # printed already; the teardown may crash (observe.exits.leave_now)
+        leave_now(done.code if isinstance(done.code, int) else Exit.FAIL)
     except (SystemExit, GeneratorExit):
         raise
     except BaseException as exc:  # a Rust extension's panic is a BaseException

@@ -34,7 +34,7 @@ import click
 
 from aos.refusals import Refusal
 from observe.env import TrackerVars
-from observe.exits import Exit, leave_now
+from observe.exits import Exit, ResourceExit
 
 if TYPE_CHECKING:
     from aos.signing import Signer, Verifier
@@ -118,7 +118,7 @@ def reports_refusals(
         click.echo(exc.diagnostics(), err=True)
         code = codes.get(exc.name, exit)
         if exc.name == "resource":
-            leave_now(code)
+            raise ResourceExit(code)
         sys.exit(code)
 
     def decorate(fn: F) -> F:
