@@ -449,9 +449,17 @@ def _recording_cgroups() -> set[str]:
 _CGROUPS_BEFORE: list[set[str]] = []
 
 
+#: Set by the outermost run: a pytest that a test runs (a collection, a recorded suite) sees that run's
+#: recordings in flight, and checks nothing.
+_OUTER_RUN = "ALPHA_TESTS_OUTER_RUN"
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
-    if not hasattr(session.config, "workerinput"):
-        _CGROUPS_BEFORE.append(_recording_cgroups())
+    nested = os.environ.get(_OUTER_RUN) is not None and not hasattr(session.config, "workerinput")
+    if nested or session.config.option.collectonly or hasattr(session.config, "workerinput"):
+        return
+    os.environ[_OUTER_RUN] = str(os.getpid())
+    _CGROUPS_BEFORE.append(_recording_cgroups())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
