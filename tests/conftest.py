@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -20,7 +21,7 @@ from tests.helpers.eagain import retry_eagain, transient
 from tests.helpers.paths import ASSETS
 from tests.helpers.run import foreign
 from tests.helpers.s3 import S3Bucket, free_port
-from tests.helpers.workers import SSHD, turn
+from tests.helpers.workers import SSHD, forget, turn
 
 #: Whether the suite runs in CI (read once, before any test removes the CI variables).
 IN_CI = bool(os.environ.get("CI"))
@@ -462,8 +463,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _CGROUPS_BEFORE.append(_recording_cgroups())
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller names the workers' test run (pytest-xdist would draw one it keeps to itself), so that it
+    can remove the run's lock files (tests.helpers.workers) when the run ends."""
+    if not hasattr(config, "workerinput") and getattr(config.option, "testrunuid", "") is None:
+        config.option.testrunuid = uuid.uuid4().hex
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if hasattr(session.config, "workerinput") or not _CGROUPS_BEFORE:
+    if hasattr(session.config, "workerinput"):
+        return
+    run = getattr(session.config.option, "testrunuid", None)
+    if run is not None:
+        forget(run)
+    if not _CGROUPS_BEFORE:
         return
     left = sorted(_recording_cgroups() - _CGROUPS_BEFORE[0])
     if left:

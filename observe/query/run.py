@@ -84,7 +84,12 @@ class QueryResult:
 
 
 def duckdb_module() -> Any:
-    """DuckDB, imported; ``query-sql`` (the query cannot run here) when the ``query`` extra is not installed."""
+    """DuckDB, imported; ``query-sql`` (the query cannot run here) when the ``query`` extra is not installed.
+
+    A process that cannot start a thread is refused before DuckDB starts its own (observe.util.threads)."""
+    from observe.util.threads import require_a_thread
+
+    require_a_thread()
     try:
         import duckdb
     except ImportError as exc:

@@ -1,1 +1,1 @@
-"""Small utilities shared by the recorder and the read side: atomic writes, the allocator."""
+"""Small utilities shared by the recorder and the read side: atomic writes, the allocator, a thread probe."""

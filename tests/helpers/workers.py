@@ -43,6 +43,18 @@ PHOENIX = pytest.mark.xdist_group("phoenix")
 ALONE = pytest.mark.alone
 
 
+def _lock_files(run: str) -> tuple[Path, Path]:
+    """The turnstile and the lock of the run whose pytest-xdist test run id is ``run``."""
+    folder = Path(tempfile.gettempdir())
+    return folder / f"alpha-observe-tests-{run}.turnstile", folder / f"alpha-observe-tests-{run}.lock"
+
+
+def forget(run: str) -> None:
+    """Remove the run's two lock files: by its controller, once every worker has ended."""
+    for path in _lock_files(run):
+        path.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def turn(alone: bool) -> Iterator[None]:
     """Run one test: beside other workers' tests, or ``alone`` with none (a readers-writer lock on two files
@@ -52,11 +64,8 @@ def turn(alone: bool) -> Iterator[None]:
     if run is None:
         yield
         return
-    folder = Path(tempfile.gettempdir())
-    with (
-        (folder / f"alpha-observe-tests-{run}.turnstile").open("a") as gate,
-        (folder / f"alpha-observe-tests-{run}.lock").open("a") as lock,
-    ):
+    gate_path, lock_path = _lock_files(run)
+    with gate_path.open("a") as gate, lock_path.open("a") as lock:
         fcntl.flock(gate, fcntl.LOCK_EX)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)

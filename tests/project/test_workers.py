@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.conftest import SLOW_FIXTURES, slow_reason
 from tests.helpers import durations
 from tests.helpers.paths import ROOT
 from tests.helpers.run import child_env
+from tests.helpers.workers import forget
 
 #: Takes a turn (alone or not) in a run named by argv, writes when it held it, holds it argv[3] seconds.
 TURN = """
@@ -43,16 +45,32 @@ def test_an_alone_turn_shares_no_time_with_another_workers_test() -> None:
     """Two workers' tests share their time; a test marked ``alone`` waits for the one running and holds the
     machine to itself, and the test queued after it waits for it (no starvation, no overlap)."""
     run = uuid.uuid4().hex
-    first = _take(run, "shared", 1.0)
-    beside = _take(run, "shared", 1.0)
-    time.sleep(0.3)  # both hold their shared turn by now (each sleeps 1 s inside it)
-    alone = _take(run, "alone", 0.5)
-    time.sleep(0.3)
-    after = _take(run, "shared", 0.1)
-    a, b, c, d = (_held(p) for p in (first, beside, alone, after))
+    try:
+        first = _take(run, "shared", 1.0)
+        beside = _take(run, "shared", 1.0)
+        time.sleep(0.3)  # both hold their shared turn by now (each sleeps 1 s inside it)
+        alone = _take(run, "alone", 0.5)
+        time.sleep(0.3)
+        after = _take(run, "shared", 0.1)
+        a, b, c, d = (_held(p) for p in (first, beside, alone, after))
+    finally:
+        forget(run)
     assert max(a[0], b[0]) < min(a[1], b[1]), "two shared turns ran side by side"
     assert c[0] >= max(a[1], b[1]), "the alone turn began before the shared ones ended"
     assert d[0] >= c[1], "a shared turn queued after the alone one ran beside it"
+
+
+def test_the_run_forgets_its_lock_files() -> None:
+    """A run under two workers leaves no lock file behind: its controller removes the run's two."""
+    run = uuid.uuid4().hex
+    one = "tests/project/test_workers.py::test_node_ids_are_read_from_junit_as_pytest_names_them"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", "--testrunuid", run, one],
+        capture_output=True, text=True, cwd=ROOT, env=child_env(), timeout=120, check=False,
+    )  # fmt: skip
+    assert 0 == proc.returncode, proc.stdout[-2000:]
+    assert "1 passed" in proc.stdout
+    assert [] == sorted(Path(tempfile.gettempdir()).glob(f"alpha-observe-tests-{run}.*"))
 
 
 def test_outside_xdist_a_turn_locks_nothing() -> None:

@@ -41,12 +41,26 @@ GPUS: dict[str, Any] = {
     ],
 }
 
-#: A command whose process runs (sleeps) as step "train", marked so the simulated file can find it.
+#: The worker of step "train": it lives until a ``telemetry`` event of its own recording (AOS_STREAM, read while
+#: it is written) has counted it (python -> step client -> worker), and at least 0.8 s, so a loaded machine never
+#: makes a sample miss it; it gives up after 60 s.
+WORKER = """
+import os, time
+from aos.reader import read_stream
+born = time.monotonic()
+def seen():
+    events = read_stream(os.environ["AOS_STREAM"]).events
+    return any(e.kind == "telemetry" and e.attrs["tree"]["processes"] >= 3 for e in events)
+while time.monotonic() - born < 60 and not (time.monotonic() - born >= 0.8 and seen()):
+    time.sleep(0.05)
+"""
+
+#: A command whose process runs as step "train", marked so the simulated file can find it.
 TRAIN = [
     sys.executable,
     "-c",
     "import subprocess, sys; subprocess.run([sys.argv[1], 'observe', 'step', 'train', '--', sys.executable, '-c',"
-    " 'import time; time.sleep(0.8)', 'gpu-worker-marker'], check=True)",
+    f" {WORKER!r}, 'gpu-worker-marker'], check=True)",
 ]
 
 
