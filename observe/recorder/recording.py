@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from aos.writer import SealInfo, StreamWriter
@@ -48,6 +48,11 @@ class RecordOptions:
     echo_to_stderr: bool = False  # the command's stdout echoed on stderr (``--json`` keeps stdout one document)
     #: Steps the gate expects to refuse (exit non-zero): the echo labels them as expected refusal controls.
     expected_refusals: tuple[str, ...] = ()
+    #: Events appended right after ``stream.open``, as ``(kind, attrs)``: a session's expected set
+    #: (observe.session.coordinator). Empty for every other recording.
+    opening: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    #: Variables added to the command's environment (a session's folder and origin for its launcher).
+    command_env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -94,9 +99,10 @@ class Recording:
 
 
 def command_environ(options: RecordOptions) -> dict[str, str]:
-    """The recorder's environment less what the command must never see (the ``--sign-key-env`` and
-    ``--observer-key-env`` variables)."""
+    """The recorder's environment with ``options.command_env`` added, less what the command must never see
+    (the ``--sign-key-env`` and ``--observer-key-env`` variables)."""
     env = dict(os.environ)
+    env.update(options.command_env)
     for name in (options.sign_key_env, options.observer_key_env):
         if name is not None:
             env.pop(name, None)

@@ -71,6 +71,8 @@ def run_recorded(rec: Recording) -> Outcome:
 
     opened = _stream_open(rec)
     rec.sink.append(kinds.STREAM_OPEN, opened)
+    for kind, attrs in rec.options.opening:  # a session's expected set, declared before anything runs
+        rec.sink.append(kind, dict(attrs))
     _say_dirty(rec, opened["source"])
     control = Control(
         rec.channel_dir,
