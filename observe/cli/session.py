@@ -14,6 +14,7 @@ from observe.cli.options import (
     CommandAfterOptions,
     Exit,
     example,
+    gate_file_option,
     json_option,
     options_from_click,
     public_key,
@@ -24,7 +25,14 @@ from observe.cli.options import (
 )
 from observe.refusals import OutExists
 
-__all__ = ["COMMANDS", "node_command", "session_group", "session_run_command", "session_verify_command"]
+__all__ = [
+    "COMMANDS",
+    "node_command",
+    "session_gate_command",
+    "session_group",
+    "session_run_command",
+    "session_verify_command",
+]
 
 
 @example("alpha observe session run fleet.json --dir run-7 -- ./launch.sh")
@@ -187,6 +195,33 @@ def session_verify_command(directory: Path, member: str | None, key: str | None,
             click.echo(f"  {m.status}{since}: {m.path}: {m.reason}")
         click.echo(f"{proven} proven, {len(report.not_proven)} did not run or not proven")
     sys.exit(report.exit_code)
+
+
+@example(
+    "alpha observe session gate run-7 --gate exit-zero --key session.pub",
+    "alpha observe session gate run-7 --gate lane --gate-file lane.toml",
+)
+@session_group.command("gate")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--gate", "name", required=True, metavar="NAME", help="The gate each node stream is judged by.")
+@gate_file_option("Load gates from a TOML gate file (repeatable).")
+@public_key_option("Ed25519 public key (PEM) the session's seal and checkpoint note must be signed by.")
+@reports_refusals(by_name={"gate-file": Exit.USAGE, "gate-unknown": Exit.USAGE})
+def session_gate_command(directory: Path, name: str, gate_files: tuple[str, ...], key: str | None) -> None:
+    """Judge a session offline: the gate over each proven node stream, each member that did not run or is not
+    proven inconclusive by name, and no GPU observed by two members.
+
+    Exit 0 pass, 1 fail, 3 inconclusive; 1 and refused: NAME when the session itself does not verify.
+    """
+    from gates.registry import resolve_gate
+    from observe.session.gating import gate_session
+
+    gate = resolve_gate(name, gate_files)
+    verdict = gate_session(directory, gate, public_key(key))
+    click.echo(verdict.summary)
+    for check in verdict.failing():
+        click.echo(f"  {check.status}: {check.name}: {check.reason}")
+    sys.exit(verdict.exit_code)
 
 
 COMMANDS = [session_group, node_command]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aos import tlog
 from aos.proofs import parse_proof
@@ -46,6 +46,12 @@ class MemberReport:
     status: str
     reason: str | None = None
     sealed: bool = True
+    #: The member's stream, verified and matching its leaf (None unless proven).
+    stream: Path | None = None
+    #: The GPUs the session's expected set gave it (None: not stated).
+    gpus: int | None = None
+    #: BLAKE3 of the member's stream file, as its leaf states it (None unless proven).
+    digest: str | None = None
 
 
 @dataclass
@@ -83,8 +89,14 @@ def verify_session(directory: Path, key: Verifier | None = None, only: str | Non
     cp = checkpoint_of(s.checkpoint)
     _check_note(directory, s.checkpoint, cp, key)
     report = SessionReport(cp.origin, cp.size, s.checkpoint["root"], key is not None)
-    _walk(directory, cp, s.members, s.checkpoint, "", _parts(only), report)
+    _walk(directory, cp, s.members, s.checkpoint, _expected_gpus(s.opened), "", _parts(only), report)
     return report
+
+
+def _expected_gpus(opened: dict[str, Any] | None) -> dict[str, int | None]:
+    """Each expected member's GPU count, as ``session.open`` declared it."""
+    members = (opened or {}).get("members") or []
+    return {str(m.get("name")): m.get("gpus") for m in members if isinstance(m, dict)}
 
 
 def _parts(only: str | None) -> list[str] | None:
@@ -117,6 +129,7 @@ def _walk(
     cp: tlog.Checkpoint,
     members: list[dict[str, object]],
     sealed_cp: dict[str, object],
+    gpus: dict[str, int | None],
     prefix: str,
     only: list[str] | None,
     report: SessionReport,
@@ -128,15 +141,18 @@ def _walk(
         if only is not None and (not only or only[0] != name):
             continue
         path = prefix + name
+        expected = gpus.get(name)
         if status != PROVEN:
-            report.members.append(MemberReport(path, kind, status, str(attrs.get("reason"))))
+            report.members.append(MemberReport(path, kind, status, str(attrs.get("reason")), gpus=expected))
             continue
         problem = _member_problem(directory, cp, attrs, leaves)
         if problem is not None:
-            report.members.append(MemberReport(path, kind, NOT_PROVEN, problem, sealed=False))
+            report.members.append(MemberReport(path, kind, NOT_PROVEN, problem, sealed=False, gpus=expected))
             continue
+        digest = str(attrs.get("file_blake3"))
         if kind != "session":
-            report.members.append(MemberReport(path, kind, PROVEN))
+            stream = layout.node_stream(directory, name)
+            report.members.append(MemberReport(path, kind, PROVEN, stream=stream, gpus=expected, digest=digest))
             continue
         sub = layout.sub_session(directory, name)
         try:
@@ -145,10 +161,11 @@ def _walk(
         except Refusal as exc:  # judged proven a moment ago: only a change under our feet gets here
             report.members.append(MemberReport(path, kind, NOT_PROVEN, str(exc), sealed=False))
             continue
-        report.members.append(MemberReport(path, kind, PROVEN))
+        report.members.append(MemberReport(path, kind, PROVEN, stream=layout.stream(sub), digest=digest))
         if only is not None and len(only) == 1:
             continue  # the path ends at this sub-session
-        _walk(sub, sub_cp, s.members, s.checkpoint or {}, path + "/", None if only is None else only[1:], report)
+        rest = None if only is None else only[1:]
+        _walk(sub, sub_cp, s.members, s.checkpoint or {}, _expected_gpus(s.opened), path + "/", rest, report)
 
 
 def _member_problem(directory: Path, cp: tlog.Checkpoint, attrs: dict[str, object], leaves: list[object]) -> str | None:

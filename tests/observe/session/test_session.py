@@ -325,3 +325,39 @@ class TestSpec:
         proc = alpha("observe", "node", "n0", "--", "touch", str(tmp_path / "ran"), text=True)
         assert (2, "refused: session-spec:") == (proc.returncode, proc.stderr[:22])
         assert not (tmp_path / "ran").exists()
+
+
+class TestGate:
+    """A gate over a recorded session, offline from its folder."""
+
+    def test_missing_nodes_make_it_inconclusive_naming_them(self, four: Path, keys: tuple[Path, Path]) -> None:
+        """n0 and n1 pass exit-zero with their two GPUs each; n2 and n3 are named inconclusive; exit 3."""
+        proc = alpha("observe", "session", "gate", str(four), "--gate", "exit-zero", "--key", str(keys[1]), text=True)
+        assert 3 == proc.returncode, proc.stderr
+        named = [line.split(": ")[1] for line in proc.stdout.splitlines()[1:]]
+        assert ["member:n2", "member:n3"] == named
+
+    def test_two_nodes_sharing_a_gpu_fail(self, tmp_path: Path) -> None:
+        """Two nodes whose recorders observed the same GPU: devices-distinct fails, naming both."""
+        spec = _spec(tmp_path, "spec.json", [{"name": "n0", "gpus": 2}, {"name": "n1", "gpus": 2}])
+        launcher = _script(
+            tmp_path, "launch.sh", _node_line(tmp_path, "n0", 5) + _node_line(tmp_path, "n1", 5) + "wait\n"
+        )
+        proc = alpha(
+            "observe",
+            "session",
+            "run",
+            str(spec),
+            "--dir",
+            str(tmp_path / "S"),
+            *QUIET,
+            "--",
+            str(launcher),
+            cwd=tmp_path,
+            text=True,
+            timeout=120,
+        )
+        assert 0 == proc.returncode, proc.stderr
+        proc = alpha("observe", "session", "gate", str(tmp_path / "S"), "--gate", "exit-zero", text=True)
+        assert 1 == proc.returncode
+        assert "fail: devices-distinct: a GPU was observed by two members: GPU-0005-0 by n0 and n1" in proc.stdout
