@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from observe.session.members import Judged
     from observe.session.spec import Spec
 
-__all__ = ["Parent", "SessionOutcome", "run_session"]
+__all__ = ["Parent", "SessionOutcome", "open_attrs", "run_session", "seal_members"]
 
 
 @dataclass(frozen=True)
@@ -82,18 +82,11 @@ def run_session(
     from observe.recorder.record import record
     from observe.session import layout
     from observe.session.members import LABEL_MEMBER, LABEL_ORIGIN
-    from observe.session.spec import FANOUT, new_origin
+    from observe.session.spec import new_origin
 
     origin = new_origin(spec.origin)
     for sub in ("nodes", "sessions", "proofs"):
         (directory / sub).mkdir(parents=True, exist_ok=True)
-    opened = {
-        "origin": origin,
-        "name": None if parent is None else parent.name,
-        "parent": None if parent is None else parent.origin,
-        "members": [m.attrs() for m in spec.members],
-        "fanout": FANOUT,
-    }
     labels = dict(options.labels)
     if parent is not None:  # bound to its place in the parent session, as a node stream is
         labels.update({LABEL_ORIGIN: parent.origin, LABEL_MEMBER: parent.name})
@@ -102,20 +95,33 @@ def run_session(
         options,
         out=layout.stream(directory),
         labels=labels,
-        opening=((kinds.SESSION_OPEN, opened),),
+        opening=((kinds.SESSION_OPEN, open_attrs(spec, origin, parent)),),
         command_env={SessionVars.DIR: str(directory.resolve()), SessionVars.ORIGIN: origin},
     )
 
     def before_seal(writer: StreamWriter) -> None:
-        judged.extend(_seal_members(writer, spec, directory, origin))
+        judged.extend(seal_members(writer, spec, directory, origin))
 
     result = record(argv, options, before_seal=before_seal)
     return SessionOutcome(result, origin, tuple(judged))
 
 
-def _seal_members(writer: StreamWriter, spec: Spec, directory: Path, origin: str) -> list[Judged]:
+def open_attrs(spec: Spec, origin: str, parent: Parent | None) -> dict[str, Any]:
+    """Return the ``session.open`` attrs: the origin, its place in a parent session, the expected members."""
+    from observe.session.spec import FANOUT
+
+    return {
+        "origin": origin,
+        "name": None if parent is None else parent.name,
+        "parent": None if parent is None else parent.origin,
+        "members": [m.attrs() for m in spec.members],
+        "fanout": FANOUT,
+    }
+
+
+def seal_members(writer: StreamWriter, spec: Spec, directory: Path, origin: str) -> list[Judged]:
     """Judge each expected member, append ``session.member`` for each and ``session.checkpoint``, and write the
-    checkpoint and the proofs."""
+    checkpoint and the proofs. Memory: the members' leaves (the fan-out), one member's stream at a time."""
     from aos import tlog
     from aos.proofs import Proof
     from observe.session import layout

@@ -68,34 +68,41 @@ class SessionStream:
     checkpoint: dict[str, Any] | None
 
 
-def read_session_stream(path: Path, key: Verifier | None = None) -> SessionStream:
+def read_session_stream(path: Path, key: Verifier | None = None, *, whole: bool = True) -> SessionStream:
     """Verify the stream at ``path`` and return its session events; raise the stream's ``Refusal``.
 
-    The file is read once: the bytes verified are the bytes whose events are returned.
+    The stream is verified as ``verify`` does (mapped, batch by batch: memory does not follow its size), then
+    read again for its events: all of them (a session's stream: its members are at most the fan-out), or with
+    ``whole`` False only its ``stream.open`` (a node's stream, however long it ran). A file that changed between
+    the two reads is refused (``stream-seal``): its stream id or first hash would not be the verified ones.
     """
     from aos.reader import StreamFile
-    from aos.refusals import StreamMissing
+    from aos.refusals import StreamSeal
     from aos.verify import verify_stream
 
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise StreamMissing(f"{path}: {exc.strerror or exc}") from None
-    v = verify_stream(path, key, data=data)
+    v = verify_stream(path, key)
     labels: dict[str, Any] = {}
     opened: dict[str, Any] | None = None
     members: list[dict[str, Any]] = []
     checkpoint: dict[str, Any] | None = None
-    with StreamFile(path, data=data) as f:
+    last = b""
+    with StreamFile(path) as f:
+        if f.stream_id != v.stream_id:
+            raise StreamSeal(f"{path} changed while it was read")
         for ev in f.events():
+            last = ev.hash
             if ev.kind == kinds.STREAM_OPEN:
                 labels = dict(ev.attrs.get("labels") or {})
+                if not whole:
+                    break
             elif ev.kind == kinds.SESSION_OPEN and opened is None:
                 opened = ev.attrs
             elif ev.kind == kinds.SESSION_MEMBER:
                 members.append(ev.attrs)
             elif ev.kind == kinds.SESSION_CHECKPOINT and checkpoint is None:
                 checkpoint = ev.attrs
+    if whole and last.hex() != v.head:
+        raise StreamSeal(f"{path} changed while it was read")
     return SessionStream(v.stream_id, v.file_blake3, v.head, labels, opened, members, checkpoint)
 
 
@@ -118,7 +125,7 @@ def judge(directory: Path, name: str, kind: str, origin: str) -> Judged:
     if not path.exists():
         return Judged(name, kind, DID_NOT_RUN, f"no stream at {where}: it never sealed one, or it never arrived")
     try:
-        got = read_session_stream(path)
+        got = read_session_stream(path, whole=kind == "session")
     except Refusal as exc:
         return Judged(name, kind, NOT_PROVEN, f"{where}: {exc}")
     said = (got.labels.get(LABEL_ORIGIN), got.labels.get(LABEL_MEMBER))
