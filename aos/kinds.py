@@ -134,8 +134,8 @@ REGISTRY: dict[str, Kind] = {
         Kind(SESSION_OPEN, ("origin", "name", "parent", "members", "fanout"), ("observe.session.coordinator",)),
         Kind(
             SESSION_MEMBER,
-            ("name", "kind", "status", "reason", "stream_id", "file_blake3", "head", "leaf", "received_ns"),
-            ("observe.session.coordinator",),
+            ("name", "kind", "status", "reason", "at", "stream_id", "file_blake3", "head", "leaf", "received_ns"),
+            ("observe.session.arrivals", "observe.session.coordinator"),
         ),
         Kind(
             SESSION_CHECKPOINT,

@@ -15,7 +15,17 @@ if TYPE_CHECKING:
     from observe.secrets.masking import SecretSet
     from observe.secrets.sources import MaskingSink
 
-__all__ = ["DEFAULT_DIR", "BeforeSeal", "RecordOptions", "RecordResult", "Recording", "command_environ", "observer_key"]
+__all__ = [
+    "DEFAULT_DIR",
+    "Append",
+    "BeforeSeal",
+    "Companion",
+    "RecordOptions",
+    "RecordResult",
+    "Recording",
+    "command_environ",
+    "observer_key",
+]
 
 #: Where streams go without ``--out`` (not hidden: CI artifact uploaders skip hidden folders).
 DEFAULT_DIR = "aos-streams"
@@ -53,6 +63,9 @@ class RecordOptions:
     opening: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     #: Variables added to the command's environment (a session's folder and origin for its launcher).
     command_env: Mapping[str, str] = field(default_factory=dict)
+    #: Started with the recorder's ``append`` once the opening events are in, and stopped (the callable it
+    #: returns) when the command has exited: a session's watcher of its arriving members. None elsewhere.
+    companion: Companion | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,11 @@ class RecordResult:
     #: Where what the command left at ``path`` was moved (``PATH.foreign-N``), when something was there.
     foreign: Path | None = None
 
+
+#: An event sink: ``append(kind, attrs)``, safe from any thread while the command runs.
+Append = Callable[[str, dict[str, Any]], None]
+#: Started with an ``Append``; returns what stops it.
+Companion = Callable[[Append], Callable[[], None]]
 
 #: Called with the writer after everything is recorded, before the seal: it may
 #: read back what the writer wrote (``writer.written_events()``) and append.

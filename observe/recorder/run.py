@@ -84,9 +84,14 @@ def run_recorded(rec: Recording) -> Outcome:
         drain=lambda: None,
     )
     sampler = _start_sampler(rec, control)
+    stop_companion = None
     try:
+        if rec.options.companion is not None:  # a session's watcher of its members (observe.session.arrivals)
+            stop_companion = rec.options.companion(lambda kind, attrs: rec.sink.append(kind, attrs))
         outcome, started_ns = _run_command(rec, control, sampler)
     finally:
+        if stop_companion is not None:
+            stop_companion()
         if sampler is not None:
             sampler.finish()  # a no-op after the end observation, which follows process.exit
     control.finish_receipts()

@@ -19,7 +19,6 @@ when it has one. Each proven member's inclusion proof is written to
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from aos import kinds
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from aos.writer import StreamWriter
     from observe.recorder.recording import RecordOptions, RecordResult
@@ -81,6 +80,7 @@ def run_session(
     from observe.env import SessionVars
     from observe.recorder.record import record
     from observe.session import layout
+    from observe.session.arrivals import Arrivals
     from observe.session.members import LABEL_MEMBER, LABEL_ORIGIN
     from observe.session.spec import new_origin
 
@@ -91,16 +91,18 @@ def run_session(
     if parent is not None:  # bound to its place in the parent session, as a node stream is
         labels.update({LABEL_ORIGIN: parent.origin, LABEL_MEMBER: parent.name})
     judged: list[Judged] = []
+    arrivals = Arrivals(spec, directory, origin)
     options = replace(
         options,
         out=layout.stream(directory),
         labels=labels,
         opening=((kinds.SESSION_OPEN, open_attrs(spec, origin, parent)),),
         command_env={SessionVars.DIR: str(directory.resolve()), SessionVars.ORIGIN: origin},
+        companion=arrivals.start,
     )
 
     def before_seal(writer: StreamWriter) -> None:
-        judged.extend(seal_members(writer, spec, directory, origin))
+        judged.extend(seal_members(writer, spec, directory, origin, arrivals.taken))
 
     result = record(argv, options, before_seal=before_seal)
     return SessionOutcome(result, origin, tuple(judged))
@@ -119,13 +121,16 @@ def open_attrs(spec: Spec, origin: str, parent: Parent | None) -> dict[str, Any]
     }
 
 
-def seal_members(writer: StreamWriter, spec: Spec, directory: Path, origin: str) -> list[Judged]:
-    """Judge each expected member, append ``session.member`` for each and ``session.checkpoint``, and write the
+def seal_members(
+    writer: StreamWriter, spec: Spec, directory: Path, origin: str, taken: Mapping[str, Judged] | None = None
+) -> list[Judged]:
+    """Judge each expected member again, append ``session.member`` (``at: "end"``) for each one not ``taken``
+    as it sealed (observe.session.arrivals) or judged otherwise now, then ``session.checkpoint``, and write the
     checkpoint and the proofs. Memory: the members' leaves (the fan-out), one member's stream at a time."""
     from aos import tlog
     from aos.proofs import Proof
     from observe.session import layout
-    from observe.session.members import PROVEN, judge
+    from observe.session.members import PROVEN, judge, member_attrs
     from observe.util.atomic import replace_file
 
     judged: list[Judged] = []
@@ -133,17 +138,11 @@ def seal_members(writer: StreamWriter, spec: Spec, directory: Path, origin: str)
     for expected in spec.members:
         j = judge(directory, expected.name, "session" if expected.session else "stream", origin)
         judged.append(j)
-        attrs: dict[str, Any] = {"name": j.name, "kind": j.kind, "status": j.status, "reason": j.reason}
         if j.member is not None:
-            attrs.update(
-                stream_id=j.member.stream_id,
-                file_blake3=j.member.file_blake3,
-                head=j.member.head,
-                leaf=j.member.leaf_hash().hex(),
-            )
             leaves.append(j.member.leaf_hash())
-        attrs["received_ns"] = time.time_ns()
-        writer.append(kinds.SESSION_MEMBER, attrs)
+        before = (taken or {}).get(j.name)
+        if before is None or before.member is None or j.member is None or before.member != j.member:
+            writer.append(kinds.SESSION_MEMBER, member_attrs(j, "end"))
     checkpoint = tlog.Checkpoint(origin, len(leaves), tlog.tree_root(leaves))
     note, key = _note(writer, checkpoint)
     proven = [j for j in judged if j.status == PROVEN]

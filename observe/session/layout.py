@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["CHECKPOINT", "STREAM", "checkpoint", "member_stream", "node_stream", "proof", "stream", "sub_session"]
+__all__ = [
+    "CHECKPOINT",
+    "STREAM",
+    "checkpoint",
+    "member_stream",
+    "node_partial",
+    "node_stream",
+    "proof",
+    "stream",
+    "sub_session",
+]
 
 STREAM = "session.aos"
 CHECKPOINT = "checkpoint"
@@ -30,6 +40,11 @@ def checkpoint(directory: Path) -> Path:
 def node_stream(directory: Path, name: str) -> Path:
     """Return where node member ``name``'s sealed stream lies."""
     return directory / "nodes" / f"{name}.aos"
+
+
+def node_partial(directory: Path, name: str) -> Path:
+    """Return where node member ``name``'s stream lies while its recorder records (renamed when sealed)."""
+    return directory / "nodes" / f".{name}.aos.partial"
 
 
 def sub_session(directory: Path, name: str) -> Path:

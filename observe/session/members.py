@@ -33,6 +33,7 @@ __all__ = [
     "Judged",
     "SessionStream",
     "judge",
+    "member_attrs",
     "read_session_stream",
 ]
 
@@ -123,6 +124,13 @@ def judge(directory: Path, name: str, kind: str, origin: str) -> Judged:
     path = layout.member_stream(directory, name, kind)
     where = os.path.relpath(path, directory)
     if not path.exists():
+        partial = layout.node_partial(directory, name)
+        if kind == "stream" and partial.exists():  # its recorder began and never sealed
+            try:
+                read_session_stream(partial, whole=False)
+            except Refusal as exc:
+                return Judged(name, kind, NOT_PROVEN, f"it never sealed: {os.path.relpath(partial, directory)}: {exc}")
+            return Judged(name, kind, NOT_PROVEN, f"it sealed {os.path.relpath(partial, directory)} but never named it")
         return Judged(name, kind, DID_NOT_RUN, f"no stream at {where}: it never sealed one, or it never arrived")
     try:
         got = read_session_stream(path, whole=kind == "session")
@@ -146,3 +154,20 @@ def judge(directory: Path, name: str, kind: str, origin: str) -> Judged:
             return Judged(name, kind, NOT_PROVEN, f"{where}: {exc}")
     member = Member(kind, name, got.stream_id, got.file_blake3, got.head, cp)
     return Judged(name, kind, PROVEN, None, member)
+
+
+def member_attrs(j: Judged, at: str) -> dict[str, Any]:
+    """Return the ``session.member`` attrs of ``j``; ``at`` is ``sealed`` (taken as the member sealed, while
+    the launcher ran) or ``end`` (judged when the launcher had ended)."""
+    import time
+
+    attrs: dict[str, Any] = {"name": j.name, "kind": j.kind, "status": j.status, "reason": j.reason, "at": at}
+    if j.member is not None:
+        attrs.update(
+            stream_id=j.member.stream_id,
+            file_blake3=j.member.file_blake3,
+            head=j.member.head,
+            leaf=j.member.leaf_hash().hex(),
+        )
+    attrs["received_ns"] = time.time_ns()
+    return attrs

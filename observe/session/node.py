@@ -28,6 +28,9 @@ __all__ = ["run_node"]
 def run_node(name: str, directory: Path, origin: str, argv: Sequence[str], options: RecordOptions) -> RecordResult:
     """Record ``argv`` as member ``name`` of session ``origin``, sealed at ``directory/nodes/NAME.aos``.
 
+    While it records, the stream is ``nodes/.NAME.aos.partial``; it is renamed once sealed, so a stream at
+    the member's name is always whole (one killed before its seal stays partial, and is judged so).
+
     Raises ``session-spec`` for a name that is not a member name, and what ``record`` raises before the
     command runs (``out-exists`` when that member's stream is already there).
     """
@@ -39,7 +42,17 @@ def run_node(name: str, directory: Path, origin: str, argv: Sequence[str], optio
 
     if not NAME.fullmatch(name):
         raise SessionSpec(f"{name!r} is not a member name (letters, digits, '.', '_', '-'; 64 at most)")
-    path = layout.node_stream(directory, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    import os
+
+    from observe.refusals import OutExists
+
+    final = layout.node_stream(directory, name)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists():
+        raise OutExists(f"{final} exists: member {name} of this session has sealed its stream already")
     labels = {**dict(options.labels), LABEL_ORIGIN: origin, LABEL_MEMBER: name}
-    return record(argv, replace(options, out=path, labels=labels))
+    result = record(argv, replace(options, out=layout.node_partial(directory, name), labels=labels))
+    if result.seal is not None:  # it arrives whole: the session's watcher never sees a stream half written
+        os.replace(result.path, final)
+        result = replace(result, path=final)
+    return result

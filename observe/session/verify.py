@@ -136,7 +136,10 @@ def _walk(
 ) -> None:
     """Report each member of one session level (only the one on the path when ``only`` is given)."""
     leaves = list(sealed_cp.get("leaves") or [])  # type: ignore[call-overload]
+    latest: dict[str, dict[str, object]] = {}  # a member taken as it sealed and judged again at the end: the last
     for attrs in members:
+        latest[str(attrs.get("name"))] = attrs
+    for attrs in latest.values():
         name, kind, status = str(attrs.get("name")), str(attrs.get("kind")), str(attrs.get("status"))
         if only is not None and (not only or only[0] != name):
             continue

@@ -179,10 +179,10 @@ def _write(path: Path, stream_id: str, signer: Signer | None) -> None:
             "b0c25dfad060fd5316ae272c50289cad382c3b5326a06bfcbc1378b5081c8ef6",
         ),
     ):
-        member = {"name": name, "kind": "stream", "status": "proven", "reason": None, "stream_id": sid}
+        member = {"name": name, "kind": "stream", "status": "proven", "reason": None, "at": "sealed", "stream_id": sid}
         w.append("session.member", {**member, "file_blake3": fb3, "head": head, "leaf": leaf, "received_ns": 5})
     missing = {"name": "node-2", "kind": "stream", "status": "did-not-run", "reason": "no stream at nodes/node-2.aos"}
-    w.append("session.member", {**missing, "received_ns": 6})
+    w.append("session.member", {**missing, "at": "end", "received_ns": 6})
     w.append(
         "session.checkpoint",
         {

@@ -73,7 +73,7 @@ def four(tmp_path_factory: pytest.TempPathFactory, keys: tuple[Path, Path]) -> P
     tmp = tmp_path_factory.mktemp("four")
     spec = _spec(tmp, "spec.json", [{"name": f"n{i}", "gpus": 2, "roles": [f"owner-{i}"]} for i in range(4)])
     body = _node_line(tmp, "n0", 0) + _node_line(tmp, "n1", 1) + _node_line(tmp, "n2", 2, "sleep 20")
-    body += 'kill2=$!\nwhile [ ! -s "$ALPHA_FLEET_DIR/nodes/n2.aos" ]; do sleep 0.1; done\nsleep 0.5\n'
+    body += 'kill2=$!\nwhile [ ! -s "$ALPHA_FLEET_DIR/nodes/.n2.aos.partial" ]; do sleep 0.1; done\nsleep 0.5\n'
     body += "kill -KILL $kill2\nwait\n"
     launcher = _script(tmp, "launch.sh", body)
     proc = alpha(
@@ -102,9 +102,9 @@ class TestTwoNodes:
     def test_two_nodes_seal_and_verify_offline(self, tmp_path: Path, keys: tuple[Path, Path]) -> None:
         """Both nodes proven, the checkpoint signed; a copy of the folder verifies by the CLI and independently."""
         spec = _spec(tmp_path, "spec.json", [{"name": "n0", "gpus": 2}, {"name": "n1", "gpus": 2}])
-        launcher = _script(
-            tmp_path, "launch.sh", _node_line(tmp_path, "n0", 0) + _node_line(tmp_path, "n1", 1) + "wait\n"
-        )
+        # the launcher outlives its nodes by a second: the session takes each stream as it seals
+        body = _node_line(tmp_path, "n0", 0) + _node_line(tmp_path, "n1", 1) + "wait\nsleep 1\n"
+        launcher = _script(tmp_path, "launch.sh", body)
         proc = alpha(
             "observe",
             "session",
@@ -122,6 +122,10 @@ class TestTwoNodes:
             timeout=120,
         )
         assert 0 == proc.returncode, proc.stderr
+        from aos.reader import iter_events
+
+        taken = [ev.attrs for ev in iter_events(tmp_path / "S" / "session.aos") if ev.kind == "session.member"]
+        assert [("n0", "sealed"), ("n1", "sealed")] == sorted((a["name"], a["at"]) for a in taken)
         offline = tmp_path / "elsewhere"
         shutil.copytree(tmp_path / "S", offline)
         shutil.rmtree(tmp_path / "S")
