@@ -89,7 +89,10 @@ def verify_session(directory: Path, key: Verifier | None = None, only: str | Non
     cp = checkpoint_of(s.checkpoint)
     _check_note(directory, s.checkpoint, cp, key)
     report = SessionReport(cp.origin, cp.size, s.checkpoint["root"], key is not None)
-    _walk(directory, cp, s.members, s.checkpoint, _expected_gpus(s.opened), "", _parts(only), report)
+    parts = _parts(only)
+    _walk(directory, cp, s.members, s.checkpoint, _expected_gpus(s.opened), "", parts, report)
+    if parts is not None and (not report.members or report.members[-1].path != "/".join(parts)):
+        raise StreamProof(f"the session has no member {'/'.join(parts)!r} (a path is NAME/NAME/...)")
     return report
 
 

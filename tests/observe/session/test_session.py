@@ -239,6 +239,12 @@ class TestMissingAndTampered:
         shutil.copyfile(copy / "nodes" / "n1.aos", copy / "nodes" / "n0.aos")
         assert {"n0": "not-proven", "n2": "not-proven", "n3": "did-not-run"} == _statuses(copy)
 
+    def test_a_path_that_names_no_member_is_refused(self, four: Path) -> None:
+        """``--member`` naming no member (or a node as if it were a rack) is refused, never an empty pass."""
+        assert ["n1"] == [m.path for m in verify_session(four, None, "n1").members]
+        for path in ("n9", "n1/n0", ""):
+            assert "stream-proof" == refused(verify_session, four, None, path).name
+
     def test_a_proof_swapped(self, four: Path, tmp_path: Path) -> None:
         """n1's proof file in n0's place does not reach the checkpoint for n0."""
         copy = tmp_path / "S"
