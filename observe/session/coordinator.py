@@ -19,6 +19,7 @@ when it has one. Each proven member's inclusion proof is written to
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,11 +80,14 @@ def run_session(
     """
     from observe.env import SessionVars
     from observe.recorder.record import record
+    from observe.refusals import OutExists
     from observe.session import layout
     from observe.session.arrivals import Arrivals
     from observe.session.members import LABEL_MEMBER, LABEL_ORIGIN
     from observe.session.spec import new_origin
 
+    if layout.stream(directory).exists():
+        raise OutExists(f"{layout.stream(directory)} exists: a session is never recorded over another")
     origin = new_origin(spec.origin)
     for sub in ("nodes", "sessions", "proofs"):
         (directory / sub).mkdir(parents=True, exist_ok=True)
@@ -94,7 +98,7 @@ def run_session(
     arrivals = Arrivals(spec, directory, origin)
     options = replace(
         options,
-        out=layout.stream(directory),
+        out=layout.stream_partial(directory),  # named session.aos once sealed: a parent takes it whole
         labels=labels,
         opening=((kinds.SESSION_OPEN, open_attrs(spec, origin, parent)),),
         command_env={SessionVars.DIR: str(directory.resolve()), SessionVars.ORIGIN: origin},
@@ -105,6 +109,9 @@ def run_session(
         judged.extend(seal_members(writer, spec, directory, origin, arrivals.taken))
 
     result = record(argv, options, before_seal=before_seal)
+    if result.seal is not None:
+        os.replace(result.path, layout.stream(directory))
+        result = replace(result, path=layout.stream(directory))
     return SessionOutcome(result, origin, tuple(judged))
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "node_stream",
     "proof",
     "stream",
+    "stream_partial",
     "sub_session",
 ]
 
@@ -30,6 +31,11 @@ CHECKPOINT = "checkpoint"
 def stream(directory: Path) -> Path:
     """Return the session's own stream."""
     return directory / STREAM
+
+
+def stream_partial(directory: Path) -> Path:
+    """Return where the session's own stream lies while it records (renamed when sealed)."""
+    return directory / f".{STREAM}.partial"
 
 
 def checkpoint(directory: Path) -> Path:

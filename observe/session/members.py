@@ -124,8 +124,8 @@ def judge(directory: Path, name: str, kind: str, origin: str) -> Judged:
     path = layout.member_stream(directory, name, kind)
     where = os.path.relpath(path, directory)
     if not path.exists():
-        partial = layout.node_partial(directory, name)
-        if kind == "stream" and partial.exists():  # its recorder began and never sealed
+        partial = layout.node_partial(directory, name) if kind == "stream" else layout.stream_partial(path.parent)
+        if partial.exists():  # its recorder began and never sealed
             try:
                 read_session_stream(partial, whole=False)
             except Refusal as exc:

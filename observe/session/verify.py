@@ -132,7 +132,7 @@ def _walk(
     cp: tlog.Checkpoint,
     members: list[dict[str, object]],
     sealed_cp: dict[str, object],
-    gpus: dict[str, int | None],
+    gpus: dict[str, int | None],  # each expected member's GPUs, in the order session.open declared them
     prefix: str,
     only: list[str] | None,
     report: SessionReport,
@@ -142,7 +142,8 @@ def _walk(
     latest: dict[str, dict[str, object]] = {}  # a member taken as it sealed and judged again at the end: the last
     for attrs in members:
         latest[str(attrs.get("name"))] = attrs
-    for attrs in latest.values():
+    order = [n for n in gpus if n in latest] + [n for n in latest if n not in gpus]  # the declared order
+    for attrs in (latest[n] for n in order):
         name, kind, status = str(attrs.get("name")), str(attrs.get("kind")), str(attrs.get("status"))
         if only is not None and (not only or only[0] != name):
             continue

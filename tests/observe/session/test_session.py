@@ -330,6 +330,17 @@ class TestSpec:
         proc = alpha("observe", "session", "run", str(spec), "--dir", str(tmp_path / "S"), "--", "true", text=True)
         assert (2, "refused: session-spec:") == (proc.returncode, proc.stderr[:22])
 
+    def test_a_session_is_never_recorded_over_another(self, tmp_path: Path) -> None:
+        """A folder that holds a sealed session: refused as out-exists, exit 2, the launcher not run."""
+        spec = _spec(tmp_path, "spec.json", [{"name": "n0"}])
+        first = alpha("observe", "session", "run", str(spec), "--dir", str(tmp_path / "S"), *QUIET, "--", "true")
+        assert 3 == first.returncode  # n0 never ran
+        before = (tmp_path / "S" / "session.aos").read_bytes()
+        again = alpha("observe", "session", "run", str(spec), "--dir", str(tmp_path / "S"), "--", "touch", "ran")
+        assert (2, b"refused: out-exists:") == (again.returncode, again.stderr[:20])
+        assert before == (tmp_path / "S" / "session.aos").read_bytes()
+        assert not (tmp_path / "ran").exists()
+
     def test_a_node_outside_a_session_is_refused(self, tmp_path: Path) -> None:
         """``alpha observe node`` with no session folder or origin: refused, the command not run."""
         proc = alpha("observe", "node", "n0", "--", "touch", str(tmp_path / "ran"), text=True)
