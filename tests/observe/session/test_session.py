@@ -309,6 +309,44 @@ class TestSixteenNodes:
         assert {f"rack-{r}/n{i}" for r in range(4) for i in range(4)} | {f"rack-{r}" for r in range(4)} == proven
 
 
+class TestNestedKilled:
+    """A sub-session whose coordinator is killed before its seal is named, and its rack is not walked."""
+
+    def test_a_rack_killed_before_its_seal(self, tmp_path: Path) -> None:
+        """rack-1's coordinator killed: rack-1 is not proven (never sealed); rack-0 and its node are proven."""
+        top = _spec(tmp_path, "top.json", [{"name": "rack-0", "session": True}, {"name": "rack-1", "session": True}])
+        _spec(tmp_path, "rack.json", [{"name": "n0"}])
+        _script(tmp_path, "rack-0.sh", _node_line(tmp_path, "n0", 0) + "wait\n")
+        run = f"alpha observe session run {tmp_path}/rack.json {' '.join(QUIET)} --member"
+        body = f"{run} rack-0 -- {tmp_path}/rack-0.sh\n{run} rack-1 -- sleep 2 &\nr1=$!\n"
+        body += 'while [ ! -s "$ALPHA_FLEET_DIR/sessions/rack-1/.session.aos.partial" ]; do sleep 0.1; done\n'
+        body += "sleep 0.5\nkill -KILL $r1\nsleep 2\n"
+        launcher = _script(tmp_path, "top.sh", body)
+        proc = alpha(
+            "observe",
+            "session",
+            "run",
+            str(top),
+            "--dir",
+            str(tmp_path / "S"),
+            *QUIET,
+            "--",
+            str(launcher),
+            cwd=tmp_path,
+            text=True,
+            timeout=120,
+        )
+        assert 3 == proc.returncode, proc.stderr
+        report = verify_session(tmp_path / "S")
+        assert [("rack-0", "proven"), ("rack-0/n0", "proven"), ("rack-1", "not-proven")] == [
+            (m.path, m.status) for m in report.members
+        ]
+        assert "it never sealed: sessions/rack-1/.session.aos.partial: stream-unsealed" in (
+            report.members[2].reason or ""
+        )
+        assert {"rack-0", "rack-0/n0"} == independent_session_check(tmp_path / "S")
+
+
 class TestSpec:
     """A session's expected set and a member's place are checked before anything runs."""
 
