@@ -29,6 +29,9 @@ __all__ = [
     "RECORDER_INTERRUPTED",
     "REGISTRY",
     "SEAL",
+    "SESSION_CHECKPOINT",
+    "SESSION_MEMBER",
+    "SESSION_OPEN",
     "STDERR",
     "STDOUT",
     "STEP_END",
@@ -59,6 +62,9 @@ RECORDER_INTERRUPTED = "recorder.interrupted"
 RECORDER_ERROR = "recorder.error"
 PROCESS_STRAY = "process.stray"
 CHECKPOINT = "checkpoint"
+SESSION_OPEN = "session.open"
+SESSION_MEMBER = "session.member"
+SESSION_CHECKPOINT = "session.checkpoint"
 VERDICT = "verdict"
 SEAL = "seal"
 
@@ -125,6 +131,17 @@ REGISTRY: dict[str, Kind] = {
         Kind(ARTIFACT_ERROR, ("path", "error"), (_RECORDER + "artifacts",)),
         Kind(ARTIFACT_MISSING, ("pattern", "error"), (_RECORDER + "artifacts",)),
         Kind(CHECKPOINT, ("events", "head"), ("aos.writer",)),
+        Kind(SESSION_OPEN, ("origin", "name", "parent", "members", "fanout"), ("observe.session.coordinator",)),
+        Kind(
+            SESSION_MEMBER,
+            ("name", "kind", "status", "reason", "at", "stream_id", "file_blake3", "head", "leaf", "received_ns"),
+            ("observe.session.arrivals", "observe.session.coordinator"),
+        ),
+        Kind(
+            SESSION_CHECKPOINT,
+            ("origin", "size", "root", "note", "key", "leaves", "not_proven"),
+            ("observe.session.coordinator",),
+        ),
         Kind(VERDICT, ("gate", "verdict", "scope", "checks"), (_RECORDER + "gating",)),
         Kind(SEAL, ("head", "events", "bytes", "file_blake3"), ("aos.writer",)),
     )

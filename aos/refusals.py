@@ -25,6 +25,7 @@ __all__ = [
     "StreamChain",
     "StreamMissing",
     "StreamOrder",
+    "StreamProof",
     "StreamSchema",
     "StreamSeal",
     "StreamSignature",
@@ -103,6 +104,12 @@ class StreamOrder(Refusal):
     """Sequence numbers are not dense from 0."""
 
     name = "stream-order"
+
+
+class StreamProof(Refusal):
+    """A Merkle tree, inclusion proof, checkpoint or signed note that does not hold (aos.tlog, aos.proofs)."""
+
+    name = "stream-proof"
 
 
 class StreamSchema(Refusal):

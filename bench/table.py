@@ -36,6 +36,7 @@ BENCHES: dict[str, tuple[str, list[str]]] = {
     "history": ("bench_history.py", []),
     "report": ("bench_report.py", ["{size}"]),
     "containment": ("bench_containment.py", []),
+    "session": ("bench_session.py", []),
 }
 
 

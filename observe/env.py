@@ -25,6 +25,7 @@ __all__ = [
     "GitHubVars",
     "GitLabVars",
     "RecorderVars",
+    "SessionVars",
     "StoreVars",
     "TrackerVars",
 ]
@@ -77,6 +78,18 @@ class RecorderVars:
     #: A lane's device configuration file: ``ALPHA_<LANE>_DEVICE_CONFIG`` (the recorder captures each set).
     LANE_CONFIG_PREFIX = "ALPHA_"
     LANE_CONFIG_SUFFIX = "_DEVICE_CONFIG"
+
+
+class SessionVars:
+    """Set by ``alpha observe session run`` for its launcher; read by ``node`` and a nested ``session run``.
+
+    Named FLEET, not SESSION: a name holding SESSION looks secret (observe.secrets.masking), and its value
+    would be masked wherever it appears, the member streams' labels included."""
+
+    #: The session's folder, where node streams and sub-sessions arrive.
+    DIR = "ALPHA_FLEET_DIR"
+    #: The session's origin (its checkpoint's first line), which each member's stream names.
+    ORIGIN = "ALPHA_FLEET_ORIGIN"
 
 
 class AttestVars:

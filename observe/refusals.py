@@ -27,6 +27,7 @@ __all__ = [
     "QuerySQL",
     "QueryStreamId",
     "Resource",
+    "SessionSpec",
     "StoreUnreachable",
     "StoreUrl",
     "StreamDigest",
@@ -155,3 +156,9 @@ class StreamDigest(Refusal):
     """The bytes are not the ones their content-addressed name (their BLAKE3) says (raised by the store)."""
 
     name = "stream-digest"
+
+
+class SessionSpec(Refusal):
+    """A session's expected set (its spec file) is not valid, or a member is started outside a session."""
+
+    name = "session-spec"

@@ -343,6 +343,20 @@ def ssh_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield [a, b]
 
 
+@pytest.fixture(scope="session")
+def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Four running test sshds with distinct host keys, for the session: the nodes of a fleet session."""
+    _sshd_or_skip()
+    import contextlib
+
+    from tests.helpers.sshd import running_node
+
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(running_node(tmp_path_factory.mktemp(f"ssh-fleet-{i}"), f"fleet-{i}")) for i in range(4)
+        ]
+
+
 # -- the two-GPU tracker sample (samples/tracker/two_gpu.sh) ------------------------------------
 # The script re-verifies the eight committed H200 streams at each attach and in its audit: run once
 # for the session, read by the tracker sample's test and the site's (neither writes to it).
@@ -375,6 +389,7 @@ SLOW_FIXTURES: dict[str, str] = {
     "pg_server": "the suite's PostgreSQL server",
     "ssh_node": "a real sshd",
     "ssh_nodes": "two real sshds",
+    "ssh_fleet": "four real sshds (tests/observe/session/test_sshd.py)",
     "own_node": "a real sshd of the test's own (tests/observe/devices/test_remote.py)",
     "browser": "a headless Chromium",
     "phoenix": "an Arize Phoenix server",
@@ -385,7 +400,7 @@ SLOW_FIXTURES: dict[str, str] = {
 }
 
 #: The fixtures that start or log into the suite's sshds: their tests run on one worker (workers.SSHD).
-SSHD_FIXTURES = frozenset({"ssh_node", "ssh_nodes", "own_node", "lane_runs"})
+SSHD_FIXTURES = frozenset({"ssh_node", "ssh_nodes", "ssh_fleet", "own_node", "lane_runs"})
 
 #: Parameters that put a test on a real server: the PostgreSQL side of every tracker test.
 SLOW_PARAMS: dict[str, object] = {"tracker_backend": "postgresql"}

@@ -88,7 +88,7 @@ def observe_group(ctx: click.Context) -> None:
 
 
 #: The commands that run another command, whose environment is the recorder's own.
-RUNS_COMMANDS = frozenset({"record", "gate"})
+RUNS_COMMANDS = frozenset({"record", "gate", "node", "session"})
 
 
 #: Each command of the tree, by group: the module that defines it, and the command (or list of commands) there.
@@ -105,6 +105,7 @@ LAZY: dict[str, dict[str, str]] = {
         "report": "observe.cli.report:COMMANDS",
         "query": "observe.cli.query:COMMANDS",
         "nodes": "observe.cli.nodes:COMMANDS",
+        **dict.fromkeys(("session", "node"), "observe.cli.session:COMMANDS"),
         "attach": "observe.cli.tracker:attach_command",
     },
 }

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from aos.writer import SealInfo, StreamWriter
@@ -15,7 +15,17 @@ if TYPE_CHECKING:
     from observe.secrets.masking import SecretSet
     from observe.secrets.sources import MaskingSink
 
-__all__ = ["DEFAULT_DIR", "BeforeSeal", "RecordOptions", "RecordResult", "Recording", "command_environ", "observer_key"]
+__all__ = [
+    "DEFAULT_DIR",
+    "Append",
+    "BeforeSeal",
+    "Companion",
+    "RecordOptions",
+    "RecordResult",
+    "Recording",
+    "command_environ",
+    "observer_key",
+]
 
 #: Where streams go without ``--out`` (not hidden: CI artifact uploaders skip hidden folders).
 DEFAULT_DIR = "aos-streams"
@@ -48,6 +58,14 @@ class RecordOptions:
     echo_to_stderr: bool = False  # the command's stdout echoed on stderr (``--json`` keeps stdout one document)
     #: Steps the gate expects to refuse (exit non-zero): the echo labels them as expected refusal controls.
     expected_refusals: tuple[str, ...] = ()
+    #: Events appended right after ``stream.open``, as ``(kind, attrs)``: a session's expected set
+    #: (observe.session.coordinator). Empty for every other recording.
+    opening: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    #: Variables added to the command's environment (a session's folder and origin for its launcher).
+    command_env: Mapping[str, str] = field(default_factory=dict)
+    #: Started with the recorder's ``append`` once the opening events are in, and stopped (the callable it
+    #: returns) when the command has exited: a session's watcher of its arriving members. None elsewhere.
+    companion: Companion | None = None
 
 
 @dataclass(frozen=True)
@@ -67,6 +85,11 @@ class RecordResult:
     #: Where what the command left at ``path`` was moved (``PATH.foreign-N``), when something was there.
     foreign: Path | None = None
 
+
+#: An event sink: ``append(kind, attrs)``, safe from any thread while the command runs.
+Append = Callable[[str, dict[str, Any]], None]
+#: Started with an ``Append``; returns what stops it.
+Companion = Callable[[Append], Callable[[], None]]
 
 #: Called with the writer after everything is recorded, before the seal: it may
 #: read back what the writer wrote (``writer.written_events()``) and append.
@@ -94,9 +117,10 @@ class Recording:
 
 
 def command_environ(options: RecordOptions) -> dict[str, str]:
-    """The recorder's environment less what the command must never see (the ``--sign-key-env`` and
-    ``--observer-key-env`` variables)."""
+    """The recorder's environment with ``options.command_env`` added, less what the command must never see
+    (the ``--sign-key-env`` and ``--observer-key-env`` variables)."""
     env = dict(os.environ)
+    env.update(options.command_env)
     for name in (options.sign_key_env, options.observer_key_env):
         if name is not None:
             env.pop(name, None)

@@ -71,6 +71,8 @@ def run_recorded(rec: Recording) -> Outcome:
 
     opened = _stream_open(rec)
     rec.sink.append(kinds.STREAM_OPEN, opened)
+    for kind, attrs in rec.options.opening:  # a session's expected set, declared before anything runs
+        rec.sink.append(kind, dict(attrs))
     _say_dirty(rec, opened["source"])
     control = Control(
         rec.channel_dir,
@@ -82,9 +84,14 @@ def run_recorded(rec: Recording) -> Outcome:
         drain=lambda: None,
     )
     sampler = _start_sampler(rec, control)
+    stop_companion = None
     try:
+        if rec.options.companion is not None:  # a session's watcher of its members (observe.session.arrivals)
+            stop_companion = rec.options.companion(lambda kind, attrs: rec.sink.append(kind, attrs))
         outcome, started_ns = _run_command(rec, control, sampler)
     finally:
+        if stop_companion is not None:
+            stop_companion()
         if sampler is not None:
             sampler.finish()  # a no-op after the end observation, which follows process.exit
     control.finish_receipts()

@@ -148,6 +148,53 @@ def _write(path: Path, stream_id: str, signer: Signer | None) -> None:
     w.append("device.observed", _observed("end"))
     w.append("artifact.error", {"path": "out/locked.bin", "error": "Permission denied"})
     w.append("artifact.missing", {"pattern": "out/*.log", "error": "no such file or no match"})
+    origin = "example.com/session/0001"  # FORMAT.md 9.6's session of two
+    w.append(
+        "session.open",
+        {
+            "origin": origin,
+            "name": None,
+            "parent": None,
+            "members": [
+                {"name": "node-0", "kind": "stream", "gpus": 2, "roles": ["owner-0", "owner-1"]},
+                {"name": "node-1", "kind": "stream", "gpus": None, "roles": []},
+                {"name": "node-2", "kind": "stream", "gpus": None, "roles": []},
+            ],
+            "fanout": 64,
+        },
+    )
+    for name, sid, fb3, head, leaf in (
+        (
+            "node-0",
+            "0" * 31 + "1",
+            "ab" * 32,
+            "cd" * 32,
+            "d821a35601a36937292075ab69eb9797f35b6bff30b30f73518ffd0d1d828eaf",
+        ),
+        (
+            "node-1",
+            "0" * 31 + "2",
+            "ef" * 32,
+            "01" * 32,
+            "b0c25dfad060fd5316ae272c50289cad382c3b5326a06bfcbc1378b5081c8ef6",
+        ),
+    ):
+        member = {"name": name, "kind": "stream", "status": "proven", "reason": None, "at": "sealed", "stream_id": sid}
+        w.append("session.member", {**member, "file_blake3": fb3, "head": head, "leaf": leaf, "received_ns": 5})
+    missing = {"name": "node-2", "kind": "stream", "status": "did-not-run", "reason": "no stream at nodes/node-2.aos"}
+    w.append("session.member", {**missing, "at": "end", "received_ns": 6})
+    w.append(
+        "session.checkpoint",
+        {
+            "origin": origin,
+            "size": 2,
+            "root": "C4VLGLGVA+BZelHzOiKeaZGB25EOqJrykRmDioDGkdI=",
+            "note": f"{origin}\n2\nC4VLGLGVA+BZelHzOiKeaZGB25EOqJrykRmDioDGkdI=\n",
+            "key": None,
+            "leaves": ["node-0", "node-1"],
+            "not_proven": [{k: missing[k] for k in ("name", "status", "reason")}],
+        },
+    )
     w.append(
         "verdict",
         {

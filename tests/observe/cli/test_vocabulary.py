@@ -79,7 +79,8 @@ class TestEveryCommand:
         """Every command that signs takes --sign-key FILE and --sign-key-env NAME, and no other private-key option."""
         signing = {name for name, cmd in commands() for p in options(cmd) if "--sign-key" in p.opts}
         with_env = {name for name, cmd in commands() for p in options(cmd) if "--sign-key-env" in p.opts}
-        assert {"observe record", "observe gate", "observe attest", "observe attach", "tracker"} == signing
+        recorders = {"observe record", "observe gate", "observe node", "observe session run"}
+        assert recorders | {"observe attest", "observe attach", "tracker"} == signing
         assert signing == with_env
 
     def test_the_tracker_is_db(self) -> None:

@@ -1,0 +1,1 @@
+"""Tests of observe.session: fleet sessions."""

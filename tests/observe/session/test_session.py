@@ -1,0 +1,422 @@
+"""Fleet sessions recorded by the real tool on this machine (processes, no SSH): sealed, verified offline from
+their files alone, by the library, the CLI and the independent verifier of tests/aos/test_session_format.py;
+each tampering caught and named; the "did not run / not proven" set exact."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+
+from aos.signing import generate_keypair, load_public_key
+from observe.session.verify import verify_session
+from tests.aos.test_session_format import independent_session_check
+from tests.helpers.refusals import refused
+from tests.helpers.run import alpha
+
+GIB = 1 << 30
+QUIET = ("--quiet", "--sample-interval", "0.2")
+
+
+def _gpus(node: int) -> dict[str, Any]:
+    """Two simulated GPUs of their own for node ``node``."""
+    return {
+        "driver": "580.159.04",
+        "gpus": [
+            {"index": i, "minor": i, "uuid": f"GPU-{node:04d}-{i}", "name": "NVIDIA H200", "memory": 141 * GIB}
+            for i in range(2)
+        ],
+    }
+
+
+def _spec(tmp: Path, name: str, members: list[dict[str, Any]]) -> Path:
+    path = tmp / name
+    path.write_text(json.dumps({"origin": "example.com/fleet", "members": members}))
+    return path
+
+
+def _script(tmp: Path, name: str, body: str) -> Path:
+    path = tmp / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def _node_line(tmp: Path, name: str, index: int, command: str = "echo hello from $0") -> str:
+    """A launcher line that starts node ``name``'s recorder in the background, its GPUs simulated."""
+    gpus = tmp / f"gpus-{index}.json"
+    gpus.write_text(json.dumps(_gpus(index)))
+    return f"ALPHA_OBSERVE_SIMULATED_GPUS={gpus} alpha observe node {name} {' '.join(QUIET)} -- sh -c '{command}' &\n"
+
+
+def _raw(pub: Path) -> bytes:
+    return load_public_key(pub).public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def _statuses(directory: Path) -> dict[str, str]:
+    return {m.path: m.status for m in verify_session(directory).not_proven}
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return generate_keypair(tmp_path_factory.mktemp("keys") / "session")
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory: pytest.TempPathFactory, keys: tuple[Path, Path]) -> Path:
+    """A signed session of four nodes: n0 and n1 seal, n2's recorder is killed before it seals, n3 never starts."""
+    tmp = tmp_path_factory.mktemp("four")
+    spec = _spec(tmp, "spec.json", [{"name": f"n{i}", "gpus": 2, "roles": [f"owner-{i}"]} for i in range(4)])
+    body = _node_line(tmp, "n0", 0) + _node_line(tmp, "n1", 1) + _node_line(tmp, "n2", 2, "sleep 20")
+    body += 'kill2=$!\nwhile [ ! -s "$ALPHA_FLEET_DIR/nodes/.n2.aos.partial" ]; do sleep 0.1; done\nsleep 0.5\n'
+    body += "kill -KILL $kill2\nwait\n"
+    launcher = _script(tmp, "launch.sh", body)
+    proc = alpha(
+        "observe",
+        "session",
+        "run",
+        str(spec),
+        "--dir",
+        str(tmp / "S"),
+        "--sign-key",
+        str(keys[0]),
+        *QUIET,
+        "--",
+        str(launcher),
+        cwd=tmp,
+        text=True,
+        timeout=120,
+    )
+    assert 3 == proc.returncode, proc.stderr
+    return tmp / "S"
+
+
+class TestTwoNodes:
+    """A session of two nodes verifies offline from its files alone."""
+
+    def test_two_nodes_seal_and_verify_offline(self, tmp_path: Path, keys: tuple[Path, Path]) -> None:
+        """Both nodes proven, the checkpoint signed; a copy of the folder verifies by the CLI and independently."""
+        spec = _spec(tmp_path, "spec.json", [{"name": "n0", "gpus": 2}, {"name": "n1", "gpus": 2}])
+        # the launcher outlives its nodes by a second: the session takes each stream as it seals
+        body = _node_line(tmp_path, "n0", 0) + _node_line(tmp_path, "n1", 1) + "wait\nsleep 1\n"
+        launcher = _script(tmp_path, "launch.sh", body)
+        proc = alpha(
+            "observe",
+            "session",
+            "run",
+            str(spec),
+            "--dir",
+            str(tmp_path / "S"),
+            "--sign-key",
+            str(keys[0]),
+            *QUIET,
+            "--",
+            str(launcher),
+            cwd=tmp_path,
+            text=True,
+            timeout=120,
+        )
+        assert 0 == proc.returncode, proc.stderr
+        from aos.reader import iter_events
+
+        taken = [ev.attrs for ev in iter_events(tmp_path / "S" / "session.aos") if ev.kind == "session.member"]
+        assert [("n0", "sealed"), ("n1", "sealed")] == sorted((a["name"], a["at"]) for a in taken)
+        offline = tmp_path / "elsewhere"
+        shutil.copytree(tmp_path / "S", offline)
+        shutil.rmtree(tmp_path / "S")
+        proc = alpha("observe", "session", "verify", str(offline), "--key", str(keys[1]), "--json", text=True)
+        assert 0 == proc.returncode, proc.stderr
+        doc = json.loads(proc.stdout)
+        assert (2, True) == (doc["size"], doc["signed"])
+        assert [("n0", "proven"), ("n1", "proven")] == [(m["path"], m["status"]) for m in doc["members"]]
+        assert {"n0", "n1"} == independent_session_check(offline, _raw(keys[1]))
+
+    def test_each_node_observed_its_own_gpus(self, tmp_path: Path) -> None:
+        """Each node's stream holds its own simulated GPUs, and the session's stream its expected set."""
+        from aos.reader import iter_events
+
+        spec = _spec(tmp_path, "spec.json", [{"name": "a", "gpus": 2, "roles": ["owner-0", "owner-1"]}, {"name": "b"}])
+        launcher = _script(
+            tmp_path, "launch.sh", _node_line(tmp_path, "a", 7) + _node_line(tmp_path, "b", 8) + "wait\n"
+        )
+        proc = alpha(
+            "observe",
+            "session",
+            "run",
+            str(spec),
+            "--dir",
+            str(tmp_path / "S"),
+            *QUIET,
+            "--",
+            str(launcher),
+            cwd=tmp_path,
+            text=True,
+            timeout=120,
+        )
+        assert 0 == proc.returncode, proc.stderr
+        for name, index in (("a", 7), ("b", 8)):
+            seen = {
+                g["uuid"]
+                for ev in iter_events(tmp_path / "S" / "nodes" / f"{name}.aos")
+                if ev.kind == "device.observed"
+                for g in ev.attrs["gpus"]
+            }
+            assert {f"GPU-{index:04d}-0", f"GPU-{index:04d}-1"} == seen
+        opened = [ev.attrs for ev in iter_events(tmp_path / "S" / "session.aos") if ev.kind == "session.open"]
+        assert [("a", 2, ["owner-0", "owner-1"]), ("b", None, [])] == [
+            (m["name"], m["gpus"], m["roles"]) for m in opened[0]["members"]
+        ]
+
+
+class TestMissingAndTampered:
+    """Each member that did not run, was killed before sealing, was edited or swapped is caught and named."""
+
+    def test_did_not_run_set_is_exact(self, four: Path, keys: tuple[Path, Path]) -> None:
+        """n2 (killed before its seal) is not proven, unsealed; n3 did not run; nothing else is named."""
+        report = verify_session(four, load_public_key(keys[1]))
+        assert {"n2": "not-proven", "n3": "did-not-run"} == {m.path: m.status for m in report.not_proven}
+        n2 = next(m for m in report.not_proven if m.path == "n2")
+        assert "stream-unsealed" in (n2.reason or "")
+        assert 3 == report.exit_code
+        assert {"n0", "n1"} == independent_session_check(four, _raw(keys[1]))
+
+    def test_a_node_stream_edited_after_sealing(self, four: Path, tmp_path: Path) -> None:
+        """One byte of n1's sealed stream changed: n1 is named, changed since the session sealed; exit 1."""
+        copy = tmp_path / "S"
+        shutil.copytree(four, copy)
+        stream = copy / "nodes" / "n1.aos"
+        data = bytearray(stream.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        stream.write_bytes(bytes(data))
+        report = verify_session(copy)
+        changed = [m for m in report.members if not m.sealed]
+        assert ["n1"] == [m.path for m in changed]
+        assert 1 == report.exit_code
+        assert {"n0"} == independent_session_check(copy)
+        proc = alpha("observe", "session", "verify", str(copy), text=True)
+        assert 1 == proc.returncode
+        assert "not-proven (since the session sealed): n1:" in proc.stdout
+
+    def test_a_node_stream_swapped_for_another_sessions(self, four: Path, tmp_path: Path) -> None:
+        """n0's stream replaced by the n0 of another session: named as belonging to that session."""
+        other = tmp_path / "other"
+        other.mkdir()
+        spec = _spec(other, "spec.json", [{"name": "n0"}])
+        launcher = _script(other, "launch.sh", _node_line(other, "n0", 9) + "wait\n")
+        proc = alpha(
+            "observe",
+            "session",
+            "run",
+            str(spec),
+            "--dir",
+            str(other / "S"),
+            *QUIET,
+            "--",
+            str(launcher),
+            cwd=other,
+            text=True,
+            timeout=120,
+        )
+        assert 0 == proc.returncode, proc.stderr
+        copy = tmp_path / "S"
+        shutil.copytree(four, copy)
+        shutil.copyfile(other / "S" / "nodes" / "n0.aos", copy / "nodes" / "n0.aos")
+        report = verify_session(copy)
+        n0 = next(m for m in report.members if m.path == "n0")
+        assert (n0.status, n0.sealed) == ("not-proven", False)
+        assert "it names session 'example.com/fleet/" in (n0.reason or "")
+        assert {"n1"} == independent_session_check(copy)
+
+    def test_a_node_stream_swapped_for_another_member(self, four: Path, tmp_path: Path) -> None:
+        """n1's stream put in n0's place: it names member n1, so n0 is not proven."""
+        copy = tmp_path / "S"
+        shutil.copytree(four, copy)
+        shutil.copyfile(copy / "nodes" / "n1.aos", copy / "nodes" / "n0.aos")
+        assert {"n0": "not-proven", "n2": "not-proven", "n3": "did-not-run"} == _statuses(copy)
+
+    def test_a_path_that_names_no_member_is_refused(self, four: Path) -> None:
+        """``--member`` naming no member (or a node as if it were a rack) is refused, never an empty pass."""
+        assert ["n1"] == [m.path for m in verify_session(four, None, "n1").members]
+        for path in ("n9", "n1/n0", ""):
+            assert "stream-proof" == refused(verify_session, four, None, path).name
+
+    def test_a_proof_swapped(self, four: Path, tmp_path: Path) -> None:
+        """n1's proof file in n0's place does not reach the checkpoint for n0."""
+        copy = tmp_path / "S"
+        shutil.copytree(four, copy)
+        shutil.copyfile(copy / "proofs" / "n1.proof", copy / "proofs" / "n0.proof")
+        report = verify_session(copy)
+        assert ["n0"] == [m.path for m in report.members if not m.sealed]
+        assert set() == {"n0"} & independent_session_check(copy)
+
+    def test_the_checkpoint_edited_or_signed_by_another_key(self, four: Path, tmp_path: Path) -> None:
+        """A checkpoint file that is not the sealed note, or a key that did not sign it: refused by name."""
+        copy = tmp_path / "S"
+        shutil.copytree(four, copy)
+        other = generate_keypair(tmp_path / "other")
+        assert "stream-signature" == refused(verify_session, copy, load_public_key(other[1])).name
+        note = (copy / "checkpoint").read_bytes()
+        (copy / "checkpoint").write_bytes(note.replace(b"\n2\n", b"\n3\n", 1))
+        assert "stream-proof" == refused(verify_session, copy).name
+        proc = alpha("observe", "session", "verify", str(copy), text=True)
+        assert (1, "refused: stream-proof:") == (proc.returncode, proc.stderr[:22])
+
+
+@pytest.mark.slow
+class TestSixteenNodes:
+    """Sixteen nodes as four sub-sessions of four: nested sessions, verified whole and along one path."""
+
+    def test_sixteen_nodes_in_four_racks(self, tmp_path: Path, keys: tuple[Path, Path]) -> None:
+        """All 20 members proven; one path walks two members; the independent verifier agrees."""
+        top = _spec(tmp_path, "top.json", [{"name": f"rack-{r}", "session": True} for r in range(4)])
+        for r in range(4):
+            _spec(tmp_path, f"rack-{r}.json", [{"name": f"n{i}", "gpus": 2} for i in range(4)])
+            body = "".join(_node_line(tmp_path, f"n{i}", 4 * r + i) for i in range(4)) + "wait\n"
+            _script(tmp_path, f"rack-{r}.sh", body)
+        racks = "".join(
+            f"alpha observe session run {tmp_path}/rack-{r}.json --member rack-{r} {' '.join(QUIET)} -- "
+            f"{tmp_path}/rack-{r}.sh &\n"
+            for r in range(4)
+        )
+        launcher = _script(tmp_path, "top.sh", racks + "wait\n")
+        proc = alpha(
+            "observe",
+            "session",
+            "run",
+            str(top),
+            "--dir",
+            str(tmp_path / "S"),
+            "--sign-key",
+            str(keys[0]),
+            *QUIET,
+            "--",
+            str(launcher),
+            cwd=tmp_path,
+            text=True,
+            timeout=300,
+        )
+        assert 0 == proc.returncode, proc.stderr
+        report = verify_session(tmp_path / "S", load_public_key(keys[1]))
+        assert (0, 20) == (report.exit_code, len(report.members))
+        one = verify_session(tmp_path / "S", None, "rack-2/n3")
+        assert ["rack-2", "rack-2/n3"] == [m.path for m in one.members]
+        proven = independent_session_check(tmp_path / "S", _raw(keys[1]))
+        assert {f"rack-{r}/n{i}" for r in range(4) for i in range(4)} | {f"rack-{r}" for r in range(4)} == proven
+
+
+class TestNestedKilled:
+    """A sub-session whose coordinator is killed before its seal is named, and its rack is not walked."""
+
+    def test_a_rack_killed_before_its_seal(self, tmp_path: Path) -> None:
+        """rack-1's coordinator killed: rack-1 is not proven (never sealed); rack-0 and its node are proven."""
+        top = _spec(tmp_path, "top.json", [{"name": "rack-0", "session": True}, {"name": "rack-1", "session": True}])
+        _spec(tmp_path, "rack.json", [{"name": "n0"}])
+        _script(tmp_path, "rack-0.sh", _node_line(tmp_path, "n0", 0) + "wait\n")
+        run = f"alpha observe session run {tmp_path}/rack.json {' '.join(QUIET)} --member"
+        body = f"{run} rack-0 -- {tmp_path}/rack-0.sh\n{run} rack-1 -- sleep 2 &\nr1=$!\n"
+        body += 'while [ ! -s "$ALPHA_FLEET_DIR/sessions/rack-1/.session.aos.partial" ]; do sleep 0.1; done\n'
+        body += "sleep 0.5\nkill -KILL $r1\nsleep 2\n"
+        launcher = _script(tmp_path, "top.sh", body)
+        proc = alpha(
+            "observe",
+            "session",
+            "run",
+            str(top),
+            "--dir",
+            str(tmp_path / "S"),
+            *QUIET,
+            "--",
+            str(launcher),
+            cwd=tmp_path,
+            text=True,
+            timeout=120,
+        )
+        assert 3 == proc.returncode, proc.stderr
+        report = verify_session(tmp_path / "S")
+        assert [("rack-0", "proven"), ("rack-0/n0", "proven"), ("rack-1", "not-proven")] == [
+            (m.path, m.status) for m in report.members
+        ]
+        assert "it never sealed: sessions/rack-1/.session.aos.partial: stream-unsealed" in (
+            report.members[2].reason or ""
+        )
+        assert {"rack-0", "rack-0/n0"} == independent_session_check(tmp_path / "S")
+
+
+class TestSpec:
+    """A session's expected set and a member's place are checked before anything runs."""
+
+    def test_over_the_fanout_is_refused(self, tmp_path: Path) -> None:
+        """65 members: refused as session-spec, exit 2, nothing recorded."""
+        spec = _spec(tmp_path, "spec.json", [{"name": f"n{i}"} for i in range(65)])
+        proc = alpha("observe", "session", "run", str(spec), "--dir", str(tmp_path / "S"), "--", "true", text=True)
+        assert (2, "refused: session-spec:") == (proc.returncode, proc.stderr[:22])
+        assert "nest sessions" in proc.stderr
+        assert not (tmp_path / "S").exists()
+
+    @pytest.mark.parametrize(
+        "members",
+        [[{"name": "../x"}], [{"name": "a"}, {"name": "a"}], [{"name": "a", "gpus": -1}], [], [{"name": ".hidden"}]],
+    )
+    def test_bad_members_are_refused(self, tmp_path: Path, members: list[dict[str, Any]]) -> None:
+        """A path for a name, a repeated name, a negative GPU count, no member, a hidden name: session-spec."""
+        spec = _spec(tmp_path, "spec.json", members)
+        proc = alpha("observe", "session", "run", str(spec), "--dir", str(tmp_path / "S"), "--", "true", text=True)
+        assert (2, "refused: session-spec:") == (proc.returncode, proc.stderr[:22])
+
+    def test_a_session_is_never_recorded_over_another(self, tmp_path: Path) -> None:
+        """A folder that holds a sealed session: refused as out-exists, exit 2, the launcher not run."""
+        spec = _spec(tmp_path, "spec.json", [{"name": "n0"}])
+        first = alpha("observe", "session", "run", str(spec), "--dir", str(tmp_path / "S"), *QUIET, "--", "true")
+        assert 3 == first.returncode  # n0 never ran
+        before = (tmp_path / "S" / "session.aos").read_bytes()
+        again = alpha("observe", "session", "run", str(spec), "--dir", str(tmp_path / "S"), "--", "touch", "ran")
+        assert (2, b"refused: out-exists:") == (again.returncode, again.stderr[:20])
+        assert before == (tmp_path / "S" / "session.aos").read_bytes()
+        assert not (tmp_path / "ran").exists()
+
+    def test_a_node_outside_a_session_is_refused(self, tmp_path: Path) -> None:
+        """``alpha observe node`` with no session folder or origin: refused, the command not run."""
+        proc = alpha("observe", "node", "n0", "--", "touch", str(tmp_path / "ran"), text=True)
+        assert (2, "refused: session-spec:") == (proc.returncode, proc.stderr[:22])
+        assert not (tmp_path / "ran").exists()
+
+
+class TestGate:
+    """A gate over a recorded session, offline from its folder."""
+
+    def test_missing_nodes_make_it_inconclusive_naming_them(self, four: Path, keys: tuple[Path, Path]) -> None:
+        """n0 and n1 pass exit-zero with their two GPUs each; n2 and n3 are named inconclusive; exit 3."""
+        proc = alpha("observe", "session", "gate", str(four), "--gate", "exit-zero", "--key", str(keys[1]), text=True)
+        assert 3 == proc.returncode, proc.stderr
+        named = [line.split(": ")[1] for line in proc.stdout.splitlines()[1:]]
+        assert ["member:n2", "member:n3"] == named
+
+    def test_two_nodes_sharing_a_gpu_fail(self, tmp_path: Path) -> None:
+        """Two nodes whose recorders observed the same GPU: devices-distinct fails, naming both."""
+        spec = _spec(tmp_path, "spec.json", [{"name": "n0", "gpus": 2}, {"name": "n1", "gpus": 2}])
+        launcher = _script(
+            tmp_path, "launch.sh", _node_line(tmp_path, "n0", 5) + _node_line(tmp_path, "n1", 5) + "wait\n"
+        )
+        proc = alpha(
+            "observe",
+            "session",
+            "run",
+            str(spec),
+            "--dir",
+            str(tmp_path / "S"),
+            *QUIET,
+            "--",
+            str(launcher),
+            cwd=tmp_path,
+            text=True,
+            timeout=120,
+        )
+        assert 0 == proc.returncode, proc.stderr
+        proc = alpha("observe", "session", "gate", str(tmp_path / "S"), "--gate", "exit-zero", text=True)
+        assert 1 == proc.returncode
+        assert "fail: devices-distinct: a GPU was observed by two members: GPU-0005-0 by n0 and n1" in proc.stdout
