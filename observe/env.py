@@ -89,12 +89,16 @@ class AttestVars:
 
 
 class StoreVars:
-    """Read by ``push``, ``fetch`` and the S3 store."""
+    """Read by ``push``, ``fetch``, the S3 store and ``query --store``."""
 
     #: The default ``--store``.
     STORE = "ALPHA_STORE"
     #: The AWS SDK's variables (endpoint, credentials, region) all start so.
     AWS_PREFIX = "AWS_"
+    #: Where ``query --store`` keeps the index rows this user has checked (observe.query.checked).
+    INDEX_CACHE = "ALPHA_INDEX_CACHE"
+    #: The user's cache folder (the memo's default is under it).
+    XDG_CACHE_HOME = "XDG_CACHE_HOME"
 
 
 class TrackerVars:

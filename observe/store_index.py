@@ -57,6 +57,7 @@ __all__ = [
     "COMPACT_AT",
     "INDEX_VERSION",
     "STREAM_COLUMNS",
+    "Appender",
     "IndexEntry",
     "check_row",
     "check_schema",
@@ -65,6 +66,7 @@ __all__ = [
     "index_prefix",
     "read_index",
     "read_streams",
+    "remember",
     "stream_schema",
     "write_entries",
 ]
@@ -193,6 +195,10 @@ class IndexEntry:
 
     stream: dict[str, Any]
     checks: list[dict[str, Any]]
+    #: the seal's wall time, in ns (``last_time`` holds microseconds)
+    seal_wall_ns: int | None = None
+    #: the sealed verdict's attrs, when the row names one
+    verdict: dict[str, Any] | None = None
 
     @property
     def day(self) -> str:
@@ -322,7 +328,25 @@ def describe(path: str | os.PathLike[str], v: Verification, *, url: str, entered
         }
         for c in checks
     ]
-    return IndexEntry(row, check_rows)
+    return IndexEntry(row, check_rows, last_ns, verdict or None)
+
+
+def remember(store: Any, entry: IndexEntry, v: Verification) -> None:
+    """Note in this user's memo (``observe.query.checked``) that ``entry``'s row was checked: its stream was
+    just verified whole (``v``), so a query here need not read its tail. Only for a folder store."""
+    from observe.query.checked import Memo, fingerprint
+
+    root, path = store.local_path(""), store.local_path(f"{entry.stream['file_blake3']}.aos")
+    if root is None or path is None or entry.seal_wall_ns is None:
+        return
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    memo = Memo(root)
+    for key_id in {None, v.key_id if v.signature_checked else None}:
+        memo.add(fingerprint(entry.stream, st, key_id), entry.verdict, entry.seal_wall_ns)
+    memo.save()
 
 
 def _evidence(value: Any) -> list[int]:
@@ -591,3 +615,22 @@ def check_row(path: str | os.PathLike[str], row: dict[str, Any], key: Verifier |
     differs("checks", len(checks))
     differs("checks_failed", sum(1 for c in checks if c.get("status") == "fail"))
     return tail
+
+
+class Appender:
+    """Rows of streams verified where they entered the evidence (``attach``, ``tracker import``), appended
+    to one store's index: described while each file is there, written together by ``flush``."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store  # an ``observe.store.open_store`` store
+        self.pending: list[tuple[IndexEntry, Verification]] = []
+
+    def entered(self, path: os.PathLike[str], v: Verification, url: str, by: str) -> None:
+        self.pending.append((describe(path, v, url=url, entered_by=by), v))
+
+    def flush(self) -> None:
+        if self.pending:
+            write_entries(self.store, [e for e, _ in self.pending])
+            for e, v in self.pending:
+                remember(self.store, e, v)
+        self.pending = []

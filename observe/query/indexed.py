@@ -9,7 +9,9 @@ to be the sealed ones; the verdict and checks the query sees are then the
 sealed event's, never the index's. A stream is verified again (``aos.verify``)
 when its file's size no longer matches its row, when its row does not pass
 that check (listed in ``mismatched`` with the refusal, e.g. ``index-row``), or
-when ``reverify`` asks. The bytes before the tail are proved when the query
+when ``reverify`` asks. A row this user checked before, whose file is still
+the same file, is not read again (``observe.query.checked``: a memo in the
+user's cache, which ``reverify`` ignores). The bytes before the tail are proved when the query
 reads the stream's events: ``EventScan`` hashes every byte it reads and stops
 the query when the digest is not the row's. A row whose file is gone is
 skipped (``stream-missing``); a re-verified file that is no longer the bytes
@@ -62,6 +64,7 @@ def indexed_sources(
 ) -> Indexed:
     """The streams the index of a folder store lists, as query sources (``store-url`` for any other store)."""
     from aos.refusals import Refusal
+    from observe.query.checked import Memo, fingerprint
     from observe.store import open_store
     from observe.store_index import check_row, read_streams
 
@@ -69,22 +72,32 @@ def indexed_sources(
     if store.local_path("") is None:
         raise StoreUrl(f"{os.fspath(store_url)}: query reads the index of a folder store (fetch the streams here)")
     rows = read_streams(store)
+    root = store.local_path("")
+    assert root is not None
+    memo = Memo(root)
+    key_id = key.key_id if key is not None else None
     out = Indexed([], [])
     for row in rows.to_pylist():
         path = store.local_path(f"{row['file_blake3']}.aos")
         assert path is not None  # a folder store
         try:
-            size = os.stat(path).st_size
+            st = os.stat(path)
         except OSError as gone:
             out.skipped.append(Skipped(str(path), f"stream-missing: indexed, but not in the store: {gone.strerror}"))
             continue
-        tail = None
-        if not reverify and size == row["file_size"]:
-            try:
-                tail = check_row(path, row, key)
-            except Refusal as exc:
-                out.mismatched.append(Skipped(str(path), f"{exc.name}: {exc.detail}"))
-        if tail is None:
+        sealed: tuple[dict[str, Any] | None, int] | None = None
+        if not reverify and st.st_size == row["file_size"]:
+            fp = fingerprint(row, st, key_id)
+            sealed = memo.get(fp)
+            if sealed is None:
+                try:
+                    tail = check_row(path, row, key)
+                except Refusal as exc:
+                    out.mismatched.append(Skipped(str(path), f"{exc.name}: {exc.detail}"))
+                else:
+                    sealed = (tail.verdicts[0].attrs if tail.verdicts else None), tail.seal_wall_ns
+                    memo.add(fp, *sealed)
+        if sealed is None:
             out.reverified.append(str(path))
             got = open_one(path, include_damaged, key, keep=0)
             if isinstance(got, Source) and got.integrity == "intact" and got.digest != row["file_blake3"]:
@@ -92,26 +105,28 @@ def indexed_sources(
                 got = Skipped(str(path), f"{wrong.name}: {wrong.detail}")
             (out.skipped if isinstance(got, Skipped) else out.sources).append(got)  # type: ignore[arg-type]
             continue
+        verdict, seal_ns = sealed
         out.sources.append(
             Source(
                 path=path,
-                stream_id=tail.stream_id,
+                stream_id=row["stream_id"],
                 digest=row["file_blake3"],
-                events=tail.events,
+                events=row["events"],
                 integrity="intact",
                 damage=None,
                 sealed=True,
-                signed=tail.signed,
-                key_id=tail.key_id,
-                verdict=tail.verdicts[0].attrs if tail.verdicts else None,
+                signed=row["signed"],
+                key_id=key_id if key_id is not None else row["key_id"],
+                verdict=verdict,
                 first_ns=_ns(row["first_time"]),
-                last_ns=tail.seal_wall_ns,
+                last_ns=seal_ns,
                 host=row["host"],
                 labels=row["labels"],
                 argv=row["argv"],
                 source=row["source"],
             )
         )
+    memo.save()
     out.sources, more = distinct_ids(out.sources, [])
     out.skipped.extend(more)
     return out

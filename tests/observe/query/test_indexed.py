@@ -330,6 +330,52 @@ class TestForgedRows:
         assert r.skipped[0].refusal.startswith("stream-signature: ")
 
 
+class TestMemo:
+    """The rows this user checked (or pushed) are not read again while their files stay the same files."""
+
+    def memo(self, store: Path) -> Path:
+        from observe.query.checked import Memo
+
+        return Memo(store).path
+
+    def test_push_leaves_the_memo_and_a_query_checks_nothing_again(self, store: Path) -> None:
+        memo = self.memo(store)
+        before = (memo.read_bytes(), memo.stat().st_mtime_ns)
+        assert 4 == len(json.loads(before[0]))
+        r = run_index_query("SELECT count(*) FROM streams", str(store))
+        assert ([(4,)], [], []) == (r.rows, r.reverified, r.mismatched)
+        assert before == (memo.read_bytes(), memo.stat().st_mtime_ns)
+
+    def test_a_file_touched_is_checked_again(self, store: Path) -> None:
+        """A chmod changes no byte, but the file's change time: its row is checked against its tail again."""
+        stored(store)[0].chmod(0o600)
+        r = run_index_query("SELECT count(*) FROM streams", str(store))
+        assert ([(4,)], [], []) == (r.rows, r.reverified, r.mismatched)
+        assert 5 == len(json.loads(self.memo(store).read_bytes()))
+
+    def test_another_users_machine_checks_every_tail(self, store: Path, tmp_path: Path, monkeypatch: Any) -> None:
+        """No memo (another machine): every row checked against its tail, none verified again, the same answer."""
+        monkeypatch.setenv("ALPHA_INDEX_CACHE", str(tmp_path / "elsewhere"))
+        for sql in TABLES.values():
+            r = run_index_query(sql, str(store))
+            assert ([], []) == (r.reverified, r.mismatched)
+            assert run_query(sql, [str(p) for p in stored(store)]).rows == r.rows
+        assert 4 == len(json.loads(self.memo(store).read_bytes()))
+
+    def test_a_damaged_memo_is_an_empty_one(self, store: Path) -> None:
+        self.memo(store).write_bytes(b"{not json")
+        r = run_index_query("SELECT count(*) FROM streams", str(store))
+        assert ([(4,)], [], []) == (r.rows, r.reverified, r.mismatched)
+        assert 4 == len(json.loads(self.memo(store).read_bytes()))
+
+    def test_a_memo_entry_is_not_a_row_edited(self, store: Path) -> None:
+        """The memo holds the fingerprint of the row checked: an edited row misses it and is caught."""
+        edit_rows(store, lambda row: row.update(verdict="pass"))
+        r = run_index_query("SELECT count(*) FROM streams WHERE verdict = 'pass'", str(store))
+        assert [(1,)] == r.rows
+        assert 3 == len(r.mismatched)
+
+
 class TestCommand:
     def test_json_lists_reverified(self, store: Path) -> None:
         r = alpha_invoke("observe", "query", "SELECT count(*) FROM streams", "--store", str(store), "--json")
