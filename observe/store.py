@@ -404,7 +404,7 @@ def push(
 
         entry = describe(path, v, url=store.url(name), entered_by="push")
         write_entries(store, [entry])
-        remember(store, entry, v)
+        remember(store, [(entry, v)])
     return store.url(name)
 
 

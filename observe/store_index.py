@@ -331,21 +331,26 @@ def describe(path: str | os.PathLike[str], v: Verification, *, url: str, entered
     return IndexEntry(row, check_rows, last_ns, verdict or None)
 
 
-def remember(store: Any, entry: IndexEntry, v: Verification) -> None:
-    """Note in this user's memo (``observe.query.checked``) that ``entry``'s row was checked: its stream was
-    just verified whole (``v``), so a query here need not read its tail. Only for a folder store."""
-    from observe.query.checked import Memo, fingerprint
+def remember(store: Any, verified: list[tuple[IndexEntry, Verification]]) -> None:
+    """Note in this user's memo (``observe.query.checked``) that each entry's row was checked: its stream was
+    just verified whole, so a query here need not read its tail. Only for a folder store holding the file."""
+    from observe.query.checked import Memo, Sealed, fingerprint
 
-    root, path = store.local_path(""), store.local_path(f"{entry.stream['file_blake3']}.aos")
-    if root is None or path is None or entry.seal_wall_ns is None:
-        return
-    try:
-        st = os.stat(path)
-    except OSError:
+    root = store.local_path("")
+    if root is None:
         return
     memo = Memo(root)
-    for key_id in {None, v.key_id if v.signature_checked else None}:
-        memo.add(fingerprint(entry.stream, st, key_id), entry.verdict, entry.seal_wall_ns)
+    for entry, v in verified:
+        path = store.local_path(f"{entry.stream['file_blake3']}.aos")
+        if path is None or entry.seal_wall_ns is None:
+            continue
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        sealed = Sealed(entry.verdict, entry.seal_wall_ns, int(v.seal["bytes"]), str(v.seal["file_blake3"]))
+        for key_id in {None, v.key_id if v.signature_checked else None}:
+            memo.add(fingerprint(entry.stream, st, key_id), sealed)
     memo.save()
 
 
@@ -631,6 +636,5 @@ class Appender:
     def flush(self) -> None:
         if self.pending:
             write_entries(self.store, [e for e, _ in self.pending])
-            for e, v in self.pending:
-                remember(self.store, e, v)
+            remember(self.store, self.pending)
         self.pending = []

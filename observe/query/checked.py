@@ -16,7 +16,9 @@ the memo, and the row is checked again.
 The memo is the user's, not the store's: ``$ALPHA_INDEX_CACHE``, else
 ``$XDG_CACHE_HOME/alpha-observe/index-checked``, else
 ``~/.cache/alpha-observe/index-checked``; one JSON file per store (named by
-the BLAKE3 of its absolute path), replaced whole. Whoever can write there can
+the BLAKE3 of its absolute path), replaced whole; an entry holds what the
+tail sealed (verdict, seal time, the length and digest of the bytes before
+the seal, which the events scan checks). Whoever can write there can
 make a query trust a row, as whoever can write the user's home can change the
 tool itself; ``--reverify`` ignores it. A memo that cannot be read is an empty
 one; one that cannot be written is not written (the next query checks again).
@@ -27,12 +29,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from observe.env import StoreVars
 
-__all__ = ["FINGERPRINTED", "Memo", "fingerprint", "memo_folder"]
+__all__ = ["FINGERPRINTED", "Memo", "Sealed", "fingerprint", "memo_folder"]
 
 #: The index columns a fingerprint covers: every column ``check_row`` compares with the stream's tail.
 FINGERPRINTED: tuple[str, ...] = (
@@ -76,6 +79,17 @@ def fingerprint(row: dict[str, Any], st: os.stat_result, key_id: str | None) -> 
     return blake3(repr((values, identity)).encode("utf-8")).hexdigest()[:32]
 
 
+@dataclass(frozen=True)
+class Sealed:
+    """What a stream's checked tail sealed: its verdict (attrs, or None), the seal's wall time, and the byte
+    length and BLAKE3 of the file before the seal (the seal's ``bytes`` and ``file_blake3``)."""
+
+    verdict: dict[str, Any] | None
+    wall_ns: int
+    prefix_bytes: int
+    prefix_blake3: str
+
+
 class Memo:
     """One store's memo: fingerprint -> the sealed verdict (attrs, or None) and the seal's wall time."""
 
@@ -91,16 +105,18 @@ class Memo:
             if isinstance(got, dict):
                 self.entries = got
 
-    def get(self, fp: str) -> tuple[dict[str, Any] | None, int] | None:
-        """``(verdict, seal wall ns)`` of a row checked before, or None."""
+    def get(self, fp: str) -> Sealed | None:
+        """What the tail of a row checked before sealed, or None."""
         got = self.entries.get(fp)
-        if not isinstance(got, list) or len(got) != 2 or type(got[1]) is not int:
+        if not isinstance(got, list) or len(got) != 4 or not all(type(x) is int for x in got[1:3]):
             return None
-        verdict = got[0]
-        return (verdict if isinstance(verdict, dict) else None), got[1]
+        verdict, wall, at, digest = got
+        if not isinstance(digest, str):
+            return None
+        return Sealed((verdict if isinstance(verdict, dict) else None), wall, at, digest)
 
-    def add(self, fp: str, verdict: dict[str, Any] | None, seal_wall_ns: int) -> None:
-        self.entries[fp] = [verdict, seal_wall_ns]
+    def add(self, fp: str, sealed: Sealed) -> None:
+        self.entries[fp] = [sealed.verdict, sealed.wall_ns, sealed.prefix_bytes, sealed.prefix_blake3]
         self.added += 1
 
     def save(self) -> None:

@@ -64,7 +64,7 @@ def indexed_sources(
 ) -> Indexed:
     """The streams the index of a folder store lists, as query sources (``store-url`` for any other store)."""
     from aos.refusals import Refusal
-    from observe.query.checked import Memo, fingerprint
+    from observe.query.checked import FINGERPRINTED, Memo, Sealed, fingerprint
     from observe.store import open_store
     from observe.store_index import check_row, read_streams
 
@@ -77,7 +77,8 @@ def indexed_sources(
     memo = Memo(root)
     key_id = key.key_id if key is not None else None
     out = Indexed([], [])
-    for row in rows.to_pylist():
+    wanted = (*FINGERPRINTED, "first_time", "host", "labels", "argv", "source")
+    for row in rows.select(list(wanted)).to_pylist():  # not the devices: a list of structs, slow to convert
         path = store.local_path(f"{row['file_blake3']}.aos")
         assert path is not None  # a folder store
         try:
@@ -85,7 +86,7 @@ def indexed_sources(
         except OSError as gone:
             out.skipped.append(Skipped(str(path), f"stream-missing: indexed, but not in the store: {gone.strerror}"))
             continue
-        sealed: tuple[dict[str, Any] | None, int] | None = None
+        sealed: Sealed | None = None
         if not reverify and st.st_size == row["file_size"]:
             fp = fingerprint(row, st, key_id)
             sealed = memo.get(fp)
@@ -95,8 +96,9 @@ def indexed_sources(
                 except Refusal as exc:
                     out.mismatched.append(Skipped(str(path), f"{exc.name}: {exc.detail}"))
                 else:
-                    sealed = (tail.verdicts[0].attrs if tail.verdicts else None), tail.seal_wall_ns
-                    memo.add(fp, *sealed)
+                    verdict = tail.verdicts[0].attrs if tail.verdicts else None
+                    sealed = Sealed(verdict, tail.seal_wall_ns, tail.seal_at, str(tail.seal["file_blake3"]))
+                    memo.add(fp, sealed)
         if sealed is None:
             out.reverified.append(str(path))
             got = open_one(path, include_damaged, key, keep=0)
@@ -105,7 +107,6 @@ def indexed_sources(
                 got = Skipped(str(path), f"{wrong.name}: {wrong.detail}")
             (out.skipped if isinstance(got, Skipped) else out.sources).append(got)  # type: ignore[arg-type]
             continue
-        verdict, seal_ns = sealed
         out.sources.append(
             Source(
                 path=path,
@@ -117,13 +118,14 @@ def indexed_sources(
                 sealed=True,
                 signed=row["signed"],
                 key_id=key_id if key_id is not None else row["key_id"],
-                verdict=verdict,
+                verdict=sealed.verdict,
                 first_ns=_ns(row["first_time"]),
-                last_ns=seal_ns,
+                last_ns=sealed.wall_ns,
                 host=row["host"],
                 labels=row["labels"],
                 argv=row["argv"],
                 source=row["source"],
+                sealed_prefix=(sealed.prefix_bytes, sealed.prefix_blake3),
             )
         )
     memo.save()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from blake3 import blake3
 
 from aos.reader import StreamFile
 from aos.verify import verify_stream
@@ -139,17 +140,17 @@ class TestReverification:
         assert r.skipped[0].refusal.startswith("stream-missing: ")
 
 
-def two_batch_stream(path: Path) -> Path:
+def two_batch_stream(path: Path, *, seed: int = 1, signer: Any = None) -> Path:
     """A sealed stream of three batches: output (about 2 kB), then the exit and the verdict, then the seal."""
     import random
 
     from aos.writer import StreamWriter
 
     s = SyntheticStream(gate="exit-zero")
-    s.output("stdout", random.Random(1).randbytes(2000))
+    s.output("stdout", random.Random(seed).randbytes(2000))
     s.exit(0)
     s.add("verdict", {"gate": "exit-zero", "verdict": "pass", "scope": "command", "checks": []})
-    w = StreamWriter(path, background_flush=False)
+    w = StreamWriter(path, background_flush=False, signer=signer)
     for op in s.ops:
         w.append(op["kind"], op["attrs"], op["data"], op["step"])
         if op["data"] is not None:  # the output: its batch written before the rest
@@ -308,6 +309,40 @@ class TestForgedRows:
         assert 4 == len(got)
         assert [str(store / f"{'f' * 64}.aos")] == [s.path for s in r.skipped]
         assert r.skipped[0].refusal.startswith("stream-missing: ")
+
+    def test_a_prefix_forged_under_a_signed_tail(self, tmp_path: Path) -> None:
+        """A signed stream's bytes before its tail replaced (another stream's batch of the same length, which
+        decodes), stored under the new digest with the row edited to name it: the tail still checks under
+        the key, so streams answer the sealed verdict, but reading the events is refused: the bytes before
+        the seal are not those the signed seal names."""
+        from aos.signing import generate_keypair, load_public_key, load_signer
+
+        key, pub = generate_keypair(tmp_path / "k")
+        a = two_batch_stream(tmp_path / "a.aos", seed=1, signer=load_signer(key))
+        b = two_batch_stream(tmp_path / "b.aos", seed=2, signer=load_signer(key))
+        store = tmp_path / "store"
+        push(a, store)
+        (row,) = [r for rows in index_rows(store).values() for r in rows]
+        with StreamFile(a) as f:
+            first = f.schema_end
+        with StreamFile(b) as f:
+            assert first == f.schema_end
+        tail = row["tail_offset"]
+        data_a, data_b = a.read_bytes(), b.read_bytes()
+        with StreamFile(b) as f:
+            assert tail in [raw.end for raw in f.batches()]  # b's first batch has the length of a's
+        forged = data_a[:first] + data_b[first:tail] + data_a[tail:]
+        assert len(forged) == len(data_a)
+        assert forged != data_a
+        digest = blake3(forged).hexdigest()
+        (store / f"{digest}.aos").write_bytes(forged)
+        (store / f"{row['file_blake3']}.aos").unlink()
+        edit_rows(store, lambda r: r.update(file_blake3=digest))
+        got = run_index_query("SELECT verdict FROM streams", str(store), key=load_public_key(pub))
+        assert ([("pass",)], [], []) == (got.rows, got.reverified, got.mismatched)
+        stopped = refused(run_index_query, "SELECT count(*) FROM events", str(store), key=load_public_key(pub))
+        assert "stream-seal" == stopped.name
+        assert "not the ones it seals" in stopped.detail
 
     def test_with_a_key_the_seal_signature_is_checked_from_the_tail(self, tmp_path: Path) -> None:
         """Signed streams, queried with --key: no stream verified again, the signature checked at the tail;
