@@ -144,7 +144,7 @@ def attach(
         return _attach_from_store(conn, str(path), run, index)
     run = run_id_of(conn, run)
     p = Path(path)
-    facts = derive(p, trusted_keys(conn), require_trusted=True)
+    facts = derive(p, trusted_keys(conn), require_trusted=True, keep=index is not None)
     row = _record(conn, facts, run, p, url)
     if index is not None and (row.new or row.located) and facts.verification is not None:
         index.entered(p, facts.verification, url or p.resolve().as_uri(), "attach")

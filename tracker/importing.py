@@ -250,10 +250,10 @@ def _derive(row: dict[str, Any], keys: dict[str, Any], index: EvidenceIndex | No
 
         with tempfile.TemporaryDirectory(prefix="alpha-import-") as tmp:
             fetched = fetch(url, os.path.join(tmp, "stream.aos"))
-            facts = derive(fetched, keys, require_trusted=True)
+            facts = derive(fetched, keys, require_trusted=True, keep=index is not None)
             entered(fetched, facts)
     else:
-        facts = derive(Path(row["path"]), keys, require_trusted=True)
+        facts = derive(Path(row["path"]), keys, require_trusted=True, keep=index is not None)
         entered(Path(row["path"]), facts)
     derived = facts.columns()
     differ = facts.differing(row)

@@ -228,12 +228,15 @@ def _observed(
     return size, opened_at, tuple(sorted(uuids)), commit, tuple(sorted(serials.items()))
 
 
-def derive(path: str | os.PathLike[str], keys: Mapping[str, Verifier], *, require_trusted: bool) -> StreamFacts:
+def derive(
+    path: str | os.PathLike[str], keys: Mapping[str, Verifier], *, require_trusted: bool, keep: bool = False
+) -> StreamFacts:
     """Verify the stream at ``path`` and derive every evidence column from it; a ``Refusal`` otherwise.
 
     ``require_trusted`` (attach): when ``keys`` is not empty the stream must be
     signed by one of them. Otherwise (audit) a signature by a key in ``keys`` is
-    checked, and any other is taken as the stream claims it.
+    checked, and any other is taken as the stream claims it. With ``keep`` the facts hold the
+    verification itself (``verification``: for the evidence index row of a stream entering the evidence).
     """
     from aos.verify import require_verdict
     from gates.verdict import Verdict
@@ -259,7 +262,7 @@ def derive(path: str | os.PathLike[str], keys: Mapping[str, Verifier], *, requir
         signature_checked=v.signature_checked,
         source_commit=commit,
         serials=serials,
-        verification=v,
+        verification=v if keep else None,
     )
 
 
