@@ -440,7 +440,9 @@ def checks_table(sources: Sequence[Source]) -> pa.Table:
         if not isinstance(checks, list):
             continue
         # the stream's own columns once, not per check (10,000 streams of an index: a tenth of a second)
-        gate, verdict, scope = (_verdict_text(s.verdict, k) for k in ("gate", "verdict", "scope"))
+        gate = _verdict_text(s.verdict, "gate")
+        verdict = _verdict_text(s.verdict, "verdict")
+        scope = _verdict_text(s.verdict, "scope")
         when = _ts(s.last_ns)
         for check in checks:
             if not isinstance(check, dict):
