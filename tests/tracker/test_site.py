@@ -210,6 +210,23 @@ class TestModel:
 
 
 class TestFiles:
+    def test_an_added_run_leaves_the_other_pages_untouched(self, built: Built, tmp_path: Path) -> None:
+        """Issue 36: after a run is added, only its page, its stream's report and the index are written;
+        every other page keeps its bytes and its modification time."""
+        out = tmp_path / "site"
+        write_site(built.conn, out)
+        before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*.html"))}
+        run = records.start_run(built.conn, lane="distributed-device")
+        sealed_stream(tmp_path / "new.aos")
+        attach(built.conn, tmp_path / "new.aos", run)
+        second = write_site(built.conn, out)
+        (page,) = [r.page for r in second.site.runs if r.id == run]
+        (report,) = [s.page for s in second.site.streams if s.run_id == run]
+        assert sorted(["index.html", page, report]) == sorted(second.written)
+        for path, (data, mtime) in before.items():
+            if path != out / "index.html":
+                assert (data, mtime) == (path.read_bytes(), path.stat().st_mtime_ns), path
+
     def test_pages_and_idempotence(self, built: Built, tmp_path: Path) -> None:
         """Index, a page per run; regenerating writes nothing and gives the same bytes."""
         out = tmp_path / "site"
