@@ -8,9 +8,9 @@ writes none. A refused attach or import writes no row.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,13 +23,14 @@ from tests.helpers.s3 import S3Bucket
 from tests.tracker.test_import import small_source
 from tracker import records
 from tracker.attach import attach
+from tracker.backends import Connection
 from tracker.db import init
 from tracker.importing import import_tracker
 from tracker.testing import sealed_stream
 
 
 @pytest.fixture
-def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+def conn(tmp_path: Path) -> Iterator[Connection]:
     """An SQLite tracker in tmp_path/t with one running run."""
     (tmp_path / "t").mkdir()
     c = init(tmp_path / "t" / "progress.sqlite3")
@@ -38,17 +39,18 @@ def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
     c.close()
 
 
-def the_run(conn: sqlite3.Connection) -> str:
+def the_run(conn: Connection) -> str:
     return str(conn.execute("SELECT id FROM runs").fetchone()[0])
 
 
-def index_of(store: Path | str) -> list[dict[str, object]]:
+def index_of(store: Path | str) -> list[dict[str, Any]]:
     rows, _ = read_index(open_store(store))
-    return rows.to_pylist()
+    got: list[dict[str, Any]] = rows.to_pylist()
+    return got
 
 
 class TestAttach:
-    def test_attach_appends_the_row_it_verified(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_attach_appends_the_row_it_verified(self, conn: Connection, tmp_path: Path) -> None:
         path = tmp_path / "a.aos"
         sealed_stream(path, verdict="fail", scope="physical")
         v = verify_stream(path)
@@ -64,7 +66,7 @@ class TestAttach:
             row["url"],
         )
 
-    def test_attached_again_unchanged_writes_no_second_row(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_attached_again_unchanged_writes_no_second_row(self, conn: Connection, tmp_path: Path) -> None:
         path = tmp_path / "a.aos"
         sealed_stream(path)
         index = Appender(open_store(tmp_path / "t"))
@@ -74,7 +76,7 @@ class TestAttach:
         assert 2 == len(files)  # one streams file, one checks file: one append
         assert 1 == len(index_of(tmp_path / "t"))
 
-    def test_a_refused_attach_writes_no_row(self, conn: sqlite3.Connection, tmp_path: Path) -> None:
+    def test_a_refused_attach_writes_no_row(self, conn: Connection, tmp_path: Path) -> None:
         """A stream the tracker refuses (no verdict) enters no index."""
         path = tmp_path / "a.aos"
         sealed_stream(path, verdict=None)
@@ -83,7 +85,7 @@ class TestAttach:
         assert not (tmp_path / "t" / "index").exists()
 
     def test_attached_from_a_store_url_into_an_s3_index(
-        self, conn: sqlite3.Connection, tmp_path: Path, s3_bucket: S3Bucket
+        self, conn: Connection, tmp_path: Path, s3_bucket: S3Bucket
     ) -> None:
         """A stream fetched from S3 and attached gets a row (entered by attach) in the index given, here S3."""
         path = tmp_path / "a.aos"

@@ -222,6 +222,7 @@ class TestFiles:
         second = write_site(built.conn, out)
         (page,) = [r.page for r in second.site.runs if r.id == run]
         (report,) = [s.page for s in second.site.streams if s.run_id == run]
+        assert report is not None
         assert sorted(["index.html", page, report]) == sorted(second.written)
         for path, (data, mtime) in before.items():
             if path != out / "index.html":
