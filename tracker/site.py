@@ -22,8 +22,11 @@ Policy forbids scripts and remote loads on the tracker's own pages).
 
 Regenerating is idempotent: no clock, stable order, a file rewritten only when
 its bytes change. ``alpha-site.json`` lists every file the site wrote (with
-its SHA-256); pages that no longer belong are removed, never a file it did not
-write. A folder that is not empty and not such a site is refused
+its SHA-256) and, for each stream's report page, what it was made from (the
+stream's BLAKE3 and file name, its link back, a digest of the report code): a report page
+made from the same and unchanged since is kept, not made again (making it
+reads the whole stream; it is most of a build's cost). Pages that no longer
+belong are removed, never a file it did not write. A folder that is not empty and not such a site is refused
 (``tracker-site-dir``).
 """
 
@@ -633,11 +636,41 @@ def _render(site: Site) -> dict[str, bytes]:
     return pages
 
 
-def _write_reports(site: Site, tmp: Path) -> dict[str, bytes]:
-    """A report page per available stream, made by ``observe.report.write.write_report``."""
+def _report_code() -> str:
+    """A digest of the code that makes a report page (``observe.report``'s modules and templates): a page made
+    by other code is made again."""
+    import observe.report
+
+    root = Path(observe.report.__file__).parent
+    h = hashlib.sha256()
+    for f in sorted([*root.glob("*.py"), *(root / "templates").glob("*")]):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _report_key(file_digest: str, name: str, back: tuple[str, str], code: str) -> str:
+    """What a stream's report page is made from: the stream's bytes (its BLAKE3), the file name the page
+    shows, its link back, the code."""
+    return hashlib.sha256(json.dumps([file_digest, name, list(back), code]).encode()).hexdigest()
+
+
+def _write_reports(
+    site: Site,
+    tmp: Path,
+    root: Path | None = None,
+    old: Mapping[str, str] | None = None,
+    made: Mapping[str, str] | None = None,
+) -> tuple[dict[str, bytes], dict[str, str]]:
+    """A report page per available stream, made by ``observe.report.write.write_report``, and each page's key.
+
+    A page the site in ``root`` already holds, made from the same key (``made``, the manifest's ``reports``)
+    and still the bytes the manifest lists (``old``), is kept as it is, not made again: making a report reads
+    the whole stream and is most of a site's cost (issue 36)."""
     from observe.report.write import write_report
 
     pages: dict[str, bytes] = {}
+    keys: dict[str, str] = {}
+    code = _report_code()
     runs = site.runs_by_id
     for s in site.streams:
         if s.local is None or s.facts is None:
@@ -645,17 +678,36 @@ def _write_reports(site: Site, tmp: Path) -> dict[str, bytes]:
         run = runs.get(s.run_id)
         # Named by the id the verified stream holds (the row's may have been edited to anything).
         page = f"streams/{_safe(s.facts.stream_id)}.html"
-        out = tmp / f"report-{s.evidence_id}.html"
         back = (f"../{run.page}", f"run {run.id}") if run else ("../index.html", "the tracker")
+        key = _report_key(s.facts.file_digest, s.local.name, back, code)
+        kept = _kept_page(root, page, old, made, key)
+        if kept is not None:
+            pages[page], keys[page] = kept, key
+            s.page = page
+            continue
+        out = tmp / f"report-{s.evidence_id}.html"
         facts = write_report(s.local, out, back_link=back)
         data = out.read_bytes()
         out.unlink()
         if facts.stream_id != s.facts.stream_id:  # pragma: no cover - derive() read the same bytes
             s.report_note = f"no report page: the report read stream {facts.stream_id}"
             continue
-        pages[page] = data
+        pages[page], keys[page] = data, key
         s.page = page
-    return pages
+    return pages, keys
+
+
+def _kept_page(
+    root: Path | None, page: str, old: Mapping[str, str] | None, made: Mapping[str, str] | None, key: str
+) -> bytes | None:
+    """The bytes of ``page`` as the site holds them, when made from ``key`` and unchanged since; else None."""
+    if root is None or old is None or made is None or made.get(page) != key or page not in old:
+        return None
+    path = _inside(root, page)
+    if path is None or not path.is_file():
+        return None
+    data = path.read_bytes()
+    return data if _sha256(data) == old[page] else None
 
 
 # -- writing the folder ------------------------------------------------------------------------------
@@ -732,14 +784,27 @@ def write_site(conn: Connection, directory: str | os.PathLike[str]) -> SiteResul
     """Write (or bring up to date) the tracker's site in ``directory``; see the module's docstring."""
     root = Path(directory)
     old = _read_manifest(root)
+    made = _read_made(root) if old else {}
     with tempfile.TemporaryDirectory(prefix="alpha-site-") as tmp:
         site = build_site(conn, Path(tmp))
-        reports = _write_reports(site, Path(tmp))
+        reports, keys = _write_reports(site, Path(tmp), root, old, made)
         pages = _render(site) | reports
-    return _commit(root, site, pages, old)
+    return _commit(root, site, pages, old, keys)
 
 
-def _commit(root: Path, site: Site, pages: dict[str, bytes], old: dict[str, str]) -> SiteResult:
+def _read_made(root: Path) -> dict[str, str]:
+    """The manifest's ``reports``: each report page's key (what it was made from); none when it has none."""
+    try:
+        data = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    reports = data.get("reports") if isinstance(data, dict) else None
+    return {str(k): str(v) for k, v in reports.items()} if isinstance(reports, dict) else {}
+
+
+def _commit(
+    root: Path, site: Site, pages: dict[str, bytes], old: dict[str, str], keys: Mapping[str, str] | None = None
+) -> SiteResult:
     # Nothing is written over a file the site did not write.
     for rel in sorted(pages):
         path = root / rel
@@ -773,7 +838,9 @@ def _commit(root: Path, site: Site, pages: dict[str, bytes], old: dict[str, str]
                 gone.parent.rmdir()
     # A page edited by hand since is no longer the site's: it leaves the manifest, and stays.
     files = {rel: _sha256(data) for rel, data in sorted(pages.items())}
-    manifest = {"generator": GENERATOR, "format": MANIFEST_FORMAT, "files": dict(sorted(files.items()))}
+    manifest: dict[str, Any] = {"generator": GENERATOR, "format": MANIFEST_FORMAT, "files": dict(sorted(files.items()))}
+    if keys:
+        manifest["reports"] = {rel: keys[rel] for rel in sorted(keys) if rel in files}
     text = (json.dumps(manifest, indent=1, sort_keys=False) + "\n").encode()
     mpath = root / MANIFEST
     if not mpath.is_file() or mpath.read_bytes() != text:

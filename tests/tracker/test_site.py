@@ -228,6 +228,42 @@ class TestFiles:
             if path != out / "index.html":
                 assert (data, mtime) == (path.read_bytes(), path.stat().st_mtime_ns), path
 
+    def test_a_report_is_made_again_only_when_what_it_is_made_from_changed(
+        self, built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Issue 36: a rebuild makes a report page only for a stream new to the site, a page edited since,
+        or one whose key (stream digest, name, link back, report code) the manifest does not hold."""
+        import observe.report.write as report_write
+
+        made: list[str] = []
+        real = report_write.write_report
+
+        def counted(stream: Any, out: Any, **kw: Any) -> Any:
+            made.append(Path(stream).name)
+            return real(stream, out, **kw)
+
+        monkeypatch.setattr(report_write, "write_report", counted)
+        out = tmp_path / "site"
+        first = write_site(built.conn, out)
+        reports = sorted(f for f in first.files if f.startswith("streams/"))
+        assert len(made) == len(reports) >= 2
+        made.clear()
+        run = records.start_run(built.conn, lane="distributed-device")
+        sealed_stream(tmp_path / "new.aos")
+        attach(built.conn, tmp_path / "new.aos", run)
+        write_site(built.conn, out)
+        assert ["new.aos"] == made
+        made.clear()
+        edited, rekeyed = reports[0], reports[1]
+        (out / edited).write_text("edited by hand", encoding="utf-8")
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+        manifest["reports"][rekeyed] = "0" * 64  # made by other code
+        (out / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+        third = write_site(built.conn, out)
+        assert 2 == len(made)
+        assert (edited in third.written, rekeyed in third.unchanged) == (True, True)  # made again: the same bytes
+        assert "edited by hand" not in (out / edited).read_text(encoding="utf-8")
+
     def test_pages_and_idempotence(self, built: Built, tmp_path: Path) -> None:
         """Index, a page per run; regenerating writes nothing and gives the same bytes."""
         out = tmp_path / "site"
