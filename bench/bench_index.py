@@ -67,7 +67,7 @@ def build(store: Path, n: int, rng: random.Random) -> None:
 
 
 def timed(*args: str, memo: str | None = None) -> tuple[float, dict[str, object]]:
-    env = dict(os.environ, ALPHA_INDEX_CACHE=memo) if memo is not None else None
+    env = dict(os.environ, ALPHA_CACHE=memo) if memo is not None else None
     start = time.perf_counter()
     done = subprocess.run(
         [ALPHA, "observe", "query", *args, "--json"], capture_output=True, text=True, check=False, env=env
@@ -88,7 +88,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bench-index-") as tmp:
             store = Path(tmp) / "store"
             memo = Path(tmp) / "memo"  # the pusher's memo of checked rows (observe.query.checked)
-            os.environ["ALPHA_INDEX_CACHE"] = str(memo)
+            os.environ["ALPHA_CACHE"] = str(memo)
             start = time.perf_counter()
             build(store, n, random.Random(n))
             files = sum(1 for _ in (store / "index").rglob("*.parquet"))

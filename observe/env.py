@@ -89,15 +89,16 @@ class AttestVars:
 
 
 class StoreVars:
-    """Read by ``push``, ``fetch``, the S3 store and ``query --store``."""
+    """Read by ``push``, ``fetch``, the S3 store, ``query --store`` and ``tracker site``."""
 
     #: The default ``--store``.
     STORE = "ALPHA_STORE"
     #: The AWS SDK's variables (endpoint, credentials, region) all start so.
     AWS_PREFIX = "AWS_"
-    #: Where ``query --store`` keeps the index rows this user has checked (observe.query.checked).
-    INDEX_CACHE = "ALPHA_INDEX_CACHE"
-    #: The user's cache folder (the memo's default is under it).
+    #: The tool's cache folder (observe.util.cache): the memos of the index rows ``query --store`` checked
+    #: and of the streams ``tracker site`` verified.
+    CACHE = "ALPHA_CACHE"
+    #: The user's cache folder (the tool's is under it by default).
     XDG_CACHE_HOME = "XDG_CACHE_HOME"
 
 

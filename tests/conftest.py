@@ -90,7 +90,7 @@ def _outside_any_recording(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: py
     for name in [k for k in os.environ if foreign(k)]:
         monkeypatch.delenv(name)
     # the memo of checked index rows (observe.query.checked) lies in the test's own folder, never ~/.cache
-    monkeypatch.setenv("ALPHA_INDEX_CACHE", str(tmp_path_factory.getbasetemp() / "index-checked"))
+    monkeypatch.setenv("ALPHA_CACHE", str(tmp_path_factory.getbasetemp() / "alpha-cache"))
 
 
 # -- the CLI in this process --------------------------------------------------------------------

@@ -471,11 +471,92 @@ _EVIDENCE = (
 )
 
 
-def build_site(conn: Connection, fetch_dir: Path) -> Site:
-    """Read the tracker and every attached stream (store copies land in ``fetch_dir``)."""
+# -- the memo of streams checked: a local file unchanged since this user's last build is not read again --
+
+
+def _memo_path(root: Path) -> Path:
+    """This user's memo of the streams the site in ``root`` verified (``observe.util.cache``)."""
+    from observe.util.cache import cache_folder
+
+    return cache_folder("site-checked") / f"{hashlib.sha256(os.fsencode(os.path.abspath(root))).hexdigest()[:32]}.json"
+
+
+def _derive_code() -> str:
+    """A digest of the code that derives a stream's view (this module, ``tracker.streams``, ``aos``'s verifier):
+    a view derived by other code is derived again."""
+    import aos.verify
+    import tracker.streams
+
+    h = hashlib.sha256()
+    for module in (__file__, tracker.streams.__file__, aos.verify.__file__):
+        h.update(Path(str(module)).read_bytes())
+    return h.hexdigest()
+
+
+def _view_key(row: dict[str, Any], keys: Mapping[str, Verifier], code: str) -> str | None:
+    """What a local stream's view is derived from: its evidence row, its file's identity (device, inode, size,
+    modification and change time: a write, rename or chmod changes the last), the trusted keys and the code.
+    None for a stream kept in a store (fetched on every build)."""
+    if row["url"]:
+        return None
+    try:
+        st = os.stat(str(row["path"]))
+    except OSError:
+        return None
+    identity = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    fields = [[k, str(row[k])] for k in sorted(row)]
+    return _sha256(json.dumps([fields, identity, sorted(keys), code]).encode())
+
+
+def _memo_entry(view: StreamView) -> dict[str, Any] | None:
+    """A verified view as the memo keeps it (a view without facts is derived again on every build)."""
+    if view.facts is None:
+        return None
+    facts = {f.name: getattr(view.facts, f.name) for f in dataclasses.fields(view.facts) if f.name != "verification"}
+    facts["path"] = str(facts["path"])
+    return {
+        "state": view.state,
+        "detail": view.detail,
+        "facts": facts,
+        "differ": view.differ,
+        "gpus": [dataclasses.asdict(g) for g in view.gpus],
+        "observers": view.observers,
+        "artifacts": [dataclasses.asdict(a) for a in view.artifacts],
+    }
+
+
+def _restore(view: StreamView, entry: Any) -> bool:
+    """Fill ``view`` from a memo entry; False (``view`` untouched) when the entry is not one."""
+    from tracker.streams import StreamFacts
+
+    try:
+        facts = dict(entry["facts"])
+        facts["path"] = Path(facts["path"])
+        facts["devices"] = tuple(facts["devices"])
+        facts["serials"] = tuple(tuple(s) for s in facts["serials"])
+        restored = StreamFacts(**facts)
+        gpus = [Gpu(**g) for g in entry["gpus"]]
+        artifacts = [Artifact(**a) for a in entry["artifacts"]]
+        state, detail = str(entry["state"]), str(entry["detail"])
+        differ, observers = [str(d) for d in entry["differ"]], [str(o) for o in entry["observers"]]
+    except (KeyError, TypeError, ValueError):
+        return False
+    view.state, view.detail, view.facts, view.differ = state, detail, restored, differ
+    view.gpus, view.observers, view.artifacts = gpus, observers, artifacts
+    view.local = restored.path
+    return True
+
+
+def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = None) -> Site:
+    """Read the tracker and every attached stream (store copies land in ``fetch_dir``).
+
+    With ``memo`` (key -> view, ``_view_key``), a local stream whose key it holds is not read again; the
+    entries of this build replace its contents."""
     from tracker.attach import trusted_keys
 
     keys = trusted_keys(conn)
+    code = _derive_code() if memo is not None else ""
+    fresh: dict[str, Any] = {}
     streams: list[StreamView] = []
     for r in conn.execute(_EVIDENCE).fetchall():
         row = dict(r)
@@ -486,10 +567,22 @@ def build_site(conn: Connection, fetch_dir: Path) -> Site:
             location=_redact(str(row["url"] or row["path"])),
             row=row,
         )
+        key = _view_key(row, keys, code) if memo is not None else None
+        kept = memo.get(key) if memo is not None and key is not None else None
+        if key is not None and kept is not None and _restore(view, kept):
+            fresh[key] = kept
+            streams.append(view)
+            continue
         path = _locate(view, fetch_dir)
         if path is not None:
             _check(view, path, keys)
+        entry = _memo_entry(view) if key is not None else None
+        if key is not None and entry is not None:
+            fresh[key] = entry
         streams.append(view)
+    if memo is not None:
+        memo.clear()
+        memo.update(fresh)
 
     runs: list[Run] = []
     for r in conn.execute(
@@ -785,11 +878,22 @@ def write_site(conn: Connection, directory: str | os.PathLike[str]) -> SiteResul
     root = Path(directory)
     old = _read_manifest(root)
     made = _read_made(root) if old else {}
+    memo_path = _memo_path(root)
+    memo: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError, RecursionError):
+        got = json.loads(memo_path.read_bytes())
+        memo = got if isinstance(got, dict) else {}
+    before = json.dumps(memo, sort_keys=True)
     with tempfile.TemporaryDirectory(prefix="alpha-site-") as tmp:
-        site = build_site(conn, Path(tmp))
+        site = build_site(conn, Path(tmp), memo)
         reports, keys = _write_reports(site, Path(tmp), root, old, made)
         pages = _render(site) | reports
-    return _commit(root, site, pages, old, keys)
+    result = _commit(root, site, pages, old, keys)
+    if json.dumps(memo, sort_keys=True) != before:
+        with contextlib.suppress(OSError, ValueError):  # a memo that cannot be written: the next build reads all
+            memo_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            replace_file(memo_path, json.dumps(memo, separators=(",", ":")).encode(), mode=0o600)
+    return result
 
 
 def _read_made(root: Path) -> dict[str, str]:

@@ -13,9 +13,9 @@ device, inode, size, modification and change time. Any write, rename or
 process can set back; an edited row has another fingerprint. Either misses
 the memo, and the row is checked again.
 
-The memo is the user's, not the store's: ``$ALPHA_INDEX_CACHE``, else
-``$XDG_CACHE_HOME/alpha-observe/index-checked``, else
-``~/.cache/alpha-observe/index-checked``; one JSON file per store (named by
+The memo is the user's, not the store's: ``index-checked`` in the tool's
+cache folder (``observe.util.cache``: ``$ALPHA_CACHE``, else
+``$XDG_CACHE_HOME/alpha-observe``, else ``~/.cache/alpha-observe``); one JSON file per store (named by
 the BLAKE3 of its absolute path), replaced whole; an entry holds what the
 tail sealed (verdict, seal time, the length and digest of the bytes before
 the seal, which the events scan checks). Whoever can write there can
@@ -32,8 +32,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from observe.env import StoreVars
 
 __all__ = ["FINGERPRINTED", "Memo", "Sealed", "fingerprint", "memo_folder"]
 
@@ -59,12 +57,10 @@ FINGERPRINTED: tuple[str, ...] = (
 
 
 def memo_folder() -> Path:
-    """Where the memos lie (see the module docstring)."""
-    given = os.environ.get(StoreVars.INDEX_CACHE)
-    if given:
-        return Path(given)
-    base = os.environ.get(StoreVars.XDG_CACHE_HOME) or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "alpha-observe" / "index-checked"
+    """Where the memos lie: ``index-checked`` in the tool's cache folder (``observe.util.cache``)."""
+    from observe.util.cache import cache_folder
+
+    return cache_folder("index-checked")
 
 
 def fingerprint(row: dict[str, Any], st: os.stat_result, key_id: str | None) -> str:

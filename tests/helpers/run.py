@@ -32,7 +32,7 @@ FOREIGN_PREFIXES = ("ALPHA_", "AOS_", "GITHUB_", "GITLAB_", "CI_", "BUILDKITE", 
 FOREIGN_NAMES = frozenset({"CI", "GITLAB_CI", "NO_COLOR", "FORCE_COLOR"})
 #: The tool's variables the suite sets for every test and its children: the memo of checked index rows
 #: (tests/conftest.py puts it in the session's temporary folder).
-KEPT_NAMES = frozenset({"ALPHA_INDEX_CACHE"})
+KEPT_NAMES = frozenset({"ALPHA_CACHE"})
 
 
 def foreign(name: str) -> bool:

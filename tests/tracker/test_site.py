@@ -264,6 +264,44 @@ class TestFiles:
         assert (edited in third.written, rekeyed in third.unchanged) == (True, True)  # made again: the same bytes
         assert "edited by hand" not in (out / edited).read_text(encoding="utf-8")
 
+    def test_a_stream_unchanged_since_the_last_build_is_not_read_again(
+        self, built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Issue 36: this user's memo of the streams the site verified (in the user's cache, keyed by the
+        evidence row and the file's identity): a rebuild derives no unchanged local stream again, the same
+        pages; a file touched (chmod: its change time) or replaced is derived again, and a damaged one says so."""
+        import tracker.streams
+
+        derived: list[str] = []
+        real = tracker.streams.derive
+
+        def counted(path: Any, *args: Any, **kw: Any) -> Any:
+            derived.append(Path(path).name)
+            return real(path, *args, **kw)
+
+        monkeypatch.setattr(tracker.streams, "derive", counted)
+        out = tmp_path / "site"
+        first = write_site(built.conn, out)
+        pages = {p: p.read_bytes() for p in sorted(out.rglob("*.html"))}
+        local = [s for s in first.site.streams if s.facts is not None and not s.row["url"]]
+        assert len(local) >= 2
+        assert len(derived) >= len(local)
+        derived.clear()
+        second = write_site(built.conn, out)
+        assert [] == derived
+        assert ([], pages) == (second.written, {p: p.read_bytes() for p in sorted(out.rglob("*.html"))})
+        assert [(s.stream_id, s.state) for s in first.site.streams] == [
+            (s.stream_id, s.state) for s in second.site.streams
+        ]
+        touched, damaged = Path(local[0].row["path"]), Path(local[1].row["path"])
+        touched.chmod(0o600)
+        damaged.chmod(0o644)
+        flip_byte(damaged)
+        third = write_site(built.conn, out)
+        assert [touched.name] == derived  # the damaged one is found by its digest, before any verification
+        (view,) = [s for s in third.site.streams if s.evidence_id == local[1].evidence_id]
+        assert "damaged" == view.state
+
     def test_pages_and_idempotence(self, built: Built, tmp_path: Path) -> None:
         """Index, a page per run; regenerating writes nothing and gives the same bytes."""
         out = tmp_path / "site"

@@ -390,7 +390,7 @@ class TestMemo:
 
     def test_another_users_machine_checks_every_tail(self, store: Path, tmp_path: Path, monkeypatch: Any) -> None:
         """No memo (another machine): every row checked against its tail, none verified again, the same answer."""
-        monkeypatch.setenv("ALPHA_INDEX_CACHE", str(tmp_path / "elsewhere"))
+        monkeypatch.setenv("ALPHA_CACHE", str(tmp_path / "elsewhere"))
         for sql in TABLES.values():
             r = run_index_query(sql, str(store))
             assert ([], []) == (r.reverified, r.mismatched)
