@@ -22,10 +22,11 @@ Policy forbids scripts and remote loads on the tracker's own pages).
 
 Regenerating is idempotent: no clock, stable order, a file rewritten only when
 its bytes change. ``alpha-site.json`` lists every file the site wrote (with
-its SHA-256) and, for each stream's report page, what it was made from (the
-stream's BLAKE3 and file name, its link back, a digest of the report code): a report page
-made from the same and unchanged since is kept, not made again (making it
-reads the whole stream; it is most of a build's cost). Pages that no longer
+its SHA-256) and, for each report and run page, what it was made from (a
+report: the stream's BLAKE3 and file name, its link back, a digest of the
+report code; a run page: the run, its streams' views, its item's anchor, a
+digest of this module and its templates): a page made from the same and
+unchanged since is kept, not made again (a report reads the whole stream). Pages that no longer
 belong are removed, never a file it did not write. A folder that is not empty and not such a site is refused
 (``tracker-site-dir``).
 """
@@ -717,16 +718,43 @@ def _safe_url(url: object) -> str | None:
     return url if isinstance(url, str) and re.match(r"https?://[^\s\"'<>]+$", url) else None
 
 
-def _render(site: Site) -> dict[str, bytes]:
+def _templates_code() -> str:
+    """A digest of this module and its templates: a page rendered by other code is rendered again."""
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    for f in sorted((Path(__file__).parent / "templates").glob("*")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _run_key(run: Run, site: Site, code: str) -> str:
+    """What a run's page is rendered from: the run and its streams' views (not where a stream's copy lies
+    this build), the anchor of its item, the code."""
+    model = dataclasses.asdict(run)
+    for view in model["streams"]:
+        view.pop("local", None)
+    item = site.items.get(run.item) if run.item else None
+    return _sha256(json.dumps([model, item.anchor if item else None, code], default=str).encode())
+
+
+def _render(
+    site: Site, root: Path | None = None, old: Mapping[str, str] | None = None, made: Mapping[str, str] | None = None
+) -> tuple[dict[str, bytes], dict[str, str]]:
+    """The index and a page per run, and each run page's key; a run page the site in ``root`` holds, rendered
+    from the same key and unchanged since (``_kept_page``), is kept as it is, not rendered again."""
     env = _environment()
     css = (Path(__file__).parent / "templates" / "site.css").read_text(encoding="utf-8")
     pages: dict[str, bytes] = {}
+    keys: dict[str, str] = {}
+    code = _templates_code()
     common = {"site": site, "css": css}
     pages["index.html"] = env.get_template("site_index.html.j2").render(root="", **common).encode()
     for run in site.runs:
-        html = env.get_template("site_run.html.j2").render(root="../", run=run, **common)
-        pages[run.page] = html.encode()
-    return pages
+        key = _run_key(run, site, code)
+        kept = _kept_page(root, run.page, old, made, key)
+        if kept is None:
+            kept = env.get_template("site_run.html.j2").render(root="../", run=run, **common).encode()
+        pages[run.page], keys[run.page] = kept, key
+    return pages, keys
 
 
 def _report_code() -> str:
@@ -756,7 +784,7 @@ def _write_reports(
 ) -> tuple[dict[str, bytes], dict[str, str]]:
     """A report page per available stream, made by ``observe.report.write.write_report``, and each page's key.
 
-    A page the site in ``root`` already holds, made from the same key (``made``, the manifest's ``reports``)
+    A page the site in ``root`` already holds, made from the same key (``made``, the manifest's ``made``)
     and still the bytes the manifest lists (``old``), is kept as it is, not made again: making a report reads
     the whole stream and is most of a site's cost (issue 36)."""
     from observe.report.write import write_report
@@ -887,8 +915,9 @@ def write_site(conn: Connection, directory: str | os.PathLike[str]) -> SiteResul
     with tempfile.TemporaryDirectory(prefix="alpha-site-") as tmp:
         site = build_site(conn, Path(tmp), memo)
         reports, keys = _write_reports(site, Path(tmp), root, old, made)
-        pages = _render(site) | reports
-    result = _commit(root, site, pages, old, keys)
+        rendered, run_keys = _render(site, root, old, made)
+        pages = rendered | reports
+    result = _commit(root, site, pages, old, keys | run_keys)
     if json.dumps(memo, sort_keys=True) != before:
         with contextlib.suppress(OSError, ValueError):  # a memo that cannot be written: the next build reads all
             memo_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -897,13 +926,13 @@ def write_site(conn: Connection, directory: str | os.PathLike[str]) -> SiteResul
 
 
 def _read_made(root: Path) -> dict[str, str]:
-    """The manifest's ``reports``: each report page's key (what it was made from); none when it has none."""
+    """The manifest's ``made``: each report and run page's key (what it was made from); none when it has none."""
     try:
         data = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return {}
-    reports = data.get("reports") if isinstance(data, dict) else None
-    return {str(k): str(v) for k, v in reports.items()} if isinstance(reports, dict) else {}
+    made = data.get("made") if isinstance(data, dict) else None
+    return {str(k): str(v) for k, v in made.items()} if isinstance(made, dict) else {}
 
 
 def _commit(
@@ -944,7 +973,7 @@ def _commit(
     files = {rel: _sha256(data) for rel, data in sorted(pages.items())}
     manifest: dict[str, Any] = {"generator": GENERATOR, "format": MANIFEST_FORMAT, "files": dict(sorted(files.items()))}
     if keys:
-        manifest["reports"] = {rel: keys[rel] for rel in sorted(keys) if rel in files}
+        manifest["made"] = {rel: keys[rel] for rel in sorted(keys) if rel in files}
     text = (json.dumps(manifest, indent=1, sort_keys=False) + "\n").encode()
     mpath = root / MANIFEST
     if not mpath.is_file() or mpath.read_bytes() != text:

@@ -257,7 +257,7 @@ class TestFiles:
         edited, rekeyed = reports[0], reports[1]
         (out / edited).write_text("edited by hand", encoding="utf-8")
         manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-        manifest["reports"][rekeyed] = "0" * 64  # made by other code
+        manifest["made"][rekeyed] = "0" * 64  # made by other code
         (out / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
         third = write_site(built.conn, out)
         assert 2 == len(made)
