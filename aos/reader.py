@@ -275,13 +275,15 @@ class StreamFile:
 
     # -- batches ---------------------------------------------------------------------
 
-    def batches(self, *, release: bool = True) -> Generator[RawBatch, None, None]:
+    def batches(self, *, release: bool = True, start: int | None = None) -> Generator[RawBatch, None, None]:
         """Each complete batch in order; stops at the end or at the first damage.
 
         With ``release=False`` the mapped pages of the batches read are not given back here: the caller
         does it (:meth:`release`) when it is done with their bytes (``aos.ahead``: this runs a batch ahead).
+        With ``start`` the walk begins at that byte (a batch's first byte, from elsewhere: a byte that
+        begins no message is damage like any other) instead of after the schema.
         """
-        pos = self.schema_end
+        pos = self.schema_end if start is None else max(start, self.schema_end)
         size = self.size
         while pos < size:
             rest = size - pos

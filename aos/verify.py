@@ -55,7 +55,7 @@ from aos.refusals import (
 from aos.resources import machine_error
 from aos.signing import Verifier
 
-__all__ = ["Verification", "require_verdict", "verify_stream"]
+__all__ = ["SealedTail", "Verification", "require_verdict", "verify_stream", "verify_tail"]
 
 
 @dataclass
@@ -213,6 +213,112 @@ def verify_stream(
             checkpoints=checkpoints,
             file_blake3=whole.hexdigest(),
             kinds=kinds,
+        )
+
+
+@dataclass
+class SealedTail:
+    """What the end of a sealed stream commits to, checked from a chain head given for its first batch.
+
+    ``verify_tail`` reads only the batches from ``start`` to the seal: every
+    event there chains from ``head_before`` to the seal, the seal names that
+    chain and its own byte offset, nothing but the end-of-stream marker follows
+    it, and with a key the seal (and each checkpoint there) is signed by it.
+    What it does not read (the bytes before ``start``) it does not check: the
+    seal's ``file_blake3`` is taken as stated (signed, with a key). ``head`` is
+    the seal event's own hash, as ``Verification.head``.
+    """
+
+    path: Path
+    stream_id: str
+    events: int
+    head: str
+    seal: dict[str, Any]
+    seal_wall_ns: int
+    seal_at: int
+    signed: bool
+    key_id: str | None
+    signature_checked: bool
+    verdicts: list[Event]
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def verify_tail(
+    path: str | os.PathLike[str], start: int, head_before: str, public_key: Verifier | None = None
+) -> SealedTail:
+    """Verify a sealed stream's last batches, from the batch at byte ``start`` whose first event follows
+    the chain head ``head_before`` (hex); raise the first ``Refusal`` found (those of ``verify_stream``)."""
+    if not isinstance(head_before, str) or not _HEX64.fullmatch(head_before):
+        raise StreamChain(f"the head before byte {start} is not 64 lowercase hex digits")
+    prev = bytes.fromhex(head_before)
+    with StreamFile(path) as f:
+        sid = f.stream_id
+        if not f.schema_end <= start < f.size:
+            raise StreamChain(f"byte {start} is not inside the stream's batches (they are {f.schema_end}..{f.size})")
+        expected: int | None = None
+        seal: Event | None = None
+        seal_at = seal_end = 0
+        verdicts: list[Event] = []
+        for raw in f.batches(start=start):
+            if seal is not None:
+                raise StreamSeal(f"a batch follows the seal (at byte {raw.start})", last_seq=seal.seq)
+            rows = batch_rows(raw.batch)
+            for i, (seq, wall_ns, mono_ns, kind, step, attrs_json, chunk, stored) in enumerate(rows):
+                if expected is not None and seq != expected:
+                    raise StreamOrder(f"seq {seq} where {expected} was expected (batch at byte {raw.start})")
+                h = link(prev, seq, wall_ns, mono_ns, kind, step, attrs_json, chunk)  # type: ignore[arg-type]
+                if h != stored:
+                    raise StreamChain(
+                        f"the hash of seq {seq} does not follow from the head before it", first_bad_seq=seq
+                    )
+                expected = seq + 1
+                if kind not in (CHECKPOINT, VERDICT, SEAL):
+                    prev = h
+                    continue
+                try:
+                    attrs = parse_canonical(attrs_json)
+                except ValueError as exc:
+                    raise StreamSchema(f"seq {seq} ({kind}): {exc}", first_bad_seq=seq) from exc
+                ev = Event(seq, wall_ns, mono_ns, kind, step, attrs_json, None, stored, _attrs=attrs)
+                if kind == CHECKPOINT:
+                    _check_checkpoint(ev, sid, prev, public_key)
+                elif kind == VERDICT:
+                    verdicts.append(ev)
+                else:
+                    if i != len(rows) - 1 or len(rows) != 1:
+                        raise StreamSeal(f"the seal (seq {seq}) does not stand alone in the last batch")
+                    stated = attrs.get("file_blake3")
+                    if not isinstance(stated, str) or not _HEX64.fullmatch(stated):
+                        raise StreamSeal(f"the seal (seq {seq}) names no file digest of 64 hex digits")
+                    _check_seal(ev, sid, prev, raw.start, bytes.fromhex(stated), public_key)
+                    seal, seal_at, seal_end = ev, raw.start, raw.end
+                prev = h
+        if seal is None:
+            if f.damage is not None:
+                raise f.damage
+            raise StreamUnsealed(f"no seal after byte {start}")
+        tail = bytes(f.view[seal_end:])
+        if f.damage is not None and tail and len(tail) < 8 and EOS.startswith(tail):
+            raise StreamTruncated(f"the end-of-stream marker after the seal is cut short ({len(tail)} of 8 bytes)")
+        if f.damage is not None:
+            raise StreamSeal(f"bytes follow the seal: {f.damage.detail}")
+        if f.size - seal_end not in (0, 8):
+            raise StreamSeal(f"{f.size - seal_end} bytes follow the seal")
+        a = seal.attrs
+        return SealedTail(
+            path=f.path,
+            stream_id=sid,
+            events=seal.seq + 1,
+            head=seal.hash.hex(),
+            seal=a,
+            seal_wall_ns=seal.wall_ns,
+            seal_at=seal_at,
+            signed="signature" in a,
+            key_id=public_key.key_id if public_key is not None else a.get("key_id"),
+            signature_checked=public_key is not None,
+            verdicts=verdicts,
         )
 
 

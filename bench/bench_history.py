@@ -3,7 +3,7 @@ evaluation, each as a ratio to ``alpha tracker status`` measured in the same run
 
     python bench/bench_history.py                   # 1,000 and 10,000 runs (SQLite), 100,000 extrapolated
     python bench/bench_history.py --sizes 500,2000  # a quick look
-    python bench/bench_history.py --site            # also time `alpha tracker site` (slow: every page)
+    python bench/bench_history.py --site            # also `alpha tracker site`: first, again, one run added
     python bench/bench_history.py --events 1000000  # the gate's stream (default 1,000,000 events)
 
 For each size, a fresh SQLite tracker gets N runs, one small sealed stream attached to each (as
@@ -125,12 +125,35 @@ def history_tracker_rows(n: int, site: bool) -> dict[str, tuple[float, int]]:
         }
         if site:
             commands["site"] = ["site", str(folder / "site")]
+        if site:
+            commands["site again (nothing changed)"] = ["site", str(folder / "site")]
         for name, args in commands.items():
             wall, mb, rc = history_measure([*HISTORY_ALPHA, "tracker", "--db", db, *args])
             if rc != 0:
                 print(f"  {n} runs: `{' '.join(args)}` exited {rc}", file=sys.stderr)
             out[name] = (wall, mb)
+        if site:  # one more run, with its stream, then the site again: what an added run costs
+            history_add_run(db, folder / "more")
+            wall, mb, _ = history_measure([*HISTORY_ALPHA, "tracker", "--db", db, "site", str(folder / "site")])
+            out["site, one run added"] = (wall, mb)
     return out
+
+
+def history_add_run(db: str, folder: Path) -> None:
+    """One more completed run in the tracker at ``db``, with one stream attached."""
+    from tracker import records
+    from tracker.attach import attach
+    from tracker.db import connect
+
+    folder.mkdir()
+    (path,) = make_streams(folder, 1)
+    conn = connect(db)
+    try:
+        run = records.start_run(conn, lane="distributed-device", environ={})
+        attach(conn, path, run)
+        records.finish_run(conn, run, "completed")
+    finally:
+        conn.close()
 
 
 def history_gate_rows(events: int) -> dict[str, tuple[float, int]]:
@@ -164,11 +187,11 @@ def main() -> int:
     sizes = sorted(int(s) for s in args.sizes.split(","))
     measured = {n: history_tracker_rows(n, args.site) for n in sizes}
     gate = history_gate_rows(args.events)
-    print(f"{'runs':>8}  {'command':<26} {'seconds':>9} {'x status':>9} {'peak MB':>8}")
+    print(f"{'runs':>8}  {'command':<30} {'seconds':>9} {'x status':>9} {'peak MB':>8}")
     for n, rows in measured.items():
         base = rows["status"][0]
         for name, (wall, mb) in rows.items():
-            print(f"{n:>8}  {name:<26} {wall:>9.2f} {wall / base:>9.1f} {mb:>8}")
+            print(f"{n:>8}  {name:<30} {wall:>9.2f} {wall / base:>9.1f} {mb:>8}")
     rows_out: list[str] = []
     if len(sizes) >= 2:
         a, b = sizes[-2], sizes[-1]
@@ -178,7 +201,7 @@ def main() -> int:
             # A cost that fell from a to b (noise on a flat one: start-up) is held flat, never extrapolated down.
             wall = wb + max(0.0, wb - wa) * (target - b) / (b - a)
             rss = mb_ + max(0, mb_ - ma) * (target - b) / (b - a)
-            print(f"{target:>8}  {name:<26} {wall:>9.2f} {'':>9} {rss:>8.0f}   (extrapolated from {a} and {b})")
+            print(f"{target:>8}  {name:<30} {wall:>9.2f} {'':>9} {rss:>8.0f}   (extrapolated from {a} and {b})")
             if name == "audit":
                 rows_out.append(
                     row(

@@ -102,12 +102,17 @@ class AttestVars:
 
 
 class StoreVars:
-    """Read by ``push``, ``fetch`` and the S3 store."""
+    """Read by ``push``, ``fetch``, the S3 store, ``query --store`` and ``tracker site``."""
 
     #: The default ``--store``.
     STORE = "ALPHA_STORE"
     #: The AWS SDK's variables (endpoint, credentials, region) all start so.
     AWS_PREFIX = "AWS_"
+    #: The tool's cache folder (observe.util.cache): the memos of the index rows ``query --store`` checked
+    #: and of the streams ``tracker site`` verified.
+    CACHE = "ALPHA_CACHE"
+    #: The user's cache folder (the tool's is under it by default).
+    XDG_CACHE_HOME = "XDG_CACHE_HOME"
 
 
 class TrackerVars:

@@ -19,6 +19,7 @@ __all__ = [
     "AttestPolicy",
     "AttestSubject",
     "IndexDamaged",
+    "IndexRow",
     "KeyExists",
     "KeyWrite",
     "NodesConfig",
@@ -138,6 +139,12 @@ class IndexDamaged(Refusal):
     """A file of the evidence index is not that index version's Parquet (damaged, or written by another tool)."""
 
     name = "index-damaged"
+
+
+class IndexRow(Refusal):
+    """An evidence index row does not state what its stream seals (its verdict, gate, id, head or signer)."""
+
+    name = "index-row"
 
 
 class StoreUnreachable(Refusal):

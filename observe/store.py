@@ -400,9 +400,11 @@ def push(
     finally:
         os.close(fd)
     if index:
-        from observe.store_index import describe, write_entries
+        from observe.store_index import describe, remember, write_entries
 
-        write_entries(store, [describe(path, v, url=store.url(name), entered_by="push")])
+        entry = describe(path, v, url=store.url(name), entered_by="push")
+        write_entries(store, [entry])
+        remember(store, [(entry, v)])
     return store.url(name)
 
 

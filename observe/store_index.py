@@ -5,8 +5,8 @@ verified is written as an index row beside the streams, so readers trust the
 row and re-verify only a file that no longer matches it (docs/FORMAT.md
 section 8 is the layout and every column):
 
-    STORE/index/v1/streams/day=YYYY-MM-DD/<indexed ns>-<random>.parquet
-    STORE/index/v1/checks/day=YYYY-MM-DD/<same name>.parquet
+    STORE/index/v2/streams/day=YYYY-MM-DD/<indexed ns>-<random>.parquet
+    STORE/index/v2/checks/day=YYYY-MM-DD/<same name>.parquet
 
 ``day`` is the UTC day of the stream's first event (Hive partitioning: DuckDB,
 DataFusion, Spark, Trino and Athena read it as a column). Every append writes
@@ -17,9 +17,18 @@ push and readers keep one per file digest (the latest). A day of more than
 ``COMPACT_AT`` files is compacted after an append: its rows merged into one
 new file, and only then the files merged removed, so readers read few files.
 
+A row is not signed: whoever writes the store can edit it. So a reader trusts
+a row only after ``check_row``: the stream's tail (the batch holding the
+verdict, through the seal) is read and chained from the row's ``tail_head``
+to the seal whose hash is the row's ``head`` (and, with a key, whose
+signature is that key's), and the row's id, signer, verdict, gate, scope and
+checks must be the sealed ones (``index-row`` otherwise). docs/TRUST.md says
+what such a row establishes and what it does not.
+
 Refusals: ``stream-digest`` (the file changed after it was verified: nothing
 is indexed), ``index-damaged`` (an index file that is not this schema's
-Parquet), the store's own (``store-unreachable``).
+Parquet), ``index-row`` (a row that does not state what its stream seals),
+the store's own (``store-unreachable``).
 """
 
 from __future__ import annotations
@@ -35,30 +44,35 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aos import kinds
-from observe.refusals import IndexDamaged, StreamDigest
+from observe.refusals import IndexDamaged, IndexRow, StreamDigest
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from aos.verify import Verification
+    from aos.signing import Verifier
+    from aos.verify import SealedTail, Verification
 
 __all__ = [
     "CHECK_COLUMNS",
     "COMPACT_AT",
     "INDEX_VERSION",
     "STREAM_COLUMNS",
+    "Appender",
     "IndexEntry",
+    "check_row",
     "check_schema",
     "compact_day",
     "describe",
     "index_prefix",
     "read_index",
+    "read_streams",
+    "remember",
     "stream_schema",
     "write_entries",
 ]
 
 #: The index layout's version: in every file's path (``index/v<N>/``) and its Parquet metadata.
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 #: The Parquet key-value metadata key that holds ``INDEX_VERSION``.
 VERSION_KEY = b"aos.index.version"
 
@@ -71,6 +85,9 @@ STREAM_COLUMNS: tuple[str, ...] = (
     "file_size",
     "url",
     "head",
+    "tail_offset",
+    "tail_head",
+    "verdict_seq",
     "events",
     "signed",
     "key_id",
@@ -106,7 +123,7 @@ CHECK_COLUMNS: tuple[str, ...] = (
 
 
 def index_prefix(table: str) -> str:
-    """Where a table's files lie in a store: ``index/v1/streams`` or ``index/v1/checks``."""
+    """Where a table's files lie in a store: ``index/v2/streams`` or ``index/v2/checks``."""
     return f"index/v{INDEX_VERSION}/{table}"
 
 
@@ -123,6 +140,9 @@ def stream_schema() -> pa.Schema:
             ("file_size", pa.int64()),
             ("url", pa.string()),
             ("head", pa.string()),
+            ("tail_offset", pa.int64()),
+            ("tail_head", pa.string()),
+            ("verdict_seq", pa.int64()),
             ("events", pa.int64()),
             ("signed", pa.bool_()),
             ("key_id", pa.string()),
@@ -175,6 +195,10 @@ class IndexEntry:
 
     stream: dict[str, Any]
     checks: list[dict[str, Any]]
+    #: the seal's wall time, in ns (``last_time`` holds microseconds)
+    seal_wall_ns: int | None = None
+    #: the sealed verdict's attrs, when the row names one
+    verdict: dict[str, Any] | None = None
 
     @property
     def day(self) -> str:
@@ -226,13 +250,17 @@ def describe(path: str | os.PathLike[str], v: Verification, *, url: str, entered
     import pyarrow.compute as pc
     from blake3 import blake3
 
+    from aos.chain import genesis
     from aos.reader import StreamFile, batch_events
     from observe.query.tables import byte_text
 
     first: Any = None
     last_ns: int | None = None
     observed: list[dict[str, Any]] = []
+    # the tail a reader checks (aos.verify.verify_tail): the batch holding the verdict, or the seal's
+    tail_offset, tail_head = int(v.seal["bytes"]), str(v.seal["head"])
     with StreamFile(path) as f:
+        before = genesis(v.stream_id)
         size = len(f.view)
         got = blake3(f.view, max_threads=blake3.AUTO).hexdigest()
         if got != v.file_blake3:
@@ -244,6 +272,10 @@ def describe(path: str | os.PathLike[str], v: Verification, *, url: str, entered
             if first is None:
                 first = batch_events(batch.slice(0, 1))[0]
             last_ns = batch.column(1)[batch.num_rows - 1].as_py()
+            seqs = batch.column(0)
+            if v.verdict_seq is not None and seqs[0].as_py() <= v.verdict_seq <= seqs[batch.num_rows - 1].as_py():
+                tail_offset, tail_head = raw.start, before.hex()
+            before = batch.column(7)[batch.num_rows - 1].as_py()
             if v.kinds.get(kinds.DEVICE_OBSERVED):
                 picked = batch.filter(pc.equal(batch.column(3), pa.scalar(kinds.DEVICE_OBSERVED)))
                 observed.extend(e.attrs for e in batch_events(picked) if isinstance(e.attrs, dict))
@@ -260,6 +292,9 @@ def describe(path: str | os.PathLike[str], v: Verification, *, url: str, entered
         "file_size": size,
         "url": url,
         "head": v.head,
+        "tail_offset": tail_offset,
+        "tail_head": tail_head,
+        "verdict_seq": v.verdict_seq if verdict else None,
         "events": v.events,
         "signed": v.signed,
         "key_id": _text(v.key_id),
@@ -293,7 +328,30 @@ def describe(path: str | os.PathLike[str], v: Verification, *, url: str, entered
         }
         for c in checks
     ]
-    return IndexEntry(row, check_rows)
+    return IndexEntry(row, check_rows, last_ns, verdict or None)
+
+
+def remember(store: Any, verified: list[tuple[IndexEntry, Verification]]) -> None:
+    """Note in this user's memo (``observe.query.checked``) that each entry's row was checked: its stream was
+    just verified whole, so a query here need not read its tail. Only for a folder store holding the file."""
+    from observe.query.checked import Memo, Sealed, fingerprint
+
+    root = store.local_path("")
+    if root is None:
+        return
+    memo = Memo(root)
+    for entry, v in verified:
+        path = store.local_path(f"{entry.stream['file_blake3']}.aos")
+        if path is None or entry.seal_wall_ns is None:
+            continue
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        sealed = Sealed(entry.verdict, entry.seal_wall_ns, int(v.seal["bytes"]), str(v.seal["file_blake3"]))
+        for key_id in {None, v.key_id if v.signature_checked else None}:
+            memo.add(fingerprint(entry.stream, st, key_id), sealed)
+    memo.save()
 
 
 def _evidence(value: Any) -> list[int]:
@@ -485,6 +543,15 @@ def read_index(store: Any) -> tuple[pa.Table, pa.Table]:
     return streams.drop_columns(["_file"]), checks.drop_columns(["_file"])
 
 
+def read_streams(store: Any) -> pa.Table:
+    """The index's ``streams`` rows alone, one per file digest as ``read_index`` keeps them (no checks read)."""
+    import pyarrow as pa
+
+    streams = _read_table(store, "streams", stream_schema())
+    none = pa.table({"file_blake3": pa.array([], pa.string()), "_file": pa.array([], pa.string())})
+    return _latest(streams, none)[0].drop_columns(["_file"])
+
+
 def _latest(streams: pa.Table, checks: pa.Table) -> tuple[pa.Table, pa.Table]:
     """One row per file digest, the one of the file whose name sorts last (names begin with the time they
     were written), and only the checks of that file; both tables carry ``_file``."""
@@ -505,3 +572,69 @@ def _latest(streams: pa.Table, checks: pa.Table) -> tuple[pa.Table, pa.Table]:
         if digest in latest and latest[digest][0] == name
     ]
     return streams, checks.take(pa.array(keep, pa.int64()))
+
+
+# -- trusting a row: its stream's tail ------------------------------------------------------
+
+
+def check_row(path: str | os.PathLike[str], row: dict[str, Any], key: Verifier | None = None) -> SealedTail:
+    """The sealed tail of the stream at ``path``, checked to be what ``row`` (an index ``streams`` row) states.
+
+    ``aos.verify.verify_tail`` reads the stream from the row's ``tail_offset``
+    (only those bytes and the schema): every event there chains from
+    ``tail_head`` to the seal, whose hash must be the row's ``head`` (with
+    ``key``: the seal and the checkpoints there signed by it). Then the row's
+    ``stream_id``, ``events``, ``signed``, ``key_id`` and ``last_time`` must be
+    the seal's, and its ``verdict_seq``, ``gate``, ``verdict``, ``scope``,
+    ``checks`` and ``checks_failed`` those of the one verdict event in the tail
+    (none when the row names none): else ``index-row``, naming the first
+    column that differs. A tail that does not verify raises its own refusal.
+    """
+    from aos.verify import verify_tail
+
+    offset, before = row.get("tail_offset"), row.get("tail_head")
+    if type(offset) is not int or not isinstance(before, str):
+        raise IndexRow(f"{os.fspath(path)}: the row names no tail (tail_offset, tail_head)")
+    tail = verify_tail(path, offset, before, key)
+
+    def differs(column: str, sealed: Any) -> None:
+        if row.get(column) != sealed:
+            raise IndexRow(f"{os.fspath(path)}: the row's {column} is {row.get(column)!r}, the stream seals {sealed!r}")
+
+    differs("stream_id", tail.stream_id)
+    differs("head", tail.head)
+    differs("events", tail.events)
+    differs("signed", tail.signed)
+    differs("key_id", tail.seal.get("key_id"))
+    differs("last_time", _time(tail.seal_wall_ns))
+    if len(tail.verdicts) > 1:
+        raise IndexRow(f"{os.fspath(path)}: the stream's tail holds {len(tail.verdicts)} verdict events")
+    sealed = tail.verdicts[0] if tail.verdicts else None
+    verdict = sealed.attrs if sealed is not None else {}
+    listed = verdict.get("checks")
+    checks = [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
+    differs("verdict_seq", sealed.seq if sealed is not None else None)
+    differs("gate", _text(verdict.get("gate")))
+    differs("verdict", _text(verdict.get("verdict")))
+    differs("scope", _text(verdict.get("scope")))
+    differs("checks", len(checks))
+    differs("checks_failed", sum(1 for c in checks if c.get("status") == "fail"))
+    return tail
+
+
+class Appender:
+    """Rows of streams verified where they entered the evidence (``attach``, ``tracker import``), appended
+    to one store's index: described while each file is there, written together by ``flush``."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store  # an ``observe.store.open_store`` store
+        self.pending: list[tuple[IndexEntry, Verification]] = []
+
+    def entered(self, path: os.PathLike[str], v: Verification, url: str, by: str) -> None:
+        self.pending.append((describe(path, v, url=url, entered_by=by), v))
+
+    def flush(self) -> None:
+        if self.pending:
+            write_entries(self.store, [e for e, _ in self.pending])
+            remember(self.store, self.pending)
+        self.pending = []

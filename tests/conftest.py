@@ -82,7 +82,7 @@ if os.path.isfile(os.path.join(_BIN, "alpha")) and os.environ.get("PATH", "").sp
 
 
 @pytest.fixture(autouse=True)
-def _outside_any_recording(monkeypatch: pytest.MonkeyPatch) -> None:
+def _outside_any_recording(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Every test starts outside any recording, with no lane config, no CI and no tuning variables.
 
     The suite itself runs under `alpha observe gate tests-pass` in .ci/run, so without this every
@@ -90,6 +90,8 @@ def _outside_any_recording(monkeypatch: pytest.MonkeyPatch) -> None:
     removed are tests.helpers.run's policy, the same a child process gets."""
     for name in [k for k in os.environ if foreign(k)]:
         monkeypatch.delenv(name)
+    # the memo of checked index rows (observe.query.checked) lies in the test's own folder, never ~/.cache
+    monkeypatch.setenv("ALPHA_CACHE", str(tmp_path_factory.getbasetemp() / "alpha-cache"))
 
 
 # -- the CLI in this process --------------------------------------------------------------------

@@ -36,7 +36,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aos.signing import Verifier
 from tracker import journal
@@ -46,7 +46,10 @@ from tracker.records import run_id_of
 from tracker.refusals import TrackerSchema
 from tracker.streams import StreamFacts, derive, verify_for_tracker
 
-__all__ = ["Attached", "attach", "insert_evidence", "trusted_keys", "verify_for_tracker"]
+if TYPE_CHECKING:
+    from aos.verify import Verification
+
+__all__ = ["Attached", "EvidenceIndex", "attach", "insert_evidence", "trusted_keys", "verify_for_tracker"]
 
 
 @dataclass(frozen=True)
@@ -110,20 +113,46 @@ def _row(conn: Connection, stream_id: str, new: bool) -> Attached | None:
     )  # fmt: skip
 
 
-def attach(conn: Connection, path: str | os.PathLike[str], run: str | int, *, url: str | None = None) -> Attached:
+class EvidenceIndex(Protocol):
+    """Where a stream verified as it enters the evidence gets its index row (``observe.store_index.Appender``)."""
+
+    def entered(self, path: Path, v: Verification, url: str, by: str) -> None:
+        """Describe the stream verified at ``path`` (still there) as its row; kept until ``flush``."""
+
+    def flush(self) -> None:
+        """Append the rows described, once the tracker has recorded them."""
+
+
+def attach(
+    conn: Connection,
+    path: str | os.PathLike[str],
+    run: str | int,
+    *,
+    url: str | None = None,
+    index: EvidenceIndex | None = None,
+) -> Attached:
     """Verify the stream at ``path`` and link it to ``run``; raises a ``Refusal`` and records nothing otherwise.
 
     ``path`` may be a store URL: see :func:`_attach_from_store`. ``url``: the store URL
     the file at ``path`` was fetched from; recorded as both ``url`` and ``path`` (the
-    fetched copy does not last).
+    fetched copy does not last). With ``index``, a stream attached (or located) by this
+    call gets its row in that evidence index, from this verification, once recorded.
     """
     from observe.store import is_store_url  # light: stdlib and aos.refusals
 
     if url is None and is_store_url(path):
-        return _attach_from_store(conn, str(path), run)
+        return _attach_from_store(conn, str(path), run, index)
     run = run_id_of(conn, run)
     p = Path(path)
-    facts = derive(p, trusted_keys(conn), require_trusted=True)
+    facts = derive(p, trusted_keys(conn), require_trusted=True, keep=index is not None)
+    row = _record(conn, facts, run, p, url)
+    if index is not None and (row.new or row.located) and facts.verification is not None:
+        index.entered(p, facts.verification, url or p.resolve().as_uri(), "attach")
+        index.flush()
+    return row
+
+
+def _record(conn: Connection, facts: StreamFacts, run: str, p: Path, url: str | None) -> Attached:
     with transaction(conn, f"stream {facts.stream_id}"):
         row, changes = insert_evidence(conn, facts, run, url or str(p.resolve()), url)
         if row.new:
@@ -207,11 +236,11 @@ def _record_serials(conn: Connection, facts: StreamFacts) -> list[dict[str, Any]
     return changes
 
 
-def _attach_from_store(conn: Connection, url: str, run: str | int) -> Attached:
+def _attach_from_store(conn: Connection, url: str, run: str | int, index: EvidenceIndex | None) -> Attached:
     """Fetch a stored stream (its digest checked and the stream verified) into a temporary folder,
     attach that copy, and record the URL it came from; the copy is removed after."""
     from observe.store import fetch
 
     run_id_of(conn, run)  # an unknown run is refused before anything is downloaded
     with tempfile.TemporaryDirectory(prefix="alpha-attach-") as tmp:
-        return attach(conn, fetch(url, os.path.join(tmp, "stream.aos")), run, url=url)
+        return attach(conn, fetch(url, os.path.join(tmp, "stream.aos")), run, url=url, index=index)

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from tracker import journal
-from tracker.attach import insert_evidence, trusted_keys
+from tracker.attach import EvidenceIndex, insert_evidence, trusted_keys
 from tracker.audit import AuditReport, audit, format_audit
 from tracker.backends import APPLICATION_ID, Connection, backend_of, is_postgres_url
 from tracker.db import migrations, schema_version, transaction
@@ -236,16 +236,25 @@ def _refuse_audit(snap: SourceSnapshot) -> None:
     )
 
 
-def _derive(row: dict[str, Any], keys: dict[str, Any]) -> StreamFacts:
-    """The stream of a source evidence row, verified again and every column derived, as ``attach`` does."""
+def _derive(row: dict[str, Any], keys: dict[str, Any], index: EvidenceIndex | None = None) -> StreamFacts:
+    """The stream of a source evidence row, verified again and every column derived, as ``attach`` does;
+    with ``index``, its index row described from that verification (appended once the import is written)."""
     url = row["url"]
+
+    def entered(path: Path, facts: StreamFacts) -> None:
+        if index is not None and facts.verification is not None:
+            index.entered(path, facts.verification, url or path.resolve().as_uri(), "import")
+
     if url:
         from observe.store import fetch
 
         with tempfile.TemporaryDirectory(prefix="alpha-import-") as tmp:
-            facts = derive(fetch(url, os.path.join(tmp, "stream.aos")), keys, require_trusted=True)
+            fetched = fetch(url, os.path.join(tmp, "stream.aos"))
+            facts = derive(fetched, keys, require_trusted=True, keep=index is not None)
+            entered(fetched, facts)
     else:
-        facts = derive(Path(row["path"]), keys, require_trusted=True)
+        facts = derive(Path(row["path"]), keys, require_trusted=True, keep=index is not None)
+        entered(Path(row["path"]), facts)
     derived = facts.columns()
     differ = facts.differing(row)
     if differ:
@@ -454,9 +463,16 @@ def _tracker_id(conn: Connection) -> str | None:
 
 
 def import_tracker(
-    target: Connection, source: str | os.PathLike[str], *, drop_legacy_ids: bool = False
+    target: Connection,
+    source: str | os.PathLike[str],
+    *,
+    drop_legacy_ids: bool = False,
+    index: EvidenceIndex | None = None,
 ) -> ImportResult:
-    """Import the tracker at ``source`` into ``target`` (an open tracker): all or nothing; see the module docstring."""
+    """Import the tracker at ``source`` into ``target`` (an open tracker): all or nothing; see the module docstring.
+
+    With ``index``, the row of every stream verified here is appended to that evidence index once the
+    import is written (none when it is refused)."""
     where = _redact(str(source))
     src = open_source(source)
     try:
@@ -468,7 +484,7 @@ def import_tracker(
         raise TrackerImport(f"the source {where} is the target itself (tracker {snap.tracker_id})")
     # Every stream verified and derived again, against the target's trusted keys, before the write lock is taken.
     keys = trusted_keys(target)
-    facts = {int(e["id"]): _derive(e, keys) for e in snap.rows["evidence"]}
+    facts = {int(e["id"]): _derive(e, keys, index) for e in snap.rows["evidence"]}
     result = ImportResult(
         where,
         snap.backend,
@@ -497,4 +513,6 @@ def import_tracker(
             w.changes(),
         )
         result.journal_seq = entry.seq
+    if index is not None:
+        index.flush()
     return result

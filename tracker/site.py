@@ -22,8 +22,12 @@ Policy forbids scripts and remote loads on the tracker's own pages).
 
 Regenerating is idempotent: no clock, stable order, a file rewritten only when
 its bytes change. ``alpha-site.json`` lists every file the site wrote (with
-its SHA-256); pages that no longer belong are removed, never a file it did not
-write. A folder that is not empty and not such a site is refused
+its SHA-256) and, for each report and run page, what it was made from (a
+report: the stream's BLAKE3 and file name, its link back, a digest of the
+report code; a run page: the run, its streams' views, its item's anchor, a
+digest of this module and its templates): a page made from the same and
+unchanged since is kept, not made again (a report reads the whole stream). Pages that no longer
+belong are removed, never a file it did not write. A folder that is not empty and not such a site is refused
 (``tracker-site-dir``).
 """
 
@@ -468,11 +472,92 @@ _EVIDENCE = (
 )
 
 
-def build_site(conn: Connection, fetch_dir: Path) -> Site:
-    """Read the tracker and every attached stream (store copies land in ``fetch_dir``)."""
+# -- the memo of streams checked: a local file unchanged since this user's last build is not read again --
+
+
+def _memo_path(root: Path) -> Path:
+    """This user's memo of the streams the site in ``root`` verified (``observe.util.cache``)."""
+    from observe.util.cache import cache_folder
+
+    return cache_folder("site-checked") / f"{hashlib.sha256(os.fsencode(os.path.abspath(root))).hexdigest()[:32]}.json"
+
+
+def _derive_code() -> str:
+    """A digest of the code that derives a stream's view (this module, ``tracker.streams``, ``aos``'s verifier):
+    a view derived by other code is derived again."""
+    import aos.verify
+    import tracker.streams
+
+    h = hashlib.sha256()
+    for module in (__file__, tracker.streams.__file__, aos.verify.__file__):
+        h.update(Path(str(module)).read_bytes())
+    return h.hexdigest()
+
+
+def _view_key(row: dict[str, Any], keys: Mapping[str, Verifier], code: str) -> str | None:
+    """What a local stream's view is derived from: its evidence row, its file's identity (device, inode, size,
+    modification and change time: a write, rename or chmod changes the last), the trusted keys and the code.
+    None for a stream kept in a store (fetched on every build)."""
+    if row["url"]:
+        return None
+    try:
+        st = os.stat(str(row["path"]))
+    except OSError:
+        return None
+    identity = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    fields = [[k, str(row[k])] for k in sorted(row)]
+    return _sha256(json.dumps([fields, identity, sorted(keys), code]).encode())
+
+
+def _memo_entry(view: StreamView) -> dict[str, Any] | None:
+    """A verified view as the memo keeps it (a view without facts is derived again on every build)."""
+    if view.facts is None:
+        return None
+    facts = {f.name: getattr(view.facts, f.name) for f in dataclasses.fields(view.facts) if f.name != "verification"}
+    facts["path"] = str(facts["path"])
+    return {
+        "state": view.state,
+        "detail": view.detail,
+        "facts": facts,
+        "differ": view.differ,
+        "gpus": [dataclasses.asdict(g) for g in view.gpus],
+        "observers": view.observers,
+        "artifacts": [dataclasses.asdict(a) for a in view.artifacts],
+    }
+
+
+def _restore(view: StreamView, entry: Any) -> bool:
+    """Fill ``view`` from a memo entry; False (``view`` untouched) when the entry is not one."""
+    from tracker.streams import StreamFacts
+
+    try:
+        facts = dict(entry["facts"])
+        facts["path"] = Path(facts["path"])
+        facts["devices"] = tuple(facts["devices"])
+        facts["serials"] = tuple(tuple(s) for s in facts["serials"])
+        restored = StreamFacts(**facts)
+        gpus = [Gpu(**g) for g in entry["gpus"]]
+        artifacts = [Artifact(**a) for a in entry["artifacts"]]
+        state, detail = str(entry["state"]), str(entry["detail"])
+        differ, observers = [str(d) for d in entry["differ"]], [str(o) for o in entry["observers"]]
+    except (KeyError, TypeError, ValueError):
+        return False
+    view.state, view.detail, view.facts, view.differ = state, detail, restored, differ
+    view.gpus, view.observers, view.artifacts = gpus, observers, artifacts
+    view.local = restored.path
+    return True
+
+
+def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = None) -> Site:
+    """Read the tracker and every attached stream (store copies land in ``fetch_dir``).
+
+    With ``memo`` (key -> view, ``_view_key``), a local stream whose key it holds is not read again; the
+    entries of this build replace its contents."""
     from tracker.attach import trusted_keys
 
     keys = trusted_keys(conn)
+    code = _derive_code() if memo is not None else ""
+    fresh: dict[str, Any] = {}
     streams: list[StreamView] = []
     for r in conn.execute(_EVIDENCE).fetchall():
         row = dict(r)
@@ -483,10 +568,22 @@ def build_site(conn: Connection, fetch_dir: Path) -> Site:
             location=_redact(str(row["url"] or row["path"])),
             row=row,
         )
+        key = _view_key(row, keys, code) if memo is not None else None
+        kept = memo.get(key) if memo is not None and key is not None else None
+        if key is not None and kept is not None and _restore(view, kept):
+            fresh[key] = kept
+            streams.append(view)
+            continue
         path = _locate(view, fetch_dir)
         if path is not None:
             _check(view, path, keys)
+        entry = _memo_entry(view) if key is not None else None
+        if key is not None and entry is not None:
+            fresh[key] = entry
         streams.append(view)
+    if memo is not None:
+        memo.clear()
+        memo.update(fresh)
 
     runs: list[Run] = []
     for r in conn.execute(
@@ -621,23 +718,80 @@ def _safe_url(url: object) -> str | None:
     return url if isinstance(url, str) and re.match(r"https?://[^\s\"'<>]+$", url) else None
 
 
-def _render(site: Site) -> dict[str, bytes]:
+def _templates_code() -> str:
+    """A digest of this module and its templates: a page rendered by other code is rendered again."""
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    for f in sorted((Path(__file__).parent / "templates").glob("*")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _run_key(run: Run, site: Site, code: str) -> str:
+    """What a run's page is rendered from: the run and its streams' views (not where a stream's copy lies
+    this build), the anchor of its item, the code."""
+    model = dataclasses.asdict(run)
+    for view in model["streams"]:
+        view.pop("local", None)
+    item = site.items.get(run.item) if run.item else None
+    return _sha256(json.dumps([model, item.anchor if item else None, code], default=str).encode())
+
+
+def _render(
+    site: Site, root: Path | None = None, old: Mapping[str, str] | None = None, made: Mapping[str, str] | None = None
+) -> tuple[dict[str, bytes], dict[str, str]]:
+    """The index and a page per run, and each run page's key; a run page the site in ``root`` holds, rendered
+    from the same key and unchanged since (``_kept_page``), is kept as it is, not rendered again."""
     env = _environment()
     css = (Path(__file__).parent / "templates" / "site.css").read_text(encoding="utf-8")
     pages: dict[str, bytes] = {}
+    keys: dict[str, str] = {}
+    code = _templates_code()
     common = {"site": site, "css": css}
     pages["index.html"] = env.get_template("site_index.html.j2").render(root="", **common).encode()
     for run in site.runs:
-        html = env.get_template("site_run.html.j2").render(root="../", run=run, **common)
-        pages[run.page] = html.encode()
-    return pages
+        key = _run_key(run, site, code)
+        kept = _kept_page(root, run.page, old, made, key)
+        if kept is None:
+            kept = env.get_template("site_run.html.j2").render(root="../", run=run, **common).encode()
+        pages[run.page], keys[run.page] = kept, key
+    return pages, keys
 
 
-def _write_reports(site: Site, tmp: Path) -> dict[str, bytes]:
-    """A report page per available stream, made by ``observe.report.write.write_report``."""
+def _report_code() -> str:
+    """A digest of the code that makes a report page (``observe.report``'s modules and templates): a page made
+    by other code is made again."""
+    import observe.report
+
+    root = Path(observe.report.__file__).parent
+    h = hashlib.sha256()
+    for f in sorted([*root.glob("*.py"), *(root / "templates").glob("*")]):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _report_key(file_digest: str, name: str, back: tuple[str, str], code: str) -> str:
+    """What a stream's report page is made from: the stream's bytes (its BLAKE3), the file name the page
+    shows, its link back, the code."""
+    return hashlib.sha256(json.dumps([file_digest, name, list(back), code]).encode()).hexdigest()
+
+
+def _write_reports(
+    site: Site,
+    tmp: Path,
+    root: Path | None = None,
+    old: Mapping[str, str] | None = None,
+    made: Mapping[str, str] | None = None,
+) -> tuple[dict[str, bytes], dict[str, str]]:
+    """A report page per available stream, made by ``observe.report.write.write_report``, and each page's key.
+
+    A page the site in ``root`` already holds, made from the same key (``made``, the manifest's ``made``)
+    and still the bytes the manifest lists (``old``), is kept as it is, not made again: making a report reads
+    the whole stream and is most of a site's cost (issue 36)."""
     from observe.report.write import write_report
 
     pages: dict[str, bytes] = {}
+    keys: dict[str, str] = {}
+    code = _report_code()
     runs = site.runs_by_id
     for s in site.streams:
         if s.local is None or s.facts is None:
@@ -645,17 +799,36 @@ def _write_reports(site: Site, tmp: Path) -> dict[str, bytes]:
         run = runs.get(s.run_id)
         # Named by the id the verified stream holds (the row's may have been edited to anything).
         page = f"streams/{_safe(s.facts.stream_id)}.html"
-        out = tmp / f"report-{s.evidence_id}.html"
         back = (f"../{run.page}", f"run {run.id}") if run else ("../index.html", "the tracker")
+        key = _report_key(s.facts.file_digest, s.local.name, back, code)
+        kept = _kept_page(root, page, old, made, key)
+        if kept is not None:
+            pages[page], keys[page] = kept, key
+            s.page = page
+            continue
+        out = tmp / f"report-{s.evidence_id}.html"
         facts = write_report(s.local, out, back_link=back)
         data = out.read_bytes()
         out.unlink()
         if facts.stream_id != s.facts.stream_id:  # pragma: no cover - derive() read the same bytes
             s.report_note = f"no report page: the report read stream {facts.stream_id}"
             continue
-        pages[page] = data
+        pages[page], keys[page] = data, key
         s.page = page
-    return pages
+    return pages, keys
+
+
+def _kept_page(
+    root: Path | None, page: str, old: Mapping[str, str] | None, made: Mapping[str, str] | None, key: str
+) -> bytes | None:
+    """The bytes of ``page`` as the site holds them, when made from ``key`` and unchanged since; else None."""
+    if root is None or old is None or made is None or made.get(page) != key or page not in old:
+        return None
+    path = _inside(root, page)
+    if path is None or not path.is_file():
+        return None
+    data = path.read_bytes()
+    return data if _sha256(data) == old[page] else None
 
 
 # -- writing the folder ------------------------------------------------------------------------------
@@ -732,14 +905,39 @@ def write_site(conn: Connection, directory: str | os.PathLike[str]) -> SiteResul
     """Write (or bring up to date) the tracker's site in ``directory``; see the module's docstring."""
     root = Path(directory)
     old = _read_manifest(root)
+    made = _read_made(root) if old else {}
+    memo_path = _memo_path(root)
+    memo: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError, RecursionError):
+        got = json.loads(memo_path.read_bytes())
+        memo = got if isinstance(got, dict) else {}
+    before = json.dumps(memo, sort_keys=True)
     with tempfile.TemporaryDirectory(prefix="alpha-site-") as tmp:
-        site = build_site(conn, Path(tmp))
-        reports = _write_reports(site, Path(tmp))
-        pages = _render(site) | reports
-    return _commit(root, site, pages, old)
+        site = build_site(conn, Path(tmp), memo)
+        reports, keys = _write_reports(site, Path(tmp), root, old, made)
+        rendered, run_keys = _render(site, root, old, made)
+        pages = rendered | reports
+    result = _commit(root, site, pages, old, keys | run_keys)
+    if json.dumps(memo, sort_keys=True) != before:
+        with contextlib.suppress(OSError, ValueError):  # a memo that cannot be written: the next build reads all
+            memo_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            replace_file(memo_path, json.dumps(memo, separators=(",", ":")).encode(), mode=0o600)
+    return result
 
 
-def _commit(root: Path, site: Site, pages: dict[str, bytes], old: dict[str, str]) -> SiteResult:
+def _read_made(root: Path) -> dict[str, str]:
+    """The manifest's ``made``: each report and run page's key (what it was made from); none when it has none."""
+    try:
+        data = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    made = data.get("made") if isinstance(data, dict) else None
+    return {str(k): str(v) for k, v in made.items()} if isinstance(made, dict) else {}
+
+
+def _commit(
+    root: Path, site: Site, pages: dict[str, bytes], old: dict[str, str], keys: Mapping[str, str] | None = None
+) -> SiteResult:
     # Nothing is written over a file the site did not write.
     for rel in sorted(pages):
         path = root / rel
@@ -773,7 +971,9 @@ def _commit(root: Path, site: Site, pages: dict[str, bytes], old: dict[str, str]
                 gone.parent.rmdir()
     # A page edited by hand since is no longer the site's: it leaves the manifest, and stays.
     files = {rel: _sha256(data) for rel, data in sorted(pages.items())}
-    manifest = {"generator": GENERATOR, "format": MANIFEST_FORMAT, "files": dict(sorted(files.items()))}
+    manifest: dict[str, Any] = {"generator": GENERATOR, "format": MANIFEST_FORMAT, "files": dict(sorted(files.items()))}
+    if keys:
+        manifest["made"] = {rel: keys[rel] for rel in sorted(keys) if rel in files}
     text = (json.dumps(manifest, indent=1, sort_keys=False) + "\n").encode()
     mpath = root / MANIFEST
     if not mpath.is_file() or mpath.read_bytes() != text:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +80,8 @@ class StreamFacts:
     #: ``(uuid, serial)`` of each GPU NVML showed with its serial (never a simulated one's): kept beside the
     #: device's UUID (migration 6), not an evidence column.
     serials: tuple[tuple[str, str], ...] = ()
+    #: What verifying the stream found (for the evidence index a caller appends to); not an evidence column.
+    verification: Verification | None = field(default=None, compare=False, repr=False)
 
     def differing(self, row: Mapping[str, Any]) -> list[str]:
         """The :data:`DERIVED` columns where an evidence ``row`` says other than this stream. A row attached
@@ -226,12 +228,15 @@ def _observed(
     return size, opened_at, tuple(sorted(uuids)), commit, tuple(sorted(serials.items()))
 
 
-def derive(path: str | os.PathLike[str], keys: Mapping[str, Verifier], *, require_trusted: bool) -> StreamFacts:
+def derive(
+    path: str | os.PathLike[str], keys: Mapping[str, Verifier], *, require_trusted: bool, keep: bool = False
+) -> StreamFacts:
     """Verify the stream at ``path`` and derive every evidence column from it; a ``Refusal`` otherwise.
 
     ``require_trusted`` (attach): when ``keys`` is not empty the stream must be
     signed by one of them. Otherwise (audit) a signature by a key in ``keys`` is
-    checked, and any other is taken as the stream claims it.
+    checked, and any other is taken as the stream claims it. With ``keep`` the facts hold the
+    verification itself (``verification``: for the evidence index row of a stream entering the evidence).
     """
     from aos.verify import require_verdict
     from gates.verdict import Verdict
@@ -257,6 +262,7 @@ def derive(path: str | os.PathLike[str], keys: Mapping[str, Verifier], *, requir
         signature_checked=v.signature_checked,
         source_commit=commit,
         serials=serials,
+        verification=v if keep else None,
     )
 
 

@@ -138,10 +138,14 @@ def query_command(
     Each STREAM_OR_GLOB is a stream, a folder (its *.aos, recursively) or a
     quoted glob; every stream is verified first. With --store instead, the
     streams are those the folder store's evidence index lists (written by
-    push; docs/FORMAT.md section 8), verified when they were pushed and
-    verified again only when a file's size no longer matches its row, or
-    with --reverify or --key (the JSON's "reverified" lists them); a file
-    changed in place stops the query when its events are read. A stream that
+    push; docs/FORMAT.md section 8), verified when they were pushed. Each
+    row is checked against its stream's tail (the verdict's batch through
+    the seal; with --key, the seal's signature): a row that does not state
+    what its stream seals is named (`index-row`, the JSON's "mismatched")
+    and the stream verified again, as is a file whose size no longer
+    matches its row, or every stream with --reverify (the JSON's
+    "reverified" lists them); a file changed before its tail stops the
+    query when its events are read. A stream that
     does not verify, or whose stream id another file claims, is skipped and
     said so (on stderr, or in the JSON's "skipped"). Queries are read-only: they cannot read or
     write files. Exit 0 ran; 1 a stream changed under the query; 2 usage, or
@@ -169,8 +173,13 @@ def query_command(
         }
         if store is not None:
             doc["reverified"] = result.reverified
+            doc["mismatched"] = [m.to_json() for m in result.mismatched]
         sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
         return
+    for m in result.mismatched:
+        click.echo(
+            f"alpha observe query: index row not trusted, verified again: {_safe(m.path)}: {_safe(m.refusal)}", err=True
+        )
     for s in result.skipped:
         click.echo(f"alpha observe query: skipped {_safe(s.path)}: {_safe(s.refusal)}", err=True)
     if fmt == "csv":

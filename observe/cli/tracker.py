@@ -77,16 +77,53 @@ _json_option = json_option("Print JSON instead of text.")
 # -- alpha observe attach ------------------------------------------------------------
 
 
+def _index_options(command: Any) -> Any:
+    """``--index STORE`` / ``--no-index``: where the streams verified here get their evidence index rows."""
+    command = click.option(
+        "--no-index", "no_index", is_flag=True, help="Write no evidence index row for the streams verified here."
+    )(command)
+    return click.option(
+        "--index",
+        "index_store",
+        metavar="STORE",
+        help="The store (a folder or s3://) whose evidence index gets the row of each stream verified here "
+        "(default: the folder of an SQLite tracker; none for PostgreSQL).",
+    )(command)
+
+
+def _evidence_index(db: str, index_store: str | None, no_index: bool) -> Any:
+    """The ``observe.store_index.Appender`` the verified streams' rows go to, or None."""
+    from observe.store import open_store
+    from observe.store_index import Appender
+    from tracker.backends import is_postgres_url
+
+    if no_index:
+        if index_store is not None:
+            raise click.UsageError("give --index STORE or --no-index, not both")
+        return None
+    if index_store is not None:
+        return Appender(open_store(index_store))
+    return None if is_postgres_url(db) else Appender(open_store(Path(db).resolve().parent))
+
+
 @example("alpha observe attach ci.aos --db progress.sqlite3 --run 3")
 @click.command("attach")
 @click.argument("stream", type=click.Path(dir_okay=False))  # a str: a store URL must keep its "//"
 @db_option(aliases=("--tracker",))
 @click.option("--run", "run", required=True, help="The run (its id) the stream is evidence for.")
+@_index_options
 @_sign_key_options
 @_json_option
 @_refusals
 def attach_command(
-    stream: str, db: str, run: str, sign_key: Path | None, sign_key_env: str | None, as_json: bool
+    stream: str,
+    db: str,
+    run: str,
+    index_store: str | None,
+    no_index: bool,
+    sign_key: Path | None,
+    sign_key_env: str | None,
+    as_json: bool,
 ) -> None:
     """Verify a sealed stream and attach it to a run in the tracker.
 
@@ -104,13 +141,18 @@ def attach_command(
     no longer matches what was recorded is refused (tracker-stream-changed).
     Attaching it again from a store URL (after `alpha observe push`) adds that
     URL, on a finished run too, so `audit` re-fetches it from the store.
+
+    The stream verified here gets its row in the evidence index (docs/FORMAT.md
+    section 8) of the tracker's folder (an SQLite tracker), or of --index
+    STORE, once the tracker has recorded it; --no-index writes none.
     """
     from tracker.attach import attach as attach_stream
     from tracker.db import connect
 
+    index = _evidence_index(db, index_store, no_index)
     conn = connect(db, signer=signing_key(sign_key, sign_key_env))
     try:
-        a = attach_stream(conn, stream, run)
+        a = attach_stream(conn, stream, run, index=index)
     finally:
         conn.close()
     if as_json:
@@ -297,10 +339,13 @@ def site_command(ctx: click.Context, directory: Path, as_json: bool) -> None:
     is_flag=True,
     help="Import runs without their old numbers (from before text run ids) where the target uses them too.",
 )
+@_index_options
 @_json_option
 @click.pass_context
 @_refusals
-def import_command(ctx: click.Context, source: str, drop_legacy_ids: bool, as_json: bool) -> None:
+def import_command(
+    ctx: click.Context, source: str, drop_legacy_ids: bool, index_store: str | None, no_index: bool, as_json: bool
+) -> None:
     """Import the tracker SOURCE (an SQLite file or postgresql://...) into this one (--db), all or nothing.
 
     The source is audited first, as `alpha tracker audit` does (its streams
@@ -313,11 +358,15 @@ def import_command(ctx: click.Context, source: str, drop_legacy_ids: bool, as_js
     experiments (by name), devices (by UUID) already here must be identical
     (merged) or the import is refused (tracker-exists). The whole import is one
     journal entry naming the source. The target must exist (`init` it first).
+    Every stream verified here gets its row in the evidence index of this
+    tracker's folder (an SQLite tracker) or of --index STORE once the import
+    is written; --no-index writes none.
     """
     from tracker.importing import import_tracker
 
+    index = _evidence_index(ctx.obj["db"], index_store, no_index)
     with _open(ctx) as conn:
-        result = import_tracker(conn, source, drop_legacy_ids=drop_legacy_ids)
+        result = import_tracker(conn, source, drop_legacy_ids=drop_legacy_ids, index=index)
     _json(result.as_dict()) if as_json else click.echo(result.summary())
 
 

@@ -1,13 +1,19 @@
-"""The streams of a store's evidence index as query sources, re-verified only when their file changed.
+"""The streams of a store's evidence index as query sources, each row checked against its stream's seal.
 
 ``indexed_sources(store)`` reads the index (``observe.store_index``) and makes
-each row a ``Source`` without reading the stream: the row is what was verified
-when the stream entered the store. A stream is re-verified (``aos.verify``)
-only when its file's size no longer matches its row, when ``reverify`` asks,
-or when a key is given (the index records the seal's signer, not a check
-against this key). The bytes of a stream whose size still matches are proved
-when the query reads its events: ``EventScan`` hashes every byte it reads and
-stops the query when the digest is not the row's. A row whose file is gone is
+each row a ``Source`` without verifying the stream again. A row is not signed,
+so it is trusted only once ``check_row`` has read its stream's tail (the batch
+holding the verdict, through the seal), chained it to the seal the row names
+(with a key: the seal signed by it) and found the row's id, signer and verdict
+to be the sealed ones; the verdict and checks the query sees are then the
+sealed event's, never the index's. A stream is verified again (``aos.verify``)
+when its file's size no longer matches its row, when its row does not pass
+that check (listed in ``mismatched`` with the refusal, e.g. ``index-row``), or
+when ``reverify`` asks. A row this user checked before, whose file is still
+the same file, is not read again (``observe.query.checked``: a memo in the
+user's cache, which ``reverify`` ignores). The bytes before the tail are proved when the query
+reads the stream's events: ``EventScan`` hashes every byte it reads and stops
+the query when the digest is not the row's. A row whose file is gone is
 skipped (``stream-missing``); a re-verified file that is no longer the bytes
 its name says is skipped (``stream-digest``).
 """
@@ -35,6 +41,8 @@ class Indexed:
     sources: list[Source]
     skipped: list[Skipped]
     reverified: list[str] = field(default_factory=list)
+    #: the rows not trusted (their stream verified again instead), each with the refusal that says why
+    mismatched: list[Skipped] = field(default_factory=list)
 
 
 def _ns(value: Any) -> int | None:
@@ -47,14 +55,6 @@ def _ns(value: Any) -> int | None:
     return int((delta.days * 86_400 + delta.seconds) * 10**9 + delta.microseconds * 1000)
 
 
-def _verdict(row: dict[str, Any], checks: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The sealed verdict as the query's tables read it: gate, verdict, scope and checks."""
-    if row["verdict"] is None:
-        return None
-    listed = [{k: c[k] for k in ("name", "status", "reason", "evidence")} for c in checks]
-    return {"gate": row["gate"], "verdict": row["verdict"], "scope": row["scope"], "checks": listed}
-
-
 def indexed_sources(
     store_url: str | os.PathLike[str],
     *,
@@ -63,26 +63,43 @@ def indexed_sources(
     include_damaged: bool = False,
 ) -> Indexed:
     """The streams the index of a folder store lists, as query sources (``store-url`` for any other store)."""
+    from aos.refusals import Refusal
+    from observe.query.checked import FINGERPRINTED, Memo, Sealed, fingerprint
     from observe.store import open_store
-    from observe.store_index import read_index
+    from observe.store_index import check_row, read_streams
 
     store = open_store(store_url)
     if store.local_path("") is None:
         raise StoreUrl(f"{os.fspath(store_url)}: query reads the index of a folder store (fetch the streams here)")
-    rows, checks = read_index(store)
-    by_digest: dict[str, list[dict[str, Any]]] = {}
-    for c in checks.to_pylist():
-        by_digest.setdefault(c["file_blake3"], []).append(c)
+    rows = read_streams(store)
+    root = store.local_path("")
+    assert root is not None
+    memo = Memo(root)
+    key_id = key.key_id if key is not None else None
     out = Indexed([], [])
-    for row in rows.to_pylist():
+    wanted = (*FINGERPRINTED, "first_time", "host", "labels", "argv", "source")
+    for row in rows.select(list(wanted)).to_pylist():  # not the devices: a list of structs, slow to convert
         path = store.local_path(f"{row['file_blake3']}.aos")
         assert path is not None  # a folder store
         try:
-            size = os.stat(path).st_size
+            st = os.stat(path)
         except OSError as gone:
             out.skipped.append(Skipped(str(path), f"stream-missing: indexed, but not in the store: {gone.strerror}"))
             continue
-        if reverify or key is not None or size != row["file_size"]:
+        sealed: Sealed | None = None
+        if not reverify and st.st_size == row["file_size"]:
+            fp = fingerprint(row, st, key_id)
+            sealed = memo.get(fp)
+            if sealed is None:
+                try:
+                    tail = check_row(path, row, key)
+                except Refusal as exc:
+                    out.mismatched.append(Skipped(str(path), f"{exc.name}: {exc.detail}"))
+                else:
+                    verdict = tail.verdicts[0].attrs if tail.verdicts else None
+                    sealed = Sealed(verdict, tail.seal_wall_ns, tail.seal_at, str(tail.seal["file_blake3"]))
+                    memo.add(fp, sealed)
+        if sealed is None:
             out.reverified.append(str(path))
             got = open_one(path, include_damaged, key, keep=0)
             if isinstance(got, Source) and got.integrity == "intact" and got.digest != row["file_blake3"]:
@@ -100,16 +117,18 @@ def indexed_sources(
                 damage=None,
                 sealed=True,
                 signed=row["signed"],
-                key_id=row["key_id"],
-                verdict=_verdict(row, by_digest.get(row["file_blake3"], [])),
+                key_id=key_id if key_id is not None else row["key_id"],
+                verdict=sealed.verdict,
                 first_ns=_ns(row["first_time"]),
-                last_ns=_ns(row["last_time"]),
+                last_ns=sealed.wall_ns,
                 host=row["host"],
                 labels=row["labels"],
                 argv=row["argv"],
                 source=row["source"],
+                sealed_prefix=(sealed.prefix_bytes, sealed.prefix_blake3),
             )
         )
+    memo.save()
     out.sources, more = distinct_ids(out.sources, [])
     out.skipped.extend(more)
     return out

@@ -78,6 +78,8 @@ class QueryResult:
     streams: int = 0
     #: the streams verified again by this query (``run_index_query``: a file that changed, or ``reverify``)
     reverified: list[str] = field(default_factory=list)
+    #: ``run_index_query``: the index rows not trusted (their stream's tail refused them), each with the refusal
+    mismatched: list[Skipped] = field(default_factory=list)
 
 
 # -- the query ------------------------------------------------------------------------
@@ -195,9 +197,11 @@ def run_index_query(
 ) -> QueryResult:
     """Run ``sql`` over the streams a folder store's evidence index lists (``observe.query.indexed``).
 
-    The ``streams`` and ``checks`` tables come from the index rows; only the
-    streams whose file no longer matches its row (or all, with ``reverify`` or
-    a ``key``) are verified again, listed in the result's ``reverified``.
+    Each row is checked against its stream's tail (``check_row``); the
+    ``streams`` table comes from the rows, its verdict and the ``checks``
+    table from the sealed verdicts. Only the streams whose file no longer
+    matches its row, whose row the tail refuses (``mismatched``, with why), or
+    all with ``reverify``, are verified again, listed in ``reverified``.
     """
     from observe.query.indexed import indexed_sources
 
@@ -205,5 +209,10 @@ def run_index_query(
     got = indexed_sources(store, reverify=reverify, key=key, include_damaged=include_damaged)
     columns, rows = query_sources(sql, got.sources)
     return QueryResult(
-        columns=columns, rows=rows, skipped=got.skipped, streams=len(got.sources), reverified=got.reverified
+        columns=columns,
+        rows=rows,
+        skipped=got.skipped,
+        streams=len(got.sources),
+        reverified=got.reverified,
+        mismatched=got.mismatched,
     )

@@ -30,11 +30,14 @@ ALPHA = shutil.which("alpha", path=str(Path(sys.executable).parent)) or shutil.w
 #: Prefixes and names of the variables a child does not inherit (see the module's docstring).
 FOREIGN_PREFIXES = ("ALPHA_", "AOS_", "GITHUB_", "GITLAB_", "CI_", "BUILDKITE", "PYTEST_XDIST_")
 FOREIGN_NAMES = frozenset({"CI", "GITLAB_CI", "NO_COLOR", "FORCE_COLOR"})
+#: The tool's variables the suite sets for every test and its children: the memo of checked index rows
+#: (tests/conftest.py puts it in the session's temporary folder).
+KEPT_NAMES = frozenset({"ALPHA_CACHE"})
 
 
 def foreign(name: str) -> bool:
     """True for a variable a child does not inherit: an enclosing recording's, a CI system's or the tool's."""
-    return name in FOREIGN_NAMES or name.startswith(FOREIGN_PREFIXES)
+    return (name in FOREIGN_NAMES or name.startswith(FOREIGN_PREFIXES)) and name not in KEPT_NAMES
 
 
 def child_env(env: Mapping[str, str | None] | None = None) -> dict[str, str]:

@@ -278,7 +278,7 @@ class TestOtherEngines:
         con = duckdb.connect(
             ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
         )
-        glob = f"{store}/index/v1/streams/*/*.parquet"
+        glob = f"{store}/index/v2/streams/*/*.parquet"
         rows = con.execute(
             "SELECT verdict, count(*), min(day) = max(day) FROM read_parquet(?, hive_partitioning = true) "
             "GROUP BY verdict ORDER BY verdict",
@@ -286,7 +286,7 @@ class TestOtherEngines:
         ).fetchall()
         assert [("fail", 1, True), ("pass", 3, True)] == rows
         failed = con.execute(
-            "SELECT count(*) FROM read_parquet(?) WHERE status = 'pass'", [f"{store}/index/v1/checks/*/*.parquet"]
+            "SELECT count(*) FROM read_parquet(?) WHERE status = 'pass'", [f"{store}/index/v2/checks/*/*.parquet"]
         ).fetchone()
         assert (8,) == failed
         foreign = "loaded AND installed_from NOT IN ('', 'statically_linked')"
@@ -300,7 +300,7 @@ class TestOtherEngines:
         ctx = datafusion.SessionContext()
         ctx.register_parquet(
             "streams",
-            str(store / "index" / "v1" / "streams"),
+            str(store / "index" / "v2" / "streams"),
             table_partition_cols=[("day", pa.string())],
             file_extension=".parquet",
         )

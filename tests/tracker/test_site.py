@@ -210,6 +210,98 @@ class TestModel:
 
 
 class TestFiles:
+    def test_an_added_run_leaves_the_other_pages_untouched(self, built: Built, tmp_path: Path) -> None:
+        """Issue 36: after a run is added, only its page, its stream's report and the index are written;
+        every other page keeps its bytes and its modification time."""
+        out = tmp_path / "site"
+        write_site(built.conn, out)
+        before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*.html"))}
+        run = records.start_run(built.conn, lane="distributed-device")
+        sealed_stream(tmp_path / "new.aos")
+        attach(built.conn, tmp_path / "new.aos", run)
+        second = write_site(built.conn, out)
+        (page,) = [r.page for r in second.site.runs if r.id == run]
+        (report,) = [s.page for s in second.site.streams if s.run_id == run]
+        assert report is not None
+        assert sorted(["index.html", page, report]) == sorted(second.written)
+        for path, (data, mtime) in before.items():
+            if path != out / "index.html":
+                assert (data, mtime) == (path.read_bytes(), path.stat().st_mtime_ns), path
+
+    def test_a_report_is_made_again_only_when_what_it_is_made_from_changed(
+        self, built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Issue 36: a rebuild makes a report page only for a stream new to the site, a page edited since,
+        or one whose key (stream digest, name, link back, report code) the manifest does not hold."""
+        import observe.report.write as report_write
+
+        made: list[str] = []
+        real = report_write.write_report
+
+        def counted(stream: Any, out: Any, **kw: Any) -> Any:
+            made.append(Path(stream).name)
+            return real(stream, out, **kw)
+
+        monkeypatch.setattr(report_write, "write_report", counted)
+        out = tmp_path / "site"
+        first = write_site(built.conn, out)
+        reports = sorted(f for f in first.files if f.startswith("streams/"))
+        assert len(made) == len(reports) >= 2
+        made.clear()
+        run = records.start_run(built.conn, lane="distributed-device")
+        sealed_stream(tmp_path / "new.aos")
+        attach(built.conn, tmp_path / "new.aos", run)
+        write_site(built.conn, out)
+        assert ["new.aos"] == made
+        made.clear()
+        edited, rekeyed = reports[0], reports[1]
+        (out / edited).write_text("edited by hand", encoding="utf-8")
+        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+        manifest["made"][rekeyed] = "0" * 64  # made by other code
+        (out / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+        third = write_site(built.conn, out)
+        assert 2 == len(made)
+        assert (edited in third.written, rekeyed in third.unchanged) == (True, True)  # made again: the same bytes
+        assert "edited by hand" not in (out / edited).read_text(encoding="utf-8")
+
+    def test_a_stream_unchanged_since_the_last_build_is_not_read_again(
+        self, built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Issue 36: this user's memo of the streams the site verified (in the user's cache, keyed by the
+        evidence row and the file's identity): a rebuild derives no unchanged local stream again, the same
+        pages; a file touched (chmod: its change time) or replaced is derived again, and a damaged one says so."""
+        import tracker.streams
+
+        derived: list[str] = []
+        real = tracker.streams.derive
+
+        def counted(path: Any, *args: Any, **kw: Any) -> Any:
+            derived.append(Path(path).name)
+            return real(path, *args, **kw)
+
+        monkeypatch.setattr(tracker.streams, "derive", counted)
+        out = tmp_path / "site"
+        first = write_site(built.conn, out)
+        pages = {p: p.read_bytes() for p in sorted(out.rglob("*.html"))}
+        local = [s for s in first.site.streams if s.facts is not None and not s.row["url"]]
+        assert len(local) >= 2
+        assert len(derived) >= len(local)
+        derived.clear()
+        second = write_site(built.conn, out)
+        assert [] == derived
+        assert ([], pages) == (second.written, {p: p.read_bytes() for p in sorted(out.rglob("*.html"))})
+        assert [(s.stream_id, s.state) for s in first.site.streams] == [
+            (s.stream_id, s.state) for s in second.site.streams
+        ]
+        touched, damaged = Path(local[0].row["path"]), Path(local[1].row["path"])
+        touched.chmod(0o600)
+        damaged.chmod(0o644)
+        flip_byte(damaged)
+        third = write_site(built.conn, out)
+        assert [touched.name] == derived  # the damaged one is found by its digest, before any verification
+        (view,) = [s for s in third.site.streams if s.evidence_id == local[1].evidence_id]
+        assert "damaged" == view.state
+
     def test_pages_and_idempotence(self, built: Built, tmp_path: Path) -> None:
         """Index, a page per run; regenerating writes nothing and gives the same bytes."""
         out = tmp_path / "site"

@@ -10,12 +10,19 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from blake3 import blake3
 
+from aos.reader import StreamFile
+from aos.verify import verify_stream
+from gates.testing import SyntheticStream
 from observe.query.run import run_index_query, run_query
 from observe.store import push
+from observe.store_index import index_prefix, stream_schema
 from tests.helpers.cli import invoke as alpha_invoke
 from tests.helpers.paths import DOCS
 from tests.helpers.refusals import refused
@@ -107,16 +114,22 @@ class TestReverification:
         assert [str(a)] == r.reverified
         assert [f"{a}: stream-digest"] == [f"{s.path}: {s.refusal.split(':')[0]}" for s in r.skipped]
 
-    def test_a_file_changed_in_place_stops_the_query_on_its_events(self, store: Path) -> None:
-        """Same size, other bytes: the row still answers streams, but reading its events is refused."""
-        changed = stored(store)[0]
+    def test_a_file_changed_in_place_stops_the_query_on_its_events(self, store: Path, tmp_path: Path) -> None:
+        """Same size, a byte before the tail changed: the row still answers streams (its verdict is the
+        sealed one, read from the tail), but reading its events is refused."""
+        push(two_batch_stream(tmp_path / "two.aos"), store)
+        changed = store / f"{verify_stream(tmp_path / 'two.aos').file_blake3}.aos"
+        with StreamFile(changed) as f:
+            first = f.schema_end
+        tail = row_of(store, changed)["tail_offset"]
+        assert tail > first + 200
         changed.chmod(0o644)
-        flip_byte(changed)
+        flip_byte(changed, (first + tail) // 2)
         r = run_index_query("SELECT count(*) FROM streams", str(store))
-        assert ([(4,)], []) == (r.rows, r.reverified)
+        assert ([(5,)], [], []) == (r.rows, r.reverified, r.mismatched)
         assert "stream-seal" == refused(run_index_query, "SELECT count(*) FROM events", str(store)).name
         again = run_index_query("SELECT count(*) FROM streams", str(store), reverify=True)
-        assert [(3,)] == again.rows
+        assert [(4,)] == again.rows
 
     def test_a_missing_file_is_skipped(self, store: Path) -> None:
         gone = stored(store)[0]
@@ -125,6 +138,277 @@ class TestReverification:
         assert [(3,)] == r.rows
         assert [str(gone)] == [s.path for s in r.skipped]
         assert r.skipped[0].refusal.startswith("stream-missing: ")
+
+
+def two_batch_stream(path: Path, *, seed: int = 1, signer: Any = None) -> Path:
+    """A sealed stream of three batches: output (about 2 kB), then the exit and the verdict, then the seal."""
+    import random
+
+    from aos.writer import StreamWriter
+
+    s = SyntheticStream(gate="exit-zero")
+    s.output("stdout", random.Random(seed).randbytes(2000))
+    s.exit(0)
+    s.add("verdict", {"gate": "exit-zero", "verdict": "pass", "scope": "command", "checks": []})
+    w = StreamWriter(path, background_flush=False, signer=signer)
+    for op in s.ops:
+        w.append(op["kind"], op["attrs"], op["data"], op["step"])
+        if op["data"] is not None:  # the output: its batch written before the rest
+            w.flush()
+    w.seal()
+    return path
+
+
+def index_rows(store: Path) -> dict[Path, list[dict[str, Any]]]:
+    """Each streams file of the index and its rows."""
+    import pyarrow.parquet as pq
+
+    return {p: pq.read_table(p).to_pylist() for p in sorted((store / index_prefix("streams")).rglob("*.parquet"))}
+
+
+def row_of(store: Path, stream: Path) -> dict[str, Any]:
+    (row,) = [r for rows in index_rows(store).values() for r in rows if f"{r['file_blake3']}.aos" == stream.name]
+    return row
+
+
+def edit_rows(store: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Rewrite every streams file of the index with ``edit`` applied to each row: what anyone who can
+    write the store can do (a row is not signed)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for path, rows in index_rows(store).items():
+        for row in rows:
+            edit(row)
+        path.chmod(0o644)
+        pq.write_table(pa.Table.from_pylist(rows, schema=stream_schema()), path)
+
+
+def verdicts(store: Path, **kw: Any) -> tuple[dict[str, str | None], Any]:
+    r = run_index_query("SELECT stream_id, verdict FROM streams", str(store), **kw)
+    return dict(r.rows), r
+
+
+class TestForgedRows:
+    """A row is not signed: each forgery of the index is caught by the stream's tail, named, and the
+    stream verified again, so the query answers what the streams seal."""
+
+    def truth(self, store: Path) -> dict[str, str | None]:
+        return dict(run_query("SELECT stream_id, verdict FROM streams", [str(store)]).rows)
+
+    def test_an_edited_verdict(self, store: Path) -> None:
+        truth = self.truth(store)
+        assert {"fail", "pass", None} == set(truth.values())
+        edit_rows(store, lambda row: row.update(verdict="pass") if row["verdict"] == "fail" else None)
+        got, r = verdicts(store)
+        assert truth == got
+        assert 2 == len(r.reverified) == len(r.mismatched)
+        for m in r.mismatched:
+            assert m.refusal.startswith("index-row: ")
+            assert "the row's verdict is 'pass', the stream seals 'fail'" in (m.refusal)
+
+    @pytest.mark.parametrize("column", ["gate", "scope", "checks", "checks_failed", "verdict_seq", "key_id"])
+    def test_other_sealed_columns_edited(self, store: Path, column: str) -> None:
+        truth = self.truth(store)
+        forged = {"checks": 7, "checks_failed": 7, "verdict_seq": 1}.get(column, "forged")
+        edit_rows(store, lambda row: row.update({column: forged}))
+        got, r = verdicts(store)
+        assert truth == got
+        assert len(r.mismatched) >= 3
+        assert all(m.refusal.startswith("index-row: ") for m in r.mismatched)
+        assert any(f"the row's {column} is " in m.refusal for m in r.mismatched)
+
+    def test_a_hidden_verdict_row_names_none(self, store: Path) -> None:
+        """A row that says no verdict where the stream seals one, pointing at the verdict's batch: caught."""
+        truth = self.truth(store)
+        edit_rows(store, lambda row: row.update(verdict=None, gate=None, scope=None, verdict_seq=None, checks=0))
+        got, r = verdicts(store)
+        assert truth == got
+        assert 3 == len(r.mismatched)
+        assert all(m.refusal.startswith("index-row: ") for m in r.mismatched)
+
+    def test_a_row_swapped_with_another_streams(self, store: Path) -> None:
+        """Stream a's row made of stream c's (all but the file it names): caught at a's tail."""
+        truth = self.truth(store)
+        rows = {r["verdict"]: r for rows in index_rows(store).values() for r in rows}
+        passing, failing = rows["pass"], rows["fail"]
+
+        def swap(row: dict[str, Any]) -> None:
+            if row["file_blake3"] == passing["file_blake3"]:
+                row.update({k: v for k, v in failing.items() if k not in ("file_blake3", "file_size", "url")})
+
+        edit_rows(store, swap)
+        got, r = verdicts(store)
+        assert truth == got
+        ((m,),) = [r.mismatched]
+        assert m.path.endswith(f"{passing['file_blake3']}.aos")
+        assert m.refusal.split(":")[0] in ("index-row", "stream-chain", "stream-seal")
+
+    def test_only_the_verdict_columns_swapped(self, store: Path) -> None:
+        """The sealed columns of another stream (id, head, verdict), the tail columns left: index-row."""
+        truth = self.truth(store)
+        rows = {r["verdict"]: r for rows in index_rows(store).values() for r in rows}
+        passing, failing = rows["pass"], rows["fail"]
+        columns = ("stream_id", "head", "events", "gate", "verdict", "scope", "checks", "checks_failed")
+
+        def swap(row: dict[str, Any]) -> None:
+            if row["file_blake3"] == passing["file_blake3"]:
+                row.update({k: failing[k] for k in columns})
+
+        edit_rows(store, swap)
+        got, r = verdicts(store)
+        assert truth == got
+        ((m,),) = [r.mismatched]
+        assert m.refusal.startswith("index-row: ")
+        assert "the row's stream_id is" in m.refusal
+
+    def test_a_file_replaced_by_a_stream_of_the_same_size(self, store: Path, tmp_path: Path) -> None:
+        """b (failed) replaced by a valid stream of its size that seals pass: the row's tail no longer
+        chains; verified again, it is not the bytes its name says (stream-digest); never counted as pass."""
+        (b,) = [
+            p for p in stored(store) if (row_of(store, p)["gate"], row_of(store, p)["verdict"]) == ("exit-zero", "fail")
+        ]
+        for _ in range(50):
+            (tmp_path / "forged.aos").unlink(missing_ok=True)
+            forged = lane_stream(tmp_path / "forged.aos", gate="exit-zero", steps={"build": 9})
+            if forged.stat().st_size == b.stat().st_size:
+                break
+        else:
+            pytest.fail("no stream of the same size could be written")
+        b.chmod(0o644)
+        shutil.copyfile(forged, b)
+        got, r = verdicts(store)
+        assert "pass" not in [got.get(row_of(store, b)["stream_id"])]
+        ((m,),) = [r.mismatched]
+        assert (str(b), True) == (m.path, m.refusal.split(":")[0] in ("stream-chain", "index-row"))
+        assert [f"{b}: stream-digest"] == [f"{s.path}: {s.refusal.split(':')[0]}" for s in r.skipped]
+        assert [str(b)] == r.reverified
+
+    def test_a_tail_byte_changed(self, store: Path) -> None:
+        """Same size, a byte of the verdict's batch changed: the tail check refuses it, the full one too."""
+        changed = stored(store)[0]
+        changed.chmod(0o644)
+        flip_byte(changed, row_of(store, changed)["tail_offset"] + 40)
+        got, r = verdicts(store)
+        assert 3 == len(got)
+        assert [str(changed)] == [m.path for m in r.mismatched] == r.reverified == [s.path for s in r.skipped]
+        assert r.mismatched[0].refusal.startswith("stream-")
+
+    def test_a_row_for_a_stream_that_is_not_there(self, store: Path) -> None:
+        """A row added for a file the store does not hold: skipped, stream-missing."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        (first, rows), *_ = index_rows(store).items()
+        ghost = dict(rows[0], file_blake3="f" * 64, stream_id="e" * 32)
+        pq.write_table(
+            pa.Table.from_pylist([ghost], schema=stream_schema()), first.with_name("1-00000000000000ff.parquet")
+        )
+        got, r = verdicts(store)
+        assert "e" * 32 not in got
+        assert 4 == len(got)
+        assert [str(store / f"{'f' * 64}.aos")] == [s.path for s in r.skipped]
+        assert r.skipped[0].refusal.startswith("stream-missing: ")
+
+    def test_a_prefix_forged_under_a_signed_tail(self, tmp_path: Path) -> None:
+        """A signed stream's bytes before its tail replaced (another stream's batch of the same length, which
+        decodes), stored under the new digest with the row edited to name it: the tail still checks under
+        the key, so streams answer the sealed verdict, but reading the events is refused: the bytes before
+        the seal are not those the signed seal names."""
+        from aos.signing import generate_keypair, load_public_key, load_signer
+
+        key, pub = generate_keypair(tmp_path / "k")
+        a = two_batch_stream(tmp_path / "a.aos", seed=1, signer=load_signer(key))
+        b = two_batch_stream(tmp_path / "b.aos", seed=2, signer=load_signer(key))
+        store = tmp_path / "store"
+        push(a, store)
+        (row,) = [r for rows in index_rows(store).values() for r in rows]
+        with StreamFile(a) as f:
+            first = f.schema_end
+        with StreamFile(b) as f:
+            assert first == f.schema_end
+        tail = row["tail_offset"]
+        data_a, data_b = a.read_bytes(), b.read_bytes()
+        with StreamFile(b) as f:
+            assert tail in [raw.end for raw in f.batches()]  # b's first batch has the length of a's
+        forged = data_a[:first] + data_b[first:tail] + data_a[tail:]
+        assert len(forged) == len(data_a)
+        assert forged != data_a
+        digest = blake3(forged).hexdigest()
+        (store / f"{digest}.aos").write_bytes(forged)
+        (store / f"{row['file_blake3']}.aos").unlink()
+        edit_rows(store, lambda r: r.update(file_blake3=digest))
+        got = run_index_query("SELECT verdict FROM streams", str(store), key=load_public_key(pub))
+        assert ([("pass",)], [], []) == (got.rows, got.reverified, got.mismatched)
+        stopped = refused(run_index_query, "SELECT count(*) FROM events", str(store), key=load_public_key(pub))
+        assert "stream-seal" == stopped.name
+        assert "not the ones it seals" in stopped.detail
+
+    def test_with_a_key_the_seal_signature_is_checked_from_the_tail(self, tmp_path: Path) -> None:
+        """Signed streams, queried with --key: no stream verified again, the signature checked at the tail;
+        another key's stream is refused (stream-signature) and verified again."""
+        from aos.signing import generate_keypair, load_public_key, load_signer
+
+        key, pub = generate_keypair(tmp_path / "k")
+        other, _ = generate_keypair(tmp_path / "o")
+        out = tmp_path / "store"
+        for name, signer in (("a", key), ("b", key), ("c", other)):
+            s = SyntheticStream(gate="exit-zero")
+            s.exit(0)
+            s.add("verdict", {"gate": "exit-zero", "verdict": "pass", "scope": "command", "checks": []})
+            s.write(tmp_path / f"{name}.aos", signer=load_signer(signer))
+            push(tmp_path / f"{name}.aos", out)
+        got, r = verdicts(out, key=load_public_key(pub))
+        assert 2 == len(got)
+        assert 1 == len(r.mismatched) == len(r.reverified)
+        assert r.mismatched[0].refusal.startswith("stream-signature: ")
+        assert r.skipped[0].refusal.startswith("stream-signature: ")
+
+
+class TestMemo:
+    """The rows this user checked (or pushed) are not read again while their files stay the same files."""
+
+    def memo(self, store: Path) -> Path:
+        from observe.query.checked import Memo
+
+        return Memo(store).path
+
+    def test_push_leaves_the_memo_and_a_query_checks_nothing_again(self, store: Path) -> None:
+        memo = self.memo(store)
+        before = (memo.read_bytes(), memo.stat().st_mtime_ns)
+        assert 4 == len(json.loads(before[0]))
+        r = run_index_query("SELECT count(*) FROM streams", str(store))
+        assert ([(4,)], [], []) == (r.rows, r.reverified, r.mismatched)
+        assert before == (memo.read_bytes(), memo.stat().st_mtime_ns)
+
+    def test_a_file_touched_is_checked_again(self, store: Path) -> None:
+        """A chmod changes no byte, but the file's change time: its row is checked against its tail again."""
+        stored(store)[0].chmod(0o600)
+        r = run_index_query("SELECT count(*) FROM streams", str(store))
+        assert ([(4,)], [], []) == (r.rows, r.reverified, r.mismatched)
+        assert 5 == len(json.loads(self.memo(store).read_bytes()))
+
+    def test_another_users_machine_checks_every_tail(self, store: Path, tmp_path: Path, monkeypatch: Any) -> None:
+        """No memo (another machine): every row checked against its tail, none verified again, the same answer."""
+        monkeypatch.setenv("ALPHA_CACHE", str(tmp_path / "elsewhere"))
+        for sql in TABLES.values():
+            r = run_index_query(sql, str(store))
+            assert ([], []) == (r.reverified, r.mismatched)
+            assert run_query(sql, [str(p) for p in stored(store)]).rows == r.rows
+        assert 4 == len(json.loads(self.memo(store).read_bytes()))
+
+    def test_a_damaged_memo_is_an_empty_one(self, store: Path) -> None:
+        self.memo(store).write_bytes(b"{not json")
+        r = run_index_query("SELECT count(*) FROM streams", str(store))
+        assert ([(4,)], [], []) == (r.rows, r.reverified, r.mismatched)
+        assert 4 == len(json.loads(self.memo(store).read_bytes()))
+
+    def test_a_memo_entry_is_not_a_row_edited(self, store: Path) -> None:
+        """The memo holds the fingerprint of the row checked: an edited row misses it and is caught."""
+        edit_rows(store, lambda row: row.update(verdict="pass"))
+        r = run_index_query("SELECT count(*) FROM streams WHERE verdict = 'pass'", str(store))
+        assert [(1,)] == r.rows
+        assert 3 == len(r.mismatched)
 
 
 class TestCommand:
