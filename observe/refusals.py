@@ -21,6 +21,7 @@ __all__ = [
     "IndexDamaged",
     "KeyExists",
     "KeyWrite",
+    "MinorBoundTwice",
     "NodesConfig",
     "OutExists",
     "OutputWrite",
@@ -76,6 +77,13 @@ class NodesConfig(Refusal):
     read, is not JSON, or names no remote node."""
 
     name = "nodes-config"
+
+
+class MinorBoundTwice(Refusal):
+    """``nodes check``: the lane config binds one minor of one host to two roles (one GPU cannot be two roles');
+    the lane's preflight refuses it by the same name."""
+
+    name = "minor-bound-twice"
 
 
 class OutExists(StreamWrite):

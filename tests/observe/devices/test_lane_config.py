@@ -75,6 +75,19 @@ def test_each_ssh_tunnel_node_takes_the_top_levels_defaults() -> None:
     assert ("root", "/usr/bin/python3") == tuple(vars(observer_of({})).values())
 
 
+def test_the_recorder_knows_which_roles_each_node_carries(tmp_path: Path) -> None:
+    """ssh-tunnel nodes carrying two roles each: one connection per node, naming its roles, and nodes check's
+    minors per node are the lane's (observe.devices.lane_nodes and observe.devices.check)."""
+    from observe.devices.check import _minors
+    from observe.devices.lane_nodes import lane_nodes
+
+    config = {**TOP, "nodes": [{"host": "lane@a", "minors": [0, 1]}, {"host": "lane@b", "minors": [3, 2]}]}
+    nodes, problems = lane_nodes(config, str(tmp_path), str(tmp_path))
+    assert ([], [(0, 1), (2, 3)]) == (problems, [n.roles for n in nodes])
+    assert [("owner-2", 3), ("owner-3", 2)] == _minors(config, nodes[1].roles)
+    assert [("owner-0", 0), ("owner-1", 1)] == _minors({**config, "transport": "loopback", "minors": [0, 1]}, ())
+
+
 @pytest.mark.parametrize(
     ("observer", "message"),
     [
