@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 import sys
 from typing import Any
 
@@ -197,3 +198,20 @@ def test_one_node_of_four_lost_mid_run_is_not_a_pass() -> None:
     reason = found["devices-observed"][1]
     assert "node lane@pod-c:2222 was lost during the recording" in reason
     assert "node lane@pod-c:2222: no end observation" in reason
+
+
+def test_the_report_shows_a_gpu_table_per_node_with_each_role(tmp_path: Any) -> None:
+    """Eight roles over four nodes: ``alpha observe report`` shows one GPU table per node, each GPU with its role,
+    instead of one table growing with N."""
+    from tests.helpers.run import alpha
+
+    s = lane(8, 2)
+    s.write(tmp_path / "lane.aos")
+    done = alpha("observe", "report", str(tmp_path / "lane.aos"), "-o", str(tmp_path / "r.html"), text=True)
+    assert 0 == done.returncode, done.stderr
+    page = (tmp_path / "r.html").read_text()
+    tables = re.findall(r'<h3 class="gpu-node">GPUs of node <span class="mono">([^<]+)</span> \((\d+)\)</h3>', page)
+    assert [(f"lane@pod-{c}:2222", "2") for c in "abcd"] == tables
+    body = page[page.index('GPUs of node <span class="mono">lane@pod-d:2222') :]
+    body = body[: body.index("</table>")]
+    assert ["owner-6", "owner-7"] == re.findall(r'<td class="gpu-role">([^<]*)</td>', body)
