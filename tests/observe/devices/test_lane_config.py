@@ -153,6 +153,33 @@ def test_the_lane_and_the_recorder_read_the_readme_config_alike(tmp_path: Path) 
     assert {("/absolute/private-key-path", "root")} == {(s, o) for *_, o, s in lane}
 
 
+def test_the_readmes_four_gpu_config_binds_two_roles_per_host(tmp_path: Path) -> None:
+    """The README's four-GPU config: the lane binds owner-0 and owner-1 to pod-a's minors 0 and 1, owner-2 and owner-3
+    to pod-b's; the recorder connects once per node, naming the roles it carries."""
+    from observe.devices.lane_nodes import lane_nodes
+
+    path = tmp_path / "lane.json"
+    path.write_text(readme_block("Four GPUs on two hosts"))
+    lane = json.loads(
+        _lanekit(
+            "import json\nfrom lanekit.config import load_config\n"
+            f"c = load_config({str(path)!r}); print(json.dumps([c['minors'], c['role_nodes']]))"
+        )
+    )
+    nodes, problems = lane_nodes(json.loads(path.read_text()), str(tmp_path), str(tmp_path))
+    assert [[0, 1, 0, 1], [0, 0, 1, 1]] == lane
+    assert ([], [("lane@pod-a", (0, 1)), ("lane@pod-b", (2, 3))]) == (problems, [(n.host, n.roles) for n in nodes])
+    assert "python3 samples/lane/oracle.py coordinates 5 4" in README.read_text()
+    shown = subprocess.run(
+        [sys.executable, str(ROOT / "samples" / "lane" / "oracle.py"), "coordinates", "5", "4"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert {"momentum", "param"} == set(json.loads(shown.stdout)[-1]["chunks"])
+    assert 4 == len(json.loads(shown.stdout)[-1]["chunks"]["param"])
+
+
 def readme_config(after: str, nodes: list[SshNode], folder: Path) -> Path:
     """The README's config after the line ``after``, its placeholders filled with the suite's nodes (the lane key of
     the first, authorised for the lane account of every node; one known_hosts listing them all)."""
