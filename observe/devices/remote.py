@@ -63,6 +63,8 @@ from observe.devices.observers import ENV_SIMULATED, lane_configs, schema_proble
 from observe.exits import Exit
 
 __all__ = [
+    "CONNECT_ATTEMPTS",
+    "CONNECT_BACKOFF",
     "CONNECT_TIMEOUT",
     "NodeLink",
     "ObserverKey",
@@ -77,6 +79,13 @@ __all__ = [
 
 #: Seconds for the TCP connection, the SSH handshake and the login, each.
 CONNECT_TIMEOUT = 10.0
+#: How often a node's connection is tried when it is dropped before the SSH handshake ends (OpenSSH's
+#: ``MaxStartups``, 10:30:100 by default, drops at random the connections past 10 not yet logged in: many nodes
+#: behind one endpoint, or many recorders at once). Bounded: the waits between tries double from
+#: ``CONNECT_BACKOFF`` seconds with jitter (x0.5-1.5), at most 0.25 + 0.5 + 1 + 2 + 4 = 7.75 s (x1.5 with
+#: jitter); a refusal (host key, login) or a timeout is never tried again.
+CONNECT_ATTEMPTS = 6
+CONNECT_BACKOFF = 0.25
 #: The most stderr of the node's observer kept for a reason.
 STDERR_KEPT = 4096
 #: The longest line a node's observer may send (bytes, its newline excluded).
@@ -165,17 +174,8 @@ def connect(node: Node, facts: dict[str, Any], key: ObserverKey | None) -> Any:
             f"cannot read known_hosts {node.known_hosts}: {exc.strerror or exc}; {keyscan_hint(node)}",
         ) from exc
     listed = known.lookup(_known_name(node)) or {}
-    sock = socket.create_connection((node.address, node.port), timeout=CONNECT_TIMEOUT)
-    transport = paramiko.Transport(sock)
+    transport = _handshake(node, listed, facts)
     try:
-        opts = transport.get_security_options()
-        types = list(opts.key_types)
-        wanted = [t for t in types if t in listed]
-        if wanted:  # ask for a key of a type known_hosts lists, so a known host is verified, never mistyped
-            opts.key_types = [*wanted, *(t for t in types if t not in wanted)]
-        transport.banner_timeout = CONNECT_TIMEOUT
-        transport.auth_timeout = CONNECT_TIMEOUT
-        transport.start_client(timeout=CONNECT_TIMEOUT)
         offered = transport.get_remote_server_key()
         facts["host_key"] = {"type": offered.get_name(), "sha256": fingerprint(offered.asbytes())}
         expected = listed.get(offered.get_name())
@@ -214,6 +214,50 @@ def connect(node: Node, facts: dict[str, Any], key: ObserverKey | None) -> Any:
     except BaseException:
         transport.close()
         raise
+
+
+def _handshake(node: Node, listed: Any, facts: dict[str, Any]) -> Any:
+    """A paramiko Transport to ``node`` past the SSH handshake (not yet verified or logged in), tried again with
+    bounded back-off while the node drops the connection before the handshake ends (``CONNECT_ATTEMPTS``); the
+    number of tries in ``facts["connect_attempts"]``."""
+    import random
+
+    import paramiko
+
+    for attempt in range(1, CONNECT_ATTEMPTS + 1):
+        facts["connect_attempts"] = attempt
+        sock = socket.create_connection((node.address, node.port), timeout=CONNECT_TIMEOUT)
+        transport = paramiko.Transport(sock)
+        try:
+            opts = transport.get_security_options()
+            types = list(opts.key_types)
+            wanted = [t for t in types if t in listed]
+            if wanted:  # ask for a key of a type known_hosts lists, so a known host is verified, never mistyped
+                opts.key_types = [*wanted, *(t for t in types if t not in wanted)]
+            transport.banner_timeout = CONNECT_TIMEOUT
+            transport.auth_timeout = CONNECT_TIMEOUT
+            transport.start_client(timeout=CONNECT_TIMEOUT)
+            return transport
+        except (paramiko.SSHException, EOFError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
+            transport.close()
+            if attempt == CONNECT_ATTEMPTS or not _dropped(exc):
+                raise
+        except BaseException:
+            transport.close()
+            raise
+        time.sleep(CONNECT_BACKOFF * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))  # jitter only
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+def _dropped(exc: BaseException) -> bool:
+    """Whether the node closed the connection before the handshake ended (what ``MaxStartups`` does), rather than
+    answering with something else or timing out."""
+    if isinstance(exc, (EOFError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError)):
+        return True
+    if isinstance(exc.__cause__ or exc.__context__, (TimeoutError, socket.timeout)):
+        return False  # a node that does not answer is not tried again: it would take CONNECT_TIMEOUT each time
+    said = str(exc).lower()
+    return "timed out" not in said and ("banner" in said or "connection reset" in said or "eof" in said)
 
 
 class NodeLink:

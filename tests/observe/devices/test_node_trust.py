@@ -395,3 +395,76 @@ def test_two_nodes_of_one_machine_see_each_others_observer_as_an_observer(
         assert all(s["user"] == "root" for s in siblings), siblings
         reason = account_reason(evs, node) or ""
         assert not any(f"(pid {s['pid']})" in reason for s in siblings), reason
+
+
+class _Dropper:
+    """A TCP front for a node that closes its first ``drops`` connections unanswered, as OpenSSH's MaxStartups
+    does past its limit, then relays each connection to the node."""
+
+    def __init__(self, port: int, drops: int) -> None:
+        import socket
+        import threading
+
+        self.target, self.drops, self.accepted = port, drops, 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.accepted <= self.drops:
+                conn.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: Any, b: Any) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                with contextlib.suppress(OSError):
+                    s.shutdown(2)
+
+
+@pytest.mark.parametrize(("drops", "observed"), [(3, True), (6, False)])
+def test_a_node_that_drops_connections_is_tried_again_with_bounded_back_off(
+    ssh_node: SshNode, tmp_path: Path, drops: int, observed: bool
+) -> None:
+    """A node whose first connections are dropped before the SSH banner (MaxStartups) is tried again with back-off
+    and reached, the tries recorded (``connect_attempts``); past CONNECT_ATTEMPTS it is observer none, unreachable,
+    after exactly that many tries."""
+    from observe.devices.lane_nodes import lane_nodes
+    from observe.devices.remote import CONNECT_ATTEMPTS, ObserverKey, observe_once
+
+    front = _Dropper(ssh_node.port, drops)
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{front.port} {ssh_node.host_key_pub}\n")
+    config = ssh_node.config(transport="loopback", port=front.port, known_hosts=str(known))
+    (node,), problems = lane_nodes(config, str(tmp_path), str(tmp_path))
+    assert [] == problems
+    found = observe_once(node, ObserverKey("env", "$KEY", observer_key().read_text()))
+    start = next(a for kind, a in found if kind == "device.observed")
+    if observed:
+        assert (drops + 1, drops + 1) == (start["node"]["connect_attempts"], front.accepted)
+        # connected, verified and logged in: the observer ran there (no NVML on this machine: observer none, saying so)
+        assert start["node"]["host_key_verified"] is True
+        assert start["node"]["observer_sha256"] is not None, start.get("error")
+    else:
+        assert (CONNECT_ATTEMPTS, CONNECT_ATTEMPTS) == (start["node"]["connect_attempts"], front.accepted)
+        assert "none" == start["observer"]
+        assert "unreachable" in start["error"]
+    front.server.close()
