@@ -310,6 +310,8 @@ class NodeLink:
         self._start_claimed = False
         self._ending = False
         self._closed = False
+        #: What the recorder stopped waiting for: its start (before ``process.start``), its end (after the end wait).
+        self._late: set[str] = set()
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._main, name=f"aos-node-{node.address}", daemon=True)
 
@@ -324,8 +326,26 @@ class NodeLink:
         self._start_ready.wait(timeout)
         with self._lock:
             self._start_claimed = True
+            if not self._start_ready.is_set():
+                self._late.add("start")  # appended when it comes, after process.start, marked late
             pending, self._pending = self._pending, []
         return pending
+
+    def end_is_late(self) -> None:
+        """The recorder's end wait is over: an end observation that still comes is appended marked late."""
+        with self._lock:
+            self._late.add("end")
+
+    def never_answered(self, waited: float) -> None:
+        """The node sent no end observation in all the time the recorder waited: recorded as ``node.lost``, named."""
+        self._emit(
+            kinds.NODE_LOST,
+            {
+                "node": dict(self.facts),
+                "reason": f"no end observation in the {waited:g} s the recorder waited for it: the node never answered",
+                "at_ns": time.monotonic_ns(),
+            },
+        )
 
     def end(self) -> None:
         """Ask the node for its end observation."""
@@ -352,6 +372,9 @@ class NodeLink:
         with self._lock:
             if self._closed:
                 return
+            phase = attrs.get("phase") if kind == kinds.DEVICE_OBSERVED else None
+            if phase in self._late and self._start_claimed:
+                attrs = {**attrs, "late": True}
             if not self._start_claimed:  # held for the recorder, which appends them before process.start
                 self._pending.append((kind, attrs))
                 if kind == kinds.DEVICE_OBSERVED and attrs.get("phase") == "start":

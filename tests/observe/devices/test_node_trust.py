@@ -23,7 +23,7 @@ import pytest
 from aos.event import Event
 from gates.devices_nodes import node_account_findings
 from gates.typing import Findings
-from tests.helpers.recorder import events, record
+from tests.helpers.recorder import events, record, wait_for
 from tests.helpers.sshd import (
     LANE_USER,
     SshNode,
@@ -406,6 +406,7 @@ class _Dropper:
         import threading
 
         self.target, self.drops, self.accepted = port, drops, 0
+        self.frozen = threading.Event()  # once set, nothing more is relayed either way (the connections stay open)
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         threading.Thread(target=self._serve, daemon=True).start()
@@ -427,11 +428,11 @@ class _Dropper:
             for a, b in ((conn, upstream), (upstream, conn)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(a: Any, b: Any) -> None:
+    def _pipe(self, a: Any, b: Any) -> None:
         try:
             while data := a.recv(65536):
-                b.sendall(data)
+                if not self.frozen.is_set():
+                    b.sendall(data)
         except OSError:
             pass
         finally:
@@ -467,4 +468,71 @@ def test_a_node_that_drops_connections_is_tried_again_with_bounded_back_off(
         assert (CONNECT_ATTEMPTS, CONNECT_ATTEMPTS) == (start["node"]["connect_attempts"], front.accepted)
         assert "none" == start["observer"]
         assert "unreachable" in start["error"]
+    front.server.close()
+
+
+def _link_through(ssh_node: SshNode, tmp_path: Path, front: _Dropper, found: list[tuple[str, dict[str, Any]]]) -> Any:
+    """A started NodeLink to ``ssh_node`` through ``front``, appending to ``found``, with simulated GPUs."""
+    import base64
+
+    from observe.devices.bundle import build_bundle
+    from observe.devices.lane_nodes import lane_nodes
+    from observe.devices.remote import NodeLink, ObserverKey
+
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{front.port} {ssh_node.host_key_pub}\n")
+    config = ssh_node.config(transport="loopback", port=front.port, known_hosts=str(known))
+    (node,), _ = lane_nodes(config, str(tmp_path), str(tmp_path))
+    gpu = {"index": 0, "minor": 0, "uuid": "GPU-late", "name": "NVIDIA H200", "memory": 1 << 30}
+    sim = json.dumps({"driver": "580.1", "gpus": [gpu], "processes": []}).encode()
+    link = NodeLink(
+        node,
+        build_bundle(),
+        interval=0.2,
+        simulated={"path": "/sim.json", "data_b64": base64.b64encode(sim).decode()},
+        config={},
+        append=lambda kind, attrs: found.append((kind, attrs)),
+        key=ObserverKey("env", "$KEY", observer_key().read_text()),
+    )
+    link.start()
+    return link
+
+
+def test_a_late_start_and_a_late_end_are_recorded_as_late(ssh_node: SshNode, tmp_path: Path) -> None:
+    """The recorder stopped waiting for a node's start (the command started) and for its end (the end wait was
+    over): both still come and are appended, each marked ``late``, never dropped."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    front = _Dropper(ssh_node.port, 0)
+    link = _link_through(ssh_node, tmp_path, front, found)
+    assert [] == link.take_start(0.0)  # not ready at once: the node's start follows when it comes
+    wait_for(lambda: any(a.get("phase") == "start" for _k, a in found), 30)
+    link.end_is_late()
+    link.end()
+    assert link.done.wait(30)
+    link.close()
+    phases = [(a.get("phase"), a.get("late")) for kind, a in found if kind == "device.observed"]
+    assert ("start", True) == phases[0]
+    assert ("end", True) == phases[-1]
+    assert all(late is None for _phase, late in phases[1:-1])
+    front.server.close()
+
+
+def test_a_node_that_never_answers_its_end_is_named(ssh_node: SshNode, tmp_path: Path) -> None:
+    """A node whose connection goes silent after its start (nothing relayed, nothing closed): no end comes, and
+    the recorder names it, ``node.lost`` saying it never answered, instead of ending without a word."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    front = _Dropper(ssh_node.port, 0)
+    link = _link_through(ssh_node, tmp_path, front, found)
+    assert link.take_start(30)
+    front.frozen.set()
+    link.end()
+    assert not link.done.wait(3)
+    link.end_is_late()
+    link.never_answered(3)
+    link.close()
+    lost = [a for kind, a in found if kind == "node.lost"]
+    assert 1 == len(lost)
+    assert "no end observation in the 3 s the recorder waited for it: the node never answered" == lost[0]["reason"]
+    assert front.port == lost[0]["node"]["port"]
+    assert not [a for kind, a in found if kind == "device.observed" and a.get("phase") == "end"]
     front.server.close()
