@@ -94,6 +94,11 @@ LINE_MAX = 1 << 20
 MESSAGES_PER_INTERVAL = 64
 #: The most sessions kept per node (beyond them: ``sessions_truncated``).
 SESSIONS_KEPT = 256
+#: The node facts every observation and telemetry event of a node carries; the node's first event carries them
+#: all (its account, uids, key source, kernel, interpreter, config...), written once per node, and a later event
+#: carries ``sessions`` (and ``sessions_truncated``) only when they grew since the last event that carried them,
+#: and in its ``end`` observation (every session seen during the run).
+NODE_EVERY = ("host", "address", "port", "user", "host_key", "host_key_verified")
 
 
 @dataclass(frozen=True)
@@ -312,6 +317,8 @@ class NodeLink:
         self._closed = False
         #: What the recorder stopped waiting for: its start (before ``process.start``), its end (after the end wait).
         self._late: set[str] = set()
+        #: The sessions (count, truncated) the last event that carried them said; None before the node's first event.
+        self._sent_sessions: tuple[int, bool] | None = None
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._main, name=f"aos-node-{node.address}", daemon=True)
 
@@ -486,6 +493,22 @@ class NodeLink:
         )
         self._sessions(msg.get("sessions"))
 
+    def _node_attrs(self, end: bool = False) -> dict[str, Any]:
+        """The ``node`` of the next observation or telemetry event: every fact the first time, then ``NODE_EVERY``
+        and the sessions when they grew, and always in the ``end`` observation (every session seen during the
+        run), so a node's facts are written once, not in every sample."""
+        sessions = len(self.facts.get("sessions") or []), self.facts.get("sessions_truncated") is True
+        if self._sent_sessions is None:
+            self._sent_sessions = sessions
+            return dict(self.facts)
+        node = {k: self.facts[k] for k in NODE_EVERY if k in self.facts}
+        if sessions != self._sent_sessions or end:
+            self._sent_sessions = sessions
+            node["sessions"] = list(self.facts["sessions"])
+            if sessions[1]:
+                node["sessions_truncated"] = True
+        return node
+
     def _sessions(self, found: Any) -> None:
         """Add the sessions the node reported to those seen during the run (each once, by pid and account)."""
         if not isinstance(found, list):
@@ -528,7 +551,7 @@ class NodeLink:
                     wrong = schema_problem(kind, msg.get("attrs"))
                     if wrong is not None:
                         raise _Overrun(f"the observer sent a {kind} not of the recorder's schema: {wrong}")
-                    attrs = {**msg["attrs"], "node": dict(self.facts)}
+                    attrs = {**msg["attrs"], "node": self._node_attrs(msg["attrs"].get("phase") == "end")}
                     started = started or kind == kinds.DEVICE_OBSERVED
                     self._emit(kind, attrs)
                 elif kind == "bye":

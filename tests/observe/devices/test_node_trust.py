@@ -136,7 +136,7 @@ def test_nothing_the_lane_account_plants_runs_in_the_observer(kind: str, ssh_nod
     assert ["start", "end"] == [mine[0].attrs["phase"], mine[-1].attrs["phase"]]
     assert {"simulated"} == {e.attrs["observer"] for e in mine}
     assert not mark.exists(), "the plant ran in the observer"
-    facts = mine[-1].attrs["node"]
+    facts = mine[0].attrs["node"]  # the node's facts are written once, in its first observation
     assert (True, "root", LANE_USER, "/usr/bin/python3") == (
         facts["isolated"],
         facts["user"],
