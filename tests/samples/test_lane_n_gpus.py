@@ -162,6 +162,10 @@ def test_n_gpus_on_one_node_open_only_on_devices_observed(name: str, local_runs:
     assert [c["uuid"] for c in cards(count)] == [g["uuid"] for g in pre["gpus"]]
     binding = json.loads((run["out"] / "binding.json").read_text())
     assert roles == sorted(binding["roles"], key=lambda r: int(r.split("-")[1]))
+    # the refusal controls for every role: each built wrong in turn, each refused by name, nothing written
+    for control in receipts(run, "refusal-control"):
+        refused = [(r["role"], r["exit_name"], r["checkpoint_written"], r["output_bytes"]) for r in control["roles"]]
+        assert [(role, control["expected"], False, 0) for role in roles] == refused
 
 
 # -- over two sshd nodes, two roles each ----------------------------------------------------------------

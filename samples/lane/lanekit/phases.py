@@ -163,49 +163,77 @@ def build(lane: str, out: str, config_path: str | None = None) -> int:
     return 0 if ok else 1
 
 
+def _wrong(good: dict[str, Any], control: str) -> dict[str, Any]:
+    """A role's binding made wrong for ``control``: another UUID, or another product."""
+    if control == "wrong-uuid":
+        return dict(good, uuid=WRONG_UUID if good["uuid"] != WRONG_UUID else WRONG_UUID[:-1] + "1")
+    other = "NVIDIA GeForce RTX 3090" if good["product"] != "NVIDIA GeForce RTX 3090" else "NVIDIA GeForce RTX 3070"
+    return dict(good, product=other)
+
+
+def _refused_run(
+    place: Placement, exes: dict[str, str], role: str, path: str, control: str, run_dir: str
+) -> dict[str, Any]:
+    """One run with ``role``'s executable replaced by ``path`` (built wrong): what the refused role did."""
+    place.upload(path, role)
+    result, files = place.run({**exes, role: path}, f"refusal-{control}", run_dir, updates=5, epoch=1, timeout=120)
+    code = result.exit_codes[role]
+    stderr = result.output.get(role, "")
+    name = next((line.split(":")[1].strip() for line in stderr.splitlines() if line.startswith("refused: ")), "")
+    produced = _files_under(run_dir) if os.path.isdir(run_dir) else []
+    if produced:
+        artifact(*produced)
+    # Output: files the run wrote, and whatever the refused executable (and, for owner-0, the coordinator it
+    # hosts) printed on stdout.
+    printed = sum(
+        len(result.stdout.get(p, "").encode()) for p in (role, *(["coordinator"] if role == "owner-0" else []))
+    )
+    return {
+        "role": role,
+        "exit_code": code,
+        "exit_name": name,
+        "checkpoint_written": os.path.exists(files["checkpoint"]),
+        "output_bytes": sum(os.path.getsize(f) for f in produced) + printed,
+        "target": rel(path),
+    }
+
+
 def _refusal(lane: str, out: str, config_path: str | None, control: str) -> int:
+    """Each role built wrong in turn (owner-0 first, whose exit is the step's) must be refused by name, writing
+    nothing; the receipt holds owner-0's run and, in ``roles``, every role's."""
     config = load_config(str(config_path))
     paths = _paths(out, lane)
     spec = default_spec(lane, len(config["minors"]))
     expected = {"wrong-uuid": "device-uuid", "wrong-product": "nvidia-plan-host"}[control]
-    good = _bindings(out, lane)["owner-0"]
-    if control == "wrong-uuid":
-        wrong = dict(good, uuid=WRONG_UUID if good["uuid"] != WRONG_UUID else WRONG_UUID[:-1] + "1")
-    else:
-        other = "NVIDIA GeForce RTX 3090" if good["product"] != "NVIDIA GeForce RTX 3090" else "NVIDIA GeForce RTX 3070"
-        wrong = dict(good, product=other)
     folder = os.path.join(out, "refusal", control)
-    path, _digest = build_role(spec, "owner-0", wrong, folder)
-    artifact(path, f"{path}.sha256")
     exes = _executables(paths["build"], len(spec.owners))
-    exes["owner-0"] = path
-    run_dir = os.path.join(folder, "run")
+    runs = []
     with Placement(config, lane, out) as place:
-        place.upload(path, "owner-0")
-        result, files = place.run(exes, f"refusal-{control}", run_dir, updates=5, epoch=1, timeout=120)
-    code = result.exit_codes["owner-0"]
-    stderr = result.output.get("owner-0", "")
-    name = next((line.split(":")[1].strip() for line in stderr.splitlines() if line.startswith("refused: ")), "")
-    written = os.path.exists(files["checkpoint"])
-    produced = _files_under(run_dir) if os.path.isdir(run_dir) else []
-    if produced:
-        artifact(*produced)
-    # Output: files the run wrote, and whatever the refused executable (owner-0 and the
-    # coordinator it hosts) printed on stdout.
-    printed = sum(len(result.stdout.get(p, "").encode()) for p in ("owner-0", "coordinator"))
-    output_bytes = sum(os.path.getsize(f) for f in produced) + printed
-    held = code != 0 and name == expected and not written and output_bytes == 0
+        for role in spec.owners:
+            path, _digest = build_role(spec, role, _wrong(_bindings(out, lane)[role], control), folder)
+            artifact(path, f"{path}.sha256")
+            run_dir = os.path.join(folder, "run" if role == "owner-0" else f"run-{role}")
+            runs.append(_refused_run(place, exes, role, path, control, run_dir))
+    first = runs[0]
+    held = all(
+        r["exit_code"] != 0 and r["exit_name"] == expected and not r["checkpoint_written"] and r["output_bytes"] == 0
+        for r in runs
+    )
     receipt(
         "refusal-control",
         "pass" if held else "fail",
         control=control,
         expected=expected,
-        exit_code=code,
-        exit_name=name,
-        checkpoint_written=written,
-        output_bytes=output_bytes,
-        target=rel(path),
+        exit_code=first["exit_code"],
+        exit_name=first["exit_name"],
+        checkpoint_written=any(r["checkpoint_written"] for r in runs),
+        output_bytes=sum(r["output_bytes"] for r in runs),
+        target=first["target"],
+        roles=runs,
     )
+    code = int(first["exit_code"])
+    if code != 0 and not held:
+        print(f"{control}: not every role was refused: {runs}", file=sys.stderr)
     return code if code != 0 else 1
 
 
