@@ -7,12 +7,16 @@ that name) whose field holds a path, the path names a captured artifact, and
 the artifact's SHA-256 is hashed from its captured bytes
 (``gates.evidence.Artifact.sha256``). Every file must be the same bytes, and,
 with ``sha256``, those bytes must hash to that pinned digest (the oracle's,
-written in the gate file, where no receipt can change it). Each
+written in the gate file, where no receipt can change it; ``sha256_by_roles``
+pins the oracle's digest for runs of other role counts, ``{"4" = DIGEST, ...}``,
+chosen by the number of owner roles the lane config the recorder captured
+(``config_env``) binds, ``sha256`` for two roles, or without such a capture). Each
 ``RECEIPT.FIELD`` in ``claims`` is a digest a receipt states about those files
 (e.g. the plain run's checkpoint digest a host-shadow receipt compares with):
 it must be the files' digest, so no stated digest stands unbound to bytes.
 
 - a receipt, field or captured file missing: inconclusive;
+- a run of a role count no digest is pinned for: inconclusive;
 - different bytes, bytes other than the pinned digest, or a claim other than
   the bytes' digest: fail.
 """
@@ -23,18 +27,35 @@ from collections.abc import Mapping
 from typing import Any
 
 from gates.evidence import Evidence
+from gates.lane_roles import captured_config, role_nodes
 from gates.typing import Findings, Outcome
 from gates.wording import count
 
 __all__ = ["same_bytes"]
 
 
+def _pinned(ev: Evidence, args: Mapping[str, Any], f: Findings) -> str | None:
+    """The pinned digest for the run's role count (the module's docstring); None when none is pinned."""
+    pinned = args.get("sha256")
+    table = args.get("sha256_by_roles")
+    if isinstance(table, Mapping):
+        doc = captured_config(ev, args.get("config_env"))
+        roles = role_nodes(doc) if doc is not None else None
+        if roles is not None and len(roles) > 2:
+            pinned = table.get(str(len(roles)))
+            if not isinstance(pinned, str):
+                f.inconclusive(
+                    f"the lane config binds {len(roles)} roles, and the gate pins the oracle's digest only for "
+                    f"{', '.join(['2', *sorted(table, key=lambda k: int(k) if str(k).isdigit() else 0)])} roles"
+                )
+    return pinned.lower() if isinstance(pinned, str) else None
+
+
 def same_bytes(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
     """Every named captured file holds the same bytes (and the pinned digest, when given)."""
     f = Findings()
     files = [str(x) for x in args.get("files", [])]
-    pinned = args.get("sha256")
-    pinned = pinned.lower() if isinstance(pinned, str) else None
+    pinned = _pinned(ev, args, f)
     if not files:
         f.inconclusive("no files to compare (args.files is empty)")
         return f.outcome("")

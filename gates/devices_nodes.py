@@ -2,9 +2,10 @@
 
 When the lane config the recorder captured (``origin: recorder``) names a host
 other than ``"local"`` (or, with ``"transport": "ssh-tunnel"``, a list of
-``nodes``, one per role in role order), the recorder observed each node over its
+``nodes`` in role order, each carrying one role or the roles of its ``minors``:
+gates/lane_roles.py), the recorder observed each node over its
 own SSH connection and its ``device.observed`` events carry ``node``. Then the
-check judges those observations, node by node:
+check judges those observations, node by node, for each of the N roles:
 
 1. every node was observed as DESIGN's two accounts need (:func:`node_account_findings`):
    the recorder logged into the node's observer account, which is not the
@@ -68,6 +69,7 @@ from gates.devices import (
 )
 from gates.evidence import Evidence, Receipt
 from gates.health import bound_gpus, health_findings
+from gates.lane_roles import captured_config, role_nodes
 from gates.typing import Findings, Outcome
 
 __all__ = ["config_nodes", "devices_observed_anywhere", "devices_observed_on_nodes", "node_account_findings"]
@@ -76,31 +78,22 @@ LOCAL = ("", "local")
 
 
 def config_nodes(ev: Evidence, config_env: Any) -> tuple[list[tuple[str, int | None]], str | None] | None:
-    """The remote nodes the recorder-captured lane config names, in role order (``(host, port)``), and its
+    """The remote nodes the recorder-captured lane config names, in node order (``(host, port)``), and its
     transport; None when it names none (the roles run on the recorder's own machine)."""
-    wanted = {"origin": "recorder", "env": config_env} if isinstance(config_env, str) and config_env else None
-    configs = ev.artifacts_matching("**", wanted or {"origin": "recorder"})
-    configs = [a for a in configs if isinstance(a.event.attrs.get("env"), str)]  # a lane config, not a rebuild's
-    for art in reversed(configs):
-        try:
-            doc = art.json()
-        except ValueError:
-            continue
-        if not isinstance(doc, dict):
-            continue
-        transport = doc.get("transport")
-        entries = doc.get("nodes") if transport == "ssh-tunnel" else [doc]
-        if not isinstance(entries, list):
-            continue
-        nodes = []
-        for e in entries:
-            host = str(e.get("host") or "").strip() if isinstance(e, dict) else ""
-            if host not in LOCAL:
-                port = e.get("port", doc.get("port"))  # a node's port defaults to the top level's
-                nodes.append((host, int(port) if isinstance(port, int) else None))
-        if nodes:
-            return nodes, str(transport) if transport is not None else None
-    return None
+    doc = captured_config(ev, config_env)
+    if doc is None:
+        return None
+    transport = doc.get("transport")
+    entries = doc.get("nodes") if transport == "ssh-tunnel" else [doc]
+    if not isinstance(entries, list):
+        return None
+    nodes = []
+    for e in entries:
+        host = str(e.get("host") or "").strip() if isinstance(e, dict) else ""
+        if host not in LOCAL:
+            port = e.get("port", doc.get("port"))  # a node's port defaults to the top level's
+            nodes.append((host, int(port) if isinstance(port, int) else None))
+    return (nodes, str(transport) if transport is not None else None) if nodes else None
 
 
 def _name(host: str, port: int | None) -> str:
@@ -244,6 +237,7 @@ def devices_observed_on_nodes(
     nodes: list[tuple[str, int | None]],
     transport: str | None,
     run_steps: tuple[str, ...],
+    config_env: Any = None,
 ) -> Outcome:
     """The check of the module's docstring."""
     f = Findings()
@@ -260,7 +254,7 @@ def devices_observed_on_nodes(
     if pre is None:
         return f.outcome("")
     roles = _Roles(ev, pre, f)
-    homes = _Homes(ev, nodes, transport)
+    homes = _Homes(ev, nodes, transport, config_env)
     claimed = preflight_gpus(pre, f)
     if not claimed:
         return f.outcome("")
@@ -302,19 +296,25 @@ def _node_gpus(
 
 
 class _Homes:
-    """The node each role runs on: with ``"transport": "ssh-tunnel"`` and several nodes, one per role in role
-    order (the lane's ``static-build`` receipts); else the one node."""
+    """The node each role runs on: with ``"transport": "ssh-tunnel"`` and several nodes, the node the captured
+    config gives the role (its place in the roles the nodes carry, in role order: the lane's ``static-build``
+    receipts); else the one node."""
 
-    def __init__(self, ev: Evidence, nodes: Sequence[Node], transport: str | None) -> None:
+    def __init__(self, ev: Evidence, nodes: Sequence[Node], transport: str | None, config_env: Any = None) -> None:
         self.nodes = list(nodes)
         self.order = list(dict.fromkeys(str(r.fields.get("role")) for r in ev.receipts_named("static-build")))
         self.per_node = transport == "ssh-tunnel" and len(nodes) > 1
+        doc = captured_config(ev, config_env)
+        carried = role_nodes(doc) if doc is not None else None
+        #: Each role's node index, in role order; one role per node where the config says no more.
+        self.carried = carried if carried is not None else list(range(len(self.nodes)))
 
     def of(self, role: str) -> Node | None:
         if not self.per_node:
             return self.nodes[0]
         i = self.order.index(role) if role in self.order else -1
-        return self.nodes[i] if 0 <= i < len(self.nodes) else None
+        node = self.carried[i] if 0 <= i < len(self.carried) else -1
+        return self.nodes[node] if 0 <= node < len(self.nodes) else None
 
 
 def _node_claim_findings(
@@ -441,4 +441,4 @@ def devices_observed_anywhere(ev: Evidence, args: Mapping[str, Any]) -> Outcome:
         # then): its streams are judged as they were sealed.
         return devices_observed(ev, args)
     run_steps = tuple(str(s) for s in args.get("steps", RUN_STEPS))
-    return devices_observed_on_nodes(ev, remote[0], remote[1], run_steps)
+    return devices_observed_on_nodes(ev, remote[0], remote[1], run_steps, args.get("config_env"))

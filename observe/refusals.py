@@ -22,6 +22,7 @@ __all__ = [
     "IndexRow",
     "KeyExists",
     "KeyWrite",
+    "MinorBoundTwice",
     "NodesConfig",
     "OutExists",
     "OutputWrite",
@@ -78,6 +79,13 @@ class NodesConfig(Refusal):
     read, is not JSON, or names no remote node."""
 
     name = "nodes-config"
+
+
+class MinorBoundTwice(Refusal):
+    """``nodes check``: the lane config binds one minor of one host to two roles (one GPU cannot be two roles');
+    the lane's preflight refuses it by the same name."""
+
+    name = "minor-bound-twice"
 
 
 class OutExists(StreamWrite):

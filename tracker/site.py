@@ -103,6 +103,7 @@ class Gpu:
     driver: str | None
     serial: str | None = None  # its health's serial, as NVML gave it (docs/FORMAT.md section 4.1)
     health: str | None = None  # its health at the stream's last observation of it, in one line (gpu_health)
+    node: str = ""  # the remote node that showed it (HOST:PORT); "" for the recorder's own machine
 
 
 @dataclass
@@ -197,11 +198,19 @@ class Run:
 
     @property
     def gpus(self) -> list[Gpu]:
-        seen: dict[tuple[str, str, str | None], Gpu] = {}
+        seen: dict[tuple[str, str, str | None, str], Gpu] = {}
         for s in self.streams:
             for g in s.gpus:
-                seen.setdefault((g.uuid, g.observer, g.driver), g)
-        return [seen[k] for k in sorted(seen, key=lambda k: (k[0], k[1], k[2] or ""))]
+                seen.setdefault((g.uuid, g.observer, g.driver, g.node), g)
+        return [seen[k] for k in sorted(seen, key=lambda k: (k[3], k[0], k[1], k[2] or ""))]
+
+    @property
+    def gpus_by_node(self) -> list[tuple[str, list[Gpu]]]:
+        """The run's GPUs, one list per node (``""``: the recorder's own machine), in node order."""
+        nodes: dict[str, list[Gpu]] = {}
+        for g in self.gpus:
+            nodes.setdefault(g.node, []).append(g)
+        return list(nodes.items())
 
     @property
     def observers(self) -> list[str]:
@@ -329,7 +338,7 @@ def _read_observed(view: StreamView, path: Path) -> None:
 
     fields = [COLUMNS.index("kind"), COLUMNS.index("attrs")]
     wanted = pa.array([kinds.DEVICE_OBSERVED, kinds.ARTIFACT])
-    gpus: dict[tuple[str, str, str | None], Gpu] = {}
+    gpus: dict[tuple[str, str, str | None, str], Gpu] = {}
     observers: set[str] = set()
     with StreamFile(path) as f:
         for batch in ipc.open_stream(pa.py_buffer(f.view), options=read_options(included_fields=fields)):
@@ -359,15 +368,25 @@ def _read_observed(view: StreamView, path: Path) -> None:
                 driver = attrs.get("driver") if isinstance(attrs.get("driver"), str) else None
                 listed = attrs.get("gpus")
                 events = [e for e in attrs.get("gpu_events") or [] if isinstance(e, dict)]
+                node = _node_name(attrs.get("node"))
                 for gpu in listed if isinstance(listed, list) else []:
                     if isinstance(gpu, dict) and isinstance(gpu.get("uuid"), str):
-                        key = (gpu["uuid"], observer, driver)
-                        g = gpus.setdefault(key, Gpu(gpu["uuid"], str(gpu.get("name") or "?"), observer, driver))
+                        key = (gpu["uuid"], observer, driver, node)
+                        made = Gpu(gpu["uuid"], str(gpu.get("name") or "?"), observer, driver, node=node)
+                        g = gpus.setdefault(key, made)
                         mine = [e for e in events if e.get("gpu") == gpu["uuid"]]
                         gpus[key] = _health_of(g, gpu.get("health"), mine)
             del batch
-    view.gpus = [gpus[k] for k in sorted(gpus, key=lambda k: (k[0], k[1], k[2] or ""))]
+    view.gpus = [gpus[k] for k in sorted(gpus, key=lambda k: (k[3], k[0], k[1], k[2] or ""))]
     view.observers = sorted(observers)
+
+
+def _node_name(node: Any) -> str:
+    """A remote node as the site names it (``HOST:PORT``); "" for the recorder's own machine."""
+    if not isinstance(node, dict):
+        return ""
+    port = node.get("port")
+    return str(node.get("host") or "?") + (f":{port}" if isinstance(port, int) else "")
 
 
 def _health_of(g: Gpu, health: Any, events: list[dict[str, Any]]) -> Gpu:

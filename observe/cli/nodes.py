@@ -57,10 +57,11 @@ def nodes_check_command(config: str | None, observer_key_env: str | None, observ
     and the minors the config binds), then, logged in as the lane with its own key, what the
     lane needs there (python3, torch with CUDA, remote_root writable, free disk). Nothing is
     recorded (docs/NODES.md). Exit 0 every node would be observed, 1 a problem (each named)
-    or refused (nodes-config), 2 usage.
+    or refused (nodes-config; minor-bound-twice: one GPU of a host bound to two roles), 2 usage.
     """
     from observe.devices.check import ConfigUnusable, check_config, default_config
-    from observe.refusals import NodesConfig
+    from observe.devices.lane_config import MinorBoundTwice as MinorTwice
+    from observe.refusals import MinorBoundTwice, NodesConfig
 
     if config is not None:
         configs = [(config, config)]
@@ -75,6 +76,8 @@ def nodes_check_command(config: str | None, observer_key_env: str | None, observ
             report = check_config(name, path, os.environ, observer_key=key)
         except ConfigUnusable as exc:
             raise NodesConfig(str(exc)) from None
+        except MinorTwice as exc:
+            raise MinorBoundTwice(str(exc)) from None
         _print(report)
         problems += report.problems
     if problems:

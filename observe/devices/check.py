@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from aos import kinds
-from observe.devices.lane_config import node_entries
+from observe.devices.lane_config import LaneConfigProblem, MinorBoundTwice, node_entries, role_binding
 from observe.devices.lane_nodes import Node, lane_nodes
 from observe.devices.observers import ENV_SIMULATED, lane_configs
 from observe.exits import Exit
@@ -136,20 +136,24 @@ def _str_map(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
-def _minors(config: dict[str, Any], entries: list[dict[str, Any]], roles: tuple[int, ...]) -> list[tuple[str, int]]:
-    """``(role, minor)`` the config binds on a node: ``roles`` of the ``ssh-tunnel`` nodes (each its entry's
-    ``minors``, else the top level's in role order), or every role of a ``loopback`` pod (empty ``roles``)."""
-    top = config.get("minors")
+def _minors(config: dict[str, Any], roles: tuple[int, ...]) -> list[tuple[str, int]]:
+    """``(role, minor)`` the config binds on a node: its ``roles`` (role indices) of an ``ssh-tunnel`` config, or
+    every role of a ``loopback`` pod (empty ``roles``); as the lane reads them (``lane_config.role_binding``)."""
+    try:
+        binding = role_binding(config)
+    except LaneConfigProblem:
+        return []
+    return [(binding.roles[i], binding.minors[i]) for i in (roles or range(len(binding.minors)))]
+
+
+def _entry_of(config: dict[str, Any], entries: list[dict[str, Any]], roles: tuple[int, ...]) -> dict[str, Any]:
+    """The (merged) config entry of the node carrying ``roles`` (the first entry for a ``loopback`` pod)."""
     if not roles:
-        return [(f"owner-{i}", m) for i, m in enumerate(top) if isinstance(m, int)] if isinstance(top, list) else []
-    found: list[tuple[str, int]] = []
-    for role in roles:
-        own = entries[role].get("minors") if role < len(entries) else None
-        if isinstance(own, list):
-            found += [(f"owner-{role}", m) for m in own if isinstance(m, int)]
-        elif isinstance(top, list) and role < len(top) and isinstance(top[role], int):
-            found.append((f"owner-{role}", top[role]))
-    return found
+        return entries[0]
+    try:
+        return entries[role_binding(config).nodes[roles[0]]]
+    except (LaneConfigProblem, IndexError):
+        return entries[roles[0]] if roles[0] < len(entries) else entries[0]
 
 
 # -- the observer, as a recording runs it ---------------------------------------------------------
@@ -415,6 +419,13 @@ def check_config(
     except ValueError as exc:
         raise ConfigUnusable(f"{name}: {path} is not JSON: {exc}") from None
     home = home if home is not None else (env.get("HOME") or os.path.expanduser("~"))
+    if isinstance(doc, dict):
+        try:
+            role_binding(doc)
+        except MinorBoundTwice as exc:
+            raise MinorBoundTwice(f"{name}: {exc}") from None
+        except LaneConfigProblem:
+            pass  # its nodes' problems are listed below, as the lane would meet them
     nodes, wrong = lane_nodes(doc, os.path.dirname(real), home)
     report = Report(config=f"{name} ({real})" if name != path else real, config_problems=list(wrong))
     if not isinstance(doc, dict):
@@ -427,8 +438,8 @@ def check_config(
     key_base = os.path.dirname(real)
 
     def one(node: Node) -> NodeReport:
-        entry = entries[node.roles[0] if node.roles else 0]
-        minors = _minors(doc, entries, node.roles)
+        entry = _entry_of(doc, entries, node.roles)
+        minors = _minors(doc, node.roles)
         row = NodeReport(f"{node.host} port {node.port}")
         start, lost = _observe(node, env, observer_key)
         if lost is not None:

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from observe.devices.lane_config import LaneConfigProblem, is_local, node_entries, observer_of
+from observe.devices.lane_config import LaneConfigProblem, is_local, node_entries, observer_of, role_binding
 
 __all__ = ["Node", "lane_nodes", "node_key"]
 
@@ -158,7 +158,11 @@ def lane_nodes(config: Any, base: str, home: str | None = None) -> tuple[list[No
     except LaneConfigProblem as exc:
         return [], [str(exc)]
     tunnel = config.get("transport") == "ssh-tunnel"
-    named = [(e, (i,) if tunnel else ()) for i, e in enumerate(entries)]
+    try:
+        carried = role_binding(config)
+        named = [(e, carried.on_node(i) if tunnel else ()) for i, e in enumerate(entries)]
+    except LaneConfigProblem:  # minors not as documented: one role per node, as the entries stand (the lane refuses)
+        named = [(e, (i,) if tunnel else ()) for i, e in enumerate(entries)]
     nodes: dict[tuple[str, str, str, int], Node] = {}
     problems: list[str] = []
     for entry, roles in named:

@@ -63,6 +63,8 @@ from observe.devices.observers import ENV_SIMULATED, lane_configs, schema_proble
 from observe.exits import Exit
 
 __all__ = [
+    "CONNECT_ATTEMPTS",
+    "CONNECT_BACKOFF",
     "CONNECT_TIMEOUT",
     "NodeLink",
     "ObserverKey",
@@ -77,6 +79,13 @@ __all__ = [
 
 #: Seconds for the TCP connection, the SSH handshake and the login, each.
 CONNECT_TIMEOUT = 10.0
+#: How often a node's connection is tried when it is dropped before the SSH handshake ends (OpenSSH's
+#: ``MaxStartups``, 10:30:100 by default, drops at random the connections past 10 not yet logged in: many nodes
+#: behind one endpoint, or many recorders at once). Bounded: the waits between tries double from
+#: ``CONNECT_BACKOFF`` seconds with jitter (x0.5-1.5), at most 0.25 + 0.5 + 1 + 2 + 4 = 7.75 s (x1.5 with
+#: jitter); a refusal (host key, login) or a timeout is never tried again.
+CONNECT_ATTEMPTS = 6
+CONNECT_BACKOFF = 0.25
 #: The most stderr of the node's observer kept for a reason.
 STDERR_KEPT = 4096
 #: The longest line a node's observer may send (bytes, its newline excluded).
@@ -85,6 +94,11 @@ LINE_MAX = 1 << 20
 MESSAGES_PER_INTERVAL = 64
 #: The most sessions kept per node (beyond them: ``sessions_truncated``).
 SESSIONS_KEPT = 256
+#: The node facts every observation and telemetry event of a node carries; the node's first event carries them
+#: all (its account, uids, key source, kernel, interpreter, config...), written once per node, and a later event
+#: carries ``sessions`` (and ``sessions_truncated``) only when they grew since the last event that carried them,
+#: and in its ``end`` observation (every session seen during the run).
+NODE_EVERY = ("host", "address", "port", "user", "host_key", "host_key_verified")
 
 
 @dataclass(frozen=True)
@@ -165,17 +179,8 @@ def connect(node: Node, facts: dict[str, Any], key: ObserverKey | None) -> Any:
             f"cannot read known_hosts {node.known_hosts}: {exc.strerror or exc}; {keyscan_hint(node)}",
         ) from exc
     listed = known.lookup(_known_name(node)) or {}
-    sock = socket.create_connection((node.address, node.port), timeout=CONNECT_TIMEOUT)
-    transport = paramiko.Transport(sock)
+    transport = _handshake(node, listed, facts)
     try:
-        opts = transport.get_security_options()
-        types = list(opts.key_types)
-        wanted = [t for t in types if t in listed]
-        if wanted:  # ask for a key of a type known_hosts lists, so a known host is verified, never mistyped
-            opts.key_types = [*wanted, *(t for t in types if t not in wanted)]
-        transport.banner_timeout = CONNECT_TIMEOUT
-        transport.auth_timeout = CONNECT_TIMEOUT
-        transport.start_client(timeout=CONNECT_TIMEOUT)
         offered = transport.get_remote_server_key()
         facts["host_key"] = {"type": offered.get_name(), "sha256": fingerprint(offered.asbytes())}
         expected = listed.get(offered.get_name())
@@ -214,6 +219,50 @@ def connect(node: Node, facts: dict[str, Any], key: ObserverKey | None) -> Any:
     except BaseException:
         transport.close()
         raise
+
+
+def _handshake(node: Node, listed: Any, facts: dict[str, Any]) -> Any:
+    """A paramiko Transport to ``node`` past the SSH handshake (not yet verified or logged in), tried again with
+    bounded back-off while the node drops the connection before the handshake ends (``CONNECT_ATTEMPTS``); the
+    number of tries in ``facts["connect_attempts"]``."""
+    import random
+
+    import paramiko
+
+    for attempt in range(1, CONNECT_ATTEMPTS + 1):
+        facts["connect_attempts"] = attempt
+        sock = socket.create_connection((node.address, node.port), timeout=CONNECT_TIMEOUT)
+        transport = paramiko.Transport(sock)
+        try:
+            opts = transport.get_security_options()
+            types = list(opts.key_types)
+            wanted = [t for t in types if t in listed]
+            if wanted:  # ask for a key of a type known_hosts lists, so a known host is verified, never mistyped
+                opts.key_types = [*wanted, *(t for t in types if t not in wanted)]
+            transport.banner_timeout = CONNECT_TIMEOUT
+            transport.auth_timeout = CONNECT_TIMEOUT
+            transport.start_client(timeout=CONNECT_TIMEOUT)
+            return transport
+        except (paramiko.SSHException, EOFError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
+            transport.close()
+            if attempt == CONNECT_ATTEMPTS or not _dropped(exc):
+                raise
+        except BaseException:
+            transport.close()
+            raise
+        time.sleep(CONNECT_BACKOFF * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))  # jitter only
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+def _dropped(exc: BaseException) -> bool:
+    """Whether the node closed the connection before the handshake ended (what ``MaxStartups`` does), rather than
+    answering with something else or timing out."""
+    if isinstance(exc, (EOFError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError)):
+        return True
+    if isinstance(exc.__cause__ or exc.__context__, (TimeoutError, socket.timeout)):
+        return False  # a node that does not answer is not tried again: it would take CONNECT_TIMEOUT each time
+    said = str(exc).lower()
+    return "timed out" not in said and ("banner" in said or "connection reset" in said or "eof" in said)
 
 
 class NodeLink:
@@ -266,6 +315,10 @@ class NodeLink:
         self._start_claimed = False
         self._ending = False
         self._closed = False
+        #: What the recorder stopped waiting for: its start (before ``process.start``), its end (after the end wait).
+        self._late: set[str] = set()
+        #: The sessions (count, truncated) the last event that carried them said; None before the node's first event.
+        self._sent_sessions: tuple[int, bool] | None = None
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._main, name=f"aos-node-{node.address}", daemon=True)
 
@@ -280,8 +333,26 @@ class NodeLink:
         self._start_ready.wait(timeout)
         with self._lock:
             self._start_claimed = True
+            if not self._start_ready.is_set():
+                self._late.add("start")  # appended when it comes, after process.start, marked late
             pending, self._pending = self._pending, []
         return pending
+
+    def end_is_late(self) -> None:
+        """The recorder's end wait is over: an end observation that still comes is appended marked late."""
+        with self._lock:
+            self._late.add("end")
+
+    def never_answered(self, waited: float) -> None:
+        """The node sent no end observation in all the time the recorder waited: recorded as ``node.lost``, named."""
+        self._emit(
+            kinds.NODE_LOST,
+            {
+                "node": dict(self.facts),
+                "reason": f"no end observation in the {waited:g} s the recorder waited for it: the node never answered",
+                "at_ns": time.monotonic_ns(),
+            },
+        )
 
     def end(self) -> None:
         """Ask the node for its end observation."""
@@ -308,6 +379,9 @@ class NodeLink:
         with self._lock:
             if self._closed:
                 return
+            phase = attrs.get("phase") if kind == kinds.DEVICE_OBSERVED else None
+            if phase in self._late and self._start_claimed:
+                attrs = {**attrs, "late": True}
             if not self._start_claimed:  # held for the recorder, which appends them before process.start
                 self._pending.append((kind, attrs))
                 if kind == kinds.DEVICE_OBSERVED and attrs.get("phase") == "start":
@@ -419,6 +493,22 @@ class NodeLink:
         )
         self._sessions(msg.get("sessions"))
 
+    def _node_attrs(self, end: bool = False) -> dict[str, Any]:
+        """The ``node`` of the next observation or telemetry event: every fact the first time, then ``NODE_EVERY``
+        and the sessions when they grew, and always in the ``end`` observation (every session seen during the
+        run), so a node's facts are written once, not in every sample."""
+        sessions = len(self.facts.get("sessions") or []), self.facts.get("sessions_truncated") is True
+        if self._sent_sessions is None:
+            self._sent_sessions = sessions
+            return dict(self.facts)
+        node = {k: self.facts[k] for k in NODE_EVERY if k in self.facts}
+        if sessions != self._sent_sessions or end:
+            self._sent_sessions = sessions
+            node["sessions"] = list(self.facts["sessions"])
+            if sessions[1]:
+                node["sessions_truncated"] = True
+        return node
+
     def _sessions(self, found: Any) -> None:
         """Add the sessions the node reported to those seen during the run (each once, by pid and account)."""
         if not isinstance(found, list):
@@ -461,7 +551,7 @@ class NodeLink:
                     wrong = schema_problem(kind, msg.get("attrs"))
                     if wrong is not None:
                         raise _Overrun(f"the observer sent a {kind} not of the recorder's schema: {wrong}")
-                    attrs = {**msg["attrs"], "node": dict(self.facts)}
+                    attrs = {**msg["attrs"], "node": self._node_attrs(msg["attrs"].get("phase") == "end")}
                     started = started or kind == kinds.DEVICE_OBSERVED
                     self._emit(kind, attrs)
                 elif kind == "bye":

@@ -7,6 +7,11 @@ For each ``[[rebuild]]`` rule of the gate that applies (its part's and its own
 output, the files its ``outputs`` globs match under ``OUT`` (``artifact`` events
 with ``origin: "recorder"`` and ``rebuild: RULE``) and its ``step.end``. The gate
 compares (gates/rebuild.py). Nothing is run for a source that is not a clean commit.
+The word ``OUT`` of the rule's command is a fresh output folder; the word ``CONFIG`` is a
+private copy of the lane config the recorder itself captured at the start for the
+variable of the rule's part's ``when`` (``origin: recorder``, ``env``), so a lane
+built for the roles a config binds is rebuilt for those same roles; with no such
+capture the word names a path where no file is, as the command found none.
 
 The checkout never touches the user's repository or tree: a fresh bare repository
 in a private temporary folder borrows the user's objects (``objects/info/alternates``)
@@ -35,7 +40,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from aos import kinds
@@ -51,12 +56,14 @@ if TYPE_CHECKING:
     from observe.recorder.record import RecordOptions
     from observe.secrets.masking import SecretSet
 
-__all__ = ["ENV_KEPT", "MAX_OUTPUT", "checkout", "rebuild_for_gate", "recording_secrets", "rules_to_run"]
+__all__ = ["CONFIG_WORD", "ENV_KEPT", "MAX_OUTPUT", "checkout", "rebuild_for_gate", "recording_secrets", "rules_to_run"]
 
 #: The variables of the recorder's environment the rebuild command gets (no secrets, no ``AOS_*``).
 ENV_KEPT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SOURCE_DATE_EPOCH")
 #: The most bytes of each of the rebuild's stdout and stderr recorded (the rest is counted, not kept).
 MAX_OUTPUT = 8 << 20
+#: The word of a rebuild command that is replaced by a copy of the lane config the recorder captured.
+CONFIG_WORD = "CONFIG"
 #: Seconds the checkout may take.
 CHECKOUT_TIMEOUT = 300.0
 
@@ -88,9 +95,13 @@ def rebuild_for_gate(gate: Gate, writer: StreamWriter, options: RecordOptions) -
 
     if not any(isinstance(r, RebuildRule) for r in gate.rules):
         return
+    wants_config = any(isinstance(r, RebuildRule) and CONFIG_WORD in r.command for r in gate.rules)
     events = writer.iter_written_events()
+    captured: list[Event] = []
     try:
         opening = next((e for e in events if e.kind == kinds.STREAM_OPEN), None)
+        if wants_config:
+            captured = _lane_config_events(events)
     except StreamWrite:
         return
     finally:
@@ -107,7 +118,42 @@ def rebuild_for_gate(gate: Gate, writer: StreamWriter, options: RecordOptions) -
     secrets = recording_secrets(options) if rules else None
     for rule in rules:
         assert secrets is not None
-        _Rebuild(rule, source, cwd, writer, secrets).run()
+        config = _captured_config(opening, captured, _part_env(gate, rule)) if CONFIG_WORD in rule.command else None
+        _Rebuild(rule, source, cwd, writer, secrets, config).run()
+
+
+def _lane_config_events(events: Iterator[Event]) -> list[Event]:
+    """The recorder's captures of lane configs (``origin: recorder`` with ``env``, outside any step) and their
+    chunks, read to the end of ``events``."""
+    found: list[Event] = []
+    paths: set[object] = set()
+    for e in events:
+        if e.step is not None:
+            continue
+        if e.kind == kinds.ARTIFACT and e.attrs.get("origin") == "recorder" and isinstance(e.attrs.get("env"), str):
+            found.append(e)
+            paths.add(e.attrs.get("path"))
+        elif e.kind == kinds.ARTIFACT_CHUNK and e.attrs.get("path") in paths:
+            found.append(e)
+    return found
+
+
+def _part_env(gate: Gate, rule: RebuildRule) -> str | None:
+    """The variable the ``when`` of the part holding ``rule`` names (a lane's config variable), if any."""
+    for part in gate.parts:
+        if rule in part.rules and part.when is not None:
+            return part.when.env
+    return rule.when.env if rule.when is not None else None
+
+
+def _captured_config(opening: Event, captured: list[Event], env: str | None) -> bytes | None:
+    """The bytes of the lane config the recorder captured for ``env`` at the start; None when there is none."""
+    from gates.evidence import Evidence
+
+    if not env:
+        return None
+    arts = Evidence([opening, *captured]).artifacts_matching("**", {"origin": "recorder", "env": env})
+    return arts[-1].content if arts else None
 
 
 def recording_secrets(options: RecordOptions) -> SecretSet:
@@ -306,9 +352,16 @@ class _Rebuild:
     """One rule's rebuild, appended to the stream as it happens."""
 
     def __init__(
-        self, rule: RebuildRule, source: dict[str, Any], cwd: str, writer: StreamWriter, secrets: SecretSet
+        self,
+        rule: RebuildRule,
+        source: dict[str, Any],
+        cwd: str,
+        writer: StreamWriter,
+        secrets: SecretSet,
+        config: bytes | None = None,
     ) -> None:
         self.rule = rule
+        self.config = config
         self.source = source
         self.cwd = cwd
         self.writer = writer
@@ -331,7 +384,8 @@ class _Rebuild:
         tree, out, work = (os.path.join(root, n) for n in ("tree", "out", "work"))
         for folder in (tree, out, work):
             os.mkdir(folder, 0o700)
-        argv = [out if word == "OUT" else word for word in self.rule.command]
+        config = os.path.join(work, "lane-config.json")
+        argv = [out if word == "OUT" else config if word == CONFIG_WORD else word for word in self.rule.command]
         start: dict[str, Any] = {
             "name": "rebuild",
             "origin": "recorder",
@@ -350,6 +404,8 @@ class _Rebuild:
             problem = checkout(self.source, tree, work, time.monotonic() + CHECKOUT_TIMEOUT)
         except (OSError, ValueError) as exc:
             problem = f"the checkout failed: {exc}"
+        if problem is None and CONFIG_WORD in self.rule.command and self.config is not None:
+            self._write_config(config)
         if problem is not None:
             end.update(exit_code=None, signal=None, duration_ns=time.monotonic_ns() - began, error=printable(problem))
             self.append(kinds.STEP_END, end)
@@ -361,6 +417,13 @@ class _Rebuild:
         if error:
             end["failure"] = printable(error)
         self.append(kinds.STEP_END, end)
+
+    def _write_config(self, path: str) -> None:
+        """Write the captured lane config where the word ``CONFIG`` points (a fresh file of the private folder)."""
+        assert self.config is not None
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(self.config)
 
     def _command(self, argv: list[str], tree: str) -> tuple[int | None, str | None, str]:
         """Run the rebuild command in ``tree``; its output is recorded as the step's. (exit, signal, problem)."""

@@ -45,12 +45,15 @@ from observe.recorder.sinks import Sink, logger
 if TYPE_CHECKING:
     from observe.devices.remote import NodeLink
 
-__all__ = ["END_WAIT", "NODE_START_WAIT", "START_WAIT", "ObserverOpening", "ProcessTree", "Sampler"]
+__all__ = ["END_WAIT", "NODE_END_GRACE", "NODE_START_WAIT", "START_WAIT", "ObserverOpening", "ProcessTree", "Sampler"]
 
 #: Seconds the recorder waits for the start observation before it starts the command anyway.
 START_WAIT = 5.0
 #: Seconds the recorder waits for the end observation before it goes on without it.
 END_WAIT = 10.0
+#: Seconds more the recorder waits for a remote node's end observation after ``END_WAIT``: one that comes then is
+#: appended marked ``late``; a node that sends none by then is ``node.lost``, named as never answering.
+NODE_END_GRACE = 20.0
 #: Seconds the recorder waits for each remote node's start observation (the SSH connection, the upload,
 #: NVML on the node) before it starts the command anyway (the node's start follows when it comes).
 NODE_START_WAIT = 15.0
@@ -318,6 +321,14 @@ class Sampler:
             self._finish_local(timeout)
             for link in self.links:
                 link.done.wait(max(deadline - time.monotonic(), 0.0))
+            late = [link for link in self.links if not link.done.is_set()]
+            grace = time.monotonic() + NODE_END_GRACE
+            for link in late:
+                link.end_is_late()
+            for link in late:
+                if not link.done.wait(max(grace - time.monotonic(), 0.0)):
+                    link.never_answered(timeout + NODE_END_GRACE)
+            for link in self.links:
                 link.close()
         else:
             self._finish_local(timeout)

@@ -180,6 +180,11 @@ class ReportModel:
     library: str | None = None
     device_errors: list[str] = field(default_factory=list)
     gpus: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The GPUs each node showed, in the order first seen: node ("this machine" or HOST:PORT) -> UUIDs.
+    gpu_nodes: dict[str, list[str]] = field(default_factory=dict)
+    #: The roles of the lane's static build, in role order, and the preflight's GPUs (one per role, in role order).
+    role_order: list[str] = field(default_factory=list)
+    bound_uuids: list[str] = field(default_factory=list)
     gpu_processes: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
     gpu_processes_omitted: int = 0
     gpu_events: list[dict[str, Any]] = field(default_factory=list)  # each GPU event and its seq (caps.processes)
@@ -192,6 +197,15 @@ class ReportModel:
     tests: list[dict[str, Any]] = field(default_factory=list)  # the captured test results (observe.report.tests)
 
     # -- derived -----------------------------------------------------------------
+
+    @property
+    def gpu_tables(self) -> list[tuple[str, list[dict[str, Any]]]]:
+        """The GPUs as one table per node (the node's name, its GPUs), each GPU with the role bound to it."""
+        roles = dict(zip(self.bound_uuids, self.role_order, strict=False))
+        return [
+            (node, [dict(self.gpus[u], role=roles.get(u, "")) for u in uuids if u in self.gpus])
+            for node, uuids in self.gpu_nodes.items()
+        ]
 
     @property
     def sealed_verdict(self) -> dict[str, Any] | None:
@@ -442,6 +456,7 @@ class _Collector:
             return
         step = self.spans.get(ev.step) if ev.step is not None else None
         fields = a.get("fields")
+        self._roles(a.get("name"), fields)
         m.receipts.append(
             {
                 "seq": ev.seq,
@@ -451,6 +466,18 @@ class _Collector:
                 "step": step.name if step is not None else "",
             }
         )
+
+    def _roles(self, name: Any, fields: Any) -> None:
+        """The roles (static-build receipts, in order) and the GPUs the preflight bound them to, in role order."""
+        if not isinstance(fields, dict):
+            return
+        m = self.m
+        if name == "static-build" and isinstance(fields.get("role"), str) and len(m.role_order) < self.c.gpus:
+            role = text(fields["role"], 128)
+            if role not in m.role_order:
+                m.role_order.append(role)
+        elif name == "preflight" and isinstance(fields.get("gpus"), list):
+            m.bound_uuids = [text(g.get("uuid"), 128) for g in fields["gpus"][: self.c.gpus] if isinstance(g, dict)]
 
     def _on_receipt_invalid(self, ev: Event, a: dict[str, Any]) -> None:
         m = self.m
@@ -481,10 +508,20 @@ class _Collector:
             if shown not in m.device_errors:
                 m.device_errors.append(shown)
         gpus = a.get("gpus")
+        where = a.get("node")
+        node = "this machine"
+        if isinstance(where, dict):
+            port = json_int(where.get("port"))
+            node = text(where.get("host"), 256) + (f":{port}" if port is not None else "")
         for g in gpus if isinstance(gpus, list) else []:
             if not isinstance(g, dict):
                 continue
             uuid = text(g.get("uuid"), 128)
+            listed = m.gpu_nodes.get(node)
+            if listed is None and len(m.gpu_nodes) < self.c.gpus:
+                listed = m.gpu_nodes[node] = []
+            if listed is not None and uuid not in listed and len(listed) < self.c.gpus:
+                listed.append(uuid)
             if uuid not in m.gpus and len(m.gpus) < self.c.gpus:
                 m.gpus[uuid] = {
                     "uuid": uuid,

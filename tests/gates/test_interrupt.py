@@ -276,6 +276,17 @@ class TestDidNotRun:
         assert "refused: minor-missing: owner-1: minor 7 selects no GPU" in said
         assert ["static-build", "static-check", "preflight"] == _step_starts(evs)
 
+    def test_minor_bound_twice_did_not_run(self, tmp_path: Path) -> None:
+        """A config binding one minor of this machine to two roles: the preflight refuses (minor-bound-twice)
+        before any device is asked, the lane stops: inconclusive, "did not run: minor-bound-twice"."""
+        proc = _start(tmp_path, _lane_env(tmp_path, minors=[0, 1, 0]))
+        rc, said, evs, verdict = _finish(tmp_path, proc)
+        assert (3, "inconclusive", "physical") == (rc, verdict["verdict"], verdict["scope"]), verdict["summary"]
+        assert verdict["checks"][0]["reason"].startswith("did not run: minor-bound-twice: step 'preflight'")
+        assert not [c for c in verdict["checks"] if c["status"] == "fail"]
+        assert "refused: minor-bound-twice: minor 0 of this machine is bound to owner-0 and owner-2" in said
+        assert ["static-build", "static-check", "preflight"] == _step_starts(evs)
+
     def test_config_that_cannot_be_read_did_not_run(self, tmp_path: Path) -> None:
         """A lane config that is not JSON: refused by the preflight (lane-config); the recorder's own capture of
         it fails its schema check, but the physical part did not run, so nothing of it fails."""

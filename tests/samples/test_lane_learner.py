@@ -166,7 +166,7 @@ class TestResume:
             def mutant(self: Owner, *args: object, _original=original) -> object:  # type: ignore[no-untyped-def]
                 from_shadow(self)
                 if args and self.spec.lane == "coordinates":
-                    args = tuple(self.state["param"])
+                    args = (list(self.state["param"]),)
                 return _original(self, *args)
 
             monkeypatch.setattr(Owner, method, mutant)

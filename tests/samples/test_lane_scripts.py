@@ -171,20 +171,15 @@ class TestPhysicalOnTestDoubles:
         qualification = json.loads((tmp_path / "out" / "qualification.json").read_text())
         assert "coordinates" == qualification["lane"]
 
-    def test_one_fake_gpu_is_also_open_for_shared_uuid(self, tmp_path: Path) -> None:
-        """Both roles on one fake GPU: the preflight rules say so, beside devices-observed."""
-        env = _fake_gpu_env(tmp_path, "distributed-device", [0, 0])
+    def test_two_minors_of_one_uuid_fail_the_preflight_rules(self, tmp_path: Path) -> None:
+        """Two roles on two minors that report one UUID (one card under two minors): the preflight rules fail it,
+        a contradiction of the host's own listing. (One minor bound to two roles is refused before any device is
+        asked: tests/gates/test_interrupt.py.)"""
+        env = _fake_gpu_env(tmp_path, "distributed-device", [0, 1])
+        card = {"uuid": "GPU-fa4e0000-0000-4000-8000-000000000000", "product": "NVIDIA GeForce RTX 3090"}
+        env["FAKE_GPUS"] = json.dumps([{"minor": m, "driver": "580.65.06", **card} for m in (0, 1)])
         code, verdict, _ = _gate("distributed-device", tmp_path, env)
-        observed, captured = _observed(tmp_path / "distributed-device.aos")
-        on_nvml = any(o.get("observer") == "nvml" and not o.get("simulated_from") for o in observed)
-        expected = {
-            "receipt:preflight": "inconclusive",
-            "preflight-rules": "inconclusive",
-            "devices-observed": "fail" if on_nvml else "inconclusive",
-            **_NO_REPOSITORY,
-        }
-        if not captured:
-            expected.update(_NEEDS_RECORDER_CONFIG)
-        assert ((1 if on_nvml else 3), expected) == (code, _open_checks(verdict)), verdict["summary"]
-        reason = next(c["reason"] for c in verdict["checks"] if c["name"] == "preflight-rules")
-        assert "uuid" in reason.lower()
+        assert (1, "fail") == (code, verdict["verdict"]), verdict["summary"]
+        rules = next(c for c in verdict["checks"] if c["name"] == "preflight-rules")
+        assert "fail" == rules["status"]
+        assert rules["reason"].startswith("minors and UUIDs do not pair one to one")

@@ -610,3 +610,36 @@ def test_a_fault_stays_said_in_the_gpus_health_line() -> None:
     assert g.health.endswith("; XID 79")
     assert "row remaps pending no" in g.health
     assert "retired pages pending ?" in gpu_health({"unsupported": {"remap_pending": 3}})
+
+
+def test_a_runs_gpus_are_listed_per_node(tracker_db: str, tmp_path: Path) -> None:
+    """A run of four GPUs over two nodes: its page lists the GPUs node by node (two each), not one growing list."""
+    conn = init(tracker_db)
+    try:
+        run = records.start_run(conn, lane="coordinate-device")
+        path = tmp_path / "nodes.aos"
+        w = StreamWriter(path, background_flush=False, fsync="never")
+        try:
+            w.append("stream.open", {"stream_id": w.stream_id, "argv": ["true"], "gate": "coordinate-device"})
+            for k, host in enumerate(("lane@pod-a", "lane@pod-b")):
+                gpus = [
+                    {"index": i, "minor": i, "uuid": f"GPU-{k}{i}", "name": "NVIDIA H200", "memory": 1 << 30}
+                    for i in range(2)
+                ]
+                node = {"host": host, "port": 2222}
+                w.append("device.observed", {"phase": "start", "observer": "nvml", "gpus": gpus, "node": node})
+            w.append("process.start", {"pid": 1, "argv": ["true"]})
+            w.append("process.exit", {"exit_code": 0, "signal": None, "timed_out": False, "duration_ns": 1})
+            w.append("verdict", {"gate": "coordinate-device", "verdict": "pass", "scope": "static", "checks": []})
+            w.seal()
+        finally:
+            w.close()
+        attach(conn, path, run)
+        write_site(conn, tmp_path / "site")
+        page = (tmp_path / "site" / "runs" / f"{run}.html").read_text()
+        heads = re.findall(r'<h3 class="gpu-node">Node <code>([^<]+)</code> \((\d) GPUs\)</h3>', page)
+        assert [("lane@pod-a:2222", "2"), ("lane@pod-b:2222", "2")] == heads
+        second = page[page.index("lane@pod-b:2222</code> (2 GPUs)") :]
+        assert re.findall(r"<li><code>(GPU-\d+)</code>", second[: second.index("</ul>")]) == ["GPU-10", "GPU-11"]
+    finally:
+        conn.close()

@@ -23,7 +23,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from .spec import COORDINATOR_HOST, ROLES, LearnerSpec, canonical_json
+from .spec import COORDINATOR_HOST, LearnerSpec, canonical_json
 
 __all__ = ["RUNTIME_MODULES", "build_role", "check_executable", "expected_selftest", "read_manifest", "sha256_file"]
 
@@ -66,8 +66,9 @@ def expected_selftest(spec: LearnerSpec) -> dict[str, str]:
         import oracle
     finally:
         sys.path.pop(0)
-    rows = oracle.hex_rows(spec.lane, 5)
-    chunks = oracle.trajectory(spec.lane, 5)[-1]
+    owners = len(spec.owners)
+    rows = oracle.hex_rows(spec.lane, 5, owners)
+    chunks = oracle.trajectory(spec.lane, 5, owners)[-1]
     from . import checkpoint  # encoding only, no arithmetic
     from .role import trajectory_bytes
 
@@ -88,7 +89,7 @@ def build_role(
     spec: LearnerSpec, role: str, binding: dict[str, Any], out_dir: str | os.PathLike[str]
 ) -> tuple[str, str]:
     """Write ``OUT_DIR/ROLE.pyz`` and its ``.sha256``; return (path, sha256)."""
-    if role not in ROLES:
+    if role not in spec.owners:
         raise ValueError(f"unknown role {role!r}")
     members = _members()
     manifest = {

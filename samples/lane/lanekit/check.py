@@ -27,7 +27,6 @@ from typing import Any
 from .config import load_config
 from .device import GPU_QUERY, parse_gpu_csv, run_smi
 from .placement import Placement
-from .spec import OWNERS
 
 __all__ = ["MIN_FREE_BYTES", "PROBE", "check"]
 
@@ -63,7 +62,7 @@ print(json.dumps(out))
 def _minors(config: dict[str, Any], place: Placement) -> dict[int, list[tuple[str, int]]]:
     """``(role, minor)`` per node index."""
     found: dict[int, list[tuple[str, int]]] = {}
-    for role, minor in zip(OWNERS, config["minors"], strict=True):
+    for role, minor in zip(place.owners, config["minors"], strict=True):
         found.setdefault(place.node_of(role), []).append((role, minor))
     return found
 

@@ -1,37 +1,60 @@
 """The lane config (the qualification driver's JSON) and the lane's JSON files.
 
-A config names the owner, pods, transport and, per role, a GPU minor; where the
-roles run is ``host`` (``"local"`` or none: this machine) for ``loopback``, or
-``nodes`` (one per role, in role order) for ``ssh-tunnel``. ``node_env`` and
-``python`` say how a node runs the lane's commands (lanekit.placement).
+A config names the owner, pods, transport and, per role, a GPU minor (N >= 2
+roles); where the roles run is ``host`` (``"local"`` or none: this machine) for
+``loopback``, or ``nodes`` for ``ssh-tunnel`` (one per role in role order, or
+each carrying one or more roles: ``"minors": [2, 3]``). ``node_env`` and
+``python`` say how a node runs the lane's commands (lanekit.placement). Which
+node and minor each role has is the recorder's reader's
+(``lane_config.role_binding``); a minor bound twice on one host is refused as
+``minor-bound-twice`` (:class:`lanekit.refusals.MinorBoundTwice`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
+from types import ModuleType
 from typing import Any
 
 from .build import sha256_file
 from .remote import Node, is_local
-from .spec import OWNERS
 
 # The one reader of a config's nodes is the recorder's (observe/devices/lane_config.py, standard library
-# only): the lane runs from this repository (PYTHONPATH=samples/lane), so its root is made importable.
+# only): the lane runs from this repository (PYTHONPATH=samples/lane) and reads that file of its own tree,
+# never another copy an interpreter may have installed (a rebuild of a recorded commit runs a python3 whose
+# installed alpha-observe can be of another commit).
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-if os.path.isfile(os.path.join(_REPO, "observe", "devices", "lane_config.py")) and _REPO not in sys.path:
-    sys.path.append(_REPO)
-from observe.devices import lane_config  # noqa: E402 - after the repository's root is on the path
+_READER = os.path.join(_REPO, "observe", "devices", "lane_config.py")
+
+
+def _reader() -> ModuleType:
+    if not os.path.isfile(_READER):
+        from observe.devices import lane_config as installed
+
+        return installed
+    spec = importlib.util.spec_from_file_location("lanekit._lane_config", _READER)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+lane_config = _reader()
 
 __all__ = [
     "CONFIG_KEYS",
     "TRANSPORTS",
     "ConfigError",
     "load_config",
-    "node_minors",
+    "owner_count",
     "parse_nodes",
     "read_json",
+    "role_binding",
     "write_json",
 ]
 
@@ -42,6 +65,10 @@ TRANSPORTS = ("loopback", "ssh-tunnel")
 
 class ConfigError(Exception):
     """The lane config is missing, unreadable or not of the driver's shape."""
+
+
+class MinorTwiceError(ConfigError):
+    """Two roles bind one minor of one host (the preflight refuses it as ``minor-bound-twice``)."""
 
 
 def _str_map(value: Any, what: str) -> dict[str, str]:
@@ -87,8 +114,8 @@ def parse_nodes(config: dict[str, Any]) -> list[Node]:
     transport = config.get("transport")
     if transport == "ssh-tunnel":
         nodes = config.get("nodes")
-        if not (isinstance(nodes, list) and len(nodes) == len(OWNERS) and all(isinstance(n, dict) for n in nodes)):
-            raise ConfigError(f"ssh-tunnel needs nodes: {len(OWNERS)} objects, one per role, in role order")
+        if not (isinstance(nodes, list) and nodes and all(isinstance(n, dict) for n in nodes)):
+            raise ConfigError("ssh-tunnel needs nodes: objects naming the hosts of the roles, in role order")
         if any(is_local(n.get("host")) for n in nodes):
             raise ConfigError("ssh-tunnel nodes are SSH hosts (user@address), not this machine")
     if transport != "ssh-tunnel" and is_local(config.get("host")):
@@ -100,24 +127,34 @@ def parse_nodes(config: dict[str, Any]) -> list[Node]:
     return [_node(i, n, config) for i, n in enumerate(entries)]
 
 
-def node_minors(config: dict[str, Any]) -> list[Any] | None:
-    """The minors the ssh-tunnel nodes name (``minors: [M]`` each), or None where they name none."""
-    nodes = config.get("nodes")
-    if config.get("transport") != "ssh-tunnel" or not isinstance(nodes, list):
-        return None
-    found = [n.get("minors") for n in nodes if isinstance(n, dict)]
-    if not any(m is not None for m in found):
-        return None
-    if not all(isinstance(m, list) and len(m) == 1 and isinstance(m[0], int) for m in found):
-        raise ConfigError("each ssh-tunnel node's minors must be a list of one integer (its role's GPU)")
-    return [m[0] for m in found]
+def role_binding(config: dict[str, Any]) -> lane_config.RoleBinding:
+    """Each role's node and minor (the recorder's reader, ``lane_config.role_binding``); ConfigError when the
+    config binds them not as documented, MinorTwiceError when one host's minor is bound twice."""
+    try:
+        return lane_config.role_binding(config)
+    except lane_config.MinorBoundTwice as exc:
+        raise MinorTwiceError(str(exc)) from None
+    except lane_config.LaneConfigProblem as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def owner_count(path: str | None) -> int:
+    """How many owner roles the config at ``path`` binds; 2 (the two-GPU lane) without a config that says."""
+    if not path:
+        return 2
+    try:
+        return len(load_config(path)["minors"])
+    except ConfigError:
+        return 2
 
 
 def load_config(path: str) -> dict[str, Any]:
     """Read and check a lane config (the qualification driver's JSON).
 
-    For ``ssh-tunnel`` the nodes may name each role's minor (``minors: [M]``) and
-    ``remote_root``; the returned config then holds the effective ``minors``.
+    For ``ssh-tunnel`` the nodes may name their roles' minors (``minors: [M, ...]``, one
+    or more roles per node) and ``remote_root``; the returned config then holds the
+    effective ``minors`` (every role's, in role order) and ``role_nodes`` (each
+    role's node index).
     """
     try:
         with open(path, encoding="utf-8") as fh:
@@ -126,19 +163,15 @@ def load_config(path: str) -> dict[str, Any]:
         raise ConfigError(f"cannot read lane config {path}: {exc}") from None
     if not isinstance(config, dict):
         raise ConfigError("lane config is not a JSON object")
-    tunnel = node_minors(config)
-    if tunnel is not None:
-        if "minors" in config and config["minors"] != tunnel:
-            raise ConfigError(f"minors {config['minors']} differ from the nodes' minors {tunnel}")
-        config["minors"] = tunnel
     per_node = config.get("transport") == "ssh-tunnel" and isinstance(config.get("nodes"), list)
-    required = [*CONFIG_KEYS, "minors", *([] if per_node else ["remote_root"])]
+    on_nodes = per_node and any(isinstance(n, dict) and n.get("minors") is not None for n in config["nodes"])
+    required = [*CONFIG_KEYS, *([] if on_nodes else ["minors"]), *([] if per_node else ["remote_root"])]
     missing = [k for k in required if k not in config]
     if missing:
         raise ConfigError(f"lane config lacks {', '.join(missing)}")
-    minors = config["minors"]
-    if not (isinstance(minors, list) and len(minors) == len(OWNERS) and all(isinstance(m, int) for m in minors)):
-        raise ConfigError(f"minors must be {len(OWNERS)} integers, one per owner role")
+    binding = role_binding(config)
+    config["minors"] = list(binding.minors)
+    config["role_nodes"] = list(binding.nodes)
     root = config.get("remote_root")
     if (root is not None or not per_node) and not (isinstance(root, str) and os.path.isabs(root)):
         raise ConfigError("remote_root must be an absolute path")

@@ -3,8 +3,9 @@
 Arithmetic, in the one declared order (the oracle repeats it independently):
 
 * gradient of an owner, over its samples in index order, from ``g = 0``:
-  ``r = (w0*x0 + w1*x1) - y; g0 = g0 + r*x0; g1 = g1 + r*x1``; ``n`` = sample count;
-* combine, at the coordinator, in :data:`spec.COMBINE_ORDER` from ``G = 0``:
+  ``r = (((w0*x0 + w1*x1) + w2*x2) + ...) - y; g_k = g_k + r*x_k`` for each
+  coordinate k in order; ``n`` = sample count (N owners: N coordinates);
+* combine, at the coordinator, in the spec's declared ``combine_order`` from ``G = 0``:
   ``G_j = G_j + g_j``, ``N = N + n``; then ``mean_j = G_j / N``;
 * momentum: ``m = beta*m + mean; w = w - rate*m``;
 * independent rule (no gradient): ``target = (0 + y_a + ...) / n`` once, then
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from .numeric import Backend
-from .spec import DATA_X, DATA_Y, OWNERS, LearnerSpec, hexf, unhexf
+from .spec import LearnerSpec, hexf, unhexf
 from .wire import Channel, WireError
 
 __all__ = ["Coordinator", "Owner", "evaluate", "initial_chunks", "owner_shard"]
@@ -29,11 +30,11 @@ __all__ = ["Coordinator", "Owner", "evaluate", "initial_chunks", "owner_shard"]
 Chunks = dict[str, list[float]]
 
 
-def initial_chunks(lane: str) -> Chunks:
-    """The state before the first update."""
+def initial_chunks(lane: str, owners: int = 2) -> Chunks:
+    """The state before the first update: one value per owner (independent) or per coordinate (N of them)."""
     if lane == "independent":
-        return {"state": [0.0, 0.0], "velocity": [0.0, 0.0]}
-    return {"param": [0.0, 0.0], "momentum": [0.0, 0.0]}
+        return {"state": [0.0] * owners, "velocity": [0.0] * owners}
+    return {"param": [0.0] * owners, "momentum": [0.0] * owners}
 
 
 def owner_shard(lane: str, chunks: Chunks, index: int) -> Chunks:
@@ -57,13 +58,14 @@ class Owner:
     def __init__(self, spec: LearnerSpec, role: str, backend: Backend, *, shadow: bool = False) -> None:
         self.spec = spec
         self.role = role
-        self.index = list(OWNERS).index(role)
+        self.index = list(spec.owners).index(role)
         self.be = backend
         samples = spec.owner_samples(role)
         self.n = len(samples)
         c = backend.const
-        self.xs = [(c(DATA_X[i][0]), c(DATA_X[i][1])) for i in samples]
-        self.ys = [c(DATA_Y[i]) for i in samples]
+        data_x, data_y = spec.data
+        self.xs = [[c(a) for a in data_x[i]] for i in samples]
+        self.ys = [c(data_y[i]) for i in samples]
         self.zero = c(0.0)
         self.rate = c(spec.rate)
         self.beta = c(spec.momentum)
@@ -104,15 +106,17 @@ class Owner:
         return all(self.be.resident(v) for values in self.state.values() for v in values)
 
     # -- rules ------------------------------------------------------------------
-    def gradient(self, w0: Any, w1: Any) -> tuple[list[float], int]:
+    def gradient(self, w: list[Any]) -> tuple[list[float], int]:
         """Sum of gradients over this owner's samples, and their count."""
-        g0 = self.zero
-        g1 = self.zero
-        for (x0, x1), y in zip(self.xs, self.ys, strict=True):
-            r = (w0 * x0 + w1 * x1) - y
-            g0 = g0 + r * x0
-            g1 = g1 + r * x1
-        return [self.be.read(g0), self.be.read(g1)], self.n
+        g = [self.zero for _ in w]
+        for x, y in zip(self.xs, self.ys, strict=True):
+            acc = w[0] * x[0]
+            for k in range(1, len(w)):
+                acc = acc + w[k] * x[k]
+            r = acc - y
+            for k in range(len(w)):
+                g[k] = g[k] + r * x[k]
+        return [self.be.read(v) for v in g], self.n
 
     def apply_momentum(self, means: list[float]) -> None:
         """``m = beta*m + mean; w = w - rate*m`` for every coordinate held."""
@@ -142,10 +146,10 @@ class Owner:
                 if self.shadow_mode:
                     self._overwrite_shadow(step)
                 if self.spec.lane == "partitioned":
-                    w0, w1 = (self.be.const(v) for v in _unhex(msg["param"]))
+                    w = [self.be.const(v) for v in _unhex(msg["param"])]
                 else:
-                    w0, w1 = self.state["param"]
-                g, n = self.gradient(w0, w1)
+                    w = list(self.state["param"])
+                g, n = self.gradient(w)
                 chan.send({"type": "contribution", "step": step, "g": _hex(g), "n": n})
             elif kind == "apply":
                 self.apply_momentum(_unhex(msg["mean"]))
@@ -181,37 +185,38 @@ class Coordinator:
 
     def _collect_owned(self, chunks: dict[str, list[float]]) -> None:
         """Read each owner's partitioned state into its slot of ``chunks``, in owner order."""
-        for index, role in enumerate(OWNERS):
+        for index, role in enumerate(self.spec.owners):
             owned = self.channels[role].recv("owned")["state"]
             for name in chunks:
                 chunks[name][index] = _unhex(owned[name])[0]
 
     def _combine(self, contributions: dict[str, dict[str, Any]]) -> list[float]:
-        g_total = [0.0, 0.0]
+        g_total = [0.0] * len(self.spec.owners)
         n_total = 0
         for role in self.spec.combine_order:
             c = contributions[role]
             g = _unhex(c["g"])
-            g_total[0] = g_total[0] + g[0]
-            g_total[1] = g_total[1] + g[1]
+            for k in range(len(g_total)):
+                g_total[k] = g_total[k] + g[k]
             n_total = n_total + int(c["n"])
-        return [g_total[0] / float(n_total), g_total[1] / float(n_total)]
+        return [total / float(n_total) for total in g_total]
 
     def run(self, step: int, chunks: Chunks, updates: int) -> tuple[Chunks, list[dict[str, Any]], list[dict[str, Any]]]:
         """Run ``updates`` updates from ``(step, chunks)``; return final chunks, trajectory rows, owner reports."""
         lane = self.spec.lane
+        owners = self.spec.owners
         chunks = {name: list(values) for name, values in chunks.items()}
-        for index, role in enumerate(OWNERS):
+        for index, role in enumerate(owners):
             shard = owner_shard(lane, chunks, index)
             self.channels[role].send({"type": "init", "step": step, "state": {k: _hex(v) for k, v in shard.items()}})
         rows: list[dict[str, Any]] = []
         for t in range(step + 1, step + updates + 1):
             if lane == "independent":
-                for role in OWNERS:
+                for role in owners:
                     self.channels[role].send({"type": "advance", "step": t})
                 self._collect_owned(chunks)
             else:
-                for role in OWNERS:
+                for role in owners:
                     msg: dict[str, Any] = {"type": "forward", "step": t}
                     if lane == "partitioned":
                         msg["param"] = _hex(chunks["param"])
@@ -219,21 +224,21 @@ class Coordinator:
                 contributions = {role: self.channels[role].recv("contribution") for role in self.spec.combine_order}
                 means = self._combine(contributions)
                 if lane == "partitioned":
-                    for index, role in enumerate(OWNERS):
+                    for index, role in enumerate(owners):
                         self.channels[role].send({"type": "apply", "step": t, "mean": _hex([means[index]])})
                     self._collect_owned(chunks)
                 else:
-                    for role in OWNERS:
+                    for role in owners:
                         self.channels[role].send({"type": "apply", "step": t, "mean": _hex(means)})
-                    replicas = [self.channels[role].recv("owned")["state"] for role in OWNERS]
+                    replicas = [self.channels[role].recv("owned")["state"] for role in owners]
                     if any(r != replicas[0] for r in replicas[1:]):
                         raise WireError(f"replicas diverged at update {t}: {replicas}")
                     chunks = {name: _unhex(values) for name, values in replicas[0].items()}
             rows.append({"step": t, "chunks": {name: _hex(chunks[name]) for name in sorted(chunks)}})
         reports = []
-        for role in OWNERS:
+        for role in owners:
             self.channels[role].send({"type": "finish"})
-        for role in OWNERS:
+        for role in owners:
             reports.append(self.channels[role].recv("bye"))
         return chunks, rows, reports
 
@@ -245,23 +250,26 @@ def evaluate(spec: LearnerSpec, backend: Backend, chunks: Chunks) -> dict[str, A
         v = [c(x) for x in chunks["state"]]
         pooled = c(0.0)
         total = 0
-        for index, role in enumerate(OWNERS):
+        for index, role in enumerate(spec.owners):
             n = len(spec.owner_samples(role))
             pooled = pooled + c(float(n)) * v[index]
             total = total + n
         pooled = pooled / c(float(total))
         return {"pooled": hexf(backend.read(pooled)), "resident": all(backend.resident(x) for x in v)}
-    w0, w1 = (c(x) for x in chunks["param"])
+    w = [c(x) for x in chunks["param"]]
+    data_x, data_y = spec.data
     loss = c(0.0)
     predictions = []
-    for (a, b), y in zip(DATA_X, DATA_Y, strict=True):
-        pred = w0 * c(a) + w1 * c(b)
+    for x, y in zip(data_x, data_y, strict=True):
+        pred = w[0] * c(x[0])
+        for k in range(1, len(w)):
+            pred = pred + w[k] * c(x[k])
         r = pred - c(y)
         loss = loss + r * r
         predictions.append(hexf(backend.read(pred)))
-    loss = loss / c(float(len(DATA_Y)))
+    loss = loss / c(float(len(data_y)))
     return {
         "predictions": predictions,
         "loss": hexf(backend.read(loss)),
-        "resident": backend.resident(w0) and backend.resident(w1),
+        "resident": all(backend.resident(v) for v in w),
     }

@@ -19,12 +19,12 @@ from typing import Any
 
 from . import checkpoint
 from .build import build_role, check_executable, sha256_file
-from .config import ConfigError, load_config, read_json, write_json
+from .config import ConfigError, load_config, owner_count, read_json, write_json
 from .device import host_binding
 from .placement import Placement
 from .preflight import preflight
 from .receipts import artifact, captured, receipt, rel
-from .spec import ROLES, default_spec
+from .spec import default_spec, owners_of
 
 __all__ = ["PHASES", "ConfigError", "load_config"]
 
@@ -49,10 +49,10 @@ def _oracle() -> Any:
     return oracle
 
 
-def _matches_oracle(lane: str, ckpt_path: str, steps: int) -> tuple[bool, str]:
-    """Compare a checkpoint's state with the oracle's, bit for bit (as hex floats)."""
+def _matches_oracle(lane: str, ckpt_path: str, steps: int, owners: int) -> tuple[bool, str]:
+    """Compare a checkpoint's state with the oracle's for ``owners`` roles, bit for bit (as hex floats)."""
     step, chunks = checkpoint.load(ckpt_path)
-    expected = _oracle().trajectory(lane, steps)[-1]
+    expected = _oracle().trajectory(lane, steps, owners)[-1]
     got = {k: [v.hex() for v in vals] for k, vals in chunks.items()}
     want = {k: [v.hex() for v in vals] for k, vals in expected.items()}
     if step == steps and got == want:
@@ -69,8 +69,8 @@ def _paths(out: str, lane: str) -> dict[str, str]:
     }
 
 
-def _executables(folder: str) -> dict[str, str]:
-    return {role: os.path.join(folder, f"{role}.pyz") for role in ROLES}
+def _executables(folder: str, owners: int) -> dict[str, str]:
+    return {role: os.path.join(folder, f"{role}.pyz") for role in owners_of(owners)}
 
 
 def _run_files(folder: str) -> dict[str, str]:
@@ -94,10 +94,11 @@ def _owners_report(membership_path: str, physical: bool) -> tuple[bool, str]:
 
 
 def static_build(lane: str, out: str, config: str | None = None) -> int:
-    """Build every role's executable (host binding: the static half runs everywhere)."""
-    spec = default_spec(lane)
+    """Build every role's executable (host binding: the static half runs everywhere); the roles the config
+    binds, two without one."""
+    spec = default_spec(lane, owner_count(config))
     folder = _paths(out, lane)["static"]
-    for role in ROLES:
+    for role in spec.owners:
         path, digest = build_role(spec, role, host_binding(), folder)
         artifact(path, f"{path}.sha256")
         receipt("static-build", "pass", role=role, target=rel(path), sha256=digest, lane=lane)
@@ -108,7 +109,7 @@ def static_check(lane: str, out: str, config: str | None = None) -> int:
     """Check every built executable: integrity, embedded manifest, self-test."""
     folder = _paths(out, lane)["static"]
     ok = True
-    for role, path in _executables(folder).items():
+    for role, path in _executables(folder, owner_count(config)).items():
         digest = sha256_file(path) if os.path.exists(path) else ""
         for result in check_executable(path, role=role, lane=lane):
             ok = ok and result["result"] == "pass"
@@ -137,10 +138,10 @@ def build(lane: str, out: str, config_path: str | None = None) -> int:
     """Build every role with its device binding, check it, upload it, compare SHA-256 on both sides."""
     config = load_config(str(config_path))
     paths = _paths(out, lane)
-    spec = default_spec(lane)
+    spec = default_spec(lane, len(config["minors"]))
     ok = True
     with Placement(config, lane, out) as place:
-        for role, binding in ((r, _bindings(out, lane)[r]) for r in ROLES):
+        for role, binding in ((r, _bindings(out, lane)[r]) for r in spec.owners):
             path, local = build_role(spec, role, binding, paths["build"])
             artifact(path, f"{path}.sha256")
             checks = check_executable(path, role=role, lane=lane)
@@ -162,49 +163,77 @@ def build(lane: str, out: str, config_path: str | None = None) -> int:
     return 0 if ok else 1
 
 
-def _refusal(lane: str, out: str, config_path: str | None, control: str) -> int:
-    config = load_config(str(config_path))
-    paths = _paths(out, lane)
-    spec = default_spec(lane)
-    expected = {"wrong-uuid": "device-uuid", "wrong-product": "nvidia-plan-host"}[control]
-    good = _bindings(out, lane)["owner-0"]
+def _wrong(good: dict[str, Any], control: str) -> dict[str, Any]:
+    """A role's binding made wrong for ``control``: another UUID, or another product."""
     if control == "wrong-uuid":
-        wrong = dict(good, uuid=WRONG_UUID if good["uuid"] != WRONG_UUID else WRONG_UUID[:-1] + "1")
-    else:
-        other = "NVIDIA GeForce RTX 3090" if good["product"] != "NVIDIA GeForce RTX 3090" else "NVIDIA GeForce RTX 3070"
-        wrong = dict(good, product=other)
-    folder = os.path.join(out, "refusal", control)
-    path, _digest = build_role(spec, "owner-0", wrong, folder)
-    artifact(path, f"{path}.sha256")
-    exes = _executables(paths["build"])
-    exes["owner-0"] = path
-    run_dir = os.path.join(folder, "run")
-    with Placement(config, lane, out) as place:
-        place.upload(path, "owner-0")
-        result, files = place.run(exes, f"refusal-{control}", run_dir, updates=5, epoch=1, timeout=120)
-    code = result.exit_codes["owner-0"]
-    stderr = result.output.get("owner-0", "")
+        return dict(good, uuid=WRONG_UUID if good["uuid"] != WRONG_UUID else WRONG_UUID[:-1] + "1")
+    other = "NVIDIA GeForce RTX 3090" if good["product"] != "NVIDIA GeForce RTX 3090" else "NVIDIA GeForce RTX 3070"
+    return dict(good, product=other)
+
+
+def _refused_run(
+    place: Placement, exes: dict[str, str], role: str, path: str, control: str, run_dir: str
+) -> dict[str, Any]:
+    """One run with ``role``'s executable replaced by ``path`` (built wrong): what the refused role did."""
+    place.upload(path, role)
+    result, files = place.run({**exes, role: path}, f"refusal-{control}", run_dir, updates=5, epoch=1, timeout=120)
+    code = result.exit_codes[role]
+    stderr = result.output.get(role, "")
     name = next((line.split(":")[1].strip() for line in stderr.splitlines() if line.startswith("refused: ")), "")
-    written = os.path.exists(files["checkpoint"])
     produced = _files_under(run_dir) if os.path.isdir(run_dir) else []
     if produced:
         artifact(*produced)
-    # Output: files the run wrote, and whatever the refused executable (owner-0 and the
-    # coordinator it hosts) printed on stdout.
-    printed = sum(len(result.stdout.get(p, "").encode()) for p in ("owner-0", "coordinator"))
-    output_bytes = sum(os.path.getsize(f) for f in produced) + printed
-    held = code != 0 and name == expected and not written and output_bytes == 0
+    # Output: files the run wrote, and whatever the refused executable (and, for owner-0, the coordinator it
+    # hosts) printed on stdout.
+    printed = sum(
+        len(result.stdout.get(p, "").encode()) for p in (role, *(["coordinator"] if role == "owner-0" else []))
+    )
+    return {
+        "role": role,
+        "exit_code": code,
+        "exit_name": name,
+        "checkpoint_written": os.path.exists(files["checkpoint"]),
+        "output_bytes": sum(os.path.getsize(f) for f in produced) + printed,
+        "target": rel(path),
+    }
+
+
+def _refusal(lane: str, out: str, config_path: str | None, control: str) -> int:
+    """Each role built wrong in turn (owner-0 first, whose exit is the step's) must be refused by name, writing
+    nothing; the receipt holds owner-0's run and, in ``roles``, every role's."""
+    config = load_config(str(config_path))
+    paths = _paths(out, lane)
+    spec = default_spec(lane, len(config["minors"]))
+    expected = {"wrong-uuid": "device-uuid", "wrong-product": "nvidia-plan-host"}[control]
+    folder = os.path.join(out, "refusal", control)
+    exes = _executables(paths["build"], len(spec.owners))
+    runs = []
+    with Placement(config, lane, out) as place:
+        for role in spec.owners:
+            path, _digest = build_role(spec, role, _wrong(_bindings(out, lane)[role], control), folder)
+            artifact(path, f"{path}.sha256")
+            run_dir = os.path.join(folder, "run" if role == "owner-0" else f"run-{role}")
+            runs.append(_refused_run(place, exes, role, path, control, run_dir))
+    first = runs[0]
+    held = all(
+        r["exit_code"] != 0 and r["exit_name"] == expected and not r["checkpoint_written"] and r["output_bytes"] == 0
+        for r in runs
+    )
     receipt(
         "refusal-control",
         "pass" if held else "fail",
         control=control,
         expected=expected,
-        exit_code=code,
-        exit_name=name,
-        checkpoint_written=written,
-        output_bytes=output_bytes,
-        target=rel(path),
+        exit_code=first["exit_code"],
+        exit_name=first["exit_name"],
+        checkpoint_written=any(r["checkpoint_written"] for r in runs),
+        output_bytes=sum(r["output_bytes"] for r in runs),
+        target=first["target"],
+        roles=runs,
     )
+    code = int(first["exit_code"])
+    if code != 0 and not held:
+        print(f"{control}: not every role was refused: {runs}", file=sys.stderr)
     return code if code != 0 else 1
 
 
@@ -221,10 +250,11 @@ def refusal_wrong_product(lane: str, out: str, config_path: str | None = None) -
 def uninterrupted(lane: str, out: str, config_path: str | None = None) -> int:
     """Five updates from fresh processes; the checkpoint must equal the oracle's."""
     config = load_config(str(config_path))
-    exes = _executables(_paths(out, lane)["build"])
+    owners = len(config["minors"])
+    exes = _executables(_paths(out, lane)["build"], owners)
     with Placement(config, lane, out) as place:
         ran, files = _run(place, exes, "uninterrupted-run", os.path.join(out, "uninterrupted"), updates=5, epoch=1)
-    ok, detail = _matches_oracle(lane, files["checkpoint"], 5) if ran else (False, "the run did not finish")
+    ok, detail = _matches_oracle(lane, files["checkpoint"], 5, owners) if ran else (False, "the run did not finish")
     resident, where = _owners_report(files["membership"], True) if ran else (False, "")
     good = ok and resident
     receipt(
@@ -243,7 +273,8 @@ def uninterrupted(lane: str, out: str, config_path: str | None = None) -> int:
 def split(lane: str, out: str, config_path: str | None = None) -> int:
     """Three updates, a checkpoint, two more in fresh processes at membership epoch 2."""
     config = load_config(str(config_path))
-    exes = _executables(_paths(out, lane)["build"])
+    owners = len(config["minors"])
+    exes = _executables(_paths(out, lane)["build"], owners)
     with Placement(config, lane, out) as place:
         ran1, before = _run(place, exes, "split-run.before", os.path.join(out, "split", "before"), updates=3, epoch=1)
         ran2, after = False, _run_files(os.path.join(out, "split", "after"))
@@ -262,7 +293,7 @@ def split(lane: str, out: str, config_path: str | None = None) -> int:
     ok = ran1 and ran2
     if ok:
         for path, steps in ((before["checkpoint"], 3), (after["checkpoint"], 5)):
-            same, detail = _matches_oracle(lane, path, steps)
+            same, detail = _matches_oracle(lane, path, steps, owners)
             ok = ok and same
             findings.append(detail)
         reference = os.path.join(out, "uninterrupted", "checkpoint.json")
@@ -294,7 +325,8 @@ def split(lane: str, out: str, config_path: str | None = None) -> int:
 def host_shadow(lane: str, out: str, config_path: str | None = None) -> int:
     """The run again with the owners' host shadows overwritten before every forward pass."""
     config = load_config(str(config_path))
-    exes = _executables(_paths(out, lane)["build"])
+    owners = len(config["minors"])
+    exes = _executables(_paths(out, lane)["build"], owners)
     with Placement(config, lane, out) as place:
         ran, files = _run(
             place, exes, "host-shadow-control", os.path.join(out, "host-shadow"), updates=5, epoch=1, shadow=True
@@ -313,7 +345,7 @@ def host_shadow(lane: str, out: str, config_path: str | None = None) -> int:
         and resident
         and digests["trajectory_sha256"] == digests["shadow_trajectory_sha256"]
         and digests["checkpoint_sha256"] == digests["shadow_checkpoint_sha256"]
-        and overwrites == [5, 5]
+        and overwrites == [5] * owners
     )
     receipt(
         "host-shadow-control",
@@ -328,7 +360,7 @@ def host_shadow(lane: str, out: str, config_path: str | None = None) -> int:
 
 
 def _evaluator(lane: str, out: str) -> str:
-    return _executables(_paths(out, lane)["build"])[EVALUATOR]
+    return os.path.join(_paths(out, lane)["build"], f"{EVALUATOR}.pyz")
 
 
 def fresh_evaluation(lane: str, out: str, config_path: str | None = None) -> int:
@@ -347,7 +379,8 @@ def fresh_evaluation(lane: str, out: str, config_path: str | None = None) -> int
         body = read_json(output)
         device = str(body["device"]["kind"])
         checkpoint.load(ckpt)  # the resumed checkpoint still verifies
-        expected = _oracle().evaluation(lane, _oracle().trajectory(lane, 5)[-1])
+        owners = len(config["minors"])
+        expected = _oracle().evaluation(lane, _oracle().trajectory(lane, 5, owners)[-1], owners)
         got = {k: v for k, v in body["result"].items() if k != "resident"}
         same = got == expected and body["checkpoint_sha256"] == sha256_file(ckpt)
         detail = "evaluation equals the oracle's bit for bit" if same else f"evaluation {got} differs from {expected}"

@@ -2,13 +2,16 @@
 
 The lane config decides (lanekit.config; samples/lane/README.md, "Where the roles run"):
 
-- ``transport: "loopback"``: both roles on one machine. ``host`` ``"local"`` (or
+- ``transport: "loopback"``: every role on one machine. ``host`` ``"local"`` (or
   none) is this machine and ``remote_root`` a folder of it; any other ``host`` is a
   node over SSH (``port``, ``ssh_key``, ``known_hosts``) and ``remote_root`` a
   folder there.
-- ``transport: "ssh-tunnel"``: one node per role, ``nodes`` in role order, each
-  ``{"host", "port", "ssh_key", "known_hosts", "minors": [M], "remote_root"}``
-  (``known_hosts``, ``remote_root``, ``minors[i]`` default to the top level's).
+- ``transport: "ssh-tunnel"``: ``nodes`` in role order, each
+  ``{"host", "port", "ssh_key", "known_hosts", "minors": [M, ...], "remote_root"}``
+  carrying one role per minor it names (``known_hosts``, ``remote_root`` default to
+  the top level's; a node naming no minors carries the one role of its place, the
+  top level's ``minors[i]``). Roles of one node meet over loopback there, roles of
+  two nodes through a tunnel.
 
 ``node_env`` (top level, or per node over it) is the environment of every
 command the lane runs on a node; it is part of the config the recorder captures.
@@ -30,13 +33,13 @@ import sys
 from typing import Any
 
 from .build import sha256_file
-from .config import parse_nodes
+from .config import parse_nodes, role_binding
 from .device import run_smi
 from .refusals import RemoteDigest
 from .remote import Link, remote_command
 from .remote_run import run_remote, start_participant
 from .session import RunResult, run_lane
-from .spec import COORDINATOR_HOST, MEMBERS, OWNERS
+from .spec import COORDINATOR_HOST, owners_of
 
 __all__ = ["Placement", "describe"]
 
@@ -50,6 +53,9 @@ class Placement:
         self.out = out
         self.transport = str(config.get("transport"))
         self.nodes = parse_nodes(config)
+        self.role_nodes = role_binding(config).nodes
+        self.owners = owners_of(len(self.role_nodes))
+        self.members = ("coordinator", *self.owners)
         self.links: list[Link] = []
 
     @property
@@ -77,7 +83,7 @@ class Placement:
         """The node (index) a participant runs on: one for loopback, its role's for ssh-tunnel."""
         if self.transport != "ssh-tunnel":
             return 0
-        return OWNERS.index(COORDINATOR_HOST if member == "coordinator" else member)
+        return self.role_nodes[self.owners.index(COORDINATOR_HOST if member == "coordinator" else member)]
 
     def root(self, member: str) -> str:
         """``remote_root/LANE`` of a participant's node (this machine's for a local lane)."""
@@ -195,7 +201,7 @@ class Placement:
         try:
             result = run_remote(
                 self.links,
-                {m: self.node_of(m) for m in MEMBERS},
+                {m: self.node_of(m) for m in self.members},
                 placed,
                 label=label,
                 transport=self.transport,
@@ -257,7 +263,7 @@ def describe(placement: Placement) -> list[dict[str, Any]] | None:
             "port": n.port,
             "remote_root": n.remote_root,
             "known_hosts": n.known_hosts,
-            "members": [m for m in MEMBERS if placement.node_of(m) == n.index],
+            "members": [m for m in placement.members if placement.node_of(m) == n.index],
             "node_env": n.env,
             "command": remote_command([n.python, "ROLE.pyz"], n.env),
         }

@@ -7,12 +7,12 @@ import shutil
 import sys
 from typing import Any
 
-from .config import TRANSPORTS, ConfigError, load_config, write_json
+from .config import TRANSPORTS, ConfigError, MinorTwiceError, load_config, write_json
 from .device import APPS_QUERY, GPU_QUERY, parse_compute_apps, parse_gpu_csv
 from .placement import Placement, describe
 from .receipts import artifact, receipt, rel
-from .refusals import LaneConfig, LaneRefusal, MinorMissing
-from .spec import OWNERS
+from .refusals import LaneConfig, LaneRefusal, MinorBoundTwice, MinorMissing
+from .spec import owners_of
 
 __all__ = ["DEFAULT_DRIVER", "DEFAULT_PRODUCTS", "preflight"]
 
@@ -93,8 +93,11 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
         artifact(paths["config"])
     try:
         config = load_config(str(config_path))
+    except MinorTwiceError as exc:
+        return _refused(MinorBoundTwice(str(exc)))
     except ConfigError as exc:
         return _refused(LaneConfig(str(exc)))
+    owners = owners_of(len(config["minors"]))
     if config.get("transport") not in TRANSPORTS:
         reason = (
             f"transport {config.get('transport')!r} is not supported by the reference lane ({' or '.join(TRANSPORTS)})"
@@ -124,7 +127,7 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
     absent: list[str] = []  # roles whose minor selects no GPU: a refusal of the setup (minor-missing)
     gpus: list[dict[str, Any]] = []
     bound: dict[int, list[str]] = {}
-    for role, minor in zip(OWNERS, config["minors"], strict=True):
+    for role, minor in zip(owners, config["minors"], strict=True):
         node = place.node_of(role)
         found = [g for g in parse_gpu_csv(texts["csv"][node] or "") if g["minor"] == minor]
         where = "" if len(place.nodes) < 2 else f" on {place.where(role)}"
@@ -151,10 +154,10 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
     if apps:
         undecided.append(f"{len(apps)} other compute process(es) on the bound GPUs")
     if len(set(uuids)) != len(uuids):
-        undecided.append("the two UUIDs do not differ (both roles are bound to one GPU)")
+        undecided.append("the UUIDs do not differ (two roles are bound to one GPU)")
     status = "fail" if failures else ("inconclusive" if undecided else "pass")
     roles: dict[str, Any] = {}
-    for role, gpu in zip(OWNERS, gpus, strict=False):
+    for role, gpu in zip(owners, gpus, strict=False):
         roles[role] = {"kind": "gpu", "minor": gpu["minor"], "uuid": gpu["uuid"], "product": gpu["product"]}
     binding = {
         "format": "alpha-lane-binding/1",
@@ -187,7 +190,7 @@ def preflight(lane: str, out: str, config_path: str | None = None) -> int:
         print(MinorMissing("; ".join(absent)).diagnostics(), file=sys.stderr, flush=True)
         return MinorMissing.exit_code
     # A busy device or shared UUIDs leave the verdict open, but the lane still runs to gather evidence.
-    return 1 if failures or len(gpus) != len(OWNERS) else 0
+    return 1 if failures or len(gpus) != len(owners) else 0
 
 
 def _refused(exc: LaneRefusal) -> int:

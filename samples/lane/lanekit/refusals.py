@@ -9,8 +9,9 @@ The driver's own refusals on a node reached over SSH (``lanekit.remote``) are
 ``remote-digest``: the lane stops there and keeps every output it has.
 
 The preflight's refusals of the lane's own setup, before any device work:
-``lane-config`` (the config cannot be read or is not valid) and ``minor-missing``
-(a bound minor selects no GPU). With ``host-key-unknown``, ``host-key-changed``
+``lane-config`` (the config cannot be read or is not valid), ``minor-missing``
+(a bound minor selects no GPU) and ``minor-bound-twice`` (two roles bind one
+minor of one host). With ``host-key-unknown``, ``host-key-changed``
 and ``node-unreachable`` they are the ``[part.setup]`` refusals of the device
 gates: a lane that stops at one did not run (docs/GATES.md).
 """
@@ -27,6 +28,7 @@ __all__ = [
     "HostKeyUnknown",
     "LaneConfig",
     "LaneRefusal",
+    "MinorBoundTwice",
     "MinorMissing",
     "NodeUnreachable",
     "NvidiaPlanHost",
@@ -134,6 +136,13 @@ class MinorMissing(LaneRefusal):
     exit_code = 31
 
 
+class MinorBoundTwice(LaneRefusal):
+    """Two roles bind one minor of one host: one GPU cannot be two roles' (the preflight, before any query)."""
+
+    name = "minor-bound-twice"
+    exit_code = 32
+
+
 EXIT_CODES: dict[str, int] = {
     cls.name: cls.exit_code
     for cls in (
@@ -149,5 +158,6 @@ EXIT_CODES: dict[str, int] = {
         NodeUnreachable,
         LaneConfig,
         MinorMissing,
+        MinorBoundTwice,
     )
 }

@@ -33,7 +33,7 @@ from .receipts import _alpha, _recording
 from .refusals import RemoteDigest
 from .remote import Link, remote_command
 from .session import RunResult
-from .spec import COORDINATOR_HOST, MEMBERS
+from .spec import COORDINATOR_HOST
 
 __all__ = ["Participant", "run_remote", "start_participant"]
 
@@ -179,7 +179,7 @@ def run_remote(
             announced=announced,
             ready=ready,
         )
-        for role in MEMBERS[1:]:
+        for role in exes:
             exe, digest = exes[role]
             parts[role] = start_participant(
                 links[node_of[role]], f"{label}.{role}", role, exe, digest, ["serve", "--connect-stdin", *owner_args]
@@ -190,7 +190,7 @@ def run_remote(
                 break
         if announced:
             address = announced[0]
-            for role in MEMBERS[1:]:
+            for role in exes:
                 where = address
                 if node_of[role] != node_of["coordinator"]:
                     # The tunnel: 127.0.0.1 of the owner's node -> here -> 127.0.0.1 of the coordinator's node.

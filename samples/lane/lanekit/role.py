@@ -39,7 +39,7 @@ from .device import check_binding
 from .learner import Coordinator, Owner, evaluate, initial_chunks
 from .numeric import HostBackend, backend_for
 from .refusals import CheckpointEpoch, LaneRefusal, PeerIdentity
-from .spec import OWNERS, LearnerSpec, canonical_json
+from .spec import LearnerSpec, canonical_json
 from .wire import Channel, WireError, compare_hello, hello
 
 __all__ = ["main", "run_in_process", "trajectory_bytes"]
@@ -66,14 +66,14 @@ def _accept_owners(spec: LearnerSpec, server: socket.socket, epoch: int) -> dict
     mine = hello(spec, "coordinator", epoch)
     channels: dict[str, Channel] = {}
     server.settimeout(ACCEPT_TIMEOUT)
-    while len(channels) < len(OWNERS):
+    while len(channels) < len(spec.owners):
         conn, _ = server.accept()
         conn.settimeout(ACCEPT_TIMEOUT)
         chan = Channel(conn, "a peer")
         theirs = chan.recv("hello")
         try:
             compare_hello(mine, theirs)
-            if theirs["role"] in channels or theirs["role"] not in OWNERS:
+            if theirs["role"] in channels or theirs["role"] not in spec.owners:
                 raise PeerIdentity(f"{theirs['role']!r} is not an expected owner")
         except PeerIdentity as exc:
             chan.send({"type": "refused", "detail": exc.detail})
@@ -167,7 +167,7 @@ def run_in_process(
     channels: dict[str, Channel] = {}
     errors: list[BaseException] = []
     threads = []
-    for role in OWNERS:
+    for role in spec.owners:
         a, b = socket.socketpair()
         a.settimeout(30)
         b.settimeout(30)
@@ -187,7 +187,7 @@ def run_in_process(
     for chan in channels.values():
         compare_hello(mine, chan.recv("hello"))
         chan.send(mine)
-    chunks, rows, _ = Coordinator(spec, channels).run(0, initial_chunks(spec.lane), updates)
+    chunks, rows, _ = Coordinator(spec, channels).run(0, initial_chunks(spec.lane, len(spec.owners)), updates)
     for t in threads:
         t.join(10)
     if errors:
@@ -196,7 +196,7 @@ def run_in_process(
 
 
 def _serve_coordinator(spec: LearnerSpec, args: argparse.Namespace) -> int:
-    step, chunks = 0, initial_chunks(spec.lane)
+    step, chunks = 0, initial_chunks(spec.lane, len(spec.owners))
     resumed_from = None
     epoch_before = None
     if args.resume:
@@ -217,7 +217,7 @@ def _serve_coordinator(spec: LearnerSpec, args: argparse.Namespace) -> int:
     else:
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.bind(args.socket)
-    server.listen(len(OWNERS))
+    server.listen(len(spec.owners))
     if args.listen:
         print(f"coordinator: listening on {address}", file=sys.stderr, flush=True)
     try:

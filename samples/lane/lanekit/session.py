@@ -1,4 +1,4 @@
-"""Launch one run of a lane: a coordinator and two owners, each a fresh process.
+"""Launch one run of a lane: a coordinator and N owners, each a fresh process.
 
 The participants meet on a Unix socket in a private temporary folder (outside
 every output folder). Each process's stdout and stderr are passed through to
@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO
 
-from .spec import COORDINATOR_HOST, MEMBERS
+from .spec import COORDINATOR_HOST
 
 __all__ = ["RunResult", "run_lane"]
 
@@ -80,7 +80,7 @@ def run_lane(
 ) -> RunResult:
     """Run ``updates`` updates with fresh processes; return their exit codes and output.
 
-    ``executables`` maps each role (owner-0, owner-1) to its executable; the
+    ``executables`` maps each role (owner-0 ... owner-{N-1}, in role order) to its executable; the
     coordinator is started from owner-0's.
     """
     tmp = tempfile.mkdtemp(prefix="lane-")
@@ -90,7 +90,7 @@ def run_lane(
     output: dict[str, list[str]] = {}
     stdout: dict[str, list[str]] = {}
     try:
-        for role in MEMBERS:
+        for role in ("coordinator", *executables):
             if role == "coordinator":
                 argv = [python, executables[COORDINATOR_HOST], "coordinate"]
             else:

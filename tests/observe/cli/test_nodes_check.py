@@ -174,6 +174,17 @@ def test_the_help_examples_run(pod: Pod, tmp_path: Path) -> None:
     assert any(f"config ALPHA_COORDINATE_DEVICE_CONFIG ({path})" in out for out in said), said
 
 
+def test_a_minor_bound_twice_on_one_host_is_refused(tmp_path: Path) -> None:
+    """Two roles on one minor of one node (its ``minors`` naming it twice): refused before any node is reached."""
+    nodes = [{"host": "lane@10.0.0.1", "minors": [0, 1]}, {"host": "lane@10.0.0.2", "minors": [1, 1]}]
+    config = tmp_path / "pod.json"
+    config.write_text(json.dumps({"owner": "t", "transport": "ssh-tunnel", "remote_root": "/r", "nodes": nodes}))
+    done = alpha("observe", "nodes", "check", str(config), cwd=tmp_path, text=True)
+    assert (1, "") == (done.returncode, done.stdout)
+    said = f"refused: minor-bound-twice: {config}: minor 1 of lane@10.0.0.2 is bound to owner-2 and owner-3"
+    assert done.stderr.startswith(said)
+
+
 def test_no_config_is_refused(tmp_path: Path) -> None:
     done = alpha("observe", "nodes", "check", cwd=tmp_path, text=True)
     assert done.returncode == 1

@@ -75,6 +75,19 @@ def test_each_ssh_tunnel_node_takes_the_top_levels_defaults() -> None:
     assert ("root", "/usr/bin/python3") == tuple(vars(observer_of({})).values())
 
 
+def test_the_recorder_knows_which_roles_each_node_carries(tmp_path: Path) -> None:
+    """ssh-tunnel nodes carrying two roles each: one connection per node, naming its roles, and nodes check's
+    minors per node are the lane's (observe.devices.lane_nodes and observe.devices.check)."""
+    from observe.devices.check import _minors
+    from observe.devices.lane_nodes import lane_nodes
+
+    config = {**TOP, "nodes": [{"host": "lane@a", "minors": [0, 1]}, {"host": "lane@b", "minors": [3, 2]}]}
+    nodes, problems = lane_nodes(config, str(tmp_path), str(tmp_path))
+    assert ([], [(0, 1), (2, 3)]) == (problems, [n.roles for n in nodes])
+    assert [("owner-2", 3), ("owner-3", 2)] == _minors(config, nodes[1].roles)
+    assert [("owner-0", 0), ("owner-1", 1)] == _minors({**config, "transport": "loopback", "minors": [0, 1]}, ())
+
+
 @pytest.mark.parametrize(
     ("observer", "message"),
     [
@@ -138,6 +151,33 @@ def test_the_lane_and_the_recorder_read_the_readme_config_alike(tmp_path: Path) 
     assert [[n.host, n.port, n.known_hosts, n.user] for n in nodes] == [[h, p, k, o] for h, p, k, _r, o, _s in lane]
     assert {"/absolute/known_hosts"} == {n.known_hosts for n in nodes}
     assert {("/absolute/private-key-path", "root")} == {(s, o) for *_, o, s in lane}
+
+
+def test_the_readmes_four_gpu_config_binds_two_roles_per_host(tmp_path: Path) -> None:
+    """The README's four-GPU config: the lane binds owner-0 and owner-1 to pod-a's minors 0 and 1, owner-2 and owner-3
+    to pod-b's; the recorder connects once per node, naming the roles it carries."""
+    from observe.devices.lane_nodes import lane_nodes
+
+    path = tmp_path / "lane.json"
+    path.write_text(readme_block("Four GPUs on two hosts"))
+    lane = json.loads(
+        _lanekit(
+            "import json\nfrom lanekit.config import load_config\n"
+            f"c = load_config({str(path)!r}); print(json.dumps([c['minors'], c['role_nodes']]))"
+        )
+    )
+    nodes, problems = lane_nodes(json.loads(path.read_text()), str(tmp_path), str(tmp_path))
+    assert [[0, 1, 0, 1], [0, 0, 1, 1]] == lane
+    assert ([], [("lane@pod-a", (0, 1)), ("lane@pod-b", (2, 3))]) == (problems, [(n.host, n.roles) for n in nodes])
+    assert "python3 samples/lane/oracle.py coordinates 5 4" in README.read_text()
+    shown = subprocess.run(
+        [sys.executable, str(ROOT / "samples" / "lane" / "oracle.py"), "coordinates", "5", "4"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert {"momentum", "param"} == set(json.loads(shown.stdout)[-1]["chunks"])
+    assert 4 == len(json.loads(shown.stdout)[-1]["chunks"]["param"])
 
 
 def readme_config(after: str, nodes: list[SshNode], folder: Path) -> Path:

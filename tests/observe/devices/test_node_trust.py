@@ -23,7 +23,7 @@ import pytest
 from aos.event import Event
 from gates.devices_nodes import node_account_findings
 from gates.typing import Findings
-from tests.helpers.recorder import events, record
+from tests.helpers.recorder import events, record, wait_for
 from tests.helpers.sshd import (
     LANE_USER,
     SshNode,
@@ -136,7 +136,7 @@ def test_nothing_the_lane_account_plants_runs_in_the_observer(kind: str, ssh_nod
     assert ["start", "end"] == [mine[0].attrs["phase"], mine[-1].attrs["phase"]]
     assert {"simulated"} == {e.attrs["observer"] for e in mine}
     assert not mark.exists(), "the plant ran in the observer"
-    facts = mine[-1].attrs["node"]
+    facts = mine[0].attrs["node"]  # the node's facts are written once, in its first observation
     assert (True, "root", LANE_USER, "/usr/bin/python3") == (
         facts["isolated"],
         facts["user"],
@@ -395,3 +395,144 @@ def test_two_nodes_of_one_machine_see_each_others_observer_as_an_observer(
         assert all(s["user"] == "root" for s in siblings), siblings
         reason = account_reason(evs, node) or ""
         assert not any(f"(pid {s['pid']})" in reason for s in siblings), reason
+
+
+class _Dropper:
+    """A TCP front for a node that closes its first ``drops`` connections unanswered, as OpenSSH's MaxStartups
+    does past its limit, then relays each connection to the node."""
+
+    def __init__(self, port: int, drops: int) -> None:
+        import socket
+        import threading
+
+        self.target, self.drops, self.accepted = port, drops, 0
+        self.frozen = threading.Event()  # once set, nothing more is relayed either way (the connections stay open)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self.accepted <= self.drops:
+                conn.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, a: Any, b: Any) -> None:
+        try:
+            while data := a.recv(65536):
+                if not self.frozen.is_set():
+                    b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                with contextlib.suppress(OSError):
+                    s.shutdown(2)
+
+
+@pytest.mark.parametrize(("drops", "observed"), [(3, True), (6, False)])
+def test_a_node_that_drops_connections_is_tried_again_with_bounded_back_off(
+    ssh_node: SshNode, tmp_path: Path, drops: int, observed: bool
+) -> None:
+    """A node whose first connections are dropped before the SSH banner (MaxStartups) is tried again with back-off
+    and reached, the tries recorded (``connect_attempts``); past CONNECT_ATTEMPTS it is observer none, unreachable,
+    after exactly that many tries."""
+    from observe.devices.lane_nodes import lane_nodes
+    from observe.devices.remote import CONNECT_ATTEMPTS, ObserverKey, observe_once
+
+    front = _Dropper(ssh_node.port, drops)
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{front.port} {ssh_node.host_key_pub}\n")
+    config = ssh_node.config(transport="loopback", port=front.port, known_hosts=str(known))
+    (node,), problems = lane_nodes(config, str(tmp_path), str(tmp_path))
+    assert [] == problems
+    found = observe_once(node, ObserverKey("env", "$KEY", observer_key().read_text()))
+    start = next(a for kind, a in found if kind == "device.observed")
+    if observed:
+        assert (drops + 1, drops + 1) == (start["node"]["connect_attempts"], front.accepted)
+        # connected, verified and logged in: the observer ran there (no NVML on this machine: observer none, saying so)
+        assert start["node"]["host_key_verified"] is True
+        assert start["node"]["observer_sha256"] is not None, start.get("error")
+    else:
+        assert (CONNECT_ATTEMPTS, CONNECT_ATTEMPTS) == (start["node"]["connect_attempts"], front.accepted)
+        assert "none" == start["observer"]
+        assert "unreachable" in start["error"]
+    front.server.close()
+
+
+def _link_through(ssh_node: SshNode, tmp_path: Path, front: _Dropper, found: list[tuple[str, dict[str, Any]]]) -> Any:
+    """A started NodeLink to ``ssh_node`` through ``front``, appending to ``found``, with simulated GPUs."""
+    import base64
+
+    from observe.devices.bundle import build_bundle
+    from observe.devices.lane_nodes import lane_nodes
+    from observe.devices.remote import NodeLink, ObserverKey
+
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{front.port} {ssh_node.host_key_pub}\n")
+    config = ssh_node.config(transport="loopback", port=front.port, known_hosts=str(known))
+    (node,), _ = lane_nodes(config, str(tmp_path), str(tmp_path))
+    gpu = {"index": 0, "minor": 0, "uuid": "GPU-late", "name": "NVIDIA H200", "memory": 1 << 30}
+    sim = json.dumps({"driver": "580.1", "gpus": [gpu], "processes": []}).encode()
+    link = NodeLink(
+        node,
+        build_bundle(),
+        interval=0.2,
+        simulated={"path": "/sim.json", "data_b64": base64.b64encode(sim).decode()},
+        config={},
+        append=lambda kind, attrs: found.append((kind, attrs)),
+        key=ObserverKey("env", "$KEY", observer_key().read_text()),
+    )
+    link.start()
+    return link
+
+
+def test_a_late_start_and_a_late_end_are_recorded_as_late(ssh_node: SshNode, tmp_path: Path) -> None:
+    """The recorder stopped waiting for a node's start (the command started) and for its end (the end wait was
+    over): both still come and are appended, each marked ``late``, never dropped."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    front = _Dropper(ssh_node.port, 0)
+    link = _link_through(ssh_node, tmp_path, front, found)
+    assert [] == link.take_start(0.0)  # not ready at once: the node's start follows when it comes
+    wait_for(lambda: any(a.get("phase") == "start" for _k, a in found), 30)
+    link.end_is_late()
+    link.end()
+    assert link.done.wait(30)
+    link.close()
+    phases = [(a.get("phase"), a.get("late")) for kind, a in found if kind == "device.observed"]
+    assert ("start", True) == phases[0]
+    assert ("end", True) == phases[-1]
+    assert all(late is None for _phase, late in phases[1:-1])
+    front.server.close()
+
+
+def test_a_node_that_never_answers_its_end_is_named(ssh_node: SshNode, tmp_path: Path) -> None:
+    """A node whose connection goes silent after its start (nothing relayed, nothing closed): no end comes, and
+    the recorder names it, ``node.lost`` saying it never answered, instead of ending without a word."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    front = _Dropper(ssh_node.port, 0)
+    link = _link_through(ssh_node, tmp_path, front, found)
+    assert link.take_start(30)
+    front.frozen.set()
+    link.end()
+    assert not link.done.wait(3)
+    link.end_is_late()
+    link.never_answered(3)
+    link.close()
+    lost = [a for kind, a in found if kind == "node.lost"]
+    assert 1 == len(lost)
+    assert "no end observation in the 3 s the recorder waited for it: the node never answered" == lost[0]["reason"]
+    assert front.port == lost[0]["node"]["port"]
+    assert not [a for kind, a in found if kind == "device.observed" and a.get("phase") == "end"]
+    front.server.close()
