@@ -526,9 +526,11 @@ def recording_options(func: F) -> F:
 def without_numpy() -> None:
     """Keep pyarrow from importing numpy in this process (it works without it).
 
-    The writer builds Arrow arrays from Python lists only; numpy is a third of
-    pyarrow's import time, which is most of ``record -- true``'s start-up.
-    Only for CLI processes that record: never call it in a process that needs numpy.
+    The writer builds Arrow arrays from Python lists only, and ``read`` reads Arrow
+    buffers and builds its lines with Arrow's kernels; numpy is a third of pyarrow's
+    import time, which is most of ``record -- true``'s start-up and of ``read --json``
+    of a small stream. Only for CLI processes that record or ``read``: never call it in
+    a process that needs numpy.
     """
     if "numpy" not in sys.modules and "pyarrow" not in sys.modules:
         sys.modules["numpy"] = None  # type: ignore[assignment]

@@ -83,12 +83,16 @@ def observe_group(ctx: click.Context) -> None:
     """Record commands as AOS streams, read them back, verify them, gate on them."""
     if ctx.invoked_subcommand in RUNS_COMMANDS:
         without_numpy()  # neither needs it; so OpenBLAS never starts threads in a recorder
+    elif ctx.invoked_subcommand in NO_NUMPY_READERS:
+        without_numpy()  # a third of pyarrow's import: most of `read --json` of a small stream
     else:
         one_blas_thread()
 
 
 #: The commands that run another command, whose environment is the recorder's own.
 RUNS_COMMANDS = frozenset({"record", "gate", "node", "session"})
+#: The readers that never hand numpy anything (Arrow buffers and Python objects only): pyarrow loads without it.
+NO_NUMPY_READERS = frozenset({"read"})
 
 
 #: Each command of the tree, by group: the module that defines it, and the command (or list of commands) there.

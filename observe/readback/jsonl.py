@@ -15,7 +15,10 @@ line, computed the old way; a batch in which that raises is written the old way,
 the refusal, so a damaged stream prints exactly what it printed before.
 
 Nothing here converts a Python object to Arrow (``pa.array``, ``pa.scalar``): where pandas is
-installed, pyarrow imports it for that (about 150 ms). Constant text is built from buffers.
+installed, pyarrow imports it for that (about 150 ms). Constant text is built from buffers. The kernels
+are called by name through ``pyarrow._compute`` (:func:`_call`): ``pyarrow.compute`` itself wraps every
+one of Arrow's ~300 functions in a Python function with its docstring when it is imported (30-60 ms,
+a fifth of ``read --json`` of 100k small events), and ``Array.cast`` and ``.filter`` import it.
 """
 
 from __future__ import annotations
@@ -101,9 +104,10 @@ def _write_all(batches: Iterable[Any], encode: Callable[[Event], str], out: IO[b
     rows = size = 0
     for batch in batches:
         if wanted is not None:
-            import pyarrow.compute as pc  # only here and for a batch of many events: its import is 20-30 ms
+            from pyarrow._compute import SetLookupOptions
 
-            batch = batch.filter(pc.is_in(batch.column(3), value_set=wanted.cast(batch.schema.field(3).type)))
+            value_set = _cast(wanted, batch.schema.field(3).type)
+            batch = _call("filter", batch, _call("is_in", batch.column(3), options=SetLookupOptions(value_set)))
         if batch.num_rows == 0:
             continue
         if batch.num_rows < FEW:  # a few big chunks: the kernels' fixed cost and copies are not worth it
@@ -161,6 +165,20 @@ def _text(values: list[bytes]) -> pa.Array:
     )
 
 
+def _call(name: str, *args: Any, options: Any = None) -> Any:
+    """Arrow's compute function ``name`` on ``args`` (``pyarrow.compute.NAME(*args)``, without that module)."""
+    from pyarrow._compute import call_function
+
+    return call_function(name, list(args), options)
+
+
+def _cast(values: Any, to: Any) -> Any:
+    """``values.cast(to)`` (a safe cast), without importing ``pyarrow.compute``."""
+    from pyarrow._compute import CastOptions
+
+    return _call("cast", values, options=CastOptions.safe(to))
+
+
 def _constants(*values: str) -> list[pa.Scalar]:
     """Each of ``values`` as an Arrow large_string scalar (taken from an array: no ``pa.scalar``)."""
     column = _text([v.encode("utf-8") for v in values])
@@ -170,40 +188,47 @@ def _constants(*values: str) -> list[pa.Scalar]:
 def _batch_lines(batch: pa.RecordBatch, encode: Callable[[Event], str]) -> memoryview:
     """The JSON lines of one batch, as one buffer."""
     import pyarrow as pa
-    import pyarrow.compute as pc
+    from pyarrow._compute import JoinOptions, MatchSubstringOptions
 
     from aos.reader import batch_events
 
     n = batch.num_rows
     text = pa.large_string()
     seq, wall, kind, step, attrs, data = (batch.column(i) for i in (0, 1, 3, 4, 5, 6))
-    exact = pc.match_substring_regex(attrs, ATTRS_EXACT)
-    exact = pc.and_not(exact, pc.match_substring_regex(kind, _ESCAPED))
-    exact = pc.and_not(exact, pc.and_kleene(pc.match_substring_regex(step, _ESCAPED), pc.is_valid(step)))
-    exact = pc.and_not(exact, _repeats_a_key(attrs, exact))
+    escaped = MatchSubstringOptions(_ESCAPED)
+    exact = _call("match_substring_regex", attrs, options=MatchSubstringOptions(ATTRS_EXACT))
+    exact = _call("and_not", exact, _call("match_substring_regex", kind, options=escaped))
+    step_escaped = _call("and_kleene", _call("match_substring_regex", step, options=escaped), _call("is_valid", step))
+    exact = _call("and_not", exact, step_escaped)
+    exact = _call("and_not", exact, _repeats_a_key(attrs, exact))
     quote, empty, null, head, kind_at, wall_at, step_at, attrs_at, end, b64_at = _constants(
         '"', "", "null", '{"seq":', ',"kind":"', '","wall_ns":', ',"step":', ',"attrs":', "}\n", ',"data_b64":"'
     )
-    step_json = pc.coalesce(pc.binary_join_element_wise(quote, step.cast(text), quote, empty), null)
+    join = JoinOptions()  # a null anywhere makes the line null, as pyarrow.compute's default
+
+    def joined(*parts: Any) -> Any:
+        return _call("binary_join_element_wise", *parts, options=join)
+
+    step_json = _call("coalesce", joined(quote, _cast(step, text), quote, empty), null)
     if data.null_count == 0:
-        data_part = pc.binary_join_element_wise(b64_at, _text(_base64(data)), quote, empty)
+        data_part = joined(b64_at, _text(_base64(data)), quote, empty)
     elif data.null_count < n:
-        present = pc.is_valid(data)
-        coded = pc.binary_join_element_wise(b64_at, _text(_base64(data.filter(present))), quote, empty)
-        data_part = pc.replace_with_mask(pc.if_else(present, empty, empty), present, coded)
+        present = _call("is_valid", data)
+        coded = joined(b64_at, _text(_base64(_call("filter", data, present))), quote, empty)
+        data_part = _call("replace_with_mask", _call("if_else", present, empty, empty), present, coded)
     else:
         data_part = empty
-    lines = pc.binary_join_element_wise(
-        head, seq.cast(text), kind_at, kind.cast(text), wall_at, wall.cast(text), step_at, step_json, attrs_at,
-        attrs.cast(text), data_part, end, empty,
+    lines = joined(
+        head, _cast(seq, text), kind_at, _cast(kind, text), wall_at, _cast(wall, text), step_at, step_json, attrs_at,
+        _cast(attrs, text), data_part, end, empty,
     )  # fmt: skip
-    if not pc.all(exact).as_py():
-        slow = pc.invert(exact)
-        rows = pc.indices_nonzero(slow).to_pylist()
+    if not _call("all", exact).as_py():
+        slow = _call("invert", exact)
+        rows = _call("indices_nonzero", slow).to_pylist()
         fill = [b""] * n
-        for i, ev in zip(rows, batch_events(batch.filter(slow)), strict=True):
+        for i, ev in zip(rows, batch_events(_call("filter", batch, slow)), strict=True):
             fill[i] = (encode(ev) + "\n").encode("utf-8")
-        lines = pc.if_else(slow, _text(fill), lines)
+        lines = _call("if_else", slow, _text(fill), lines)
     _, offsets, values = lines.buffers()
     bounds = memoryview(offsets).cast("q")
     return memoryview(values)[bounds[lines.offset] : bounds[lines.offset + n]]
@@ -223,15 +248,18 @@ def _repeats_a_key(attrs: pa.Array, exact: pa.Array) -> pa.Array:
     a few such texts); each distinct one is then reduced to its shape (``_TOKEN``: keys and brackets)
     and checked in Python. Two keys that differ only in digits count as the same key: such a row is
     encoded the old way, never copied wrongly."""
-    import pyarrow.compute as pc
+    from pyarrow._compute import ReplaceSubstringOptions
 
-    none = pc.and_not(exact, exact)
-    texts = pc.dictionary_encode(pc.replace_substring_regex(attrs.filter(exact), "[0-9]+", ""))
-    shapes = pc.replace_substring_regex(texts.dictionary, _TOKEN, r"\1").to_pylist()
-    repeats = [_shape_repeats(shape) for shape in shapes]
+    none = _call("and_not", exact, exact)
+    digitless = _call(
+        "replace_substring_regex", _call("filter", attrs, exact), options=ReplaceSubstringOptions("[0-9]+", "")
+    )
+    texts = _call("dictionary_encode", digitless)
+    shapes = _call("replace_substring_regex", texts.dictionary, options=ReplaceSubstringOptions(_TOKEN, r"\1"))
+    repeats = [_shape_repeats(shape) for shape in shapes.to_pylist()]
     if not any(repeats):
         return none
-    return pc.replace_with_mask(none, exact, pc.take(_bools(repeats), texts.indices))
+    return _call("replace_with_mask", none, exact, _call("take", _bools(repeats), texts.indices))
 
 
 def _bools(values: list[bool]) -> pa.Array:
