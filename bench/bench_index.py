@@ -43,7 +43,7 @@ from observe.store_index import describe, remember, write_entries
 
 STREAMS_SQL = "SELECT verdict, count(*) FROM streams GROUP BY verdict ORDER BY verdict"
 EVENTS_SQL = "SELECT count(*) FROM events WHERE kind = 'step.end'"
-ALPHA = str(Path(sys.executable).with_name("alpha"))
+ALPHA = shutil.which("alpha", path=str(Path(sys.executable).parent)) or shutil.which("alpha") or "alpha"
 
 
 def build(store: Path, n: int, rng: random.Random) -> None:
