@@ -102,7 +102,6 @@ class TestAttach:
             conn.execute(
                 "UPDATE runs SET state = 'completed', physical_pass = 1, finished_at = 'x' WHERE id = ?", (run,)
             )
-        conn.rollback()
         records.finish_run(conn, run, "completed")  # without a physical pass, the run completes
 
     def test_whole_session_allows_physical_pass(
@@ -134,7 +133,6 @@ class TestAttach:
         for sql in ("UPDATE session_members SET status = 'proven'", "DELETE FROM session_members"):
             with pytest.raises(integrity_errors(), match=r"^tracker-evidence-immutable: "):
                 conn.execute(sql)
-            conn.rollback()
         assert {"n0": "proven", "n1": "proven"} == _members(conn, run)
         records.finish_run(conn, run, "completed")
         with pytest.raises(Refusal) as info:
@@ -188,7 +186,7 @@ class TestImport:
         self, new_tracker_db: Callable[[], str], sessions: dict[str, Path], tmp_path: Path
     ) -> None:
         """`import` carries a run's session members over, each folder verified again; a folder changed since
-        (a member's stream edited) is refused, nothing written."""
+        (a member's stream edited) is refused (the source's audit names the member), nothing written."""
         from tracker.importing import import_tracker
 
         source, target, other = new_tracker_db(), new_tracker_db(), new_tracker_db()
@@ -207,6 +205,29 @@ class TestImport:
         with pytest.raises(Refusal) as info:
             import_tracker(dst, source)
         assert "tracker-import" == info.value.name
-        assert "no longer holds the members the source recorded" in str(info.value)
+        assert "members no longer as recorded: n0" in str(info.value)  # the source's own audit names it
         assert {} == _members(dst, run)
         dst.close()
+
+
+class TestAudit:
+    def test_audit_verifies_each_session_again(
+        self, conn: Connection, sessions: dict[str, Path], tmp_path: Path
+    ) -> None:
+        """`audit` verifies an attached session's folder again: ok as attached; a member's stream edited since:
+        changed, the member named; the folder gone: missing."""
+        from tracker.audit import audit
+
+        run = records.start_run(conn, lane="distributed-device")
+        folder = _copy(sessions, "partial", tmp_path)
+        s = attach_session(conn, folder, run)
+        report = audit(conn)
+        assert report.ok, report.streams
+        assert 1 == report.tally["ok"]
+        flip_byte(folder / "nodes" / "n1.aos")
+        report = audit(conn)
+        found = [f for f in report.streams if f.stream_id == f"session:{s.origin}"]
+        assert [("changed", ["n1"])] == [(f.state, f.columns) for f in found]
+        shutil.rmtree(folder)
+        report = audit(conn)
+        assert ["missing"] == [f.state for f in report.streams if f.stream_id == f"session:{s.origin}"]

@@ -447,7 +447,8 @@ class TestGpuLists:
 
     def test_each_level_seals_its_gpus_sorted(self, racks: Path) -> None:
         """Each rack lists its nodes' GPUs, the top session every rack's under its name, sorted (the duplicate kept:
-        the gate names it)."""
+        the gate names it); the independent verifier checks every list against its seal."""
+        assert 6 == len(independent_session_check(racks))
         rack = [line.split("\t") for line in (racks / "sessions" / "rack-1" / "gpus").read_text().splitlines()]
         assert [["GPU-0001-0", "n1"], ["GPU-0001-1", "n1"], ["GPU-0007-0", "n0"], ["GPU-0007-1", "n0"]] == rack
         top = [tuple(line.split("\t")) for line in (racks / "gpus").read_text().splitlines()]
@@ -475,7 +476,10 @@ class TestGpuLists:
         assert 1 == report.exit_code
         assert [("rack-1", "not-proven")] == [(m.path, m.status) for m in report.not_proven]
         assert "sessions/rack-1/gpus is not the GPU list the session sealed" in str(report.not_proven[0].reason)
+        assert {"rack-0", "rack-0/n0", "rack-0/n1"} == independent_session_check(copy)  # from FORMAT.md alone
         (copy / "gpus").write_text("")
+        with pytest.raises(AssertionError):
+            independent_session_check(copy)
         exc = refused(verify_session, copy)
         assert "stream-proof" == exc.name
         assert "gpus is not the GPU list the session sealed" in str(exc)
