@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -54,13 +54,6 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "partial": _session(tmp_path_factory.mktemp("partial"), ["n0", "n1"], ["n0", "n1", "n2"]),
         "whole": _session(tmp_path_factory.mktemp("whole"), ["n0", "n1"], ["n0", "n1"]),
     }
-
-
-@pytest.fixture
-def conn(tracker_db: str) -> Iterator[Connection]:
-    c = init(tracker_db)
-    yield c
-    c.close()
 
 
 def _copy(sessions: dict[str, Path], which: str, tmp: Path) -> Path:
