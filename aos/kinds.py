@@ -139,7 +139,7 @@ REGISTRY: dict[str, Kind] = {
         ),
         Kind(
             SESSION_CHECKPOINT,
-            ("origin", "size", "root", "note", "key", "leaves", "not_proven"),
+            ("origin", "size", "root", "note", "key", "leaves", "not_proven", "gpus"),
             ("observe.session.coordinator",),
         ),
         Kind(VERDICT, ("gate", "verdict", "scope", "checks"), (_RECORDER + "gating",)),

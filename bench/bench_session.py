@@ -12,7 +12,10 @@ phase runs in a fresh process, so its peak RSS is its own:
   recording's before_seal runs it); racks one after another, in one process;
 - **seal top**: the top session over the racks;
 - **verify**: ``verify_session`` of the whole fleet, offline from the files;
-- **verify one path**: ``verify_session(..., only="rack-K/node-J")``.
+- **verify one path**: ``verify_session(..., only="rack-K/node-J")``;
+- **gate**: ``alpha observe session gate DIR --gate exit-zero`` (observe.session.gating): every node stream
+  judged, and ``devices-distinct`` by a k-way merge per session level over the sealed sorted GPU lists (one
+  cursor per member), not a set of every GPU in the fleet.
 
 Printed: the time per node stream of each phase, its peak RSS, and a computed
 figure for the seeds' fleet of 200,000 GPUs (25,000 nodes of 8, three levels at
@@ -147,12 +150,25 @@ def phase_verify_path(root: Path) -> dict[str, Any]:
     return {"members": len(report.members)}
 
 
+def phase_gate(root: Path) -> dict[str, Any]:
+    from gates.registry import resolve_gate
+    from observe.session.gating import gate_session
+
+    verdict = gate_session(root, resolve_gate("exit-zero", ()))
+    distinct = [c for c in verdict.checks if c.name == "devices-distinct"]
+    assert verdict.verdict == "pass", verdict.summary
+    assert distinct, verdict.checks
+    assert distinct[0].status == "pass", distinct
+    return {"checks": len(verdict.checks)}
+
+
 #: Each phase after "make" (which also takes the size and fan-out), in order.
 LATER: dict[str, Callable[[Path], dict[str, Any]]] = {
     "seal-racks": phase_seal_racks,
     "seal-top": phase_seal_top,
     "verify": phase_verify,
     "verify-path": phase_verify_path,
+    "gate": phase_gate,
 }
 PHASES = ["make", *LATER]
 
@@ -170,7 +186,9 @@ def _child(phase: str, root: Path, n: int, fanout: int) -> dict[str, Any]:
 
 def run_phase(phase: str, root: Path, n: int, fanout: int) -> None:
     """The child's side: import first (not timed), run, print seconds and peak RSS as JSON."""
+    import gates.registry  # noqa: F401
     import observe.session.coordinator
+    import observe.session.gating
     import observe.session.verify  # noqa: F401
     from aos.reader import StreamFile
     from aos.verify import verify_stream

@@ -10,7 +10,8 @@ establishes nothing about a node it has no proof of.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import heapq
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from aos.event import Event
     from gates.verdict import Check, Verdict
 
-__all__ = ["DeviceTally", "MemberEvidence", "session_verdict"]
+__all__ = ["DeviceTally", "Entry", "LevelCheck", "MemberEvidence", "distinct_check", "merge_level", "session_verdict"]
 
 #: The check of GPU identities across the session's members.
 DISTINCT = "devices-distinct"
@@ -59,6 +60,81 @@ class MemberEvidence:
     devices: DeviceTally | None = None
 
 
+#: One line of a GPU list: a GPU's UUID and the path of the member whose recorder observed it.
+Entry = tuple[str, str]
+#: How many GPUs seen twice a check names (the count is exact).
+NAMED = 10
+
+
+@dataclass
+class LevelCheck:
+    """One session level's GPUs, merged from its members' sorted lists: how many distinct GPUs, those seen by two
+    members (named, at most ``NAMED``, with the exact count), and where its committed list differs from them."""
+
+    where: str
+    gpus: int = 0
+    shared: list[str] = field(default_factory=list)
+    shared_count: int = 0
+    differs: str | None = None
+
+
+def merge_level(where: str, cursors: Iterable[Iterator[Entry]], committed: Iterator[Entry] | None) -> LevelCheck:
+    """Merge one level's members' GPU lists, each sorted by (UUID, path), one cursor per member (memory: the
+    fan-out, never the fleet); a GPU listed by two cursors is shared (one listed twice inside one cursor was named
+    at that member's own level). ``committed``, when given, is the level's own sealed list: it must be exactly the
+    merge (the first difference is named)."""
+    out = LevelCheck(where)
+    at = f"{where}/" if where else ""
+    tagged = [_tagged(c, i) for i, c in enumerate(cursors)]
+    first: tuple[str, str, int] | None = None
+    for line, (uuid, path, child) in enumerate(heapq.merge(*tagged), 1):
+        if first is None or first[0] != uuid:
+            first = (uuid, path, child)
+            out.gpus += 1
+        elif child != first[2]:
+            out.shared_count += 1
+            if len(out.shared) < NAMED:
+                out.shared.append(f"{uuid} by {at}{first[1]} and {at}{path}")
+        if committed is not None and out.differs is None:
+            sealed = next(committed, None)
+            if sealed != (uuid, path):
+                out.differs = f"line {line} lists {sealed!r}, its members' streams {(uuid, path)!r}"
+    if committed is not None and out.differs is None:
+        extra = next(committed, None)
+        if extra is not None:
+            out.differs = f"it lists {extra!r} after every GPU its members' streams observed"
+    return out
+
+
+def _tagged(cursor: Iterator[Entry], child: int) -> Iterator[tuple[str, str, int]]:
+    for uuid, path in cursor:
+        yield uuid, path, child
+
+
+def distinct_check(levels: Iterable[LevelCheck]) -> Check | None:
+    """``devices-distinct`` from every level's merge (the top level first): fail when a committed list differs from
+    its members' streams or a GPU was observed by two members; None when no GPU was observed at all."""
+    from gates.verdict import Check
+
+    levels = list(levels)  # one small record per session level
+    differs = [f"{lv.where or 'the session'}: {lv.differs}" for lv in levels if lv.differs]
+    shared = [s for lv in levels for s in lv.shared]
+    count = sum(lv.shared_count for lv in levels)
+    if differs:
+        return Check(
+            DISTINCT,
+            "fail",
+            "a session's GPU list is not what its members' streams observed: " + "; ".join(differs[:NAMED]),
+        )
+    if count:
+        more = f" (and {count - len(shared[:NAMED])} more)" if count > len(shared[:NAMED]) else ""
+        return Check(DISTINCT, "fail", "a GPU was observed by two members: " + "; ".join(shared[:NAMED]) + more)
+    top = levels[0].gpus if levels else 0
+    if not top:
+        return None
+    return Check(DISTINCT, "pass", f"{top} GPUs, each observed by one member")
+
+
 def _member_check(m: MemberEvidence) -> Check | None:
     """The check of one member: inconclusive when not proven; else the gate's verdict over its stream and its
     GPU count against the expected set. A proven sub-session has none (its members are checked)."""
@@ -82,27 +158,31 @@ def _member_check(m: MemberEvidence) -> Check | None:
     return Check(name, m.verdict.verdict, f"gate {m.verdict.gate} over stream {digest}: {m.verdict.summary}")
 
 
-def session_verdict(gate: str, scope: str, members: Iterable[MemberEvidence]) -> Verdict:
+def session_verdict(
+    gate: str,
+    scope: str,
+    members: Iterable[MemberEvidence],
+    levels: Callable[[], Iterable[LevelCheck]] | None = None,
+) -> Verdict:
     """Return the session's verdict: one check per member (a proven sub-session none), and ``devices-distinct``
-    (no GPU observed by two members' recorders). Every status combines as ``gates.verdict.combine`` does."""
-    from gates.verdict import Check, Verdict
+    (no GPU observed by two members' recorders). Every status combines as ``gates.verdict.combine`` does.
+
+    ``levels``, called once every member has passed, gives each session level's merge (``merge_level``: the
+    caller's cursors over the sealed GPU lists, memory bounded by the fan-out); without it the members' tallies
+    are merged here as one level (memory: the members given)."""
+    from gates.verdict import Verdict
 
     checks: list[Check] = []
-    owner: dict[str, str] = {}  # GPU UUID -> the member whose recorder observed it
-    shared: list[str] = []
+    tallies: list[Iterator[Entry]] = []
     for m in members:
         check = _member_check(m)
         if check is not None:
             checks.append(check)
-        for uuid in sorted((m.devices or DeviceTally()).uuids):
-            first = owner.setdefault(uuid, m.path)
-            if first != m.path:
-                shared.append(f"{uuid} by {first} and {m.path}")
-    if owner:
-        if shared:
-            checks.append(Check(DISTINCT, "fail", "a GPU was observed by two members: " + "; ".join(shared[:10])))
-        else:
-            checks.append(Check(DISTINCT, "pass", f"{len(owner)} GPUs, each observed by one member"))
+        if levels is None and m.devices is not None and m.devices.uuids:
+            tallies.append(iter([(uuid, m.path) for uuid in sorted(m.devices.uuids)]))
+    distinct = distinct_check(levels() if levels is not None else [merge_level("", tallies, None)])
+    if distinct is not None:
+        checks.append(distinct)
     v = Verdict.of(gate, scope, checks)
     named = [c.name.removeprefix("member:") for c in checks if c.status != "pass"]
     summary = f"{v.verdict} (scope {scope}): {len(checks) - len(named)}/{len(checks)} checks passed"

@@ -359,6 +359,21 @@ def ssh_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         ]
 
 
+@pytest.fixture(scope="session")
+def ssh_fleet16(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Sixteen running test sshds with distinct host keys: the nodes of a fleet session of four racks of four."""
+    _sshd_or_skip()
+    import contextlib
+
+    from tests.helpers.sshd import running_node
+
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(running_node(tmp_path_factory.mktemp(f"ssh-fleet16-{i}"), f"fleet16-{i}"))
+            for i in range(16)
+        ]
+
+
 # -- the two-GPU tracker sample (samples/tracker/two_gpu.sh) ------------------------------------
 # The script re-verifies the eight committed H200 streams at each attach and in its audit: run once
 # for the session, read by the tracker sample's test and the site's (neither writes to it).
@@ -397,12 +412,13 @@ SLOW_FIXTURES: dict[str, str] = {
     "phoenix": "an Arize Phoenix server",
     "two_gpu_tracker": "the two-GPU tracker sample (re-verifies eight streams)",
     "lane_runs": "the three lanes recorded over SSH",
+    "ssh_fleet16": "sixteen test sshds, a node recorder started over SSH on each",
     "python_shim": "a CI job run as its runner would: the tool pip-installed into a venv, then the job recorded",
     "action_source": "the action's steps run from a copy of the checkout, as a runner would",
 }
 
 #: The fixtures that start or log into the suite's sshds: their tests run on one worker (workers.SSHD).
-SSHD_FIXTURES = frozenset({"ssh_node", "ssh_nodes", "ssh_fleet", "own_node", "lane_runs"})
+SSHD_FIXTURES = frozenset({"ssh_node", "ssh_nodes", "ssh_fleet", "ssh_fleet16", "own_node", "lane_runs"})
 
 #: Parameters that put a test on a real server: the PostgreSQL side of every tracker test.
 SLOW_PARAMS: dict[str, object] = {"tracker_backend": "postgresql"}

@@ -14,6 +14,11 @@ Journal: the chain and signatures are verified and replayed into the rows the
 tables should hold (:func:`tracker.journal.check`); any row edited, added or
 removed outside the tool is named, even when the rules were bypassed to do it.
 
+Sessions: each fleet session attached to a run (``session_members``) has its
+folder verified again (:mod:`tracker.sessions`, as ``attach`` did); gone is
+``missing``, no longer verifying or saying other members' statuses or digests
+than recorded is ``changed``, each member named.
+
 Rules: the schema must be exactly the one the migrations ship (every table,
 index and trigger with its shipped SQL, none added), its cookie the one the
 tool left (SQLite counts every schema change: a trigger dropped and re-created
@@ -231,6 +236,11 @@ def _check_rules(conn: Connection) -> list[str]:
              AND lower(e.source_commit) <> lower(r.ci_commit)"""
     ):
         problems.append(f"stream {r[0]} was recorded at commit {r[1]}, not its run's commit {r[2]}")
+    for r in conn.execute(
+        """SELECT DISTINCT r.id FROM runs r JOIN session_members s ON s.run_id = r.id
+           WHERE r.physical_pass = 1 AND s.status <> 'proven'"""
+    ):
+        problems.append(f"run {r[0]} records a physical pass while a member of its sessions is not proven")
     return problems
 
 
@@ -274,6 +284,15 @@ def audit(
                 report.streams.append(found)
     except errors as exc:
         report.rules.append(f"the evidence cannot be read: {db_message(exc)}")
+    try:
+        for found in _check_sessions(conn, keys, since, report.journal_check if journal_read else None):
+            report.tally[found.state] += 1
+            if on_stream is not None:
+                on_stream(found)
+            if on_stream is None or found.state != "ok":
+                report.streams.append(found)
+    except errors as exc:
+        report.rules.append(f"the sessions cannot be read: {db_message(exc)}")
     checks: list[Callable[[], list[str]]] = [
         lambda: _check_schema(conn, report.journal_check),
         lambda: _check_rules(conn),
@@ -284,6 +303,45 @@ def audit(
         except errors as exc:
             report.rules.append(f"the rules cannot be checked: {db_message(exc)}")
     return report
+
+
+def _check_sessions(
+    conn: Connection, keys: dict[str, Verifier], since: int | None, jc: JournalCheck | None
+) -> Iterator[StreamFinding]:
+    """Each attached session's folder verified again (tracker.sessions, as attach did), one session's rows at a
+    time: ``missing`` when the folder is gone, ``changed`` when it no longer verifies or says other members'
+    statuses or digests than recorded (each member named); its finding's stream id is ``session:ORIGIN``. With
+    ``since``, only the sessions the entries from there wrote."""
+    from tracker.sessions import session_rows, verify_trusted
+
+    origins = [str(r[0]) for r in conn.execute("SELECT DISTINCT origin FROM session_members ORDER BY origin")]
+    if since is not None and jc is not None:
+        wrote = {str(k[0]) for k in jc.changed.get("session_members", ())}
+        origins = [o for o in origins if o in wrote]
+    same = ("member", "kind", "status", "digest", "root")
+    for origin in origins:
+        recorded = rows_of(conn.execute("SELECT * FROM session_members WHERE origin = ? ORDER BY position", (origin,)))
+        path, run = str(recorded[0]["path"]), str(recorded[0]["run_id"])
+
+        def finding(state: str, detail: str, members: list[str] | None = None) -> StreamFinding:
+            return StreamFinding(f"session:{origin}", run, path, state, detail, members or [])  # noqa: B023
+
+        directory = Path(path)
+        if not directory.is_dir():
+            yield finding("missing", "the session's folder is gone")
+            continue
+        try:
+            fresh = session_rows(verify_trusted(directory, keys), directory)
+        except Refusal as exc:
+            yield finding("changed", f"the session no longer verifies ({exc.diagnostics()})")
+            continue
+        was = {r["member"]: [r[c] for c in same] for r in recorded}
+        now = {r["member"]: [r[c] for c in same] for r in fresh}
+        differ = sorted(m for m in was.keys() | now.keys() if was.get(m) != now.get(m))
+        if differ:
+            yield finding("changed", "members no longer as recorded: " + ", ".join(differ[:20]), differ)
+            continue
+        yield finding("ok", f"verified again: {len(fresh)} members as recorded")
 
 
 def _evidence_rows(conn: Connection, since: int | None, jc: JournalCheck | None) -> Iterator[dict[str, Any]]:

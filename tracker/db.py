@@ -161,7 +161,7 @@ def _journal_migration(conn: sqlite3.Connection, m: Migration) -> None:
     if conn.execute("SELECT 1 FROM journal LIMIT 1").fetchone() is None:
         args["tracker_id"] = journal.new_tracker_id()
     args["sqlite_schema_version"] = schema_cookie(conn)
-    journal.append(conn, "schema.migrate", args, journal.snapshot(conn), snapshot_of_all=True)
+    journal.append(conn, "schema.migrate", args, journal.snapshot(conn, m.version), snapshot_of_all=True)
 
 
 @cache

@@ -60,6 +60,7 @@ from tracker.refusals import (
     TrackerSchema,
     TrackerStreamChanged,
 )
+from tracker.sessions import insert_rows
 from tracker.streams import StreamFacts, derive
 
 __all__ = ["ImportResult", "SourceSnapshot", "import_tracker", "open_source", "read_source"]
@@ -79,6 +80,7 @@ _READ = {
     "evidence": "id",
     "measurements": "id",
     "item_evidence": "item_id, evidence_id",
+    "session_members": "origin, position",
 }
 
 
@@ -325,7 +327,35 @@ class _Writer:
         return [journal.change(self.conn, table, *key) for table, key in self.touched]
 
 
-def _write(w: _Writer, snap: SourceSnapshot, facts: dict[int, StreamFacts], *, drop_legacy_ids: bool) -> None:
+def _sessions(rows: list[dict[str, Any]], keys: dict[str, Any]) -> dict[str, tuple[str, list[dict[str, Any]]]]:
+    """Each source session (by origin), its folder verified again as ``attach`` does: its run and member rows;
+    ``tracker-import`` when a folder no longer says what the source recorded."""
+    from aos.refusals import Refusal
+    from tracker.sessions import session_rows, verify_trusted
+
+    out: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+    for origin in dict.fromkeys(str(r["origin"]) for r in rows):
+        recorded = [r for r in rows if r["origin"] == origin]
+        directory = Path(str(recorded[0]["path"]))
+        try:
+            fresh = session_rows(verify_trusted(directory, keys), directory)
+        except Refusal as exc:
+            raise TrackerImport(f"session {origin} ({directory}) no longer verifies: {exc}") from None
+        same = ("origin", "member", "kind", "status", "digest", "root")
+        if [[r[c] for c in same] for r in fresh] != [[r[c] for c in same] for r in recorded]:
+            raise TrackerImport(f"session {origin} ({directory}) no longer holds the members the source recorded")
+        out[origin] = (str(recorded[0]["run_id"]), fresh)
+    return out
+
+
+def _write(
+    w: _Writer,
+    snap: SourceSnapshot,
+    facts: dict[int, StreamFacts],
+    *,
+    drop_legacy_ids: bool,
+    sessions: dict[str, tuple[str, list[dict[str, Any]]]] | None = None,
+) -> None:
     conn, src = w.conn, snap.rows
     # Milestones (by id; the title must agree; the target's position is kept).
     for m in src["milestones"]:
@@ -414,6 +444,11 @@ def _write(w: _Writer, snap: SourceSnapshot, facts: dict[int, StreamFacts], *, d
         for c in changes:
             w.touch(str(c["table"]), *c["key"])
         evidence[int(e["id"])] = row.evidence_id
+    # Sessions: through attach's own insert, every member verified again from its folder.
+    for run, rows in (sessions or {}).values():
+        for c in insert_rows(conn, run, rows):
+            w.touch(str(c["table"]), *c["key"])
+            w.result.added["session_members"] = w.result.added.get("session_members", 0) + 1
     for m in src["measurements"]:
         new = w.insert("measurements", {k: m[k] for k in ("run_id", "name", "value", "unit", "recorded_at")})
         w.touch("measurements", new)
@@ -485,6 +520,7 @@ def import_tracker(
     # Every stream verified and derived again, against the target's trusted keys, before the write lock is taken.
     keys = trusted_keys(target)
     facts = {int(e["id"]): _derive(e, keys, index) for e in snap.rows["evidence"]}
+    sessions = _sessions(snap.rows["session_members"], keys)
     result = ImportResult(
         where,
         snap.backend,
@@ -496,7 +532,7 @@ def import_tracker(
     )
     with transaction(target, "import"):
         w = _Writer(target, result)
-        _write(w, snap, facts, drop_legacy_ids=drop_legacy_ids)
+        _write(w, snap, facts, drop_legacy_ids=drop_legacy_ids, sessions=sessions)
         entry = journal.append(
             target,
             "import",

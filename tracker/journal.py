@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GENESIS",
+    "SINCE",
     "TABLES",
     "Entry",
     "JournalCheck",
@@ -75,7 +76,11 @@ TABLES: dict[str, tuple[str, ...]] = {
     "item_evidence": ("item_id", "evidence_id"),
     "measurements": ("id",),
     "trusted_keys": ("key_id",),
+    "session_members": ("origin", "member"),
 }
+
+#: The migration that created each table not there from the journal's first (older migrations' snapshots skip it).
+SINCE: dict[str, int] = {"session_members": 7}
 
 Row = dict[str, Any]
 Key = tuple[Any, ...]
@@ -134,10 +139,12 @@ def change(conn: Connection, table: str, *key: Any) -> dict[str, Any]:
     return {"table": table, "key": list(key), "row": found[0] if found else None}
 
 
-def snapshot(conn: Connection) -> list[dict[str, Any]]:
-    """Every row of every journalled table, as change records."""
+def snapshot(conn: Connection, version: int | None = None) -> list[dict[str, Any]]:
+    """Every row of every journalled table (at schema ``version``: the tables it has), as change records."""
     out: list[dict[str, Any]] = []
     for table, keys in TABLES.items():
+        if version is not None and SINCE.get(table, 0) > version:
+            continue
         for row in rows_of(conn.execute(f"SELECT * FROM {table} ORDER BY {', '.join(keys)}")):
             out.append({"table": table, "key": [row[k] for k in keys], "row": row})
     return out

@@ -456,7 +456,7 @@ def _journal_migration(conn: PgConnection, m: Migration) -> None:
     if conn.execute("SELECT 1 FROM journal LIMIT 1").fetchone() is None:
         args["tracker_id"] = journal.new_tracker_id()
     args["pg_schema"] = schema_fingerprint(conn)
-    journal.append(conn, "schema.migrate", args, journal.snapshot(conn), snapshot_of_all=True)
+    journal.append(conn, "schema.migrate", args, journal.snapshot(conn, m.version), snapshot_of_all=True)
 
 
 def vacuum(conn: PgConnection) -> int:

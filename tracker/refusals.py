@@ -38,6 +38,7 @@ __all__ = [
     "TrackerRefusal",
     "TrackerRunImmutable",
     "TrackerSchema",
+    "TrackerSessionUnproven",
     "TrackerSiteDir",
     "TrackerStreamAttached",
     "TrackerStreamChanged",
@@ -118,6 +119,12 @@ class TrackerPhysicalPass(TrackerRefusal):
     """A physical pass recorded on a run without a linked sealed pass of scope physical."""
 
     name = "tracker-physical-pass"
+
+
+class TrackerSessionUnproven(TrackerRefusal):
+    """A physical pass recorded on a run one of whose sessions' members did not run or is not proven."""
+
+    name = "tracker-session-unproven"
 
 
 class TrackerStreamChanged(TrackerRefusal):

@@ -169,10 +169,16 @@ class Run:
     devices: list[dict[str, Any]]
     measurements: list[dict[str, Any]]
     streams: list[StreamView] = field(default_factory=list)
+    sessions: list[SessionView] = field(default_factory=list)
 
     @property
     def anchor(self) -> str:
         return "run-" + _safe(self.id)
+
+    @property
+    def not_proven(self) -> list[str]:
+        """The members of the run's sessions that did not run or are not proven, as the folders show them now."""
+        return [f"{s.origin}: {m['member']}" for s in self.sessions for m in s.members if m["now"] != "proven"]
 
     @property
     def verdict(self) -> str:
@@ -194,7 +200,12 @@ class Run:
     @property
     def physical_pass_proven(self) -> bool:
         """The tracker's rule, on the streams' facts: completed, every stream a pass, one of scope physical."""
-        return self.state == "completed" and self.verdict == "pass" and any(s.scope == "physical" for s in self.streams)
+        return (
+            self.state == "completed"
+            and self.verdict == "pass"
+            and any(s.scope == "physical" for s in self.streams)
+            and not self.not_proven
+        )
 
     @property
     def gpus(self) -> list[Gpu]:
@@ -462,6 +473,52 @@ def _locate(view: StreamView, fetch_dir: Path) -> Path | None:
     return path
 
 
+@dataclass
+class SessionView:
+    """A fleet session attached to a run: its members as the tracker recorded them (``status``, ``reason``) and as
+    its folder, verified again, shows them now (``now``, ``now_reason``); ``state`` is ``proven`` (the folder
+    verifies and says what was recorded), ``missing`` or ``damaged`` (with ``detail``)."""
+
+    origin: str
+    root: str
+    location: str
+    members: list[dict[str, Any]]
+    state: str = "proven"
+    detail: str = ""
+
+
+def _session_view(sess: dict[str, Any]) -> SessionView:
+    """Verify the session's folder again (tracker.sessions, as attach did) and say what it proves now."""
+    from tracker.sessions import session_rows, verify_trusted
+
+    view = SessionView(sess["origin"], sess["root"], _redact(sess["path"]), [dict(m) for m in sess["members"]])
+    directory = Path(sess["path"])
+    for m in view.members:
+        m["now"], m["now_reason"] = "not-proven", "its session's folder was not verified here"
+    if not directory.is_dir():
+        view.state, view.detail = "missing", f"the session's folder is not here: {view.location}"
+        return view
+    try:
+        report = verify_trusted(directory, {})
+    except Refusal as exc:
+        view.state, view.detail = "damaged", f"the session no longer verifies: {exc.diagnostics()}"
+        return view
+    now = {r["member"]: r for r in session_rows(report, directory)}
+    if report.origin != view.origin or report.root != view.root:
+        view.state, view.detail = "damaged", f"the folder holds another session ({report.origin}, root {report.root})"
+        return view
+    for m in view.members:
+        r = now.get(m["member"])
+        if r is not None:
+            m["now"], m["now_reason"] = r["status"], r["reason"]
+    changed = [m["member"] for m in view.members if m["now"] != m["status"]]
+    if changed:
+        view.state, view.detail = "disagrees", "members whose status changed since attached: " + ", ".join(changed)
+    else:
+        view.detail = "verified again from its folder: every member as the tracker recorded it"
+    return view
+
+
 def _check(view: StreamView, path: Path, keys: Mapping[str, Verifier]) -> None:
     from tracker.streams import derive
 
@@ -573,6 +630,7 @@ def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = 
     With ``memo`` (key -> view, ``_view_key``), a local stream whose key it holds is not read again; the
     entries of this build replace its contents."""
     from tracker.attach import trusted_keys
+    from tracker.sessions import run_sessions
 
     keys = trusted_keys(conn)
     code = _derive_code() if memo is not None else ""
@@ -644,6 +702,7 @@ def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = 
                 devices=devices,
                 measurements=measurements,
                 streams=[s for s in streams if s.run_id == run_id],
+                sessions=[_session_view(x) for x in run_sessions(conn, run_id)],
             )
         )
     by_run = {r.id: r for r in runs}

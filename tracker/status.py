@@ -17,6 +17,7 @@ from typing import Any
 from tracker.backends import Connection
 from tracker.records import ITEM_STATUSES, RUN_STATES, run_id_of
 from tracker.refusals import TrackerUnknown
+from tracker.sessions import run_sessions
 
 __all__ = [
     "DONE",
@@ -29,6 +30,10 @@ __all__ = [
 ]
 
 DONE = ("implemented", "verified")
+
+
+#: The members that did not run or are not proven that ``status`` lists (``show RUN`` lists them all).
+SHOWN = 20
 
 
 def _plural(n: int, word: str, plural: str | None = None) -> str:
@@ -63,6 +68,18 @@ def status(conn: Connection) -> dict[str, Any]:
             "SELECT verdict, scope, count(*) AS n FROM evidence GROUP BY verdict, scope ORDER BY verdict, scope"
         )
     ]
+    members = dict(
+        (str(r[0]), int(r[1]))
+        for r in conn.execute("SELECT status, count(*) FROM session_members GROUP BY status ORDER BY status")
+    )
+    not_proven = [
+        {"run": r[0], "origin": r[1], "member": r[2], "status": r[3], "reason": r[4]}
+        for r in conn.execute(
+            "SELECT run_id, origin, member, status, reason FROM session_members WHERE status <> 'proven'"
+            " ORDER BY run_id, origin, position LIMIT ?",
+            (SHOWN + 1,),
+        )
+    ]
     return {
         "items": sum(total.values()),
         "milestones": len(milestones),
@@ -71,6 +88,8 @@ def status(conn: Connection) -> dict[str, Any]:
         "runs": runs,
         "physical_passes": physical_passes,
         "evidence": evidence,
+        "session_members": members,
+        "not_proven": not_proven,
     }
 
 
@@ -107,6 +126,19 @@ def format_status(s: dict[str, Any]) -> str:
         lines.append(f"evidence: {ev}")
     else:
         lines.append("evidence: no streams attached")
+    members = s["session_members"]
+    if members:
+        missing = sum(n for k, n in members.items() if k != "proven")
+        lines.append(
+            f"session members: {members.get('proven', 0)} proven, {missing} did not run or not proven"
+            + (" (" + ", ".join(f"{n} {k}" for k, n in members.items() if k != "proven") + ")" if missing else "")
+        )
+        lines.extend(
+            f"  run {m['run']}: session {m['origin']}: {m['status']}: {m['member']}: {m['reason']}"
+            for m in s["not_proven"][:SHOWN]
+        )
+        if len(s["not_proven"]) > SHOWN:
+            lines.append(f"  ... and {missing - SHOWN} more (alpha tracker show RUN)")
     return "\n".join(lines)
 
 
@@ -256,6 +288,7 @@ def _show_run(conn: Connection, row: Any) -> dict[str, Any]:
         else None,
         "devices": devices,
         "evidence": evidence,
+        "sessions": run_sessions(conn, run),
         "measurements": measurements,
     }
 
@@ -308,6 +341,21 @@ def _format_evidence(e: dict[str, Any]) -> str:
     )
 
 
+def _format_session(sess: dict[str, Any]) -> list[str]:
+    """A session attached to a run: its members proven, and each that did not run or is not proven, why."""
+    members = sess["members"]
+    proven = [m["member"] for m in members if m["status"] == "proven"]
+    missing = [m for m in members if m["status"] != "proven"]
+    lines = [
+        f"  session {sess['origin']} (root {sess['root']}): {len(proven)} of {len(members)} members proven, "
+        f"{len(missing)} did not run or not proven",
+        f"      {sess['path']}",
+        "    proven: " + (", ".join(proven) or "none"),
+    ]
+    lines.extend(f"    {m['status']}: {m['member']}: {m['reason']}" for m in missing)
+    return lines
+
+
 def format_show(d: dict[str, Any]) -> str:
     lines: list[str] = []
     if d["type"] == "item":
@@ -345,6 +393,8 @@ def format_show(d: dict[str, Any]) -> str:
             )
         lines.append(f"  evidence: {len(d['evidence']) or 'none'}")
         lines.extend(f"    {_format_evidence(e)}" for e in d["evidence"])
+        for sess in d["sessions"]:
+            lines.extend(_format_session(sess))
         for m in d["measurements"]:
             lines.append(f"  measurement {m['name']} = {m['value']:g}" + (f" {m['unit']}" if m["unit"] else ""))
     else:

@@ -106,9 +106,12 @@ def _evidence_index(db: str, index_store: str | None, no_index: bool) -> Any:
     return None if is_postgres_url(db) else Appender(open_store(Path(db).resolve().parent))
 
 
-@example("alpha observe attach ci.aos --db progress.sqlite3 --run 3")
+@example(
+    "alpha observe attach ci.aos --db progress.sqlite3 --run 3",
+    "alpha observe attach run-7 --db progress.sqlite3 --run 3",
+)
 @click.command("attach")
-@click.argument("stream", type=click.Path(dir_okay=False))  # a str: a store URL must keep its "//"
+@click.argument("stream", type=click.Path())  # a str: a store URL must keep its "//"; a folder: a session
 @db_option(aliases=("--tracker",))
 @click.option("--run", "run", required=True, help="The run (its id) the stream is evidence for.")
 @_index_options
@@ -145,13 +148,24 @@ def attach_command(
     The stream verified here gets its row in the evidence index (docs/FORMAT.md
     section 8) of the tracker's folder (an SQLite tracker), or of --index
     STORE, once the tracker has recorded it; --no-index writes none.
+
+    STREAM may be a fleet session's folder (or its session.aos): the session is
+    verified offline (`alpha observe session verify`) and every member it
+    expected is recorded on the run, proven, did not run or not proven (with
+    the reason); its coordinating stream is attached too when it holds a sealed
+    verdict. A physical pass is then refused while any member is not proven
+    (tracker-session-unproven).
     """
     from tracker.attach import attach as attach_stream
     from tracker.db import connect
+    from tracker.sessions import attach_session, is_session
 
     index = _evidence_index(db, index_store, no_index)
     conn = connect(db, signer=signing_key(sign_key, sign_key_env))
     try:
+        if is_session(stream):
+            _attached_session(attach_session(conn, stream, run), as_json)
+            return
         a = attach_stream(conn, stream, run, index=index)
     finally:
         conn.close()
@@ -165,6 +179,20 @@ def attach_command(
         return
     what = "attached" if a.new else "already attached, unchanged:"
     click.echo(f"{what} stream {a.stream_id} to run {a.run_id}: {verdict}{gate}")
+
+
+def _attached_session(s: Any, as_json: bool) -> None:
+    if as_json:
+        _json(s.as_dict())
+        return
+    what = "attached" if s.new else "already attached, unchanged:"
+    missing = s.not_proven
+    click.echo(
+        f"{what} session {s.origin} to run {s.run_id}: {len(s.members) - len(missing)} of {len(s.members)} members "
+        "proven" + (f"; stream {s.evidence.stream_id}: verdict {s.evidence.verdict}" if s.evidence else "")
+    )
+    for m in missing:
+        click.echo(f"  {m['status']}: {m['member']}: {m['reason']}")
 
 
 # -- alpha tracker -------------------------------------------------------------------

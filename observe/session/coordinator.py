@@ -133,10 +133,12 @@ def seal_members(
 ) -> list[Judged]:
     """Judge each expected member again, append ``session.member`` (``at: "end"``) for each one not ``taken``
     as it sealed (observe.session.arrivals) or judged otherwise now, then ``session.checkpoint``, and write the
-    checkpoint and the proofs. Memory: the members' leaves (the fan-out), one member's stream at a time."""
+    checkpoint, the proofs and the GPU list (observe.session.gpus). Memory: the members' leaves and GPU cursors (the
+    fan-out), one member's stream at a time."""
     from aos import tlog
     from aos.proofs import Proof
     from observe.session import layout
+    from observe.session.gpus import node_entries, sub_entries, write_list
     from observe.session.members import PROVEN, judge, member_attrs
     from observe.util.atomic import replace_file
 
@@ -153,6 +155,15 @@ def seal_members(
     checkpoint = tlog.Checkpoint(origin, len(leaves), tlog.tree_root(leaves))
     note, key = _note(writer, checkpoint)
     proven = [j for j in judged if j.status == PROVEN]
+    gpus = write_list(
+        directory,
+        [
+            sub_entries(directory, j.name)
+            if j.kind == "session"
+            else iter(node_entries(layout.node_stream(directory, j.name), j.name))
+            for j in proven
+        ],
+    )
     writer.append(
         kinds.SESSION_CHECKPOINT,
         {
@@ -163,6 +174,7 @@ def seal_members(
             "key": key,
             "leaves": [j.name for j in proven],
             "not_proven": [{"name": j.name, "status": j.status, "reason": j.reason} for j in judged if j not in proven],
+            "gpus": gpus,
         },
     )
     replace_file(layout.checkpoint(directory), note)

@@ -5,6 +5,7 @@ DIR/checkpoint           the session's checkpoint (a signed note when the sessio
 DIR/nodes/NAME.aos       a node member's sealed stream
 DIR/sessions/NAME/       a sub-session member: a session folder of its own
 DIR/proofs/NAME.proof    each proven member's inclusion proof in this session's tree
+DIR/gpus                 the GPUs its proven nodes observed, at any depth, sorted (observe.session.gpus)
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from pathlib import Path
 
 __all__ = [
     "CHECKPOINT",
+    "GPUS",
     "STREAM",
     "checkpoint",
+    "gpus",
     "member_stream",
     "node_partial",
     "node_stream",
@@ -26,6 +29,7 @@ __all__ = [
 
 STREAM = "session.aos"
 CHECKPOINT = "checkpoint"
+GPUS = "gpus"
 
 
 def stream(directory: Path) -> Path:
@@ -41,6 +45,11 @@ def stream_partial(directory: Path) -> Path:
 def checkpoint(directory: Path) -> Path:
     """Return the session's checkpoint file."""
     return directory / CHECKPOINT
+
+
+def gpus(directory: Path) -> Path:
+    """Return the session's sorted list of the GPUs its proven nodes observed."""
+    return directory / GPUS
 
 
 def node_stream(directory: Path, name: str) -> Path:

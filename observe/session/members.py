@@ -5,8 +5,9 @@ verifies (intact and sealed), and names this session and this member in its
 ``stream.open`` labels (``aos.session.origin``, ``aos.session.member``), so a
 stream of another session, or of another member, is never taken for it. A
 sub-session's stream must also hold its ``session.checkpoint``: its leaf
-states that checkpoint. The same judgment serves the coordinator when it seals
-and ``verify --session`` afterwards.
+states that checkpoint; and its GPU list must be the one it sealed. The same
+judgment serves the coordinator when it seals and ``verify --session``
+afterwards.
 """
 
 from __future__ import annotations
@@ -152,6 +153,11 @@ def judge(directory: Path, name: str, kind: str, origin: str) -> Judged:
             cp = checkpoint_of(got.checkpoint)
         except Refusal as exc:
             return Judged(name, kind, NOT_PROVEN, f"{where}: {exc}")
+        from observe.session.gpus import check_list
+
+        bad = check_list(path.parent, got.checkpoint.get("gpus"))
+        if bad is not None:
+            return Judged(name, kind, NOT_PROVEN, f"{os.path.relpath(path.parent, directory)}/{bad}")
     member = Member(kind, name, got.stream_id, got.file_blake3, got.head, cp)
     return Judged(name, kind, PROVEN, None, member)
 

@@ -22,6 +22,7 @@ from aos import tlog
 from aos.proofs import parse_proof
 from aos.refusals import Refusal, StreamProof, StreamSignature
 from observe.session import layout
+from observe.session.gpus import check_list
 from observe.session.members import DID_NOT_RUN, NOT_PROVEN, PROVEN, checkpoint_of, judge, read_session_stream
 
 if TYPE_CHECKING:
@@ -88,6 +89,9 @@ def verify_session(directory: Path, key: Verifier | None = None, only: str | Non
         raise StreamProof(f"{layout.stream(directory)} is sealed but is not a session (no session.checkpoint)")
     cp = checkpoint_of(s.checkpoint)
     _check_note(directory, s.checkpoint, cp, key)
+    bad = check_list(directory, s.checkpoint.get("gpus"))
+    if bad is not None:
+        raise StreamProof(f"{directory}: {bad}")
     report = SessionReport(cp.origin, cp.size, s.checkpoint["root"], key is not None)
     parts = _parts(only)
     _walk(directory, cp, s.members, s.checkpoint, _expected_gpus(s.opened), "", parts, report)

@@ -126,6 +126,22 @@ def _stream_facts(path: Path) -> dict[str, Any]:
     }
 
 
+def _gpus_hold(directory: Path, checkpoint: dict[str, Any]) -> bool:
+    """FORMAT.md 9.5: DIR/gpus is the list the checkpoint's ``gpus`` seals (BLAKE3, line count), its
+    ``UUID<TAB>PATH`` lines sorted by UUID then PATH; a session sealed before GPU lists has no ``gpus``."""
+    sealed = checkpoint.get("gpus")
+    if sealed is None:
+        return True
+    data = (directory / "gpus").read_bytes()
+    lines = [tuple(line.split(b"\t", 1)) for line in data.splitlines()]
+    return (
+        blake3(data).hexdigest() == sealed["blake3"]
+        and len(lines) == sealed["lines"]
+        and all(len(x) == 2 for x in lines)
+        and lines == sorted(lines)
+    )
+
+
 def independent_session_check(directory: Path, public: bytes | None = None, origin: str | None = None) -> set[str]:
     """Verify the session folder ``directory`` from FORMAT.md 9 alone; return the proven member paths.
 
@@ -140,6 +156,7 @@ def independent_session_check(directory: Path, public: bytes | None = None, orig
     assert (o, size, root) == (cp["origin"], cp["size"], cp["root"])
     if origin is not None:
         assert facts["labels"].get("aos.session.origin") == origin
+    assert _gpus_hold(directory, cp)
     proven: set[str] = set()
     for index, name in enumerate(cp["leaves"]):
         kind = next(m["kind"] for m in facts["members"] if m["name"] == name)
@@ -156,6 +173,8 @@ def independent_session_check(directory: Path, public: bytes | None = None, orig
             continue
         sub = None
         if kind == "session":
+            if not _gpus_hold(stream.parent, f["checkpoint"]):
+                continue
             sub = (f["checkpoint"]["origin"], f["checkpoint"]["size"], f["checkpoint"]["root"])
         leaf = _leaf(_leaf_data(kind, name, f["sid"], f["fb3"], f["head"], sub))
         p_origin, p_index, p_size, path = _read_proof((directory / "proofs" / f"{name}.proof").read_bytes())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gates.session import DeviceTally, MemberEvidence, session_verdict
+from gates.session import DeviceTally, MemberEvidence, distinct_check, merge_level, session_verdict
 from gates.verdict import Check, Verdict
 
 
@@ -57,3 +57,47 @@ class TestSessionVerdict:
         """A session of proven sub-sessions only and no node: nothing established, inconclusive."""
         v = session_verdict("exit-zero", "command", [MemberEvidence("rack-0", "session", "proven")])
         assert "inconclusive" == v.verdict
+
+
+class TestLevels:
+    """``merge_level``: one cursor per member, the level's sealed list checked against the merge."""
+
+    def test_a_sealed_list_that_differs_fails_naming_the_line(self) -> None:
+        """A level whose sealed list drops a GPU one member's stream observed (a forged list): fail, the line named."""
+        cursors = [iter([("G0", "n0")]), iter([("G1", "n1")])]
+        level = merge_level("rack-0", cursors, iter([("G0", "n0")]))
+        check = distinct_check([level])
+        assert check is not None
+        assert "fail" == check.status
+        assert "rack-0: it lists None" not in check.reason
+        assert "rack-0: line 2 lists None, its members' streams ('G1', 'n1')" in check.reason
+        extra = merge_level("", [iter([("G0", "n0")])], iter([("G0", "n0"), ("G9", "n9")]))
+        assert "after every GPU" in str(extra.differs)
+
+    def test_a_duplicate_is_named_once_at_its_own_level(self) -> None:
+        """A GPU twice inside rack-0 is named by rack-0's merge, not again by the top's (one cursor there); one in
+        rack-0 and rack-1 by the top's; the count exact past the names shown."""
+        rack0 = merge_level("rack-0", [iter([("G0", "n0")]), iter([("G0", "n1")])], None)
+        top = merge_level(
+            "",
+            [iter([("G0", "rack-0/n0"), ("G0", "rack-0/n1"), ("G5", "rack-0/n1")]), iter([("G5", "rack-1/n0")])],
+            None,
+        )
+        assert ["G0 by rack-0/n0 and rack-0/n1"] == rack0.shared
+        assert ["G5 by rack-0/n1 and rack-1/n0"] == top.shared
+        check = distinct_check([top, rack0])
+        assert check is not None
+        assert "fail" == check.status
+        many = merge_level(
+            "", [iter([(f"G{i:02d}", "a")]) for i in range(12)] + [iter([(f"G{i:02d}", "b") for i in range(12)])], None
+        )
+        assert (12, 10) == (many.shared_count, len(many.shared))
+        assert "(and 2 more)" in str(distinct_check([many]).reason)  # type: ignore[union-attr]
+
+    def test_distinct_gpus_pass_counted_at_the_top(self) -> None:
+        """Distinct GPUs pass, counted by the top level; no GPU at all: no check."""
+        top = merge_level("", [iter([("G0", "n0")]), iter([("G1", "n1")])], iter([("G0", "n0"), ("G1", "n1")]))
+        check = distinct_check([top])
+        assert check is not None
+        assert ("pass", "2 GPUs, each observed by one member") == (check.status, check.reason)
+        assert distinct_check([merge_level("", [], None)]) is None

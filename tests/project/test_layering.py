@@ -31,7 +31,7 @@ CLICK_ROOMS = ("observe.cli",)
 TRACKER_USERS = ("observe.cli",)
 #: What the tracker may use of observe: the store, the report, the small utilities, the light
 #: modules of names (refusals, environment variable names), and the light registry of CI systems
-#: (the CI job a run is started in).
+#: (the CI job a run is started in); and the offline verifier of fleet sessions (a session attached to a run).
 TRACKER_USES = (
     "observe.store",
     "observe.report",
@@ -39,6 +39,7 @@ TRACKER_USES = (
     "observe.refusals",
     "observe.env",
     "observe.ci.systems",
+    "observe.session",
 )
 #: The light channel: what it may import beyond the standard library.
 CHANNEL = "observe.channel"

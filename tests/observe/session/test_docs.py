@@ -17,6 +17,8 @@ SECTION = "## Fleet sessions"
 def _blocks(kind: str) -> list[str]:
     text = (ROOT / "docs" / "NODES.md").read_text(encoding="utf-8")
     section = text[text.index(SECTION) :]
+    end = section.find("\n## ", 1)  # the section ends where the next begins
+    section = section if end < 0 else section[:end]
     return re.findall(rf"```{kind}\n(.*?)```", section, flags=re.S)
 
 

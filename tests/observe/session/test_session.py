@@ -420,3 +420,66 @@ class TestGate:
         proc = alpha("observe", "session", "gate", str(tmp_path / "S"), "--gate", "exit-zero", text=True)
         assert 1 == proc.returncode
         assert "fail: devices-distinct: a GPU was observed by two members: GPU-0005-0 by n0 and n1" in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def racks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two racks of two nodes; rack-0/n1 and rack-1/n0 observed the same two GPUs (simulated index 7)."""
+    tmp = tmp_path_factory.mktemp("racks")
+    top = _spec(tmp, "top.json", [{"name": f"rack-{r}", "session": True} for r in range(2)])
+    for r, indices in enumerate(((0, 7), (7, 1))):
+        _spec(tmp, f"rack-{r}.json", [{"name": f"n{i}", "gpus": 2} for i in range(2)])
+        body = "".join(_node_line(tmp, f"n{i}", index) for i, index in enumerate(indices)) + "wait\n"
+        _script(tmp, f"rack-{r}.sh", body)
+    racks = "".join(
+        f"alpha observe session run {tmp}/rack-{r}.json --member rack-{r} {' '.join(QUIET)} -- {tmp}/rack-{r}.sh &\n"
+        for r in range(2)
+    )
+    launcher = _script(tmp, "top.sh", racks + "wait\n")
+    proc = alpha("observe", "session", "run", str(top), "--dir", str(tmp / "S"), *QUIET, "--", str(launcher),
+                 cwd=tmp, text=True, timeout=300)  # fmt: skip
+    assert 0 == proc.returncode, proc.stderr
+    return tmp / "S"
+
+
+class TestGpuLists:
+    """Each session level seals its members' GPUs sorted; ``devices-distinct`` merges them level by level."""
+
+    def test_each_level_seals_its_gpus_sorted(self, racks: Path) -> None:
+        """Each rack lists its nodes' GPUs, the top session every rack's under its name, sorted (the duplicate kept:
+        the gate names it); the independent verifier checks every list against its seal."""
+        assert 6 == len(independent_session_check(racks))
+        rack = [line.split("\t") for line in (racks / "sessions" / "rack-1" / "gpus").read_text().splitlines()]
+        assert [["GPU-0001-0", "n1"], ["GPU-0001-1", "n1"], ["GPU-0007-0", "n0"], ["GPU-0007-1", "n0"]] == rack
+        top = [tuple(line.split("\t")) for line in (racks / "gpus").read_text().splitlines()]
+        assert sorted(top) == top
+        assert 8 == len(top)
+        assert ("GPU-0007-0", "rack-0/n1") in top
+        assert ("GPU-0007-0", "rack-1/n0") in top
+
+    def test_a_gpu_in_two_racks_is_caught_and_named(self, racks: Path) -> None:
+        """The same GPU observed in rack-0 and in rack-1: caught at the top level's merge, both paths named."""
+        proc = alpha("observe", "session", "gate", str(racks), "--gate", "exit-zero", text=True)
+        assert 1 == proc.returncode, proc.stdout + proc.stderr
+        assert (
+            "fail: devices-distinct: a GPU was observed by two members: GPU-0007-0 by rack-0/n1 and rack-1/n0; "
+            "GPU-0007-1 by rack-0/n1 and rack-1/n0"
+        ) in proc.stdout
+
+    def test_an_edited_gpu_list_is_named(self, racks: Path, tmp_path: Path) -> None:
+        """A rack's sealed list edited (the duplicate dropped): the rack is not proven since the session sealed it;
+        the top's list edited: the session itself is refused."""
+        copy = Path(shutil.copytree(racks, tmp_path / "S"))
+        rack = copy / "sessions" / "rack-1" / "gpus"
+        rack.write_text("".join(line + "\n" for line in rack.read_text().splitlines() if "GPU-0007" not in line))
+        report = verify_session(copy)
+        assert 1 == report.exit_code
+        assert [("rack-1", "not-proven")] == [(m.path, m.status) for m in report.not_proven]
+        assert "sessions/rack-1/gpus is not the GPU list the session sealed" in str(report.not_proven[0].reason)
+        assert {"rack-0", "rack-0/n0", "rack-0/n1"} == independent_session_check(copy)  # from FORMAT.md alone
+        (copy / "gpus").write_text("")
+        with pytest.raises(AssertionError):
+            independent_session_check(copy)
+        exc = refused(verify_session, copy)
+        assert "stream-proof" == exc.name
+        assert "gpus is not the GPU list the session sealed" in str(exc)

@@ -1,7 +1,10 @@
-"""A fleet session over four real sshd nodes, each running its own node recorder over SSH.
+"""Fleet sessions over four and sixteen real sshd nodes, each running its own node recorder over SSH.
 
-The node recorder logs in as the node's observer account (the recorder's, as docs/NODES.md's two accounts
-say), the account that can run this installation's interpreter here."""
+The node recorder logs in as the node's observer account (root, the recorder's, as docs/NODES.md's two
+accounts say), never the lane account: here the lane account could not run it at all, since this
+installation's interpreter is a venv whose base Python lies under /root (mode 0700; pyvenv.cfg's ``home``),
+which no other account can enter. A node recorder run as the lane account would also be one the lane
+could speak for, the two-account rule's concern."""
 
 from __future__ import annotations
 
@@ -88,3 +91,86 @@ class TestOverSshd:
         assert {"n0", "n1"} == independent_session_check(tmp_path / "S")
         proc = alpha("observe", "session", "verify", str(tmp_path / "S"), text=True)
         assert 3 == proc.returncode
+
+
+def _launch_bg(node: Any, name: str, folder: Path, script: Path, stream: str) -> str:
+    """Launcher lines: on ``node`` over SSH, in the background, run ``script``, then bring ``stream`` (the
+    node's sealed stream, or its partial one) back under a temporary name and rename it whole."""
+    ssh = " ".join(shlex.quote(a) for a in node.observer_argv())
+    back = f'"$ALPHA_FLEET_DIR/nodes/{stream}"'
+    return (
+        f'( {ssh} sh -s -- "$ALPHA_FLEET_ORIGIN" < {script}; '
+        f"{ssh} cat {folder}/nodes/{stream} > {back}.copy && mv {back}.copy {back} ) &\n"
+    )
+
+
+class TestSixteenOverSshd:
+    """Sixteen sshd nodes in four racks of four, each node's recorder started over SSH."""
+
+    def test_sixteen_sshd_nodes(self, ssh_fleet16: list[Any], tmp_path: Path) -> None:
+        """rack-1/n2 killed before its seal, rack-2/n3 sealed for another session: the set is exactly those two;
+        rack-3/n0's stream edited after the session sealed it: named as changed since; the other 13 nodes and
+        the four racks verify offline, by the CLI and independently, once the nodes' folders are gone."""
+        folders = [node.lane_folder(f"session16-{tmp_path.name}") for node in ssh_fleet16]
+        racks = []
+        for r in range(4):
+            lines = []
+            for i in range(4):
+                k = 4 * r + i
+                node, folder, name = ssh_fleet16[k], folders[k], f"n{i}"
+                if (r, i) == (1, 2):  # killed before it seals
+                    script = tmp_path / f"r{r}{name}.sh"
+                    script.write_text(
+                        f'PYTHONPATH={ROOT} {ALPHA} observe node {name} --session-dir {folder} --origin "$1" '
+                        "--observe-devices off --quiet -- sleep 2 &\n"
+                        f"p=$!\nfor _ in $(seq 100); do [ -s {folder}/nodes/.{name}.aos.partial ] && break; "
+                        "sleep 0.1; done\nsleep 0.5\nkill -KILL $p\nsleep 2.5\n"
+                    )
+                    lines.append(_launch_bg(node, name, folder, script, f".{name}.aos.partial"))
+                    continue
+                origin = "example.com/another-session/1" if (r, i) == (2, 3) else '"$1"'
+                script = _node_script(tmp_path, name, folder, ROOT, "hostname", origin)
+                script = script.rename(tmp_path / f"r{r}{name}.sh")
+                lines.append(_launch_bg(node, name, folder, script, f"{name}.aos"))
+            rack = tmp_path / f"rack-{r}.sh"
+            rack.write_text("#!/bin/sh\n" + "".join(lines) + "wait\n")
+            rack.chmod(rack.stat().st_mode | stat.S_IXUSR)
+            spec = tmp_path / f"rack-{r}.json"
+            spec.write_text(
+                json.dumps({"origin": "example.com/rack", "members": [{"name": f"n{i}"} for i in range(4)]})
+            )
+            racks.append(f"{ALPHA} observe session run {spec} --member rack-{r} --quiet -- {rack} &\n")
+        launcher = tmp_path / "launch.sh"
+        launcher.write_text("#!/bin/sh\n" + "".join(racks) + "wait\n")
+        launcher.chmod(launcher.stat().st_mode | stat.S_IXUSR)
+        top = tmp_path / "top.json"
+        top.write_text(
+            json.dumps(
+                {"origin": "example.com/sshd16", "members": [{"name": f"rack-{r}", "session": True} for r in range(4)]}
+            )
+        )
+        proc = alpha("observe", "session", "run", str(top), "--dir", str(tmp_path / "S"), "--quiet", "--",
+                     str(launcher), cwd=tmp_path, text=True, timeout=480)  # fmt: skip
+        assert 0 == proc.returncode, proc.stderr  # every rack sealed: the top's members are proven
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        report = verify_session(tmp_path / "S")
+        assert 20 == len(report.members)
+        assert {"rack-1/n2": "not-proven", "rack-2/n3": "not-proven"} == {m.path: m.status for m in report.not_proven}
+        reasons = {m.path: m.reason or "" for m in report.not_proven}
+        assert "stream-unsealed" in reasons["rack-1/n2"]
+        assert "it names session 'example.com/another-session/1'" in reasons["rack-2/n3"]
+        proven = {m.path for m in report.members if m.status == "proven"}
+        assert proven == independent_session_check(tmp_path / "S")
+        assert 3 == alpha("observe", "session", "verify", str(tmp_path / "S"), text=True).returncode
+        edited = tmp_path / "S" / "sessions" / "rack-3" / "nodes" / "n0.aos"
+        data = bytearray(edited.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        edited.write_bytes(bytes(data))
+        report = verify_session(tmp_path / "S")
+        changed = [m for m in report.not_proven if not m.sealed]
+        assert ["rack-3/n0"] == [m.path for m in changed]
+        assert 1 == report.exit_code
+        proc = alpha("observe", "session", "verify", str(tmp_path / "S"), text=True)
+        assert 1 == proc.returncode
+        assert "not-proven (since the session sealed): rack-3/n0" in proc.stdout
