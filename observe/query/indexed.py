@@ -11,7 +11,8 @@ when its file's size no longer matches its row, when its row does not pass
 that check (listed in ``mismatched`` with the refusal, e.g. ``index-row``), or
 when ``reverify`` asks. A row this user checked before, whose file is still
 the same file, is not read again (``observe.query.checked``: a memo in the
-user's cache, which ``reverify`` ignores). The bytes before the tail are proved when the query
+user's cache, which ``reverify`` ignores). Many rows' tails are checked by one worker process per CPU,
+as ``open_sources`` verifies many streams. The bytes before the tail are proved when the query
 reads the stream's events: ``EventScan`` hashes every byte it reads and stops
 the query when the digest is not the row's. A row whose file is gone is
 skipped (``stream-missing``); a re-verified file that is no longer the bytes
@@ -21,7 +22,9 @@ its name says is skipped (``stream-digest``).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from observe.query.sources import Skipped, distinct_ids, open_one
@@ -29,7 +32,9 @@ from observe.query.tables import Source
 from observe.refusals import StoreUrl, StreamDigest
 
 if TYPE_CHECKING:
+    from aos.refusals import Refusal
     from aos.signing import Verifier
+    from observe.query.checked import Sealed
 
 __all__ = ["Indexed", "indexed_sources"]
 
@@ -64,9 +69,9 @@ def indexed_sources(
 ) -> Indexed:
     """The streams the index of a folder store lists, as query sources (``store-url`` for any other store)."""
     from aos.refusals import Refusal
-    from observe.query.checked import FINGERPRINTED, Memo, Sealed, fingerprint
+    from observe.query.checked import FINGERPRINTED, Memo, fingerprint
     from observe.store import open_store
-    from observe.store_index import check_row, read_streams
+    from observe.store_index import read_streams
 
     store = open_store(store_url)
     if store.local_path("") is None:
@@ -78,6 +83,8 @@ def indexed_sources(
     key_id = key.key_id if key is not None else None
     out = Indexed([], [])
     wanted = (*FINGERPRINTED, "first_time", "host", "labels", "argv", "source")
+    listed: list[tuple[dict[str, Any], Path, Sealed | None]] = []
+    unchecked: list[tuple[int, str]] = []  # (place in listed, fingerprint) of the rows whose tail is read
     for row in rows.select(list(wanted)).to_pylist():  # not the devices: a list of structs, slow to convert
         path = store.local_path(f"{row['file_blake3']}.aos")
         assert path is not None  # a folder store
@@ -91,14 +98,17 @@ def indexed_sources(
             fp = fingerprint(row, st, key_id)
             sealed = memo.get(fp)
             if sealed is None:
-                try:
-                    tail = check_row(path, row, key)
-                except Refusal as exc:
-                    out.mismatched.append(Skipped(str(path), f"{exc.name}: {exc.detail}"))
-                else:
-                    verdict = tail.verdicts[0].attrs if tail.verdicts else None
-                    sealed = Sealed(verdict, tail.seal_wall_ns, tail.seal_at, str(tail.seal["file_blake3"]))
-                    memo.add(fp, sealed)
+                unchecked.append((len(listed), fp))
+        listed.append((row, path, sealed))
+    checked = _check_tails([(listed[i][1], listed[i][0]) for i, _ in unchecked], key)
+    for (i, fp), tail in zip(unchecked, checked, strict=True):
+        row, path, _ = listed[i]
+        if isinstance(tail, Refusal):
+            out.mismatched.append(Skipped(str(path), f"{tail.name}: {tail.detail}"))
+        else:
+            memo.add(fp, tail)
+            listed[i] = (row, path, tail)
+    for row, path, sealed in listed:
         if sealed is None:
             out.reverified.append(str(path))
             got = open_one(path, include_damaged, key, keep=0)
@@ -132,3 +142,43 @@ def indexed_sources(
     out.sources, more = distinct_ids(out.sources, [])
     out.skipped.extend(more)
     return out
+
+
+def _check_tail(path: Path, row: dict[str, Any], key: Verifier | None) -> Sealed | Refusal:
+    """``check_row``'s sealed verdict and seal of one row, or the refusal that says why the row is not trusted."""
+    from aos.refusals import Refusal
+    from observe.query.checked import Sealed
+    from observe.store_index import check_row
+
+    try:
+        tail = check_row(path, row, key)
+    except Refusal as exc:
+        return exc
+    verdict = tail.verdicts[0].attrs if tail.verdicts else None
+    return Sealed(verdict, tail.seal_wall_ns, tail.seal_at, str(tail.seal["file_blake3"]))
+
+
+def _check_in_worker(path: Path, row: dict[str, Any], raw_key: bytes | None) -> Sealed | Refusal:
+    """``_check_tail`` in a worker process (the key travels as its raw bytes)."""
+    from observe.query.sources import verifier_from_raw
+
+    return _check_tail(path, row, verifier_from_raw(raw_key))
+
+
+def _check_tails(rows: Sequence[tuple[Path, dict[str, Any]]], key: Verifier | None) -> list[Sealed | Refusal]:
+    """Each row's tail checked, in order: by one worker process per CPU where there are many
+    (``observe.query.sources.worker_count``, as ``open_sources`` verifies), else here."""
+    from observe.query.sources import raw_public_key, worker_count
+
+    jobs = worker_count(len(rows))
+    if jobs < 2:
+        return [_check_tail(path, row, key) for path, row in rows]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from itertools import repeat
+
+    ctx = multiprocessing.get_context("spawn")  # not fork: this process may already run Arrow's threads
+    with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
+        chunk = max(1, min(64, len(rows) // (jobs * 4)))
+        paths, found = zip(*rows, strict=True)
+        return list(pool.map(_check_in_worker, paths, found, repeat(raw_public_key(key)), chunksize=chunk))

@@ -256,24 +256,43 @@ def open_one(path: Path, include_damaged: bool, key: Verifier | None, *, keep: i
     return source
 
 
+def raw_public_key(key: Verifier | None) -> bytes | None:
+    """The 32 raw bytes of a public key, as it travels to a worker process (None for none)."""
+    if key is None:
+        return None
+    from cryptography.hazmat.primitives import serialization
+
+    return key.public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def verifier_from_raw(raw_key: bytes | None) -> Verifier | None:
+    """The public key a worker process was sent (``raw_public_key``), again a ``Verifier``."""
+    if raw_key is None:
+        return None
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from aos.signing import Verifier
+
+    return Verifier(Ed25519PublicKey.from_public_bytes(raw_key))
+
+
 def _open_in_worker(path: Path, include_damaged: bool, raw_key: bytes | None) -> Source | Skipped:
     """``open_one`` in a worker process (a public key travels as its 32 raw bytes).
 
     A worker keeps no batches: sending them back costs more (pickled Arrow, one
     small batch a stream) than the scan's re-reading them.
     """
-    key = None
-    if raw_key is not None:
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-        from aos.signing import Verifier
-
-        key = Verifier(Ed25519PublicKey.from_public_bytes(raw_key))
-    return open_one(path, include_damaged, key, keep=0)
+    return open_one(path, include_damaged, verifier_from_raw(raw_key), keep=0)
 
 
 #: Streams per worker process below which verification stays in this process (a worker costs its start-up).
 STREAMS_PER_WORKER = 256
+
+
+def worker_count(streams: int) -> int:
+    """Worker processes for reading ``streams`` streams: one per CPU, at most one per ``STREAMS_PER_WORKER``
+    (fewer than 2: read them in this process)."""
+    return min(os.cpu_count() or 1, streams // STREAMS_PER_WORKER)
 
 
 def open_sources(
@@ -290,7 +309,7 @@ def open_sources(
     stream's bytes at a time.
     """
     if jobs is None:
-        jobs = min(os.cpu_count() or 1, len(paths) // STREAMS_PER_WORKER)
+        jobs = worker_count(len(paths))
     sources: list[Source] = []
     skipped: list[Skipped] = []
     cached = 0
@@ -315,11 +334,7 @@ def open_sources(
         from concurrent.futures import ProcessPoolExecutor
         from itertools import repeat
 
-        raw_key = None
-        if key is not None:
-            from cryptography.hazmat.primitives import serialization
-
-            raw_key = key.public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        raw_key = raw_public_key(key)
         # spawn, not fork: this process may already run Arrow's threads
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:

@@ -207,6 +207,20 @@ class TestForgedRows:
             assert m.refusal.startswith("index-row: ")
             assert "the row's verdict is 'pass', the stream seals 'fail'" in (m.refusal)
 
+    def test_worker_processes_check_the_tails(self, store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Many rows are checked by worker processes (as many streams are verified): a forged row's refusal
+        comes back from its worker, named, and the rows that pass are trusted as in this process."""
+        import observe.query.sources
+
+        truth = self.truth(store)
+        edit_rows(store, lambda row: row.update(verdict="pass") if row["verdict"] == "fail" else None)
+        monkeypatch.setattr(observe.query.sources, "worker_count", lambda streams: 2)
+        got, r = verdicts(store)
+        assert truth == got
+        assert 2 == len(r.reverified) == len(r.mismatched)
+        assert all("the row's verdict is 'pass', the stream seals 'fail'" in m.refusal for m in r.mismatched)
+        assert all(m.refusal.startswith("index-row: ") for m in r.mismatched)
+
     @pytest.mark.parametrize("column", ["gate", "scope", "checks", "checks_failed", "verdict_seq", "key_id"])
     def test_other_sealed_columns_edited(self, store: Path, column: str) -> None:
         truth = self.truth(store)
