@@ -132,7 +132,10 @@ def main(counts: list[int]) -> None:
             rows.append(got)
             print(
                 f"M={m}: {m} sshds up in {made:.1f} s; start-up {got['startup']:.2f} s, "
-                f"observed {got['observed']}/{m}, late {got['late']}, lost {got['lost']}",
+                f"observed {got['observed']}/{m}, late {got['late']}, lost {got['lost']}; "
+                f"CPU {got['cpu_node_interval_ms']:.2f} ms/node/interval, "
+                f"{got['bytes_node_minute'] / 1024:.1f} KB/node/min "
+                f"(steady {got['steady_node_minute'] / 1024:.2f}), {got['threads']} threads, {got['fds']} fds",
                 flush=True,
             )
     one = rows[0]
