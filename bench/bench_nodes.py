@@ -10,8 +10,11 @@ gives, each also as a ratio to one node's:
 - start-up: from ``stream.open`` to ``process.start`` (the time added before the command starts, the nodes
   connected side by side);
 - how many nodes were observed from start to end (a start and an end observation each);
-- the recorder's CPU per node per sample interval (its user+system time, ``sleep`` being nothing);
-- stream bytes per node per minute (the stream's size, less a recording without nodes, over the run);
+- the recorder's CPU per node per sample interval (its user+system time, ``sleep`` being nothing), and steady
+  (the recorder's own CPU over the run's second half, less that of a recording without nodes);
+- stream bytes per node per minute (the stream's size, less a recording without nodes, over the run: a short
+  run counts each node's facts, written once, many times over), and steady (the stream's growth from halfway
+  through the run to 90% of it, less that of a recording without nodes: what a long run adds per node);
 - the recorder's threads and open descriptors halfway through.
 
 It asserts nothing. It needs the test suite's sshd helpers (tests/helpers/sshd.py: OpenSSH's ``sshd``, root).
@@ -62,6 +65,21 @@ def _proc_facts(pid: int) -> tuple[int, int]:
         return 0, 0
 
 
+def _cpu(pid: int) -> float:
+    """The user+system CPU seconds of process ``pid`` so far (its own, all its threads; 0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _size(path: Path) -> int:
+    with contextlib.suppress(OSError):
+        return path.stat().st_size
+    return 0
+
+
 def record(folder: Path, cfg: Path | None) -> dict[str, Any]:
     """One recording of ``sleep SECONDS``; what the module's docstring lists."""
     sim = folder / "gpus.json"
@@ -72,9 +90,13 @@ def record(folder: Path, cfg: Path | None) -> dict[str, Any]:
         env["ALPHA_PARTITIONED_DEVICE_CONFIG"] = str(cfg)
     argv = [ALPHA, "observe", "record", "--out", str(stream), "--quiet", "--sample-interval", "1", *observer_args()]
     before = os.times()
+    began = time.monotonic()
     proc = subprocess.Popen([*argv, "--", "sleep", str(SECONDS)], env=child_env(env), cwd=folder)
     time.sleep(SECONDS / 2 + 2)
     threads, fds = _proc_facts(proc.pid)
+    mid = _size(stream), time.monotonic(), _cpu(proc.pid)  # the steady rates: the stream's growth from here ...
+    time.sleep(max(SECONDS * 0.9 + 2 - (time.monotonic() - began), 0.0))
+    late = _size(stream), time.monotonic(), _cpu(proc.pid)  # ... to here, both after the nodes' start-up
     proc.wait(timeout=SECONDS + 120)
     after = os.times()
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
@@ -91,6 +113,8 @@ def record(folder: Path, cfg: Path | None) -> dict[str, Any]:
         "observed": sum(1 for p in phases.values() if {"start", "end"} <= p),
         "cpu": cpu,
         "bytes": stream.stat().st_size,
+        "steady_cpu": (late[2] - mid[2]) / max(late[1] - mid[1], 1e-9) if late[2] >= mid[2] > 0 else 0.0,
+        "steady": (late[0] - mid[0]) / max(late[1] - mid[1], 1e-9) * 60 if late[0] >= mid[0] > 0 else 0.0,
         "threads": threads,
         "fds": fds,
         "late": sum(1 for e in evs if e.kind == "device.observed" and e.attrs.get("late")),
@@ -115,15 +139,23 @@ def main(counts: list[int]) -> None:
             got["m"] = m
             got["cpu_node_interval_ms"] = max(got["cpu"] - base["cpu"], 0.0) / intervals / m * 1000
             got["bytes_node_minute"] = max(got["bytes"] - base["bytes"], 0) / m * 60 / SECONDS
+            got["steady_cpu_ms"] = max(got["steady_cpu"] - base["steady_cpu"], 0.0) * 1000 / m  # per 1 s interval
+            got["steady_node_minute"] = max(got["steady"] - base["steady"], 0.0) / m
             rows.append(got)
             print(
                 f"M={m}: {m} sshds up in {made:.1f} s; start-up {got['startup']:.2f} s, "
-                f"observed {got['observed']}/{m}, late {got['late']}, lost {got['lost']}",
+                f"observed {got['observed']}/{m}, late {got['late']}, lost {got['lost']}; "
+                f"CPU {got['cpu_node_interval_ms']:.2f} ms/node/interval (steady {got['steady_cpu_ms']:.3f}), "
+                f"{got['bytes_node_minute'] / 1024:.1f} KB/node/min "
+                f"(steady {got['steady_node_minute'] / 1024:.2f}), {got['threads']} threads, {got['fds']} fds",
                 flush=True,
             )
     one = rows[0]
     print()
-    print("nodes  start-up s (x1)   observed  CPU ms/node/interval (x1)  KB/node/min (x1)  threads  fds")
+    print(
+        "nodes  start-up s (x1)   observed  CPU ms/node/interval (x1, steady)  KB/node/min (x1)  steady KB/node/min  "
+        "threads  fds"
+    )
     for r in rows:
 
         def ratio(key: str, r: dict[str, Any] = r) -> str:
@@ -131,8 +163,10 @@ def main(counts: list[int]) -> None:
 
         print(
             f"{r['m']:>5}  {r['startup']:>6.2f} ({ratio('startup'):>5})   {r['observed']:>3}/{r['m']:<4} "
-            f"{r['cpu_node_interval_ms']:>8.2f} ({ratio('cpu_node_interval_ms'):>5})          "
-            f"{r['bytes_node_minute'] / 1024:>7.1f} ({ratio('bytes_node_minute'):>5})  {r['threads']:>6}  {r['fds']:>4}"
+            f"{r['cpu_node_interval_ms']:>8.2f} ({ratio('cpu_node_interval_ms'):>5}) "
+            f"steady {r['steady_cpu_ms']:>6.3f}  "
+            f"{r['bytes_node_minute'] / 1024:>7.1f} ({ratio('bytes_node_minute'):>5})  "
+            f"{r['steady_node_minute'] / 1024:>18.2f}  {r['threads']:>6}  {r['fds']:>4}"
         )
 
 

@@ -23,7 +23,9 @@ reads one setup line and streams JSON lines back on stdout, one object each:
   GPUs, with the schema of the recorder's own (observe.devices.observers), at
   ``start``, every interval when something changed (``sample``, by the
   recorder's own rule: observe.devices.observing) and at ``end``;
-- ``{"type": "telemetry", "attrs": {"gpus": [...]}}``: every interval;
+- ``{"type": "telemetry", "attrs": {"gpus": [...]}}``: the first interval, then an interval where a GPU's
+  reading moved by its step or more (observe.devices.observers.telemetry_moved: 5 points of utilisation,
+  256 MiB of memory, 2 degrees), and at least every 30 s;
 - ``{"type": "bye"}``: after the end observation.
 
 It ends after the ``end`` observation, taken when the recorder writes ``end`` on
@@ -50,7 +52,15 @@ from collections.abc import Callable
 from typing import Any
 
 from observe.devices.namespace import namespace_facts
-from observe.devices.observers import DeviceReading, NvmlObserver, Observer, Tree, gpu_telemetry
+from observe.devices.observers import (
+    TELEMETRY_HEARTBEAT,
+    DeviceReading,
+    NvmlObserver,
+    Observer,
+    Tree,
+    gpu_telemetry,
+    telemetry_moved,
+)
 from observe.devices.observing import Observing
 
 __all__ = ["main"]
@@ -276,6 +286,8 @@ def main(digest: str) -> int:
     node.changed(key)
     _emit({"type": "device.observed", "attrs": attrs})
     next_at = time.monotonic() + interval
+    sent: list[dict[str, Any]] | None = None  # the telemetry last sent, and when
+    sent_at = 0.0
     while not stop.wait(max(next_at - time.monotonic(), 0.0)):
         next_at = max(next_at + interval, time.monotonic())
         now_open = sessions(own)
@@ -283,7 +295,10 @@ def main(digest: str) -> int:
             seen = now_open
             _emit({"type": "sessions", "sessions": seen})
         attrs, reading, key = _observe(node, "sample")
-        _emit({"type": "telemetry", "attrs": {"gpus": gpu_telemetry(reading)}})
+        gpus = gpu_telemetry(reading)
+        if telemetry_moved(sent, gpus) or time.monotonic() - sent_at >= TELEMETRY_HEARTBEAT:
+            sent, sent_at = gpus, time.monotonic()
+            _emit({"type": "telemetry", "attrs": {"gpus": gpus}})
         if node.changed(key):
             _emit({"type": "device.observed", "attrs": attrs})
     now_open = sessions(own)

@@ -440,6 +440,28 @@ def gpu_telemetry(reading: DeviceReading) -> list[dict[str, Any]]:
     ]
 
 
+#: How far a GPU's reading must move before a remote node sends its ``telemetry`` again (observe.devices.node_observer):
+#: utilisation in points, memory in bytes, temperature in degrees C. A node sends a sample only when its readings moved
+#: (:func:`telemetry_moved`), and at least every :data:`TELEMETRY_HEARTBEAT` seconds.
+TELEMETRY_STEP: dict[str, int] = {"utilization": 5, "memory_used": 256 << 20, "temperature": 2}
+#: The longest a remote node goes without sending a ``telemetry`` sample (seconds).
+TELEMETRY_HEARTBEAT = 30.0
+
+
+def telemetry_moved(last: list[dict[str, Any]] | None, now: list[dict[str, Any]]) -> bool:
+    """Whether ``now`` (a ``telemetry`` event's ``gpus``) is worth sending after ``last``, the last one sent: the
+    first, other GPUs, a reading that appeared or went away, or one that moved by its :data:`TELEMETRY_STEP` or
+    more."""
+    if last is None or [g["uuid"] for g in last] != [g["uuid"] for g in now]:
+        return True
+    for i, before in enumerate(last):  # no zip(strict=): the node's python may be 3.9
+        for key, step in TELEMETRY_STEP.items():
+            a, b = before.get(key), now[i].get(key)
+            if (a is None) != (b is None) or (a is not None and b is not None and abs(b - a) >= step):
+                return True
+    return False
+
+
 # -- the schema of an observation (docs/FORMAT.md): what a remote node's observer must send ------------
 
 _INT = (int,)

@@ -536,3 +536,32 @@ def test_a_node_that_never_answers_its_end_is_named(ssh_node: SshNode, tmp_path:
     assert front.port == lost[0]["node"]["port"]
     assert not [a for kind, a in found if kind == "device.observed" and a.get("phase") == "end"]
     front.server.close()
+
+
+def _switches(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches:"))
+
+
+def test_an_idle_connection_wakes_the_recorder_once_a_second_not_ten_times(ssh_node: SshNode, tmp_path: Path) -> None:
+    """The thread of each node's connection (paramiko's) woke every 0.1 s, idle or not: at 256 nodes 2,560
+    wake-ups a second of the recorder's. It now wakes each IDLE_WAKE (1 s), a node's lines still coming at once."""
+    from observe.devices.remote import IDLE_WAKE
+
+    found: list[tuple[str, dict[str, Any]]] = []
+    front = _Dropper(ssh_node.port, 0)
+    link = _link_through(ssh_node, tmp_path, front, found)
+    try:
+        assert link.take_start(30)
+        assert IDLE_WAKE >= 1.0
+        tid = link.transport.native_id
+        before = _switches(tid)
+        time.sleep(3.0)  # 15 intervals of 0.2 s: the node sends little (its telemetry moved not at all)
+        woke = _switches(tid) - before
+        assert woke < 15, woke  # 30 and more at paramiko's 0.1 s
+        link.end()
+        assert link.done.wait(30)
+        assert "end" == [a.get("phase") for kind, a in found if kind == "device.observed"][-1]
+    finally:
+        link.close()
+        front.server.close()

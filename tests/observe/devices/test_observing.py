@@ -21,7 +21,7 @@ from typing import IO, Any
 
 import pytest
 
-from observe.devices.observers import BUSY_MEMORY
+from observe.devices.observers import BUSY_MEMORY, TELEMETRY_HEARTBEAT, telemetry_moved
 from observe.devices.observing import change_key
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -149,3 +149,50 @@ def test_a_node_records_a_sample_when_unexplained_activity_starts_and_stops(tmp_
             tenant.kill()
             tenant.wait()
         node.close()
+
+
+def _tele(utilization: int | None = 10, memory_used: int | None = 1 << 30, temperature: int | None = 40) -> Any:
+    return [{"uuid": GPU, "utilization": utilization, "memory_used": memory_used, "temperature": temperature}]
+
+
+@pytest.mark.parametrize(
+    "now",
+    [
+        _tele(utilization=15),
+        _tele(utilization=5),
+        _tele(memory_used=(1 << 30) + (256 << 20)),
+        _tele(temperature=42),
+        _tele(temperature=None),
+        [{**_tele()[0], "uuid": "GPU-1"}],
+        _tele() * 2,
+    ],
+    ids=json.dumps,
+)
+def test_a_node_sends_telemetry_that_moved(now: Any) -> None:
+    assert telemetry_moved(_tele(), now)
+    assert telemetry_moved(None, _tele())  # the first is always sent
+
+
+def test_a_node_keeps_telemetry_that_did_not_move() -> None:
+    assert not telemetry_moved(_tele(), _tele(utilization=14, memory_used=(1 << 30) + 1, temperature=41))
+
+
+def test_an_idle_node_sends_one_telemetry_sample_not_one_per_interval(tmp_path: Path) -> None:
+    """A node whose GPU readings do not move sends its first telemetry and then none within the heartbeat (each
+    interval's sample with its node facts was most of a node's stream)."""
+    doc = {
+        "driver": "580.65.06",
+        "gpus": [{"index": 0, "minor": 0, "uuid": GPU, "name": "NVIDIA H200", "memory": 150 << 30}],
+        "processes": [],
+    }
+    node = _Node(tmp_path, doc)
+    timer = threading.Timer(1.5, node.end)  # 30 intervals of 0.05 s
+    timer.start()
+    try:
+        seen = [line["type"] for line in node.lines()]
+    finally:
+        timer.cancel()
+        node.close()
+    assert seen[-2:] == ["device.observed", "bye"]
+    assert seen.count("telemetry") == 1, seen
+    assert TELEMETRY_HEARTBEAT > 1.5
