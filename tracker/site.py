@@ -15,7 +15,10 @@ sealed pass, and for a hardware item one of scope ``physical``); otherwise it
 is shown as *claimed*, with the reason. A run's physical pass likewise.
 
 Pages: ``index.html`` (milestones, items, what has run and on which GPUs the
-recorder observed, what has not run), ``runs/<id>.html`` per run, and
+recorder observed, what has not run), the runs ``RUNS_PER_PAGE`` a page: pages
+numbered from the oldest (``index-1.html`` the first 100 runs in start order,
+...) and the newest runs on ``index.html``, so an added run rewrites
+``index.html`` and, when it fills a page, two pages; ``runs/<id>.html`` per run, and
 ``streams/<stream_id>.html`` per available stream (``observe.report.write``). Links
 are relative; pages load nothing from outside the folder (a Content Security
 Policy forbids scripts and remote loads on the tracker's own pages).
@@ -76,6 +79,8 @@ __all__ = [
 MANIFEST = "alpha-site.json"
 GENERATOR = "alpha tracker site"
 MANIFEST_FORMAT = 1
+#: Runs listed per page of the site's runs (``index.html`` shows the newest; ``index-K.html`` the older ones).
+RUNS_PER_PAGE = 100
 
 
 # -- the model -------------------------------------------------------------------------------------
@@ -766,14 +771,59 @@ def _render(
     keys: dict[str, str] = {}
     code = _templates_code()
     common = {"site": site, "css": css}
-    pages["index.html"] = env.get_template("site_index.html.j2").render(root="", **common).encode()
+    run_keys: dict[str, str] = {}
     for run in site.runs:
-        key = _run_key(run, site, code)
+        key = run_keys[run.id] = _run_key(run, site, code)
         kept = _kept_page(root, run.page, old, made, key)
         if kept is None:
             kept = env.get_template("site_run.html.j2").render(root="../", run=run, **common).encode()
         pages[run.page], keys[run.page] = kept, key
+    chunks = run_pages(len(site.runs))
+    older = [(k, run_page_name(k)) for k in range(1, len(chunks))]
+    for k, (start, stop) in enumerate(chunks[:-1], start=1):
+        name, runs = run_page_name(k), site.runs[start:stop]
+        newer = run_page_name(k + 1) if k + 1 < len(chunks) else "index.html"
+        older_page = run_page_name(k - 1) if k > 1 else None
+        key = _sha256(json.dumps([[run_keys[r.id] for r in runs], k, newer, RUNS_PER_PAGE, code]).encode())
+        kept = _kept_page(root, name, old, made, key)
+        if kept is None:
+            kept = (
+                env.get_template("site_runs_page.html.j2")
+                .render(
+                    root="",
+                    runs=runs,
+                    number=k,
+                    first=start + 1,
+                    last=stop,
+                    newer=newer,
+                    older=older_page,
+                    page_size=RUNS_PER_PAGE,
+                    **common,
+                )
+                .encode()
+            )
+        pages[name], keys[name] = kept, key
+    start, stop = chunks[-1]
+    index = env.get_template("site_index.html.j2")
+    page_runs = site.runs[start:stop]
+    text = index.render(root="", page_runs=page_runs, older=older, page_size=RUNS_PER_PAGE, **common)
+    pages["index.html"] = text.encode()
     return pages, keys
+
+
+def run_pages(n: int, size: int | None = None) -> list[tuple[int, int]]:
+    """The runs' pages, as (start, stop) over the runs in start order: full pages of ``size`` numbered from the
+    oldest, then the newest runs (1 to ``size`` of them; none when there is no run), which ``index.html`` shows.
+    Numbered from the oldest, a page holds the same runs as more are added: an added run changes ``index.html``,
+    and when it fills the newest page, that page's file and the one before it (its link to newer runs)."""
+    size = size or RUNS_PER_PAGE
+    full = max(0, (n - 1) // size)
+    return [(k * size, (k + 1) * size) for k in range(full)] + [(full * size, n)]
+
+
+def run_page_name(k: int) -> str:
+    """The file of the runs' page ``k`` (1: the oldest runs)."""
+    return f"index-{k}.html"
 
 
 def _report_code() -> str:
