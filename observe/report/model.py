@@ -14,6 +14,7 @@ model says what is wrong.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -257,11 +258,18 @@ def ansi_html(data: bytes) -> str:
     conversion, so the command's output can never make a link; other control
     characters are shown as ``\\xNN``.
     """
-    from ansi2html import Ansi2HTMLConverter
-
     data = _OSC.sub(b"", data).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", data.decode("utf-8", "replace"))
-    return str(Ansi2HTMLConverter(inline=True, linkify=False, escaped=True).convert(shown, full=False))
+    return str(_converter().convert(shown, full=False))
+
+
+@functools.cache
+def _converter() -> Any:
+    """One ansi2html converter per process: making one builds its whole style table (most of a small
+    report's cost, issue 36); a conversion keeps no state that changes the next one's output."""
+    from ansi2html import Ansi2HTMLConverter
+
+    return Ansi2HTMLConverter(inline=True, linkify=False, escaped=True)
 
 
 class _Collector:
