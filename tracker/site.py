@@ -471,7 +471,7 @@ def _check(view: StreamView, path: Path, keys: Mapping[str, Verifier]) -> None:
     from tracker.streams import derive
 
     try:
-        facts = derive(path, keys, require_trusted=False)
+        facts = derive(path, keys, require_trusted=False, keep=True)
     except Refusal as exc:
         view.state, view.detail = "damaged", f"no longer verifies: {exc.diagnostics()}"
         return
@@ -609,6 +609,9 @@ def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = 
         memo.clear()
         memo.update(fresh)
 
+    run_streams: dict[str, list[StreamView]] = {}
+    for s in streams:
+        run_streams.setdefault(s.run_id, []).append(s)
     runs: list[Run] = []
     for r in conn.execute(
         "SELECT r.*, x.name AS experiment, x.item_id AS item FROM runs r"
@@ -648,7 +651,7 @@ def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = 
                 ci=ci,
                 devices=devices,
                 measurements=measurements,
-                streams=[s for s in streams if s.run_id == run_id],
+                streams=run_streams.get(run_id, []),
             )
         )
     by_run = {r.id: r for r in runs}
@@ -756,6 +759,8 @@ def _run_key(run: Run, site: Site, code: str) -> str:
     model = dataclasses.asdict(run)
     for view in model["streams"]:
         view.pop("local", None)
+        if view["facts"] is not None:
+            view["facts"].pop("verification", None)  # held by a fresh view, not by one the memo restored
     item = site.items.get(run.item) if run.item else None
     return _sha256(json.dumps([model, item.anchor if item else None, code], default=str).encode())
 
@@ -876,7 +881,8 @@ def _write_reports(
             s.page = page
             continue
         out = tmp / f"report-{s.evidence_id}.html"
-        facts = write_report(s.local, out, back_link=back)
+        v = s.facts.verification  # this build's verification of the same file (derive): not made again
+        facts = write_report(s.local, out, back_link=back, verification=v if v and not v.signature_checked else None)
         data = out.read_bytes()
         out.unlink()
         if facts.stream_id != s.facts.stream_id:  # pragma: no cover - derive() read the same bytes

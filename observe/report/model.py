@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from aos.event import Event
     from aos.refusals import Refusal
     from aos.signing import Verifier
+    from aos.verify import Verification
 
 __all__ = ["CAPS", "Caps", "ReportModel", "Tail", "ansi_html", "build_model", "cited_seqs", "text"]
 
@@ -634,10 +635,18 @@ def cited_seqs(model: ReportModel) -> list[int]:
     return sorted(seqs)[: model.caps.cited]
 
 
-def build_model(stream: Path | str, caps: Caps = CAPS, *, public_key: Verifier | None = None) -> ReportModel:
+def build_model(
+    stream: Path | str,
+    caps: Caps = CAPS,
+    *,
+    public_key: Verifier | None = None,
+    verification: Verification | None = None,
+) -> ReportModel:
     """Read ``stream`` (damaged or not) into the page's model; never raises a ``Refusal``.
 
-    With ``public_key`` the seal's signature is checked too (``aos verify --key``).
+    With ``public_key`` the seal's signature is checked too (``aos verify --key``). ``verification``: the
+    stream's verification by ``aos.verify.verify_stream`` (with no key) that the caller already holds, of the
+    same file: taken as the page's, not verified again (a site verifies each stream once, issue 36).
     """
     from aos.refusals import Refusal
     from aos.verify import verify_stream
@@ -661,7 +670,7 @@ def build_model(stream: Path | str, caps: Caps = CAPS, *, public_key: Verifier |
     model.tests = read_tests(path, model.verdict)
     if model.unreadable is None:
         try:
-            v = verify_stream(path, public_key)
+            v = verification if verification is not None and public_key is None else verify_stream(path, public_key)
         except Refusal as exc:
             model.refusal = exc
         else:

@@ -295,6 +295,33 @@ class TestFiles:
         assert [(0, 3), (3, 6), (6, 7)] == run_pages(7, 3)
         assert run_pages(7, 3)[:2] == run_pages(8, 3)[:2]  # an added run moves no run between full pages
 
+    def test_a_first_build_verifies_each_stream_once(
+        self, built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Issue 36: a first build verifies each local stream once: its report takes the verification the site
+        made (its page says the same as a report made alone, which verifies the stream itself)."""
+        import aos.verify
+        from observe.report.write import write_report
+
+        verified: list[str] = []
+        real = aos.verify.verify_stream
+
+        def counted(path: Any, *args: Any, **kw: Any) -> Any:
+            verified.append(Path(path).name)
+            return real(path, *args, **kw)
+
+        monkeypatch.setattr(aos.verify, "verify_stream", counted)
+        out = tmp_path / "site"
+        result = write_site(built.conn, out)
+        assert ["physical.aos", "static.aos"] == sorted(verified)  # the damaged one fails its digest first
+        verified.clear()
+        run = result.site.runs_by_id[built.runs["static"]]
+        (view,) = run.streams
+        assert view.page is not None
+        write_report(built.work / "static.aos", tmp_path / "alone.html", back_link=(f"../{run.page}", f"run {run.id}"))
+        assert ["static.aos"] == verified
+        assert (tmp_path / "alone.html").read_bytes() == (out / view.page).read_bytes()
+
     def test_a_report_is_made_again_only_when_what_it_is_made_from_changed(
         self, built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
