@@ -635,6 +635,12 @@ def cited_seqs(model: ReportModel) -> list[int]:
     return sorted(seqs)[: model.caps.cited]
 
 
+#: A stream of at most this many events and bytes (data and attrs) is read once for its page: its events are
+#: kept for the cited ones; a larger one is read again for them (issue 36: most of a site's reports are small).
+KEEP_EVENTS = 20_000
+KEEP_BYTES = 16 << 20
+
+
 def build_model(
     stream: Path | str,
     caps: Caps = CAPS,
@@ -654,8 +660,15 @@ def build_model(
     path = str(stream)
     model = ReportModel(path=path, caps=caps)
     collector = _Collector(model)
+    kept: list[Event] | None = []  # a small stream's events, for its cited ones: not read a second time
+    held = 0
     for ev in _events(path, model):
         collector.feed(ev)
+        if kept is not None:
+            held += len(ev.data or b"") + len(ev.attrs_json)
+            kept = kept if len(kept) < KEEP_EVENTS and held <= KEEP_BYTES else None
+            if kept is not None:
+                kept.append(ev)
     collector.finish()
     wanted = frozenset(cited_seqs(model))
     if wanted:
@@ -663,7 +676,7 @@ def build_model(
 
         sink = ReportModel(path=path, caps=caps)  # damage of the re-read is already known
         names = {span: st.name for span, st in collector.spans.items()}
-        for ev in only_seqs(_events(path, sink), wanted, set()):
+        for ev in only_seqs(kept if kept is not None else _events(path, sink), wanted, set()):
             model.cited[ev.seq] = _cited(ev, caps, names)
     from observe.report.tests import read_tests
 
