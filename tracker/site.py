@@ -766,13 +766,22 @@ _UNKEYED = frozenset({"local", "verification"})
 def _plain(value: Any) -> Any:
     """``value`` as JSON's types: a dataclass as a dict of its fields but ``_UNKEYED`` (``dataclasses.asdict``
     without its deep copies, a tenth of a first build at 1,000 runs)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name not in _UNKEYED}
+    names = _KEYED.get(type(value))
+    if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = _KEYED[type(value)] = tuple(f.name for f in dataclasses.fields(value) if f.name not in _UNKEYED)
+    if names is not None:
+        return {name: _plain(getattr(value, name)) for name in names}
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     return value
+
+
+#: Each dataclass's fields that a page's key covers (``_plain``), by its type.
+_KEYED: dict[type, tuple[str, ...]] = {}
 
 
 def _render(
