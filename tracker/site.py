@@ -15,7 +15,10 @@ sealed pass, and for a hardware item one of scope ``physical``); otherwise it
 is shown as *claimed*, with the reason. A run's physical pass likewise.
 
 Pages: ``index.html`` (milestones, items, what has run and on which GPUs the
-recorder observed, what has not run), ``runs/<id>.html`` per run, and
+recorder observed, what has not run), the runs ``RUNS_PER_PAGE`` a page: pages
+numbered from the oldest (``index-1.html`` the first 100 runs in start order,
+...) and the newest runs on ``index.html``, so an added run rewrites
+``index.html`` and, when it fills a page, two pages; ``runs/<id>.html`` per run, and
 ``streams/<stream_id>.html`` per available stream (``observe.report.write``). Links
 are relative; pages load nothing from outside the folder (a Content Security
 Policy forbids scripts and remote loads on the tracker's own pages).
@@ -76,6 +79,8 @@ __all__ = [
 MANIFEST = "alpha-site.json"
 GENERATOR = "alpha tracker site"
 MANIFEST_FORMAT = 1
+#: Runs listed per page of the site's runs (``index.html`` shows the newest; ``index-K.html`` the older ones).
+RUNS_PER_PAGE = 100
 
 
 # -- the model -------------------------------------------------------------------------------------
@@ -523,7 +528,7 @@ def _check(view: StreamView, path: Path, keys: Mapping[str, Verifier]) -> None:
     from tracker.streams import derive
 
     try:
-        facts = derive(path, keys, require_trusted=False)
+        facts = derive(path, keys, require_trusted=False, keep=True)
     except Refusal as exc:
         view.state, view.detail = "damaged", f"no longer verifies: {exc.diagnostics()}"
         return
@@ -662,6 +667,9 @@ def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = 
         memo.clear()
         memo.update(fresh)
 
+    run_streams: dict[str, list[StreamView]] = {}
+    for s in streams:
+        run_streams.setdefault(s.run_id, []).append(s)
     runs: list[Run] = []
     for r in conn.execute(
         "SELECT r.*, x.name AS experiment, x.item_id AS item FROM runs r"
@@ -701,7 +709,7 @@ def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = 
                 ci=ci,
                 devices=devices,
                 measurements=measurements,
-                streams=[s for s in streams if s.run_id == run_id],
+                streams=run_streams.get(run_id, []),
                 sessions=[_session_view(x) for x in run_sessions(conn, run_id)],
             )
         )
@@ -806,12 +814,33 @@ def _templates_code() -> str:
 
 def _run_key(run: Run, site: Site, code: str) -> str:
     """What a run's page is rendered from: the run and its streams' views (not where a stream's copy lies
-    this build), the anchor of its item, the code."""
-    model = dataclasses.asdict(run)
-    for view in model["streams"]:
-        view.pop("local", None)
+    this build, nor the verification a fresh view holds), the anchor of its item, the code."""
     item = site.items.get(run.item) if run.item else None
-    return _sha256(json.dumps([model, item.anchor if item else None, code], default=str).encode())
+    return _sha256(json.dumps([_plain(run), item.anchor if item else None, code], default=str).encode())
+
+
+_UNKEYED = frozenset({"local", "verification"})
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON's types: a dataclass as a dict of its fields but ``_UNKEYED`` (``dataclasses.asdict``
+    without its deep copies, a tenth of a first build at 1,000 runs)."""
+    names = _KEYED.get(type(value))
+    if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = _KEYED[type(value)] = tuple(f.name for f in dataclasses.fields(value) if f.name not in _UNKEYED)
+    if names is not None:
+        return {name: _plain(getattr(value, name)) for name in names}
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+#: Each dataclass's fields that a page's key covers (``_plain``), by its type.
+_KEYED: dict[type, tuple[str, ...]] = {}
 
 
 def _render(
@@ -825,14 +854,59 @@ def _render(
     keys: dict[str, str] = {}
     code = _templates_code()
     common = {"site": site, "css": css}
-    pages["index.html"] = env.get_template("site_index.html.j2").render(root="", **common).encode()
+    run_keys: dict[str, str] = {}
     for run in site.runs:
-        key = _run_key(run, site, code)
+        key = run_keys[run.id] = _run_key(run, site, code)
         kept = _kept_page(root, run.page, old, made, key)
         if kept is None:
             kept = env.get_template("site_run.html.j2").render(root="../", run=run, **common).encode()
         pages[run.page], keys[run.page] = kept, key
+    chunks = run_pages(len(site.runs))
+    older = [(k, run_page_name(k)) for k in range(1, len(chunks))]
+    for k, (start, stop) in enumerate(chunks[:-1], start=1):
+        name, runs = run_page_name(k), site.runs[start:stop]
+        newer = run_page_name(k + 1) if k + 1 < len(chunks) else "index.html"
+        older_page = run_page_name(k - 1) if k > 1 else None
+        key = _sha256(json.dumps([[run_keys[r.id] for r in runs], k, newer, RUNS_PER_PAGE, code]).encode())
+        kept = _kept_page(root, name, old, made, key)
+        if kept is None:
+            kept = (
+                env.get_template("site_runs_page.html.j2")
+                .render(
+                    root="",
+                    runs=runs,
+                    number=k,
+                    first=start + 1,
+                    last=stop,
+                    newer=newer,
+                    older=older_page,
+                    page_size=RUNS_PER_PAGE,
+                    **common,
+                )
+                .encode()
+            )
+        pages[name], keys[name] = kept, key
+    start, stop = chunks[-1]
+    index = env.get_template("site_index.html.j2")
+    page_runs = site.runs[start:stop]
+    text = index.render(root="", page_runs=page_runs, older=older, page_size=RUNS_PER_PAGE, **common)
+    pages["index.html"] = text.encode()
     return pages, keys
+
+
+def run_pages(n: int, size: int | None = None) -> list[tuple[int, int]]:
+    """The runs' pages, as (start, stop) over the runs in start order: full pages of ``size`` numbered from the
+    oldest, then the newest runs (1 to ``size`` of them; none when there is no run), which ``index.html`` shows.
+    Numbered from the oldest, a page holds the same runs as more are added: an added run changes ``index.html``,
+    and when it fills the newest page, that page's file and the one before it (its link to newer runs)."""
+    size = size or RUNS_PER_PAGE
+    full = max(0, (n - 1) // size)
+    return [(k * size, (k + 1) * size) for k in range(full)] + [(full * size, n)]
+
+
+def run_page_name(k: int) -> str:
+    """The file of the runs' page ``k`` (1: the oldest runs)."""
+    return f"index-{k}.html"
 
 
 def _report_code() -> str:
@@ -885,7 +959,8 @@ def _write_reports(
             s.page = page
             continue
         out = tmp / f"report-{s.evidence_id}.html"
-        facts = write_report(s.local, out, back_link=back)
+        v = s.facts.verification  # this build's verification of the same file (derive): not made again
+        facts = write_report(s.local, out, back_link=back, verification=v if v and not v.signature_checked else None)
         data = out.read_bytes()
         out.unlink()
         if facts.stream_id != s.facts.stream_id:  # pragma: no cover - derive() read the same bytes
@@ -906,7 +981,12 @@ def _kept_page(
     if path is None or not path.is_file():
         return None
     data = path.read_bytes()
-    return data if _sha256(data) == old[page] else None
+    return _Kept(data) if _sha256(data) == old[page] else None
+
+
+class _Kept(bytes):
+    """A page's bytes as the site holds them, just read and found to be the ones its manifest lists: not read
+    again to be compared (a rebuild of 10,000 runs read every page twice)."""
 
 
 # -- writing the folder ------------------------------------------------------------------------------
@@ -1027,6 +1107,9 @@ def _commit(
     for rel in sorted(pages):
         data = pages[rel]
         path = root / rel
+        if isinstance(data, _Kept) and rel in old:
+            unchanged.append(rel)
+            continue
         if rel in old and path.is_file() and not path.is_symlink() and path.read_bytes() == data:
             unchanged.append(rel)
             continue

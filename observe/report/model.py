@@ -14,6 +14,7 @@ model says what is wrong.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from aos.event import Event
     from aos.refusals import Refusal
     from aos.signing import Verifier
+    from aos.verify import Verification
 
 __all__ = ["CAPS", "Caps", "ReportModel", "Tail", "ansi_html", "build_model", "cited_seqs", "text"]
 
@@ -257,11 +259,18 @@ def ansi_html(data: bytes) -> str:
     conversion, so the command's output can never make a link; other control
     characters are shown as ``\\xNN``.
     """
-    from ansi2html import Ansi2HTMLConverter
-
     data = _OSC.sub(b"", data).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", data.decode("utf-8", "replace"))
-    return str(Ansi2HTMLConverter(inline=True, linkify=False, escaped=True).convert(shown, full=False))
+    return str(_converter().convert(shown, full=False))
+
+
+@functools.cache
+def _converter() -> Any:
+    """One ansi2html converter per process: making one builds its whole style table (most of a small
+    report's cost, issue 36); a conversion keeps no state that changes the next one's output."""
+    from ansi2html import Ansi2HTMLConverter
+
+    return Ansi2HTMLConverter(inline=True, linkify=False, escaped=True)
 
 
 class _Collector:
@@ -626,10 +635,24 @@ def cited_seqs(model: ReportModel) -> list[int]:
     return sorted(seqs)[: model.caps.cited]
 
 
-def build_model(stream: Path | str, caps: Caps = CAPS, *, public_key: Verifier | None = None) -> ReportModel:
+#: A stream of at most this many events and bytes (data and attrs) is read once for its page: its events are
+#: kept for the cited ones; a larger one is read again for them (issue 36: most of a site's reports are small).
+KEEP_EVENTS = 20_000
+KEEP_BYTES = 16 << 20
+
+
+def build_model(
+    stream: Path | str,
+    caps: Caps = CAPS,
+    *,
+    public_key: Verifier | None = None,
+    verification: Verification | None = None,
+) -> ReportModel:
     """Read ``stream`` (damaged or not) into the page's model; never raises a ``Refusal``.
 
-    With ``public_key`` the seal's signature is checked too (``aos verify --key``).
+    With ``public_key`` the seal's signature is checked too (``aos verify --key``). ``verification``: the
+    stream's verification by ``aos.verify.verify_stream`` (with no key) that the caller already holds, of the
+    same file: taken as the page's, not verified again (a site verifies each stream once, issue 36).
     """
     from aos.refusals import Refusal
     from aos.verify import verify_stream
@@ -637,8 +660,15 @@ def build_model(stream: Path | str, caps: Caps = CAPS, *, public_key: Verifier |
     path = str(stream)
     model = ReportModel(path=path, caps=caps)
     collector = _Collector(model)
+    kept: list[Event] | None = []  # a small stream's events, for its cited ones: not read a second time
+    held = 0
     for ev in _events(path, model):
         collector.feed(ev)
+        if kept is not None:
+            held += len(ev.data or b"") + len(ev.attrs_json)
+            kept = kept if len(kept) < KEEP_EVENTS and held <= KEEP_BYTES else None
+            if kept is not None:
+                kept.append(ev)
     collector.finish()
     wanted = frozenset(cited_seqs(model))
     if wanted:
@@ -646,14 +676,14 @@ def build_model(stream: Path | str, caps: Caps = CAPS, *, public_key: Verifier |
 
         sink = ReportModel(path=path, caps=caps)  # damage of the re-read is already known
         names = {span: st.name for span, st in collector.spans.items()}
-        for ev in only_seqs(_events(path, sink), wanted, set()):
+        for ev in only_seqs(kept if kept is not None else _events(path, sink), wanted, set()):
             model.cited[ev.seq] = _cited(ev, caps, names)
     from observe.report.tests import read_tests
 
     model.tests = read_tests(path, model.verdict)
     if model.unreadable is None:
         try:
-            v = verify_stream(path, public_key)
+            v = verification if verification is not None and public_key is None else verify_stream(path, public_key)
         except Refusal as exc:
             model.refusal = exc
         else:

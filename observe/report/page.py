@@ -8,6 +8,7 @@ timeline geometry as CSS percentages, output tails through ``ansi_html``, teleme
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -200,8 +201,10 @@ def _outputs(outs: dict[str, Tail], cap: int, select: str, stream_name: str) -> 
     return shown
 
 
-def render(model: ReportModel, *, stream_name: str | None = None, back_link: tuple[str, str] | None = None) -> str:
-    """The page's HTML for ``model``; smaller output tails until it fits ``Caps.page``."""
+@functools.cache
+def _template() -> Any:
+    """The page's template, compiled once per process (compiling it costs far more than rendering a small
+    stream's page: a site of many reports compiled it once per report, issue 36)."""
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
     from markupsafe import Markup
 
@@ -214,7 +217,12 @@ def render(model: ReportModel, *, stream_name: str | None = None, back_link: tup
         lstrip_blocks=True,
     )
     env.filters["markup"] = Markup  # only ever applied to ansi2html's escaped output
-    template = env.get_template("report.html.j2")
+    return env.get_template("report.html.j2")
+
+
+def render(model: ReportModel, *, stream_name: str | None = None, back_link: tuple[str, str] | None = None) -> str:
+    """The page's HTML for ``model``; smaller output tails until it fits ``Caps.page``."""
+    template = _template()
     name = stream_name if stream_name is not None else os.path.basename(model.path)
     caps = model.caps
     # Ever smaller output tails, then ever shorter attrs and fields, until the page fits.

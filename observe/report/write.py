@@ -20,6 +20,7 @@ from observe.util.atomic import replace_file
 
 if TYPE_CHECKING:
     from aos.signing import Verifier
+    from aos.verify import Verification
 
 __all__ = ["CAPS", "Caps", "ReportFacts", "ReportModel", "ansi_html", "build_model", "render", "text", "write_report"]
 
@@ -45,14 +46,16 @@ def write_report(
     *,
     back_link: tuple[str, str] | None = None,
     public_key: Verifier | None = None,
+    verification: Verification | None = None,
 ) -> ReportFacts:
     """Write the HTML report of ``stream`` to ``out``; return what it found.
 
     Never raises for a damaged, unsealed or garbage stream (the page says what is
     wrong); ``OSError`` when ``out`` cannot be written. The same stream gives the
-    same bytes. With ``public_key`` the seal's signature is checked as well.
+    same bytes. With ``public_key`` the seal's signature is checked as well. ``verification``: the stream's
+    verification (no key) the caller already made, of this file: not made again (``build_model``).
     """
-    model = build_model(stream, public_key=public_key)
+    model = build_model(stream, public_key=public_key, verification=verification)
     page = render(model, stream_name=Path(stream).name, back_link=back_link).encode("utf-8")
     replace_file(out, page)
     v = model.sealed_verdict

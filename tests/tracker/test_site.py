@@ -228,6 +228,100 @@ class TestFiles:
             if path != out / "index.html":
                 assert (data, mtime) == (path.read_bytes(), path.stat().st_mtime_ns), path
 
+    def test_runs_are_listed_a_page_at_a_time_and_an_added_run_rewrites_o1_pages(
+        self, built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Issue 36: the runs' pages are numbered from the oldest, so an added run rewrites index.html (the
+        newest runs) and, when it fills a page, that page and the one before it (its link to newer runs); every
+        other page keeps its bytes and modification time. Each run is listed on exactly one page."""
+        import tracker.site
+
+        monkeypatch.setattr(tracker.site, "RUNS_PER_PAGE", 2)
+        out = tmp_path / "site"
+        first = write_site(built.conn, out)  # 5 runs: index-1 (runs 1-2), index-2 (3-4), index.html (5)
+        assert ["index-1.html", "index-2.html", "index.html"] == sorted(f for f in first.files if "/" not in f)
+
+        def listed(page: str) -> list[str]:
+            return re.findall(r'<tr id="run-[^"]+" class="run" data-run="([^"]+)"', html(out / page))
+
+        order = [r.id for r in first.site.runs]
+        assert [order[0:2], order[2:4], order[4:]] == [
+            listed(p) for p in ("index-1.html", "index-2.html", "index.html")
+        ]
+        assert 'href="index-2.html"' in html(out / "index-1.html")
+        assert 'href="index.html"' in html(out / "index-2.html")
+        assert 'href="index-1.html">1</a>, <a href="index-2.html">2</a>' in html(out / "index.html")
+
+        def add_run(name: str) -> str:
+            run = records.start_run(built.conn, lane="distributed-device")
+            sealed_stream(tmp_path / name)
+            attach(built.conn, tmp_path / name, run)
+            return run
+
+        def snapshot() -> dict[Path, tuple[bytes, int]]:
+            return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*.html"))}
+
+        before = snapshot()
+        sixth = add_run("sixth.aos")
+        second = write_site(built.conn, out)  # index.html now holds runs 5 and 6: no other page changes
+        (report,) = [s.page for s in second.site.streams if s.run_id == sixth]
+        assert sorted(["index.html", f"runs/{sixth}.html", str(report)]) == sorted(second.written)
+        assert [o for o in order[4:]] + [sixth] == listed("index.html")
+        for path, stamp in before.items():
+            if path.name != "index.html":
+                assert stamp == (path.read_bytes(), path.stat().st_mtime_ns), path
+
+        before = snapshot()
+        seventh = add_run("seventh.aos")
+        third = write_site(built.conn, out)  # a new page index-3 (runs 5, 6); index-2 now links to it
+        (report,) = [s.page for s in third.site.streams if s.run_id == seventh]
+        expected = ["index.html", "index-2.html", "index-3.html", f"runs/{seventh}.html", str(report)]
+        assert sorted(expected) == sorted(third.written)
+        assert [[*order[4:], sixth], [seventh]] == [listed("index-3.html"), listed("index.html")]
+        assert 'href="index-3.html"' in html(out / "index-2.html")
+        for path, stamp in before.items():
+            if path.name not in ("index.html", "index-2.html"):
+                assert stamp == (path.read_bytes(), path.stat().st_mtime_ns), path
+        everywhere = [r for p in ("index-1.html", "index-2.html", "index-3.html", "index.html") for r in listed(p)]
+        assert sorted(everywhere) == sorted(r.id for r in third.site.runs)
+        assert len(everywhere) == len(set(everywhere)) == 7
+
+    def test_run_pages_are_numbered_from_the_oldest(self) -> None:
+        from tracker.site import run_pages
+
+        assert [(0, 0)] == run_pages(0, 3)
+        assert [(0, 3)] == run_pages(3, 3)
+        assert [(0, 3), (3, 4)] == run_pages(4, 3)
+        assert [(0, 3), (3, 6), (6, 7)] == run_pages(7, 3)
+        assert run_pages(7, 3)[:2] == run_pages(8, 3)[:2]  # an added run moves no run between full pages
+
+    def test_a_first_build_verifies_each_stream_once(
+        self, built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Issue 36: a first build verifies each local stream once: its report takes the verification the site
+        made (its page says the same as a report made alone, which verifies the stream itself)."""
+        import aos.verify
+        from observe.report.write import write_report
+
+        verified: list[str] = []
+        real = aos.verify.verify_stream
+
+        def counted(path: Any, *args: Any, **kw: Any) -> Any:
+            verified.append(Path(path).name)
+            return real(path, *args, **kw)
+
+        monkeypatch.setattr(aos.verify, "verify_stream", counted)
+        out = tmp_path / "site"
+        result = write_site(built.conn, out)
+        assert ["physical.aos", "static.aos"] == sorted(verified)  # the damaged one fails its digest first
+        verified.clear()
+        run = result.site.runs_by_id[built.runs["static"]]
+        (view,) = run.streams
+        assert view.page is not None
+        write_report(built.work / "static.aos", tmp_path / "alone.html", back_link=(f"../{run.page}", f"run {run.id}"))
+        assert ["static.aos"] == verified
+        assert (tmp_path / "alone.html").read_bytes() == (out / view.page).read_bytes()
+
     def test_a_report_is_made_again_only_when_what_it_is_made_from_changed(
         self, built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

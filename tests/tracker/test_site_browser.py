@@ -138,3 +138,47 @@ def test_report_page(browser: Any, site: tuple[Built, Path]) -> None:
         assert [] == r.problems
     finally:
         r.close()
+
+
+def test_run_pages_link_to_each_other(
+    browser: Any, site: tuple[Built, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36: with the runs a page at a time (two a page here), every page's links resolve, index.html links
+    to each older page, and following "newer runs" from the oldest page visits every page once, ending at
+    index.html; each run is listed on one page."""
+    import tracker.site
+
+    built, _ = site
+    monkeypatch.setattr(tracker.site, "RUNS_PER_PAGE", 2)
+    out = tmp_path / "paged"
+    write_site(built.conn, out)
+    r = rendered(browser, out / "index.html")
+    try:
+        older = r.page.eval_on_selector_all("#run-pages a", "els => els.map(e => e.getAttribute('href'))")
+        assert ["index-1.html", "index-2.html"] == older
+        check_links(r, out / "index.html")
+        assert [] == r.problems
+    finally:
+        r.close()
+    seen: list[str] = []
+    runs: list[str] = []
+    name = "index-1.html"
+    while name != "index.html":
+        seen.append(name)
+        r = rendered(browser, out / name)
+        try:
+            check_links(r, out / name)
+            runs += r.page.eval_on_selector_all("tr.run", "els => els.map(e => e.dataset.run)")
+            name = r.page.get_attribute("#newer", "href") or ""
+            assert [] == r.problems
+        finally:
+            r.close()
+        assert name not in seen
+    r = rendered(browser, out / "index.html")
+    try:
+        runs += r.page.eval_on_selector_all("tr.run", "els => els.map(e => e.dataset.run)")
+    finally:
+        r.close()
+    assert ["index-1.html", "index-2.html"] == seen
+    assert sorted(built.runs.values()) == sorted(runs)
+    assert len(runs) == len(set(runs))

@@ -148,6 +148,35 @@ class TestPage:
             assert f'href="#event-{seq}"' in page
             assert f'<div class="event" id="event-{seq}">' in page
 
+    @pytest.mark.parametrize("kind", ["pass", "unsealed"])
+    def test_a_small_stream_is_read_once_and_gives_the_same_page(
+        self, streams: dict[str, Path], tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Issue 36: a stream under KEEP_EVENTS and KEEP_BYTES is read once, its cited events taken from the
+        first read; the page is the one made by reading the stream again for them (both caps set to nothing),
+        and a verification handed in (the caller's, of the same file) gives the page it would have made itself."""
+        import aos.reader
+        import observe.report.model as model
+
+        opened: list[str] = []
+        real = aos.reader.StreamFile.events
+
+        def counted(self: Any) -> Any:
+            opened.append(self.path.name)
+            return real(self)
+
+        monkeypatch.setattr(aos.reader.StreamFile, "events", counted)
+        once = render(build_model(streams[kind]))
+        assert 1 == len(opened)
+        monkeypatch.setattr(model, "KEEP_EVENTS", 0)
+        opened.clear()
+        again = render(build_model(streams[kind]))
+        assert 2 == len(opened) if kind == "pass" else 1 <= len(opened)
+        assert once == again
+        if kind == "pass":
+            handed = render(build_model(streams[kind], verification=verify_stream(streams[kind])))
+            assert once == handed
+
     def test_ansi_colours_are_rendered(self, streams: dict[str, Path], tmp_path: Path) -> None:
         """A step's coloured output is shown in colour (ansi2html spans), without the escape sequences."""
         _, page = report(streams["pass"], tmp_path)
