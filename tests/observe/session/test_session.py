@@ -54,6 +54,14 @@ def _node_line(tmp: Path, name: str, index: int, command: str = "echo hello from
     return f"ALPHA_OBSERVE_SIMULATED_GPUS={gpus} alpha observe node {name} {' '.join(QUIET)} -- sh -c '{command}' &\n"
 
 
+def session_run(spec: Path, folder: Path, launcher: Path, *opts: str, cwd: Path, timeout: float = 120) -> Any:
+    """``alpha observe session run SPEC --dir FOLDER OPTS --quiet -- LAUNCHER`` in ``cwd``, as text."""
+    return alpha(
+        "observe", "session", "run", str(spec), "--dir", str(folder), *opts, *QUIET, "--", str(launcher),
+        cwd=cwd, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
 def _raw(pub: Path) -> bytes:
     return load_public_key(pub).public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
@@ -76,22 +84,7 @@ def four(tmp_path_factory: pytest.TempPathFactory, keys: tuple[Path, Path]) -> P
     body += 'kill2=$!\nwhile [ ! -s "$ALPHA_FLEET_DIR/nodes/.n2.aos.partial" ]; do sleep 0.1; done\nsleep 0.5\n'
     body += "kill -KILL $kill2\nwait\n"
     launcher = _script(tmp, "launch.sh", body)
-    proc = alpha(
-        "observe",
-        "session",
-        "run",
-        str(spec),
-        "--dir",
-        str(tmp / "S"),
-        "--sign-key",
-        str(keys[0]),
-        *QUIET,
-        "--",
-        str(launcher),
-        cwd=tmp,
-        text=True,
-        timeout=120,
-    )
+    proc = session_run(spec, tmp / "S", launcher, "--sign-key", str(keys[0]), cwd=tmp)
     assert 3 == proc.returncode, proc.stderr
     return tmp / "S"
 
@@ -105,22 +98,7 @@ class TestTwoNodes:
         # the launcher outlives its nodes by a second: the session takes each stream as it seals
         body = _node_line(tmp_path, "n0", 0) + _node_line(tmp_path, "n1", 1) + "wait\nsleep 1\n"
         launcher = _script(tmp_path, "launch.sh", body)
-        proc = alpha(
-            "observe",
-            "session",
-            "run",
-            str(spec),
-            "--dir",
-            str(tmp_path / "S"),
-            "--sign-key",
-            str(keys[0]),
-            *QUIET,
-            "--",
-            str(launcher),
-            cwd=tmp_path,
-            text=True,
-            timeout=120,
-        )
+        proc = session_run(spec, tmp_path / "S", launcher, "--sign-key", str(keys[0]), cwd=tmp_path)
         assert 0 == proc.returncode, proc.stderr
         from aos.reader import iter_events
 
@@ -144,20 +122,7 @@ class TestTwoNodes:
         launcher = _script(
             tmp_path, "launch.sh", _node_line(tmp_path, "a", 7) + _node_line(tmp_path, "b", 8) + "wait\n"
         )
-        proc = alpha(
-            "observe",
-            "session",
-            "run",
-            str(spec),
-            "--dir",
-            str(tmp_path / "S"),
-            *QUIET,
-            "--",
-            str(launcher),
-            cwd=tmp_path,
-            text=True,
-            timeout=120,
-        )
+        proc = session_run(spec, tmp_path / "S", launcher, cwd=tmp_path)
         assert 0 == proc.returncode, proc.stderr
         for name, index in (("a", 7), ("b", 8)):
             seen = {
@@ -208,20 +173,7 @@ class TestMissingAndTampered:
         other.mkdir()
         spec = _spec(other, "spec.json", [{"name": "n0"}])
         launcher = _script(other, "launch.sh", _node_line(other, "n0", 9) + "wait\n")
-        proc = alpha(
-            "observe",
-            "session",
-            "run",
-            str(spec),
-            "--dir",
-            str(other / "S"),
-            *QUIET,
-            "--",
-            str(launcher),
-            cwd=other,
-            text=True,
-            timeout=120,
-        )
+        proc = session_run(spec, other / "S", launcher, cwd=other)
         assert 0 == proc.returncode, proc.stderr
         copy = tmp_path / "S"
         shutil.copytree(four, copy)
@@ -284,22 +236,7 @@ class TestSixteenNodes:
             for r in range(4)
         )
         launcher = _script(tmp_path, "top.sh", racks + "wait\n")
-        proc = alpha(
-            "observe",
-            "session",
-            "run",
-            str(top),
-            "--dir",
-            str(tmp_path / "S"),
-            "--sign-key",
-            str(keys[0]),
-            *QUIET,
-            "--",
-            str(launcher),
-            cwd=tmp_path,
-            text=True,
-            timeout=300,
-        )
+        proc = session_run(top, tmp_path / "S", launcher, "--sign-key", str(keys[0]), cwd=tmp_path, timeout=300)
         assert 0 == proc.returncode, proc.stderr
         report = verify_session(tmp_path / "S", load_public_key(keys[1]))
         assert (0, 20) == (report.exit_code, len(report.members))
@@ -322,20 +259,7 @@ class TestNestedKilled:
         body += 'while [ ! -s "$ALPHA_FLEET_DIR/sessions/rack-1/.session.aos.partial" ]; do sleep 0.1; done\n'
         body += "sleep 0.5\nkill -KILL $r1\nsleep 2\n"
         launcher = _script(tmp_path, "top.sh", body)
-        proc = alpha(
-            "observe",
-            "session",
-            "run",
-            str(top),
-            "--dir",
-            str(tmp_path / "S"),
-            *QUIET,
-            "--",
-            str(launcher),
-            cwd=tmp_path,
-            text=True,
-            timeout=120,
-        )
+        proc = session_run(top, tmp_path / "S", launcher, cwd=tmp_path)
         assert 3 == proc.returncode, proc.stderr
         report = verify_session(tmp_path / "S")
         assert [("rack-0", "proven"), ("rack-0/n0", "proven"), ("rack-1", "not-proven")] == [
@@ -402,20 +326,7 @@ class TestGate:
         launcher = _script(
             tmp_path, "launch.sh", _node_line(tmp_path, "n0", 5) + _node_line(tmp_path, "n1", 5) + "wait\n"
         )
-        proc = alpha(
-            "observe",
-            "session",
-            "run",
-            str(spec),
-            "--dir",
-            str(tmp_path / "S"),
-            *QUIET,
-            "--",
-            str(launcher),
-            cwd=tmp_path,
-            text=True,
-            timeout=120,
-        )
+        proc = session_run(spec, tmp_path / "S", launcher, cwd=tmp_path)
         assert 0 == proc.returncode, proc.stderr
         proc = alpha("observe", "session", "gate", str(tmp_path / "S"), "--gate", "exit-zero", text=True)
         assert 1 == proc.returncode
