@@ -49,7 +49,8 @@ def cards(count: int, tag: int = 0) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.fixture(scope="module")
+#: Session-scoped, as the lanes below: a worker builds them once, however its tests are ordered.
+@pytest.fixture(scope="session")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A committed copy of what the lanes run from (scripts, samples/lane, the one config reader)."""
     root = tmp_path_factory.mktemp("n-gpu-repo") / "repo"
@@ -135,7 +136,7 @@ def receipts(run: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [e.attrs["fields"] for e in run["events"] if e.kind == "receipt" and e.attrs.get("name") == name]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def local_runs(repo: Path) -> dict[str, dict[str, Any]]:
     """The three lanes at N = 4 and the coordinate lane at N = 8 on this machine, started at once."""
     plan = {f"{gate}-4": (gate, 4) for gate in VARIABLE} | {"coordinate-device-8": ("coordinate-device", 8)}
@@ -171,7 +172,7 @@ def test_n_gpus_on_one_node_open_only_on_devices_observed(name: str, local_runs:
 # -- over two sshd nodes, two roles each ----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tunnel_runs(repo: Path, ssh_nodes: list[Any]) -> dict[str, dict[str, Any]]:
     """The three lanes at N = 4 over two sshd nodes (ssh-tunnel), each node carrying two roles on its own two
     fake cards (minors 0 and 1 on each host), started at once."""
