@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -370,6 +371,15 @@ def _probe_report(ws: Path) -> dict[str, Any]:
     return dict(json.loads((ws / "probe.json").read_text()))
 
 
+def _assert_removed(job_tmp: Path, within: float = 20.0, glob: str = "*") -> None:
+    """Nothing (matching ``glob``) is left in a job's TMPDIR once its recorder has exited (a watcher removes
+    the venv after it, polling once a second)."""
+    deadline = time.monotonic() + within
+    while list(job_tmp.glob(glob)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [] == [p.name for p in job_tmp.glob(glob)]
+
+
 class TestGitLabTemplate:
     def test_it_parses_as_two_hidden_jobs_to_extend(self) -> None:
         """The template is the gate job and the report job, hidden, with artifacts kept always."""
@@ -432,7 +442,10 @@ class TestGitLabTemplate:
         key_file.write_text((tmp_path / "seal.key").read_text())
         env = _clean_env(tmp_path)
         env.pop("PYTHONPATH", None)
+        job_tmp = tmp_path / "job-tmp"  # the runner's TMPDIR, where each job makes its venv
+        job_tmp.mkdir()
         env.update(
+            TMPDIR=str(job_tmp),
             AOS_SOURCE=str(action_source),
             AOS_PYTHON=str(python_shim),
             AOS_GATE="exit-zero",
@@ -441,6 +454,7 @@ class TestGitLabTemplate:
         )
         done = run_gitlab(doc[".alpha-observe-gate"], ws, env)
         assert code == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
+        _assert_removed(job_tmp)  # the recorder's venv goes once it has exited
         assert not key_file.exists() or key_type == "variable"  # a File-type variable's file is removed
         stream = ws / "aos-streams" / "exit-zero.aos"
         verify = subprocess.run(
@@ -452,6 +466,21 @@ class TestGitLabTemplate:
         done = run_gitlab(doc[".alpha-observe-report"], ws, env)
         assert 0 == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
         assert (ws / "aos-streams" / "exit-zero.report.html").is_file()
+        assert [] == list(job_tmp.iterdir())  # the report job's venv and public key, gone with the job
+
+    @pytest.mark.parametrize("job", [".alpha-observe-gate", ".alpha-observe-report"])
+    def test_a_failed_install_leaves_nothing_behind(self, job: str, tmp_path: Path, python_shim: Path) -> None:
+        """A job that stops before its command (here: a source pip cannot install) removes its venv too."""
+        job_tmp = tmp_path / "job-tmp"
+        job_tmp.mkdir()
+        env = _clean_env(tmp_path)
+        env.pop("PYTHONPATH", None)
+        env.update(
+            TMPDIR=str(job_tmp), AOS_SOURCE=str(tmp_path / "no-such-source"), AOS_PYTHON=str(python_shim)
+        )
+        done = run_gitlab(_template()[job], tmp_path, env)
+        assert 0 != done.returncode
+        assert [] == list(job_tmp.iterdir())
 
     def test_the_report_job_refuses_a_stream_another_key_signed(
         self, tmp_path: Path, action_source: Path, python_shim: Path
@@ -724,13 +753,20 @@ unit-tests-report:
         tool_bin = gitlab_ci_local()
         assert tool_bin is not None
         # python3: the shim (a venv seeing this suite's packages: pytest, and the tool's dependencies)
-        env.update(HOME=str(tmp_path / "home"), PATH=f"{python_shim.parent}:{tool_bin.parent}:{env['PATH']}")
+        job_tmp = tmp_path / "job-tmp"  # the runner machine's TMPDIR
+        job_tmp.mkdir()
+        env.update(
+            HOME=str(tmp_path / "home"),
+            PATH=f"{python_shim.parent}:{tool_bin.parent}:{env['PATH']}",
+            TMPDIR=str(job_tmp),
+        )
         done = subprocess.run(
             ["bash", "-eo", "pipefail", "-c", commands], cwd=project, env=env, capture_output=True, text=True,
             timeout=600, check=False,
         )  # fmt: skip
         log = done.stdout[-4000:] + done.stderr[-3000:]
         assert 0 == done.returncode, log
+        _assert_removed(job_tmp, glob="alpha-observe.*")  # no job left its venv on the runner
         assert re.search(r"PASS\s+unit-tests\b", done.stdout), log
         assert re.search(r"PASS\s+unit-tests-report\b", done.stdout), log
         streams = project / ".gitlab-ci-local" / "artifacts"
