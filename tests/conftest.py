@@ -21,7 +21,7 @@ from tests.helpers.eagain import retry_eagain, transient
 from tests.helpers.paths import ASSETS
 from tests.helpers.run import foreign
 from tests.helpers.s3 import S3Bucket, free_port
-from tests.helpers.workers import SSHD, forget, turn
+from tests.helpers.workers import SSHD, forget, groups_in_node_ids, turn
 
 #: Whether the suite runs in CI (read once, before any test removes the CI variables).
 IN_CI = bool(os.environ.get("CI"))
@@ -440,9 +440,9 @@ def slow_reason(fixturenames: list[str], params: dict[str, object], nodeid: str 
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by mark
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `slow` every test that SLOW_FIXTURES, SLOW_PARAMS or its measured time name, and put every test of
-    an sshd on the sshd worker."""
+    an sshd on the sshd worker (then each group in its test's node id: tests.helpers.workers)."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = dict(callspec.params) if callspec else {}
@@ -452,6 +452,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow(reason=why))
         if SSHD_FIXTURES.intersection(fixtures):
             item.add_marker(SSHD)
+    groups_in_node_ids(config, items)
 
 
 # -- workers: one per core, and the tests that run alone (tests/helpers/workers.py) ------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -28,9 +29,14 @@ DURATIONS = TESTS / "durations.json"
 SLOW_SECONDS = 1.0
 
 
+#: The ``@GROUP`` that ``--dist loadgroup`` puts after a grouped test's name (tests.helpers.workers).
+_GROUP = re.compile(r"@[\w-]+$")
+
+
 def node_id(classname: str, name: str) -> str:
-    """pytest's node id of a JUnit ``testcase``: ``tests.a.test_b.TestC`` and ``t[x]`` give
-    ``tests/a/test_b.py::TestC::t[x]``."""
+    """pytest's node id of a JUnit ``testcase``, as collected (no worker group): ``tests.a.test_b.TestC`` and
+    ``t[x]@sshd`` give ``tests/a/test_b.py::TestC::t[x]``."""
+    name = _GROUP.sub("", name)
     parts = classname.split(".")
     module = max(i for i, part in enumerate(parts) if part.startswith("test_") or part == "conftest")
     return "/".join(parts[: module + 1]) + ".py::" + "::".join([*parts[module + 1 :], name])

@@ -43,6 +43,28 @@ PHOENIX = pytest.mark.xdist_group("phoenix")
 ALONE = pytest.mark.alone
 
 
+def groups_in_node_ids(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put each ``xdist_group`` test's group in its node id, where ``--dist loadgroup`` looks for it.
+
+    pytest-xdist (3.8) suffixes ``@GROUP`` to ``item._nodeid``; pytest 9 reads a node's id from ``item._id``, so
+    without this the suffix is lost and a group's tests run on every worker (a four-test group with a session
+    fixture ran on gw0 and gw1). Under pytest 8, which reads ``_nodeid``, xdist's own suffix is in effect and this
+    does nothing. tests/conftest.py calls it from its ``pytest_collection_modifyitems``, after the marks are set.
+    """
+    if not getattr(config.option, "loadgroup", False):
+        return
+    try:
+        from _pytest.nodeid import coerce_node_id  # pytest 9
+    except ImportError:
+        return
+    for item in items:
+        groups = sorted(
+            {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+        )
+        if groups and "@" not in item.nodeid:
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")
+
+
 def _lock_files(run: str) -> tuple[Path, Path]:
     """The turnstile and the lock of the run whose pytest-xdist test run id is ``run``."""
     folder = Path(tempfile.gettempdir())

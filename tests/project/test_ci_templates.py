@@ -475,9 +475,7 @@ class TestGitLabTemplate:
         job_tmp.mkdir()
         env = _clean_env(tmp_path)
         env.pop("PYTHONPATH", None)
-        env.update(
-            TMPDIR=str(job_tmp), AOS_SOURCE=str(tmp_path / "no-such-source"), AOS_PYTHON=str(python_shim)
-        )
+        env.update(TMPDIR=str(job_tmp), AOS_SOURCE=str(tmp_path / "no-such-source"), AOS_PYTHON=str(python_shim))
         done = run_gitlab(_template()[job], tmp_path, env)
         assert 0 != done.returncode
         assert [] == list(job_tmp.iterdir())

@@ -102,13 +102,64 @@ def test_node_ids_are_read_from_junit_as_pytest_names_them(tmp_path: Path) -> No
         '<testsuites><testsuite name="pytest">'
         '<testcase classname="tests.aos.test_fuzz.TestFuzz" name="test_a[x-1]" time="2.345"/>'
         '<testcase classname="tests.project.test_workers" name="test_b" time="0.1"/>'
+        '<testcase classname="tests.observe.test_ssh" name="test_e[root@node]@sshd" time="3"/>'
+        '<testcase classname="tests.observe.test_ssh" name="test_f@sshd" time="4"/>'
         '<testcase classname="tests.a.test_c" name="test_d" time="9"><skipped message="no"/></testcase>'
         "</testsuite></testsuites>"
     )
     assert {
         "tests/aos/test_fuzz.py::TestFuzz::test_a[x-1]": 2.35,
         "tests/project/test_workers.py::test_b": 0.1,
+        "tests/observe/test_ssh.py::test_e[root@node]": 3.0,
+        "tests/observe/test_ssh.py::test_f": 4.0,
     } == durations.from_junit(report)
+
+
+GROUPED = """
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.workers import groups_in_node_ids
+
+
+def pytest_collection_modifyitems(config, items):
+    groups_in_node_ids(config, items)
+
+
+@pytest.fixture
+def where(request):
+    yield
+    ran = Path(os.environ["WHERE"]) / request.node.name
+    ran.write_text(os.environ.get("PYTEST_XDIST_WORKER", "none"))
+"""
+
+
+def test_a_group_runs_on_one_worker(tmp_path: Path) -> None:
+    """Under ``-n 2 --dist loadgroup`` the eight tests of one xdist_group run on one worker, with the suite's
+    conftest hook (tests.helpers.workers.groups_in_node_ids); ungrouped tests go to both."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "conftest.py").write_text(GROUPED)
+    tests = ["import time", "import pytest", ""]
+    for i in range(8):
+        tests += ['@pytest.mark.xdist_group("shared")', f"def test_grouped_{i}(where):", "    time.sleep(0.2)", ""]
+    for i in range(8):
+        tests += [f"def test_free_{i}(where):", "    time.sleep(0.2)", ""]
+    (tmp_path / "test_groups.py").write_text("\n".join(tests))
+    where = tmp_path / "where"
+    where.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:phoenix", "-n", "2", "--dist",
+         "loadgroup", "test_groups.py"],
+        capture_output=True, text=True, cwd=tmp_path, env=child_env({"WHERE": str(where), "PYTHONPATH": str(ROOT)}),
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert 0 == proc.returncode, proc.stdout[-2000:]
+    ran = {p.name: p.read_text() for p in where.iterdir()}
+    assert 16 == len(ran)
+    assert 1 == len({w for name, w in ran.items() if name.startswith("test_grouped_")}), ran
+    assert {"gw0", "gw1"} == set(ran.values()), ran
 
 
 @pytest.mark.slow  # collects the whole suite
