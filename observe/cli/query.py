@@ -102,7 +102,8 @@ def table_text(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 @click.option(
     "--store",
     metavar="STORE",
-    help="Query the streams of this folder store's evidence index (written by push) instead of files named here.",
+    help="Query the streams of this store's evidence index (written by push; a folder or s3://) instead of files named "
+    "here.",
 )
 @click.option(
     "--reverify",
@@ -137,8 +138,9 @@ def query_command(
 
     Each STREAM_OR_GLOB is a stream, a folder (its *.aos, recursively) or a
     quoted glob; every stream is verified first. With --store instead, the
-    streams are those the folder store's evidence index lists (written by
-    push; docs/FORMAT.md section 8), verified when they were pushed. Each
+    streams are those the store's evidence index lists (written by push;
+    docs/FORMAT.md section 8), verified when they were pushed; an s3://
+    store's are first copied into a mirror in the user's cache. Each
     row is checked against its stream's tail (the verdict's batch through
     the seal; with --key, the seal's signature): a row that does not state
     what its stream seals is named (`index-row`, the JSON's "mismatched")

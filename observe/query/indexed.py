@@ -1,5 +1,8 @@
 """The streams of a store's evidence index as query sources, each row checked against its stream's seal.
 
+A bucket's streams are first copied into the user's mirror (``observe.query.mirror``), each kept only when its
+bytes hash to its name; everything below then reads the copies as a folder store's files.
+
 ``indexed_sources(store)`` reads the index (``observe.store_index``) and makes
 each row a ``Source`` without verifying the stream again. A row is not signed,
 so it is trusted only once ``check_row`` has read its stream's tail (the batch
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from observe.query.sources import Skipped, distinct_ids, open_one
 from observe.query.tables import Source
-from observe.refusals import StoreUrl, StreamDigest
+from observe.refusals import StreamDigest
 
 if TYPE_CHECKING:
     from aos.refusals import Refusal
@@ -67,27 +70,33 @@ def indexed_sources(
     key: Verifier | None = None,
     include_damaged: bool = False,
 ) -> Indexed:
-    """The streams the index of a folder store lists, as query sources (``store-url`` for any other store)."""
+    """The streams the index of a store lists, as query sources (a bucket's through the user's mirror)."""
     from aos.refusals import Refusal
     from observe.query.checked import FINGERPRINTED, Memo, fingerprint
     from observe.store import open_store
     from observe.store_index import read_streams
 
     store = open_store(store_url)
-    if store.local_path("") is None:
-        raise StoreUrl(f"{os.fspath(store_url)}: query reads the index of a folder store (fetch the streams here)")
-    rows = read_streams(store)
+    wanted = (*FINGERPRINTED, "first_time", "host", "labels", "argv", "source")
+    # not the devices: a list of structs, slow to convert
+    all_rows = read_streams(store).select(list(wanted)).to_pylist()
     root = store.local_path("")
-    assert root is not None
+    not_copied: dict[str, Refusal] = {}
+    if root is None:  # a bucket: its streams copied into the user's mirror first (observe.query.mirror)
+        from observe.query.mirror import mirror_streams
+
+        root, not_copied = mirror_streams(store, ((r["file_blake3"], r["file_size"]) for r in all_rows))
     memo = Memo(root)
     key_id = key.key_id if key is not None else None
     out = Indexed([], [])
-    wanted = (*FINGERPRINTED, "first_time", "host", "labels", "argv", "source")
     listed: list[tuple[dict[str, Any], Path, Sealed | None]] = []
     unchecked: list[tuple[int, str]] = []  # (place in listed, fingerprint) of the rows whose tail is read
-    for row in rows.select(list(wanted)).to_pylist():  # not the devices: a list of structs, slow to convert
-        path = store.local_path(f"{row['file_blake3']}.aos")
-        assert path is not None  # a folder store
+    for row in all_rows:
+        path = root / f"{row['file_blake3']}.aos"
+        if row["file_blake3"] in not_copied:
+            refused = not_copied[row["file_blake3"]]
+            out.skipped.append(Skipped(store.url(path.name), f"{refused.name}: {refused.detail}"))
+            continue
         try:
             st = os.stat(path)
         except OSError as gone:
