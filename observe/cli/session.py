@@ -75,8 +75,8 @@ def _member_options(func: Any) -> Any:
 
 
 @example(
-    "alpha observe session run fleet.json --dir run-7 -- ./launch.sh",
-    "alpha observe session run rack.json --member rack-0 -- ./launch-rack.sh",
+    "alpha observe session run fleet.json --dir run-7 --sign-key session.key -- ./launch.sh",
+    "alpha observe session run rack.json --member rack-0 --sign-key rack-0.key -- ./launch-rack.sh",
 )
 @session_group.command("run", cls=CommandAfterOptions)
 @click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
@@ -137,7 +137,7 @@ def session_run_command(
     sys.exit(outcome.exit_code)
 
 
-@example("alpha observe node node-3 -- ./train.sh")
+@example("alpha observe node node-3 --sign-key /etc/alpha-observe/node-3.key -- ./train.sh")
 @click.command("node", cls=CommandAfterOptions)
 @click.argument("name")
 @_member_options
@@ -149,8 +149,10 @@ def node_command(
 ) -> None:
     """Record COMMAND on this node as member NAME of a session; seal it at DIR/nodes/NAME.aos.
 
-    The node's GPUs and processes are observed as `record` observes them. Exit
-    codes are `record`'s.
+    The node's GPUs and processes are observed as `record` observes them. Sign
+    with the key the session's spec declares for NAME (--sign-key or
+    --sign-key-env): the session proves a member only by a stream its declared
+    key signed. Exit codes are `record`'s.
     """
     without_numpy()
     from observe.session.node import run_node
