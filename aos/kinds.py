@@ -131,7 +131,11 @@ REGISTRY: dict[str, Kind] = {
         Kind(ARTIFACT_ERROR, ("path", "error"), (_RECORDER + "artifacts",)),
         Kind(ARTIFACT_MISSING, ("pattern", "error"), (_RECORDER + "artifacts",)),
         Kind(CHECKPOINT, ("events", "head"), ("aos.writer",)),
-        Kind(SESSION_OPEN, ("origin", "name", "parent", "members", "fanout"), ("observe.session.coordinator",)),
+        Kind(
+            SESSION_OPEN,
+            ("origin", "name", "parent", "members", "fanout", "unsigned"),
+            ("observe.session.coordinator",),
+        ),
         Kind(
             SESSION_MEMBER,
             ("name", "kind", "status", "reason", "at", "stream_id", "file_blake3", "head", "leaf", "received_ns"),

@@ -26,7 +26,9 @@ __all__ = [
     "load_key",
     "load_public_key",
     "load_signer",
+    "raw_public",
     "signer_from_pem",
+    "verifier_from_raw",
 ]
 
 
@@ -34,6 +36,22 @@ def key_id(public: Ed25519PublicKey) -> str:
     """A short stable name for a public key."""
     raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return blake3(raw).digest()[:16].hex()
+
+
+def raw_public(public: Ed25519PublicKey) -> str:
+    """The raw 32-byte public key, in hex (64 lowercase digits)."""
+    return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
+
+
+def verifier_from_raw(raw_hex: object) -> Verifier:
+    """The ``Verifier`` of a raw public key in hex (``raw_public``); anything else is a ``stream-signature``
+    refusal."""
+    try:
+        if not isinstance(raw_hex, str) or len(raw_hex) != 64:
+            raise ValueError("not 64 hex digits")
+        return Verifier(Ed25519PublicKey.from_public_bytes(bytes.fromhex(raw_hex)))
+    except ValueError as exc:
+        raise StreamSignature(f"{raw_hex!r} is not a raw Ed25519 public key in hex: {exc}") from None
 
 
 @dataclass(frozen=True)

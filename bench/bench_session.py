@@ -2,12 +2,14 @@
 
 For each fleet size N and fan-out F: N small node streams (made here with the
 writer, no SSH, no recorder: a node recorder's stream.open with the session's
-labels, a device.observed of 8 GPUs, some output, process.exit, the seal) lie in
+labels, a device.observed of 8 GPUs, some output, process.exit, the seal, signed
+by the node's own Ed25519 key, which its rack's spec declares) lie in
 ceil(N / F) rack sessions of at most F nodes each, under one top session. Each
 phase runs in a fresh process, so its peak RSS is its own:
 
 - **seal racks**: each rack's coordinating stream judges its nodes (verifies
-  each stream, checks its labels), builds the tree, writes the checkpoint and
+  each stream and its seal's signature by the node's declared key, checks its
+  labels), builds the tree, writes the checkpoint and
   the proofs, and is sealed (observe.session.coordinator.seal_members, as a
   recording's before_seal runs it); racks one after another, in one process;
 - **seal top**: the top session over the racks;
@@ -46,13 +48,33 @@ GPUS_PER_NODE = 8
 FLEET_GPUS = 200_000
 
 
-def _node(path: Path, origin: str, name: str, index: int) -> None:
-    """One small node stream, as a node recorder seals it (labels binding it to its session and name)."""
+def _signer(label: str) -> Any:
+    """The Ed25519 key of node or rack ``label``: one per member, as each recorder has its own (derived from the
+    label here, so that every phase's process finds the same one; a real fleet generates them)."""
+    from blake3 import blake3
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from aos.signing import Signer
+
+    return Signer(Ed25519PrivateKey.from_private_bytes(blake3(f"bench-key/{label}".encode()).digest()))
+
+
+def _public(label: str) -> str:
+    """The raw public key (hex) a spec declares for ``label``."""
+    from aos.signing import raw_public
+
+    return raw_public(_signer(label).private.public_key())
+
+
+def _node(path: Path, origin: str, name: str, index: int, key: str | None = None) -> None:
+    """One small node stream, as a node recorder seals it (labels binding it to its session and name), signed by
+    member ``key``'s own key (none: unsigned)."""
     from aos import kinds
     from aos.writer import StreamWriter
     from observe.session.members import LABEL_MEMBER, LABEL_ORIGIN
 
-    w = StreamWriter(path, background_flush=False, fsync="never")
+    signer = None if key is None else _signer(key)
+    w = StreamWriter(path, signer=signer, background_flush=False, fsync="never")
     labels = {LABEL_ORIGIN: origin, LABEL_MEMBER: name}
     w.append(kinds.STREAM_OPEN, {"stream_id": w.stream_id, "argv": ["train.sh"], "labels": labels, "host": name})
     gpus = [{"index": i, "uuid": f"GPU-{index:06d}-{i}", "name": "NVIDIA H200"} for i in range(GPUS_PER_NODE)]
@@ -64,8 +86,9 @@ def _node(path: Path, origin: str, name: str, index: int) -> None:
     w.seal()
 
 
-def _session_stream(directory: Path, spec: Any, origin: str, parent: Any) -> None:
-    """A session's coordinating stream, sealed over its members as run_session seals it (without a launcher)."""
+def _session_stream(directory: Path, spec: Any, origin: str, parent: Any, key: str | None = None) -> None:
+    """A session's coordinating stream, sealed over its members as run_session seals it (without a launcher),
+    signed by ``key``'s own key (none: unsigned)."""
     from aos import kinds
     from aos.writer import StreamWriter
     from observe.session import layout
@@ -74,7 +97,8 @@ def _session_stream(directory: Path, spec: Any, origin: str, parent: Any) -> Non
 
     for sub in ("nodes", "sessions", "proofs"):
         (directory / sub).mkdir(parents=True, exist_ok=True)
-    w = StreamWriter(layout.stream(directory), background_flush=False, fsync="never")
+    signer = None if key is None else _signer(key)
+    w = StreamWriter(layout.stream(directory), signer=signer, background_flush=False, fsync="never")
     labels = {} if parent is None else {LABEL_ORIGIN: parent.origin, LABEL_MEMBER: parent.name}
     w.append(kinds.STREAM_OPEN, {"stream_id": w.stream_id, "argv": ["launch.sh"], "labels": labels})
     w.append(kinds.SESSION_OPEN, open_attrs(spec, origin, parent))
@@ -102,7 +126,7 @@ def phase_make(root: Path, n: int, fanout: int) -> dict[str, Any]:
         folder = layout.sub_session(root, f"rack-{r}")
         (folder / "nodes").mkdir(parents=True)
         for i in range(count):
-            _node(layout.node_stream(folder, f"node-{i}"), origin, f"node-{i}", index)
+            _node(layout.node_stream(folder, f"node-{i}"), origin, f"node-{i}", index, f"rack-{r}/node-{i}")
             index += 1
         racks.append({"name": f"rack-{r}", "origin": origin, "nodes": count})
     (root / "plan.json").write_text(json.dumps({"top": top, "racks": racks}))
@@ -116,10 +140,12 @@ def phase_seal_racks(root: Path) -> dict[str, Any]:
 
     plan = json.loads((root / "plan.json").read_text())
     for rack in plan["racks"]:
-        spec = Spec(
-            "bench.example/rack", tuple(Expected(f"node-{i}", gpus=GPUS_PER_NODE) for i in range(rack["nodes"]))
+        name = rack["name"]
+        members = tuple(
+            Expected(f"node-{i}", gpus=GPUS_PER_NODE, key=_public(f"{name}/node-{i}")) for i in range(rack["nodes"])
         )
-        _session_stream(layout.sub_session(root, rack["name"]), spec, rack["origin"], Parent(plan["top"], rack["name"]))
+        spec = Spec("bench.example/rack", members)
+        _session_stream(layout.sub_session(root, name), spec, rack["origin"], Parent(plan["top"], name), name)
     return {}
 
 
@@ -127,7 +153,9 @@ def phase_seal_top(root: Path) -> dict[str, Any]:
     from observe.session.spec import Expected, Spec
 
     plan = json.loads((root / "plan.json").read_text())
-    spec = Spec("bench.example/fleet", tuple(Expected(r["name"], session=True) for r in plan["racks"]))
+    spec = Spec(
+        "bench.example/fleet", tuple(Expected(r["name"], session=True, key=_public(r["name"])) for r in plan["racks"])
+    )
     _session_stream(root, spec, plan["top"], None)
     return {}
 

@@ -5,7 +5,10 @@ over each proven node stream, one at a time, and hands each member here with
 what its recorder observed of the devices (``DeviceTally``, filled while the
 same events pass). This module never reads a file. A member that did not run,
 or whose stream is not proven, is ``inconclusive`` naming it: a session
-establishes nothing about a node it has no proof of.
+establishes nothing about a node it has no proof of. A member proven on its
+self-declared labels alone (the session declared no key for it: its spec's
+``"unsigned": true``) is ``inconclusive`` too, naming it: nothing shows its
+stream came from its node's recorder.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ class DeviceTally:
 @dataclass(frozen=True)
 class MemberEvidence:
     """One member of the session: its path, status and reason as verified, the digest of its stream, the GPUs
-    the session expected of it, the gate's verdict over its stream and what its recorder observed."""
+    the session expected of it, the gate's verdict over its stream and what its recorder observed; ``unsigned``
+    when the session declared no key for it (proven on its labels alone)."""
 
     path: str
     kind: str
@@ -58,6 +62,7 @@ class MemberEvidence:
     expected_gpus: int | None = None
     verdict: Verdict | None = None
     devices: DeviceTally | None = None
+    unsigned: bool = False
 
 
 #: One line of a GPU list: a GPU's UUID and the path of the member whose recorder observed it.
@@ -136,13 +141,21 @@ def distinct_check(levels: Iterable[LevelCheck]) -> Check | None:
 
 
 def _member_check(m: MemberEvidence) -> Check | None:
-    """The check of one member: inconclusive when not proven; else the gate's verdict over its stream and its
-    GPU count against the expected set. A proven sub-session has none (its members are checked)."""
+    """The check of one member: inconclusive when not proven, or proven without a declared key; else the gate's
+    verdict over its stream and its GPU count against the expected set. A proven sub-session signed by its
+    declared key has none (its members are checked)."""
     from gates.verdict import Check
 
     name = f"member:{m.path}"
     if m.status != "proven":
         return Check(name, "inconclusive", f"{m.status}: {m.reason}")
+    if m.unsigned:
+        return Check(
+            name,
+            "inconclusive",
+            "unsigned: the session declared no key for it (its spec's unsigned: true), so its stream names this "
+            "session and member by its own labels only: nothing shows it came from its recorder",
+        )
     if m.kind == "session" or m.verdict is None:
         return None
     digest = (m.digest or "")[:16]

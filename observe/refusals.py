@@ -30,6 +30,7 @@ __all__ = [
     "QueryStreamId",
     "Resource",
     "SessionSpec",
+    "SessionUnsigned",
     "StoreUnreachable",
     "StoreUrl",
     "StreamDigest",
@@ -177,3 +178,10 @@ class SessionSpec(Refusal):
     """A session's expected set (its spec file) is not valid, or a member is started outside a session."""
 
     name = "session-spec"
+
+
+class SessionUnsigned(Refusal):
+    """A session's spec declares no public key for some member and does not opt in with ``"unsigned": true``: such a
+    member's stream would be taken on its self-declared labels alone, so the session is refused before it runs."""
+
+    name = "session-unsigned"

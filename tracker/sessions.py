@@ -101,13 +101,18 @@ def verify_trusted(directory: Path, keys: dict[str, Verifier]) -> SessionReport:
 
 
 def session_rows(report: SessionReport, directory: Path) -> list[dict[str, Any]]:
-    """Each member of a verified session as its row (``COLUMNS``), in the declared order, at any depth."""
+    """Each member of a verified session as its row (``COLUMNS``), in the declared order, at any depth. A member
+    proven on its labels alone (its session declared no key for it) is recorded ``not-proven``, ``unsigned``: the
+    tracker's proven means shown to come from its recorder."""
     path = str(directory.resolve())
     rows = []
     for i, m in enumerate(report.members):
-        proven = m.status == "proven"
+        proven = m.status == "proven" and not m.unsigned
+        status = "not-proven" if m.unsigned else m.status
         reason = None if proven else (m.reason or "no reason given") + ("" if m.sealed else " (since it sealed)")
-        values = (report.origin, m.path, i, path, report.root, m.kind, m.status, reason, m.digest if proven else None)
+        if m.unsigned:
+            reason = "unsigned: the session declared no key for it; its stream names it by its own labels only"
+        values = (report.origin, m.path, i, path, report.root, m.kind, status, reason, m.digest if proven else None)
         rows.append(dict(zip(COLUMNS, values, strict=True)))
     return rows
 

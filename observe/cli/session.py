@@ -75,8 +75,8 @@ def _member_options(func: Any) -> Any:
 
 
 @example(
-    "alpha observe session run fleet.json --dir run-7 -- ./launch.sh",
-    "alpha observe session run rack.json --member rack-0 -- ./launch-rack.sh",
+    "alpha observe session run fleet.json --dir run-7 --sign-key session.key -- ./launch.sh",
+    "alpha observe session run rack.json --member rack-0 --sign-key rack-0.key -- ./launch-rack.sh",
 )
 @session_group.command("run", cls=CommandAfterOptions)
 @click.argument("spec", type=click.Path(dir_okay=False, path_type=Path))
@@ -91,7 +91,9 @@ def _member_options(func: Any) -> Any:
 @_member_options
 @recording_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-@reports_refusals(Exit.RECORDER, by_name={OutExists.name: Exit.USAGE, "session-spec": Exit.USAGE})
+@reports_refusals(
+    Exit.RECORDER, by_name={OutExists.name: Exit.USAGE, "session-spec": Exit.USAGE, "session-unsigned": Exit.USAGE}
+)
 def session_run_command(
     spec: Path,
     directory: Path | None,
@@ -106,10 +108,12 @@ def session_run_command(
     The stream declares SPEC's expected members first; COMMAND runs with
     ALPHA_FLEET_DIR and ALPHA_FLEET_ORIGIN set, for the node recorders and
     sub-sessions it starts. When it ends, each member is judged from its sealed
-    stream in the folder, and the session seals a checkpoint over the proven ones
-    (DIR/checkpoint, DIR/proofs/NAME.proof). Exit: COMMAND's code when it failed;
-    3 when a member did not run or is not proven (each named on stderr); 0 when
-    every member is proven.
+    stream in the folder (signed by the key SPEC declares for it), and the session
+    seals a checkpoint over the proven ones (DIR/checkpoint, DIR/proofs/NAME.proof).
+    A SPEC member without a key is refused (session-unsigned) unless SPEC says
+    "unsigned": true. Exit: COMMAND's code when it failed; 3 when a member did not
+    run, is not proven, or has no key (each named on stderr); 0 when every member
+    is proven by its key.
     """
     without_numpy()
     from observe.session.coordinator import Parent, run_session
@@ -128,10 +132,12 @@ def session_run_command(
     outcome = run_session(read_spec(spec), directory, command, options_from_click(**kwargs), parent=parent)
     for j in outcome.missing:
         click.echo(f"alpha observe: session member {j.name}: {j.status}: {j.reason}", err=True)
+    for j in outcome.unsigned:
+        click.echo(f"alpha observe: session member {j.name}: unsigned: the spec declares no key for it", err=True)
     sys.exit(outcome.exit_code)
 
 
-@example("alpha observe node node-3 -- ./train.sh")
+@example("alpha observe node node-3 --sign-key /etc/alpha-observe/node-3.key -- ./train.sh")
 @click.command("node", cls=CommandAfterOptions)
 @click.argument("name")
 @_member_options
@@ -143,8 +149,10 @@ def node_command(
 ) -> None:
     """Record COMMAND on this node as member NAME of a session; seal it at DIR/nodes/NAME.aos.
 
-    The node's GPUs and processes are observed as `record` observes them. Exit
-    codes are `record`'s.
+    The node's GPUs and processes are observed as `record` observes them. Sign
+    with the key the session's spec declares for NAME (--sign-key or
+    --sign-key-env): the session proves a member only by a stream its declared
+    key signed. Exit codes are `record`'s.
     """
     without_numpy()
     from observe.session.node import run_node
@@ -167,9 +175,11 @@ def node_command(
 def session_verify_command(directory: Path, member: str | None, key: str | None, as_json: bool) -> None:
     """Verify a session offline from its folder: its stream, its checkpoint, each member's stream and proof.
 
-    Prints each member not proven, and why. Exit 0 every member proven; 3 the
-    session sealed some as not run or not proven; 1 a member changed since the
-    session sealed it, or the session itself does not verify (refused: NAME).
+    Each member's stream must be signed by the key the session declared for it.
+    Prints each member not proven, and why, and each the session declared without
+    a key (unsigned). Exit 0 every member proven by its key; 3 the session sealed
+    some as not run or not proven, or some are unsigned; 1 a member changed since
+    the session sealed it, or the session itself does not verify (refused: NAME).
     """
     from observe.session.verify import verify_session
 
@@ -181,7 +191,14 @@ def session_verify_command(directory: Path, member: str | None, key: str | None,
             "root": report.root,
             "signed": report.signed,
             "members": [
-                {"path": m.path, "kind": m.kind, "status": m.status, "reason": m.reason, "sealed": m.sealed}
+                {
+                    "path": m.path,
+                    "kind": m.kind,
+                    "status": m.status,
+                    "reason": m.reason,
+                    "sealed": m.sealed,
+                    "key_id": m.key_id,
+                }
                 for m in report.members
             ],
         }
@@ -193,7 +210,10 @@ def session_verify_command(directory: Path, member: str | None, key: str | None,
         for m in report.not_proven:
             since = "" if m.sealed else " (since the session sealed)"
             click.echo(f"  {m.status}{since}: {m.path}: {m.reason}")
-        click.echo(f"{proven} proven, {len(report.not_proven)} did not run or not proven")
+        for m in report.unsigned:
+            click.echo(f"  unsigned: {m.path}: the session declared no key for it: proven by its own labels only")
+        unsigned = f" ({len(report.unsigned)} of them unsigned)" if report.unsigned else ""
+        click.echo(f"{proven} proven{unsigned}, {len(report.not_proven)} did not run or not proven")
     sys.exit(report.exit_code)
 
 
@@ -208,8 +228,8 @@ def session_verify_command(directory: Path, member: str | None, key: str | None,
 @public_key_option("Ed25519 public key (PEM) the session's seal and checkpoint note must be signed by.")
 @reports_refusals(by_name={"gate-file": Exit.USAGE, "gate-unknown": Exit.USAGE})
 def session_gate_command(directory: Path, name: str, gate_files: tuple[str, ...], key: str | None) -> None:
-    """Judge a session offline: the gate over each proven node stream, each member that did not run or is not
-    proven inconclusive by name, and no GPU observed by two members.
+    """Judge a session offline: the gate over each proven node stream, each member that did not run, is not
+    proven or has no declared key inconclusive by name, and no GPU observed by two members.
 
     Exit 0 pass, 1 fail, 3 inconclusive; 1 and refused: NAME when the session itself does not verify.
     """

@@ -74,7 +74,7 @@ class Arrivals:
             if self._seen.get(expected.name) == (st.st_size, st.st_mtime_ns):
                 continue
             self._seen[expected.name] = (st.st_size, st.st_mtime_ns)
-            j = judge(self.directory, expected.name, kind, self.origin)
+            j = judge(self.directory, expected.name, kind, self.origin, expected.key)
             if j.status == PROVEN:
                 self.taken[expected.name] = j
                 append(kinds.SESSION_MEMBER, member_attrs(j, "sealed"))

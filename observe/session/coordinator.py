@@ -8,7 +8,8 @@ The launcher (the recorded command) starts a node recorder on each node
 for a nested fleet, a sub-session per rack (``alpha observe session run``);
 each seals its own stream into the session's folder (``ALPHA_FLEET_DIR``).
 Its stream holds, after ``stream.open``, ``session.open`` (the origin and the
-expected members); then, when the launcher has ended, one ``session.member``
+expected members, each with the public key its stream must be signed with);
+then, when the launcher has ended, one ``session.member``
 per expected member, in the declared order, judged from its files
 (observe.session.members: proven, did not run, not proven); then
 ``session.checkpoint``: the RFC 9162 tree over the proven members' leaves, in
@@ -61,13 +62,21 @@ class SessionOutcome:
         return tuple(j for j in self.judged if j.status != PROVEN)
 
     @property
+    def unsigned(self) -> tuple[Judged, ...]:
+        """Return the members proven on their labels alone: the spec declared no key for them."""
+        from observe.session.members import PROVEN
+
+        return tuple(j for j in self.judged if j.status == PROVEN and j.key_id is None)
+
+    @property
     def exit_code(self) -> int:
-        """The recording's exit code when it is not 0; else 3 (inconclusive) when a member is missing."""
+        """The recording's exit code when it is not 0; else 3 (inconclusive) when a member is missing or
+        unsigned."""
         from observe.exits import Exit
 
         if self.record.exit_code != 0:
             return self.record.exit_code
-        return Exit.INCONCLUSIVE if self.missing else 0
+        return Exit.INCONCLUSIVE if self.missing or self.unsigned else 0
 
 
 def run_session(
@@ -116,7 +125,8 @@ def run_session(
 
 
 def open_attrs(spec: Spec, origin: str, parent: Parent | None) -> dict[str, Any]:
-    """Return the ``session.open`` attrs: the origin, its place in a parent session, the expected members."""
+    """Return the ``session.open`` attrs: the origin, its place in a parent session, the expected members (each
+    with the public key its stream must be signed with), and whether the spec opted in to members without one."""
     from observe.session.spec import FANOUT
 
     return {
@@ -125,6 +135,7 @@ def open_attrs(spec: Spec, origin: str, parent: Parent | None) -> dict[str, Any]
         "parent": None if parent is None else parent.origin,
         "members": [m.attrs() for m in spec.members],
         "fanout": FANOUT,
+        "unsigned": spec.unsigned,
     }
 
 
@@ -145,7 +156,7 @@ def seal_members(
     judged: list[Judged] = []
     leaves: list[bytes] = []
     for expected in spec.members:
-        j = judge(directory, expected.name, "session" if expected.session else "stream", origin)
+        j = judge(directory, expected.name, expected.kind, origin, expected.key)
         judged.append(j)
         if j.member is not None:
             leaves.append(j.member.leaf_hash())

@@ -1,7 +1,9 @@
 """A gate over a session, from its folder: ``alpha observe session gate DIR --gate NAME``.
 
 The session is verified first (observe.session.verify: every member proven,
-did not run, or not proven, each proven stream matching its leaf); then the
+did not run, or not proven, each proven stream matching its leaf and signed by
+the key the session declared for it; one declared without a key is named
+unsigned and inconclusive); then the
 gate is evaluated over each proven node stream, one stream at a time, its
 devices tallied in the same pass, and gates.session composes the members into
 one verdict. ``devices-distinct`` is checked level by level: each session
@@ -108,7 +110,7 @@ def _evidence(m: MemberReport, gate: Gate) -> MemberEvidence:
     from gates.evaluation import evaluate_with_evidence, with_damage
     from gates.session import DeviceTally, MemberEvidence
 
-    base = MemberEvidence(m.path, m.kind, m.status, m.reason, m.digest, m.gpus)
+    base = MemberEvidence(m.path, m.kind, m.status, m.reason, m.digest, m.gpus, unsigned=m.unsigned)
     if m.status != "proven" or m.kind != "stream" or m.stream is None:
         return base
     tally = DeviceTally()
@@ -118,4 +120,4 @@ def _evidence(m: MemberReport, gate: Gate) -> MemberEvidence:
         for _ in events:  # an evaluation that stopped early: the tally sees every event
             pass
         verdict = v if ev is None else with_damage(v, f.damage)
-    return MemberEvidence(m.path, m.kind, m.status, m.reason, m.digest, m.gpus, verdict, tally)
+    return MemberEvidence(m.path, m.kind, m.status, m.reason, m.digest, m.gpus, verdict, tally, m.unsigned)

@@ -1,12 +1,18 @@
 """Judging one member of a session from its files: proven, did not run, or not proven (and why).
 
 A member is proven when its stream lies where the session's folder puts it,
-verifies (intact and sealed), and names this session and this member in its
-``stream.open`` labels (``aos.session.origin``, ``aos.session.member``), so a
+verifies (intact and sealed) with its seal signed by the public key the
+session declared for that member (``session.open``), and names this session
+and this member in its ``stream.open`` labels (``aos.session.origin``, ``aos.session.member``), so a
 stream of another session, or of another member, is never taken for it. A
 sub-session's stream must also hold its ``session.checkpoint``: its leaf
-states that checkpoint; and its GPU list must be the one it sealed. The same
-judgment serves the coordinator when it seals and ``verify --session``
+states that checkpoint; and its GPU list must be the one it sealed. The
+labels alone are self-declared (whoever can write into the folder can write
+them); the declared key is what shows the stream came from
+that member's recorder. A member the session declared without a key (its
+spec's ``"unsigned": true``) is judged on its labels alone and marked so
+(``Judged.key_id`` None): every verdict over it is at best inconclusive. The
+same judgment serves the coordinator when it seals and ``verify --session``
 afterwards.
 """
 
@@ -48,13 +54,15 @@ LABEL_MEMBER = "aos.session.member"
 
 @dataclass(frozen=True)
 class Judged:
-    """One member as its files show it: ``member`` (its leaf) when proven, else the reason."""
+    """One member as its files show it: ``member`` (its leaf) when proven, else the reason; ``key_id`` the id of
+    the key its stream's seal was checked against (None: the session declared no key for it)."""
 
     name: str
     kind: str
     status: str
     reason: str | None = None
     member: Member | None = None
+    key_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -120,8 +128,18 @@ def checkpoint_of(attrs: dict[str, Any]) -> tlog.Checkpoint:
         raise StreamProof("the session.checkpoint event lacks origin, size or root") from None
 
 
-def judge(directory: Path, name: str, kind: str, origin: str) -> Judged:
-    """Judge member ``name`` (``kind`` ``stream`` or ``session``) of the session ``origin`` in ``directory``."""
+def judge(directory: Path, name: str, kind: str, origin: str, key: str | None) -> Judged:
+    """Judge member ``name`` (``kind`` ``stream`` or ``session``) of the session ``origin`` in ``directory``;
+    ``key`` is the raw public key (hex) the session declared for it, None when it declared none."""
+    from aos.refusals import StreamSignature
+    from aos.signing import verifier_from_raw
+
+    verifier: Verifier | None = None
+    if key is not None:
+        try:
+            verifier = verifier_from_raw(key)
+        except Refusal as exc:
+            return Judged(name, kind, NOT_PROVEN, f"the key the session declared for it: {exc}")
     path = layout.member_stream(directory, name, kind)
     where = os.path.relpath(path, directory)
     if not path.exists():
@@ -134,7 +152,16 @@ def judge(directory: Path, name: str, kind: str, origin: str) -> Judged:
             return Judged(name, kind, NOT_PROVEN, f"it sealed {os.path.relpath(partial, directory)} but never named it")
         return Judged(name, kind, DID_NOT_RUN, f"no stream at {where}: it never sealed one, or it never arrived")
     try:
-        got = read_session_stream(path, whole=kind == "session")
+        got = read_session_stream(path, verifier, whole=kind == "session")
+    except StreamSignature as exc:
+        if verifier is None:
+            return Judged(name, kind, NOT_PROVEN, f"{where}: {exc}")
+        return Judged(
+            name,
+            kind,
+            NOT_PROVEN,
+            f"{where} is not signed by the key the session declared for {name} ({verifier.key_id}): {exc}",
+        )
     except Refusal as exc:
         return Judged(name, kind, NOT_PROVEN, f"{where}: {exc}")
     said = (got.labels.get(LABEL_ORIGIN), got.labels.get(LABEL_MEMBER))
@@ -159,7 +186,7 @@ def judge(directory: Path, name: str, kind: str, origin: str) -> Judged:
         if bad is not None:
             return Judged(name, kind, NOT_PROVEN, f"{os.path.relpath(path.parent, directory)}/{bad}")
     member = Member(kind, name, got.stream_id, got.file_blake3, got.head, cp)
-    return Judged(name, kind, PROVEN, None, member)
+    return Judged(name, kind, PROVEN, None, member, None if verifier is None else verifier.key_id)
 
 
 def member_attrs(j: Judged, at: str) -> dict[str, Any]:

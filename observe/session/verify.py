@@ -3,7 +3,8 @@
 The session's own stream is verified first (with ``--key``, its seal and its
 checkpoint note must be signed by that key); the checkpoint file must be the
 note the stream sealed. Then each member the session sealed as proven is judged
-again from its files (observe.session.members) and its inclusion proof checked
+again from its files (observe.session.members: signed by the key the session
+declared for it in ``session.open``) and its inclusion proof checked
 against the checkpoint; a sub-session is verified the same way, one level
 down, its checkpoint bound by its leaf in this one. A member the session
 sealed as not run or not proven stays so, with the reason it sealed; a member
@@ -27,6 +28,7 @@ from observe.session.members import DID_NOT_RUN, NOT_PROVEN, PROVEN, checkpoint_
 
 if TYPE_CHECKING:
     from aos.signing import Verifier
+    from observe.session.members import Judged
 
 __all__ = ["MemberReport", "SessionReport", "verify_session"]
 
@@ -53,6 +55,13 @@ class MemberReport:
     gpus: int | None = None
     #: BLAKE3 of the member's stream file, as its leaf states it (None unless proven).
     digest: str | None = None
+    #: The id of the key the session declared for it and its stream's seal verified with (None: none declared).
+    key_id: str | None = None
+
+    @property
+    def unsigned(self) -> bool:
+        """Whether it is proven on its self-declared labels alone (the session declared no key for it)."""
+        return self.status == PROVEN and self.key_id is None
 
 
 @dataclass
@@ -71,12 +80,17 @@ class SessionReport:
         return [m for m in self.members if m.status != PROVEN]
 
     @property
+    def unsigned(self) -> list[MemberReport]:
+        """Return every member proven on its labels alone: its session declared no key for it."""
+        return [m for m in self.members if m.unsigned]
+
+    @property
     def exit_code(self) -> int:
-        """0 every member proven; 3 only members the session itself sealed as not run or not proven; 1 a
-        member proven when the session sealed and not now."""
+        """0 every member proven by its declared key; 3 only members the session itself sealed as not run or
+        not proven, or members without a key; 1 a member proven when the session sealed and not now."""
         if any(not m.sealed for m in self.members):
             return 1
-        return 3 if self.not_proven else 0
+        return 3 if self.not_proven or self.unsigned else 0
 
 
 def verify_session(directory: Path, key: Verifier | None = None, only: str | None = None) -> SessionReport:
@@ -94,16 +108,16 @@ def verify_session(directory: Path, key: Verifier | None = None, only: str | Non
         raise StreamProof(f"{directory}: {bad}")
     report = SessionReport(cp.origin, cp.size, s.checkpoint["root"], key is not None)
     parts = _parts(only)
-    _walk(directory, cp, s.members, s.checkpoint, _expected_gpus(s.opened), "", parts, report)
+    _walk(directory, cp, s.members, s.checkpoint, _declared(s.opened), "", parts, report)
     if parts is not None and (not report.members or report.members[-1].path != "/".join(parts)):
         raise StreamProof(f"the session has no member {'/'.join(parts)!r} (a path is NAME/NAME/...)")
     return report
 
 
-def _expected_gpus(opened: dict[str, Any] | None) -> dict[str, int | None]:
-    """Each expected member's GPU count, as ``session.open`` declared it."""
+def _declared(opened: dict[str, Any] | None) -> dict[str, tuple[int | None, str | None]]:
+    """Each expected member's GPU count and public key (raw, hex), as ``session.open`` declared them."""
     members = (opened or {}).get("members") or []
-    return {str(m.get("name")): m.get("gpus") for m in members if isinstance(m, dict)}
+    return {str(m.get("name")): (m.get("gpus"), m.get("key")) for m in members if isinstance(m, dict)}
 
 
 def _parts(only: str | None) -> list[str] | None:
@@ -136,7 +150,7 @@ def _walk(
     cp: tlog.Checkpoint,
     members: list[dict[str, object]],
     sealed_cp: dict[str, object],
-    gpus: dict[str, int | None],  # each expected member's GPUs, in the order session.open declared them
+    declared: dict[str, tuple[int | None, str | None]],  # each member's GPUs and key, in the declared order
     prefix: str,
     only: list[str] | None,
     report: SessionReport,
@@ -146,24 +160,26 @@ def _walk(
     latest: dict[str, dict[str, object]] = {}  # a member taken as it sealed and judged again at the end: the last
     for attrs in members:
         latest[str(attrs.get("name"))] = attrs
-    order = [n for n in gpus if n in latest] + [n for n in latest if n not in gpus]  # the declared order
+    order = [n for n in declared if n in latest] + [n for n in latest if n not in declared]  # the declared order
     for attrs in (latest[n] for n in order):
         name, kind, status = str(attrs.get("name")), str(attrs.get("kind")), str(attrs.get("status"))
         if only is not None and (not only or only[0] != name):
             continue
         path = prefix + name
-        expected = gpus.get(name)
+        expected, key = declared.get(name, (None, None))
         if status != PROVEN:
             report.members.append(MemberReport(path, kind, status, str(attrs.get("reason")), gpus=expected))
             continue
-        problem = _member_problem(directory, cp, attrs, leaves)
+        problem, key_id = _member_problem(directory, cp, attrs, leaves, key)
         if problem is not None:
             report.members.append(MemberReport(path, kind, NOT_PROVEN, problem, sealed=False, gpus=expected))
             continue
         digest = str(attrs.get("file_blake3"))
         if kind != "session":
             stream = layout.node_stream(directory, name)
-            report.members.append(MemberReport(path, kind, PROVEN, stream=stream, gpus=expected, digest=digest))
+            report.members.append(
+                MemberReport(path, kind, PROVEN, stream=stream, gpus=expected, digest=digest, key_id=key_id)
+            )
             continue
         sub = layout.sub_session(directory, name)
         try:
@@ -172,17 +188,28 @@ def _walk(
         except Refusal as exc:  # judged proven a moment ago: only a change under our feet gets here
             report.members.append(MemberReport(path, kind, NOT_PROVEN, str(exc), sealed=False))
             continue
-        report.members.append(MemberReport(path, kind, PROVEN, stream=layout.stream(sub), digest=digest))
+        report.members.append(MemberReport(path, kind, PROVEN, stream=layout.stream(sub), digest=digest, key_id=key_id))
         if only is not None and len(only) == 1:
             continue  # the path ends at this sub-session
         rest = None if only is None else only[1:]
-        _walk(sub, sub_cp, s.members, s.checkpoint or {}, _expected_gpus(s.opened), path + "/", rest, report)
+        _walk(sub, sub_cp, s.members, s.checkpoint or {}, _declared(s.opened), path + "/", rest, report)
 
 
-def _member_problem(directory: Path, cp: tlog.Checkpoint, attrs: dict[str, object], leaves: list[object]) -> str | None:
-    """Why a member the session sealed as proven is not proven now (None: it is)."""
+def _member_problem(
+    directory: Path, cp: tlog.Checkpoint, attrs: dict[str, object], leaves: list[object], key: str | None
+) -> tuple[str | None, str | None]:
+    """Why a member the session sealed as proven is not proven now (None: it is), and the id of the declared key
+    its stream verified with (None: none declared)."""
     name, kind = str(attrs.get("name")), str(attrs.get("kind"))
-    now = judge(directory, name, kind, cp.origin)
+    now = judge(directory, name, kind, cp.origin, key)
+    return _leaf_problem(directory, cp, attrs, leaves, now), now.key_id
+
+
+def _leaf_problem(
+    directory: Path, cp: tlog.Checkpoint, attrs: dict[str, object], leaves: list[object], now: Judged
+) -> str | None:
+    """Why member ``now`` (judged again from its files) does not match its sealed leaf and proof (None: it does)."""
+    name, kind = now.name, now.kind
     if now.member is None:
         return f"{now.status if now.status == DID_NOT_RUN else 'not proven'} now: {now.reason}"
     if now.member.leaf_hash().hex() != attrs.get("leaf"):

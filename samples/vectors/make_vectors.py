@@ -46,6 +46,14 @@ _CONTAINED = {"containment": "cgroup", "guaranteed": True, "containment_note": "
 _NODE = {"host": "lane@gpu0.example", "address": "gpu0.example", "port": 22, "user": "observer", "lane_user": "lane"}
 
 
+#: RFC 8032 section 7.1's published Ed25519 public keys (TESTs 1, 2 and 3), as a session declares its members'.
+_RFC8032 = (
+    "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+    "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c",
+    "fc51cd8e6218a1a38da47ed00230f0580816ed13ba3303ac5deb911548908025",
+)
+
+
 def _observed(phase: str) -> dict[str, object]:
     """A device.observed of the simulated observer with no GPU (FORMAT.md 4.1)."""
     return {
@@ -155,12 +163,13 @@ def _write(path: Path, stream_id: str, signer: Signer | None) -> None:
             "origin": origin,
             "name": None,
             "parent": None,
-            "members": [
-                {"name": "node-0", "kind": "stream", "gpus": 2, "roles": ["owner-0", "owner-1"]},
-                {"name": "node-1", "kind": "stream", "gpus": None, "roles": []},
-                {"name": "node-2", "kind": "stream", "gpus": None, "roles": []},
+            "members": [  # each node's raw Ed25519 public key: RFC 8032 7.1's TEST 1, 2 and 3 keys
+                {"name": "node-0", "kind": "stream", "gpus": 2, "roles": ["owner-0", "owner-1"], "key": _RFC8032[0]},
+                {"name": "node-1", "kind": "stream", "gpus": None, "roles": [], "key": _RFC8032[1]},
+                {"name": "node-2", "kind": "stream", "gpus": None, "roles": [], "key": _RFC8032[2]},
             ],
             "fanout": 64,
+            "unsigned": False,
         },
     )
     for name, sid, fb3, head, leaf in (

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 from blake3 import blake3
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from tests.aos.test_vectors import _independent_verify
@@ -106,9 +107,10 @@ def _checkpoint_text(note: bytes, origin: str, public: bytes | None) -> tuple[st
     return o, int(size), root
 
 
-def _stream_facts(path: Path) -> dict[str, Any]:
-    """The facts a leaf needs from a stream (verified by the suite's independent stream verifier)."""
-    events = _independent_verify(path, None)
+def _stream_facts(path: Path, public: bytes | None = None) -> dict[str, Any]:
+    """The facts a leaf needs from a stream (verified by the suite's independent stream verifier; with ``public``,
+    a raw Ed25519 key, its seal and checkpoints must be signed by it)."""
+    events = _independent_verify(path, public)
     data = path.read_bytes()
     reader = ipc.open_stream(pa.BufferReader(data))
     sid = reader.schema.metadata[b"aos.stream_id"].decode()
@@ -122,6 +124,7 @@ def _stream_facts(path: Path) -> dict[str, Any]:
         "head": events[-1]["hash"],
         "labels": by_kind["stream.open"].get("labels", {}),
         "checkpoint": by_kind.get("session.checkpoint"),
+        "opened": by_kind.get("session.open"),
         "members": [json.loads(r["attrs"]) for r in rows if r["kind"] == "session.member"],
     }
 
@@ -157,17 +160,20 @@ def independent_session_check(directory: Path, public: bytes | None = None, orig
     if origin is not None:
         assert facts["labels"].get("aos.session.origin") == origin
     assert _gpus_hold(directory, cp)
+    declared = {m["name"]: m for m in facts["opened"]["members"]}
     proven: set[str] = set()
     for index, name in enumerate(cp["leaves"]):
         kind = next(m["kind"] for m in facts["members"] if m["name"] == name)
+        key = declared[name].get("key")  # 9.3: the member's stream is signed by the key declared for it
+        assert key is not None or facts["opened"].get("unsigned") is True, f"{name} has no key and unsigned is not true"
         stream = (
             directory
             / ("sessions" if kind == "session" else "nodes")
             / (f"{name}/session.aos" if kind == "session" else f"{name}.aos")
         )
         try:
-            f = _stream_facts(stream)
-        except (AssertionError, OSError, KeyError, pa.ArrowInvalid):
+            f = _stream_facts(stream, None if key is None else bytes.fromhex(key))
+        except (AssertionError, OSError, KeyError, pa.ArrowInvalid, InvalidSignature):
             continue
         if (f["labels"].get("aos.session.origin"), f["labels"].get("aos.session.member")) != (o, name):
             continue

@@ -53,6 +53,20 @@ class TestSessionVerdict:
         assert "fail" == v.verdict
         assert "over stream abababababababab" in v.failing()[0].reason
 
+    def test_an_unsigned_member_is_never_a_pass(self) -> None:
+        """A node proven on its labels alone (no key declared) whose gate passed, and an unsigned sub-session:
+        each inconclusive by name, so the session is inconclusive, never pass."""
+        from dataclasses import replace
+
+        unsigned = replace(_node("n1", "G1", expected=1), unsigned=True)
+        rack = MemberEvidence("rack-0", "session", "proven", unsigned=True)
+        v = session_verdict("exit-zero", "command", [_node("n0", "G0", expected=1), unsigned, rack])
+        assert "inconclusive" == v.verdict
+        assert [("member:n1", "inconclusive"), ("member:rack-0", "inconclusive")] == [
+            (c.name, c.status) for c in v.failing()
+        ]
+        assert all(c.reason.startswith("unsigned: ") for c in v.failing())
+
     def test_nothing_checked_is_inconclusive(self) -> None:
         """A session of proven sub-sessions only and no node: nothing established, inconclusive."""
         v = session_verdict("exit-zero", "command", [MemberEvidence("rack-0", "session", "proven")])

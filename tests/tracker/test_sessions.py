@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from aos.refusals import Refusal
+from aos.signing import generate_keypair
 from tests.helpers.backends import integrity_errors
 from tests.helpers.cli import Cli
 from tests.helpers.run import alpha
@@ -28,31 +29,38 @@ from tracker.testing import flip_byte, sealed_stream
 GIB = 1 << 30
 
 
-def _session(tmp: Path, started: list[str], expected: list[str]) -> Path:
-    """Record a session of ``expected`` nodes whose launcher starts only ``started``; return its folder."""
+def _session(tmp: Path, started: list[str], expected: list[str], signed: bool = True) -> Path:
+    """Record a session of ``expected`` nodes whose launcher starts only ``started``, each node with a key of its
+    own (``signed``; else a spec of ``"unsigned": true`` and no keys); return its folder."""
     spec = tmp / "spec.json"
-    spec.write_text(json.dumps({"origin": "example.com/fleet", "members": [{"name": n, "gpus": 1} for n in expected]}))
+    for name in expected if signed else []:  # a key pair per node, as a user provisions them
+        generate_keypair(tmp / name)
+    members = [{"name": n, "gpus": 1, **({"key": f"{n}.pub"} if signed else {})} for n in expected]
+    spec.write_text(json.dumps({"origin": "example.com/fleet", "members": members, "unsigned": not signed}))
     body = "#!/bin/sh\n"
     for i, name in enumerate(started):
+        sign = f"--sign-key {tmp / name}.key " if signed else ""
         gpus = tmp / f"gpus-{name}.json"
         gpu = {"index": 0, "minor": 0, "uuid": f"GPU-{tmp.name}-{i}", "name": "NVIDIA H200", "memory": 141 * GIB}
         gpus.write_text(json.dumps({"driver": "580.159.04", "gpus": [gpu]}))
-        body += f"ALPHA_OBSERVE_SIMULATED_GPUS={gpus} alpha observe node {name} --quiet -- echo on {name} &\n"
+        body += f"ALPHA_OBSERVE_SIMULATED_GPUS={gpus} alpha observe node {name} {sign}--quiet -- echo on {name} &\n"
     launcher = tmp / "launch.sh"
     launcher.write_text(body + "wait\n")
     launcher.chmod(launcher.stat().st_mode | stat.S_IXUSR)
     proc = alpha("observe", "session", "run", str(spec), "--dir", str(tmp / "S"), "--quiet", "--", str(launcher),
                  cwd=tmp, text=True, timeout=120)  # fmt: skip
-    assert proc.returncode == (0 if started == expected else 3), proc.stderr
+    assert proc.returncode == (0 if started == expected and signed else 3), proc.stderr
     return tmp / "S"
 
 
 @pytest.fixture(scope="module")
 def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """``partial``: n0 and n1 sealed, n2 never started; ``whole``: n0 and n1 both sealed."""
+    """``partial``: n0 and n1 sealed, n2 never started; ``whole``: n0 and n1 both sealed; ``unsigned``: n0 and n1
+    sealed, the spec declaring no key (``"unsigned": true``)."""
     return {
         "partial": _session(tmp_path_factory.mktemp("partial"), ["n0", "n1"], ["n0", "n1", "n2"]),
         "whole": _session(tmp_path_factory.mktemp("whole"), ["n0", "n1"], ["n0", "n1"]),
+        "unsigned": _session(tmp_path_factory.mktemp("unsigned"), ["n0", "n1"], ["n0", "n1"], signed=False),
     }
 
 
@@ -107,6 +115,19 @@ class TestAttach:
         assert not s.not_proven
         assert {"n0": "proven", "n1": "proven"} == _members(conn, run)
         records.finish_run(conn, run, "completed", physical_pass=True)
+
+    def test_unsigned_members_are_not_proven_here(
+        self, conn: Connection, sessions: dict[str, Path], tmp_path: Path
+    ) -> None:
+        """Every node sealed but the session declared no key: each recorded not-proven, unsigned, named; a physical
+        pass refused (nothing shows their streams came from their recorders)."""
+        run = _physical_run(conn, tmp_path)
+        s = attach_session(conn, _copy(sessions, "unsigned", tmp_path), run)
+        assert {"n0": "not-proven", "n1": "not-proven"} == _members(conn, run)
+        assert all(m["reason"].startswith("unsigned: ") for m in s.not_proven)
+        with pytest.raises(Refusal) as info:
+            records.finish_run(conn, run, "completed", physical_pass=True)
+        assert "tracker-session-unproven" == info.value.name
 
     def test_written_once(self, conn: Connection, sessions: dict[str, Path], tmp_path: Path) -> None:
         """Attached again unchanged: nothing new; to another run: refused; a member's stream edited since: the

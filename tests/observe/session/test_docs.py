@@ -26,9 +26,10 @@ class TestFleetSessionsPage:
     """Each block of the section runs as written and does what the page says."""
 
     def test_the_page_runs_as_written(self, tmp_path: Path) -> None:
-        """session run, verify and gate each exit 3 naming node-2, the one node the launcher never started."""
+        """The keys made as shown; session run, verify and gate each exit 3 naming node-2, the one node the
+        launcher never started; node-0 and node-1 proven by the keys the spec declares."""
         (spec,) = _blocks("json")
-        launcher, commands = _blocks("sh")
+        keygen, launcher, commands = _blocks("sh")
         (tmp_path / "fleet.json").write_text(spec)
         (tmp_path / "launch.sh").write_text(launcher)
         (tmp_path / "launch.sh").chmod(0o755)
@@ -39,6 +40,11 @@ class TestFleetSessionsPage:
             ]
             (tmp_path / f"gpus-{i}.json").write_text(json.dumps({"driver": "580", "gpus": gpus}))
         env = child_env({"PATH": f"{Path(ALPHA).parent}:{os.environ['PATH']}"})
+        for line in keygen.strip().splitlines():
+            done = subprocess.run(
+                ["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, timeout=60, check=False
+            )
+            assert 0 == done.returncode, (line, done.stderr)
         lines = commands.strip().splitlines()
         assert 3 == len(lines)
         for line in lines:
@@ -48,3 +54,9 @@ class TestFleetSessionsPage:
             assert 3 == done.returncode, (line, done.stdout, done.stderr)
             assert "node-2" in done.stdout + done.stderr, line
         assert "did-not-run: no stream at nodes/node-2.aos" in done.stdout
+        from aos.signing import load_public_key
+        from observe.session.verify import verify_session
+
+        report = verify_session(tmp_path / "run-7", load_public_key(tmp_path / "session.pub"))
+        proven = {m.path: m.key_id for m in report.members if m.status == "proven"}
+        assert {n: load_public_key(tmp_path / f"{n}.pub").key_id for n in ("node-0", "node-1")} == proven

@@ -34,9 +34,25 @@ def _gpus(node: int) -> dict[str, Any]:
     }
 
 
-def _spec(tmp: Path, name: str, members: list[dict[str, Any]]) -> Path:
+def _key(tmp: Path, label: str) -> Path:
+    """The key pair ``tmp/keys/LABEL.key`` and ``.pub`` (made once, as a user provisions one per node with
+    ``alpha observe keygen``); return the private key's path."""
+    (tmp / "keys").mkdir(exist_ok=True)
+    private = tmp / "keys" / f"{label}.key"
+    if not private.exists():
+        generate_keypair(tmp / "keys" / label)
+    return private
+
+
+def _spec(tmp: Path, name: str, members: list[dict[str, Any]], prefix: str = "", **top: Any) -> Path:
+    """A spec in ``tmp``: each member without a ``key`` gets ``keys/PREFIXNAME.pub`` (made now) unless ``top``
+    says ``unsigned``."""
+    for m in members:
+        if "key" not in m and not top.get("unsigned"):
+            _key(tmp, prefix + m["name"])
+            m["key"] = f"keys/{prefix}{m['name']}.pub"
     path = tmp / name
-    path.write_text(json.dumps({"origin": "example.com/fleet", "members": members}))
+    path.write_text(json.dumps({"origin": "example.com/fleet", "members": members, **top}))
     return path
 
 
@@ -47,11 +63,18 @@ def _script(tmp: Path, name: str, body: str) -> Path:
     return path
 
 
-def _node_line(tmp: Path, name: str, index: int, command: str = "echo hello from $0") -> str:
-    """A launcher line that starts node ``name``'s recorder in the background, its GPUs simulated."""
+def _node_line(
+    tmp: Path, name: str, index: int, command: str = "echo hello from $0", key: str | None = "", prefix: str = ""
+) -> str:
+    """A launcher line that starts node ``name``'s recorder in the background, its GPUs simulated, signing with
+    its own key ``keys/PREFIXNAME.key`` (``key`` another label's; None: no key)."""
     gpus = tmp / f"gpus-{index}.json"
     gpus.write_text(json.dumps(_gpus(index)))
-    return f"ALPHA_OBSERVE_SIMULATED_GPUS={gpus} alpha observe node {name} {' '.join(QUIET)} -- sh -c '{command}' &\n"
+    sign = "" if key is None else f"--sign-key {_key(tmp, key or prefix + name)} "
+    return (
+        f"ALPHA_OBSERVE_SIMULATED_GPUS={gpus} alpha observe node {name} {sign}{' '.join(QUIET)} -- "
+        f"sh -c '{command}' &\n"
+    )
 
 
 def session_run(spec: Path, folder: Path, launcher: Path, *opts: str, cwd: Path, timeout: float = 120) -> Any:
@@ -168,9 +191,11 @@ class TestMissingAndTampered:
         assert "not-proven (since the session sealed): n1:" in proc.stdout
 
     def test_a_node_stream_swapped_for_another_sessions(self, four: Path, tmp_path: Path) -> None:
-        """n0's stream replaced by the n0 of another session: named as belonging to that session."""
+        """n0's stream replaced by the n0 of another session, signed by n0's own key: named as belonging to that
+        session (the right key is not enough: the labels must name this session and member)."""
         other = tmp_path / "other"
         other.mkdir()
+        shutil.copytree(four.parent / "keys", other / "keys")  # the same node, the same key, another session
         spec = _spec(other, "spec.json", [{"name": "n0"}])
         launcher = _script(other, "launch.sh", _node_line(other, "n0", 9) + "wait\n")
         proc = session_run(spec, other / "S", launcher, cwd=other)
@@ -190,6 +215,8 @@ class TestMissingAndTampered:
         shutil.copytree(four, copy)
         shutil.copyfile(copy / "nodes" / "n1.aos", copy / "nodes" / "n0.aos")
         assert {"n0": "not-proven", "n2": "not-proven", "n3": "did-not-run"} == _statuses(copy)
+        n0 = next(m for m in verify_session(copy).members if m.path == "n0")
+        assert "is not signed by the key the session declared for n0" in (n0.reason or "")
 
     def test_a_path_that_names_no_member_is_refused(self, four: Path) -> None:
         """``--member`` naming no member (or a node as if it were a rack) is refused, never an empty pass."""
@@ -219,6 +246,122 @@ class TestMissingAndTampered:
         assert (1, "refused: stream-proof:") == (proc.returncode, proc.stderr[:22])
 
 
+@pytest.fixture(scope="module")
+def forged(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """n0 honest; n1 recorded with no key (unsigned); n2 recorded with n0's key; all three labelled right (the
+    launcher's environment gives any process the origin); the session sealed over them."""
+    tmp = tmp_path_factory.mktemp("forged")
+    spec = _spec(tmp, "spec.json", [{"name": f"n{i}", "gpus": 2} for i in range(3)])
+    body = _node_line(tmp, "n0", 0) + _node_line(tmp, "n1", 1, key=None) + _node_line(tmp, "n2", 2, key="n0")
+    proc = session_run(spec, tmp / "S", _script(tmp, "launch.sh", body + "wait\n"), cwd=tmp)
+    assert 3 == proc.returncode, proc.stderr
+    assert "session member n1: not-proven:" in proc.stderr
+    assert "session member n2: not-proven:" in proc.stderr
+    return tmp / "S"
+
+
+class TestForgedMembers:
+    """A member's labels are its stream's own claim: only the key the session declared for it proves it came from
+    its recorder. Each forgery here is a stream whose labels name this session and member."""
+
+    def test_unsigned_and_another_members_key_are_not_proven(self, forged: Path) -> None:
+        """n1 (unsigned) and n2 (signed by n0's key) are not proven, each named with why; n0 is proven; the
+        labels of both forgeries are right, so only the key tells them apart."""
+        from aos.reader import iter_events
+
+        for name in ("n1", "n2"):
+            labels = next(iter_events(forged / "nodes" / f"{name}.aos")).attrs["labels"]
+            assert name == labels["aos.session.member"]
+        report = verify_session(forged)
+        assert {"n1": "not-proven", "n2": "not-proven"} == {m.path: m.status for m in report.not_proven}
+        reasons = {m.path: m.reason or "" for m in report.not_proven}
+        assert "nodes/n1.aos is not signed by the key the session declared for n1" in reasons["n1"]
+        assert "is not signed, and a key was given" in reasons["n1"]
+        assert "nodes/n2.aos is not signed by the key the session declared for n2" in reasons["n2"]
+        assert "names key" in reasons["n2"]
+        assert {"n0"} == independent_session_check(forged)
+        proc = alpha("observe", "session", "gate", str(forged), "--gate", "exit-zero", text=True)
+        assert 3 == proc.returncode
+        assert ["member:n1", "member:n2"] == [line.split(": ")[1] for line in proc.stdout.splitlines()[1:]]
+
+    def test_a_forgery_put_in_after_the_seal(self, forged: Path, tmp_path: Path) -> None:
+        """n0's sealed stream replaced, after the session sealed, by an unsigned one labelled n0 of this session:
+        verify re-checks the key from the files alone and names n0 as changed since; exit 1."""
+        from aos.reader import iter_events
+
+        origin = next(ev for ev in iter_events(forged / "session.aos") if ev.kind == "session.open").attrs["origin"]
+        fake = tmp_path / "fake"
+        done = alpha("observe", "node", "n0", "--session-dir", str(fake), "--origin", origin, *QUIET, "--", "true")
+        assert 0 == done.returncode, done.stderr
+        copy = Path(shutil.copytree(forged, tmp_path / "S"))
+        shutil.copyfile(fake / "nodes" / "n0.aos", copy / "nodes" / "n0.aos")
+        report = verify_session(copy)
+        n0 = next(m for m in report.members if m.path == "n0")
+        assert (n0.status, n0.sealed) == ("not-proven", False)
+        assert "is not signed by the key the session declared for n0" in (n0.reason or "")
+        assert 1 == report.exit_code
+        assert set() == independent_session_check(copy)
+
+    def test_an_honest_signed_session_passes(self, tmp_path: Path) -> None:
+        """Every node signs with its own declared key: every member proven by its key, the gate passes (exit 0)."""
+        spec = _spec(tmp_path, "spec.json", [{"name": f"n{i}", "gpus": 2} for i in range(2)])
+        body = _node_line(tmp_path, "n0", 0) + _node_line(tmp_path, "n1", 1) + "wait\n"
+        proc = session_run(spec, tmp_path / "S", _script(tmp_path, "launch.sh", body), cwd=tmp_path)
+        assert 0 == proc.returncode, proc.stderr
+        report = verify_session(tmp_path / "S")
+        keys = {m.path: m.key_id for m in report.members}
+        assert keys == {f"n{i}": load_public_key(tmp_path / "keys" / f"n{i}.pub").key_id for i in range(2)}
+        proc = alpha("observe", "session", "gate", str(tmp_path / "S"), "--gate", "exit-zero", text=True)
+        assert 0 == proc.returncode, proc.stdout
+        assert proc.stdout.startswith("pass")
+
+
+class TestUnsignedSessions:
+    """A spec without keys: refused by name unless it opts in, and then never better than inconclusive."""
+
+    def test_a_spec_without_keys_is_refused(self, tmp_path: Path) -> None:
+        """No key for n1 and no opt-in: refused as session-unsigned, exit 2, naming n1, the launcher not run."""
+        spec = tmp_path / "spec.json"
+        _key(tmp_path, "n0")
+        spec.write_text(json.dumps({"members": [{"name": "n0", "key": "keys/n0.pub"}, {"name": "n1"}]}))
+        proc = alpha("observe", "session", "run", str(spec), "--dir", str(tmp_path / "S"), "--", "touch",
+                     str(tmp_path / "ran"), text=True)  # fmt: skip
+        assert (2, "refused: session-unsigned:") == (proc.returncode, proc.stderr[:26])
+        assert "no public key declared for n1:" in proc.stderr
+        assert not (tmp_path / "ran").exists()
+
+    @pytest.mark.parametrize(
+        ("key", "why"),
+        [("keys/none.pub", "key:"), ("spec.json", "key:"), ("keys/n0.key", "key:"), ("keys/n0.pub", "one key")],
+    )
+    def test_bad_keys_are_refused(self, tmp_path: Path, key: str, why: str) -> None:
+        """A missing key file, one that is not a key, a private key for a public one, one key for two members."""
+        _key(tmp_path, "n0")
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({"members": [{"name": "n0", "key": "keys/n0.pub"}, {"name": "n1", "key": key}]}))
+        proc = alpha("observe", "session", "run", str(spec), "--dir", str(tmp_path / "S"), "--", "true", text=True)
+        assert (2, "refused: session-spec:") == (proc.returncode, proc.stderr[:22])
+        assert why in proc.stderr
+
+    def test_an_unsigned_session_is_at_best_inconclusive(self, tmp_path: Path) -> None:
+        """``"unsigned": true`` and no keys: run, verify and gate exit 3 naming both members unsigned, though each
+        node sealed, verifies and is labelled right."""
+        spec = _spec(tmp_path, "spec.json", [{"name": "n0", "gpus": 2}, {"name": "n1", "gpus": 2}], unsigned=True)
+        body = _node_line(tmp_path, "n0", 0, key=None) + _node_line(tmp_path, "n1", 1, key=None) + "wait\n"
+        proc = session_run(spec, tmp_path / "S", _script(tmp_path, "launch.sh", body), cwd=tmp_path)
+        assert 3 == proc.returncode, proc.stderr
+        assert "session member n0: unsigned" in proc.stderr
+        report = verify_session(tmp_path / "S")
+        assert (["n0", "n1"], [], 3) == ([m.path for m in report.unsigned], report.not_proven, report.exit_code)
+        proc = alpha("observe", "session", "verify", str(tmp_path / "S"), text=True)
+        assert 3 == proc.returncode
+        assert "  unsigned: n0:" in proc.stdout
+        proc = alpha("observe", "session", "gate", str(tmp_path / "S"), "--gate", "exit-zero", text=True)
+        assert 3 == proc.returncode
+        assert "inconclusive: member:n1: unsigned: the session declared no key for it" in proc.stdout
+        assert {"n0", "n1"} == independent_session_check(tmp_path / "S")
+
+
 @pytest.mark.slow
 class TestSixteenNodes:
     """Sixteen nodes as four sub-sessions of four: nested sessions, verified whole and along one path."""
@@ -227,12 +370,12 @@ class TestSixteenNodes:
         """All 20 members proven; one path walks two members; the independent verifier agrees."""
         top = _spec(tmp_path, "top.json", [{"name": f"rack-{r}", "session": True} for r in range(4)])
         for r in range(4):
-            _spec(tmp_path, f"rack-{r}.json", [{"name": f"n{i}", "gpus": 2} for i in range(4)])
-            body = "".join(_node_line(tmp_path, f"n{i}", 4 * r + i) for i in range(4)) + "wait\n"
-            _script(tmp_path, f"rack-{r}.sh", body)
+            _spec(tmp_path, f"rack-{r}.json", [{"name": f"n{i}", "gpus": 2} for i in range(4)], f"rack-{r}-")
+            body = "".join(_node_line(tmp_path, f"n{i}", 4 * r + i, prefix=f"rack-{r}-") for i in range(4))
+            _script(tmp_path, f"rack-{r}.sh", body + "wait\n")
         racks = "".join(
-            f"alpha observe session run {tmp_path}/rack-{r}.json --member rack-{r} {' '.join(QUIET)} -- "
-            f"{tmp_path}/rack-{r}.sh &\n"
+            f"alpha observe session run {tmp_path}/rack-{r}.json --member rack-{r} --sign-key "
+            f"{_key(tmp_path, f'rack-{r}')} {' '.join(QUIET)} -- {tmp_path}/rack-{r}.sh &\n"
             for r in range(4)
         )
         launcher = _script(tmp_path, "top.sh", racks + "wait\n")
@@ -252,10 +395,15 @@ class TestNestedKilled:
     def test_a_rack_killed_before_its_seal(self, tmp_path: Path) -> None:
         """rack-1's coordinator killed: rack-1 is not proven (never sealed); rack-0 and its node are proven."""
         top = _spec(tmp_path, "top.json", [{"name": "rack-0", "session": True}, {"name": "rack-1", "session": True}])
-        _spec(tmp_path, "rack.json", [{"name": "n0"}])
-        _script(tmp_path, "rack-0.sh", _node_line(tmp_path, "n0", 0) + "wait\n")
-        run = f"alpha observe session run {tmp_path}/rack.json {' '.join(QUIET)} --member"
-        body = f"{run} rack-0 -- {tmp_path}/rack-0.sh\n{run} rack-1 -- sleep 2 &\nr1=$!\n"
+        for r in range(2):
+            _spec(tmp_path, f"rack-{r}.json", [{"name": "n0"}], f"rack-{r}-")
+        _script(tmp_path, "rack-0.sh", _node_line(tmp_path, "n0", 0, prefix="rack-0-") + "wait\n")
+
+        def run(r: int) -> str:
+            rack = f"{tmp_path}/rack-{r}.json --sign-key {_key(tmp_path, f'rack-{r}')}"
+            return f"alpha observe session run {rack} {' '.join(QUIET)} --member rack-{r}"
+
+        body = f"{run(0)} -- {tmp_path}/rack-0.sh\n{run(1)} -- sleep 2 &\nr1=$!\n"
         body += 'while [ ! -s "$ALPHA_FLEET_DIR/sessions/rack-1/.session.aos.partial" ]; do sleep 0.1; done\n'
         body += "sleep 0.5\nkill -KILL $r1\nsleep 2\n"
         launcher = _script(tmp_path, "top.sh", body)
@@ -339,11 +487,12 @@ def racks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("racks")
     top = _spec(tmp, "top.json", [{"name": f"rack-{r}", "session": True} for r in range(2)])
     for r, indices in enumerate(((0, 7), (7, 1))):
-        _spec(tmp, f"rack-{r}.json", [{"name": f"n{i}", "gpus": 2} for i in range(2)])
-        body = "".join(_node_line(tmp, f"n{i}", index) for i, index in enumerate(indices)) + "wait\n"
-        _script(tmp, f"rack-{r}.sh", body)
+        _spec(tmp, f"rack-{r}.json", [{"name": f"n{i}", "gpus": 2} for i in range(2)], f"rack-{r}-")
+        body = "".join(_node_line(tmp, f"n{i}", index, prefix=f"rack-{r}-") for i, index in enumerate(indices))
+        _script(tmp, f"rack-{r}.sh", body + "wait\n")
     racks = "".join(
-        f"alpha observe session run {tmp}/rack-{r}.json --member rack-{r} {' '.join(QUIET)} -- {tmp}/rack-{r}.sh &\n"
+        f"alpha observe session run {tmp}/rack-{r}.json --member rack-{r} --sign-key {_key(tmp, f'rack-{r}')} "
+        f"{' '.join(QUIET)} -- {tmp}/rack-{r}.sh &\n"
         for r in range(2)
     )
     launcher = _script(tmp, "top.sh", racks + "wait\n")

@@ -109,11 +109,12 @@ def slurm() -> Iterator[dict[str, str]]:
 
 @pytest.mark.slow(reason="starts munged, slurmctld and slurmd")
 def test_the_slurm_recipe_runs_as_written(slurm: dict[str, str], tmp_path: Path) -> None:
-    """The page's spec, launcher and commands as written: the session and its verification exit 0, node-0 (the
-    one Slurm node, its recorder an srun task) proven."""
+    """The page's keys, spec, launcher and commands as written: the session and its verification exit 0, node-0
+    (the one Slurm node, its recorder an srun task signing with its declared key) proven."""
     blocks = _blocks()
     (spec,) = [body for kind, body in blocks if kind == "json"]
     launcher = next(body for kind, body in blocks if kind == "sh" and body.startswith("#!/bin/sh"))
+    keygen = next(body for kind, body in blocks if kind == "sh" and "keygen" in body)
     commands = next(body for kind, body in blocks if kind == "sh" and "session run" in body)
     (tmp_path / "fleet-slurm.json").write_text(spec)
     (tmp_path / "launch-slurm.sh").write_text(launcher)
@@ -121,10 +122,15 @@ def test_the_slurm_recipe_runs_as_written(slurm: dict[str, str], tmp_path: Path)
     env = {**slurm, "PATH": f"{Path(ALPHA).parent}:{slurm['PATH']}"}
     lines = commands.strip().splitlines()
     assert 2 == len(lines)
-    for line in lines:
+    for line in keygen.strip().splitlines() + lines:
         done = subprocess.run(
             ["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False
         )
         assert 0 == done.returncode, (line, done.stdout, done.stderr)
     assert "1 proven, 0 did not run or not proven" in done.stdout
     assert (tmp_path / "run-8" / "nodes" / "node-0.aos").is_file()
+    from aos.signing import load_public_key
+    from aos.verify import verify_stream
+
+    node_key = load_public_key(tmp_path / "node-0.pub")
+    assert node_key.key_id == verify_stream(tmp_path / "run-8" / "nodes" / "node-0.aos", node_key).key_id

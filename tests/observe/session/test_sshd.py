@@ -15,18 +15,36 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from aos.signing import generate_keypair, load_public_key
 from observe.session.verify import verify_session
 from tests.aos.test_session_format import independent_session_check
 from tests.helpers.paths import ROOT
 from tests.helpers.run import ALPHA, alpha
 
 
-def _node_script(tmp: Path, name: str, folder: Path, share: Path, command: str, origin: str = '"$1"') -> Path:
-    """A script the launcher runs on a node through ``ssh NODE sh -s -- ORIGIN``: the node's recorder."""
+def _key(tmp: Path, label: str) -> Path:
+    """Node ``label``'s key pair, as its operator provisions it: the private half readable by the observer account
+    only (mode 0600, root's: the lane account cannot sign as the node), the public half named in the spec."""
+    (tmp / "keys").mkdir(mode=0o700, exist_ok=True)
+    if not (tmp / "keys" / f"{label}.key").exists():
+        generate_keypair(tmp / "keys" / label)
+    return tmp / "keys" / f"{label}.key"
+
+
+def _members(tmp: Path, names: list[str], prefix: str = "") -> list[dict[str, Any]]:
+    """The spec's members: each name with its own public key (made now)."""
+    return [{"name": n, "key": str(_key(tmp, prefix + n).with_suffix(".pub"))} for n in names]
+
+
+def _node_script(
+    tmp: Path, name: str, folder: Path, share: Path, command: str, origin: str = '"$1"', key: str = ""
+) -> Path:
+    """A script the launcher runs on a node through ``ssh NODE sh -s -- ORIGIN``: the node's recorder, signing with
+    the node's key (``keys/KEY.key``, KEY the node's name unless given)."""
     script = tmp / f"{name}.sh"
     script.write_text(
         f"PYTHONPATH={share} exec {ALPHA} observe node {name} --session-dir {folder} --origin {origin} "
-        f"--observe-devices off --quiet -- {command}\n"
+        f"--sign-key {_key(tmp, key or name)} --observe-devices off --quiet -- {command}\n"
     )
     return script
 
@@ -54,7 +72,7 @@ class TestOverSshd:
         ]
         scripts[2].write_text(  # the node's recorder killed before it seals
             f'PYTHONPATH={share} {ALPHA} observe node n2 --session-dir {folders[2]} --origin "$1" '
-            "--observe-devices off --quiet -- sleep 2 &\n"
+            f"--sign-key {_key(tmp_path, 'n2')} --observe-devices off --quiet -- sleep 2 &\n"
             f"p=$!\nfor _ in $(seq 100); do [ -s {folders[2]}/nodes/.n2.aos.partial ] && break; sleep 0.1; done\n"
             # its command ends 2 s later, and the next node's recording removes the empty cgroup it left
             "sleep 0.5\nkill -KILL $p\nsleep 2.5\n"
@@ -65,7 +83,8 @@ class TestOverSshd:
         launcher.write_text("#!/bin/sh\n" + body)
         launcher.chmod(launcher.stat().st_mode | stat.S_IXUSR)
         spec = tmp_path / "spec.json"
-        spec.write_text(json.dumps({"origin": "example.com/sshd", "members": [{"name": f"n{i}"} for i in range(4)]}))
+        members = _members(tmp_path, [f"n{i}" for i in range(4)])
+        spec.write_text(json.dumps({"origin": "example.com/sshd", "members": members}))
         proc = alpha(
             "observe",
             "session",
@@ -87,7 +106,11 @@ class TestOverSshd:
         assert {"n2": "not-proven", "n3": "not-proven"} == {m.path: m.status for m in report.not_proven}
         reasons = {m.path: m.reason or "" for m in report.not_proven}
         assert "stream-unsealed" in reasons["n2"]
-        assert "it names session 'example.com/another-session/1'" in reasons["n3"]
+        assert "it names session 'example.com/another-session/1'" in reasons["n3"]  # its own key: not enough
+        declared = {f"n{i}": _key(tmp_path, f"n{i}") for i in (0, 1)}
+        assert {n: load_public_key(k.with_suffix(".pub")).key_id for n, k in declared.items()} == {
+            m.path: m.key_id for m in report.members if m.status == "proven"
+        }
         assert {"n0", "n1"} == independent_session_check(tmp_path / "S")
         proc = alpha("observe", "session", "verify", str(tmp_path / "S"), text=True)
         assert 3 == proc.returncode
@@ -122,33 +145,30 @@ class TestSixteenOverSshd:
                     script = tmp_path / f"r{r}{name}.sh"
                     script.write_text(
                         f'PYTHONPATH={ROOT} {ALPHA} observe node {name} --session-dir {folder} --origin "$1" '
-                        "--observe-devices off --quiet -- sleep 2 &\n"
+                        f"--sign-key {_key(tmp_path, f'r{r}{name}')} --observe-devices off --quiet -- sleep 2 &\n"
                         f"p=$!\nfor _ in $(seq 100); do [ -s {folder}/nodes/.{name}.aos.partial ] && break; "
                         "sleep 0.1; done\nsleep 0.5\nkill -KILL $p\nsleep 2.5\n"
                     )
                     lines.append(_launch_bg(node, name, folder, script, f".{name}.aos.partial"))
                     continue
                 origin = "example.com/another-session/1" if (r, i) == (2, 3) else '"$1"'
-                script = _node_script(tmp_path, name, folder, ROOT, "hostname", origin)
+                script = _node_script(tmp_path, name, folder, ROOT, "hostname", origin, f"r{r}{name}")
                 script = script.rename(tmp_path / f"r{r}{name}.sh")
                 lines.append(_launch_bg(node, name, folder, script, f"{name}.aos"))
             rack = tmp_path / f"rack-{r}.sh"
             rack.write_text("#!/bin/sh\n" + "".join(lines) + "wait\n")
             rack.chmod(rack.stat().st_mode | stat.S_IXUSR)
             spec = tmp_path / f"rack-{r}.json"
-            spec.write_text(
-                json.dumps({"origin": "example.com/rack", "members": [{"name": f"n{i}"} for i in range(4)]})
-            )
-            racks.append(f"{ALPHA} observe session run {spec} --member rack-{r} --quiet -- {rack} &\n")
+            members = _members(tmp_path, [f"n{i}" for i in range(4)], f"r{r}")
+            spec.write_text(json.dumps({"origin": "example.com/rack", "members": members}))
+            sign = f"--sign-key {_key(tmp_path, f'rack-{r}')}"
+            racks.append(f"{ALPHA} observe session run {spec} --member rack-{r} {sign} --quiet -- {rack} &\n")
         launcher = tmp_path / "launch.sh"
         launcher.write_text("#!/bin/sh\n" + "".join(racks) + "wait\n")
         launcher.chmod(launcher.stat().st_mode | stat.S_IXUSR)
         top = tmp_path / "top.json"
-        top.write_text(
-            json.dumps(
-                {"origin": "example.com/sshd16", "members": [{"name": f"rack-{r}", "session": True} for r in range(4)]}
-            )
-        )
+        members = [{**m, "session": True} for m in _members(tmp_path, [f"rack-{r}" for r in range(4)])]
+        top.write_text(json.dumps({"origin": "example.com/sshd16", "members": members}))
         proc = alpha("observe", "session", "run", str(top), "--dir", str(tmp_path / "S"), "--quiet", "--",
                      str(launcher), cwd=tmp_path, text=True, timeout=480)  # fmt: skip
         assert 0 == proc.returncode, proc.stderr  # every rack sealed: the top's members are proven
