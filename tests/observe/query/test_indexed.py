@@ -518,7 +518,7 @@ class TestS3Store:
         flip_byte(copy, copy.stat().st_size - 40)
         r = run_index_query("SELECT count(*) FROM streams", pushed.url)
         assert [(3,)] == r.rows
-        assert 1 == len(r.mismatched) and 1 == len(r.skipped)
+        assert (1, 1) == (len(r.mismatched), len(r.skipped))
 
     def test_the_command(self, pushed: S3Bucket) -> None:
         r = alpha_invoke("observe", "query", self.SQL, "--store", pushed.url, "--json")
