@@ -132,7 +132,8 @@ def test_the_nodes_are_connected_side_by_side(ssh_node: SshNode, tmp_path: Path)
 
 def test_at_most_connect_concurrency_logins_are_under_way_at_once(ssh_node: SshNode, tmp_path: Path) -> None:
     """With CONNECT_CONCURRENCY 2, four slow nodes are connected two at a time: the third connection is made only
-    once one of the first two has logged in, and all four are observed."""
+    once one of the first two has logged in, and all four are observed, each over a connection that sends its
+    messages at once (``TCP_NODELAY``)."""
     from observe.devices import remote
 
     fronts = [_SlowFront(ssh_node.port, 1.0) for _ in range(4)]
@@ -145,6 +146,8 @@ def test_at_most_connect_concurrency_logins_are_under_way_at_once(ssh_node: SshN
             env, str(tmp_path), interval=0.5, append=lambda kind, attrs: found.append((kind, attrs)), key=key
         )
         starts = [s for link in links for s in link.take_start(60)]
+        # each login's small messages sent at once, never held for a delayed acknowledgement (Nagle)
+        nodelay = [link.transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for link in links]
         for link in links:
             link.end()
         for link in links:
@@ -155,6 +158,7 @@ def test_at_most_connect_concurrency_logins_are_under_way_at_once(ssh_node: SshN
         for f in fronts:
             f.close()
     assert [] == problems
+    assert [1, 1, 1, 1] == [int(bool(n)) for n in nodelay]
     assert 4 == len([a for kind, a in starts if kind == "device.observed" and a["observer"] == "simulated"])
     accepted = sorted(f.accepted[0] for f in fronts)
     relayed = sorted(f.relayed[0] for f in fronts)
