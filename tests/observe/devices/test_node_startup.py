@@ -103,8 +103,8 @@ def _starts(evs: list[Any]) -> dict[int, Any]:
 def test_the_nodes_are_connected_side_by_side(ssh_node: SshNode, tmp_path: Path) -> None:
     """Four nodes, each slow to answer: every connection is made while the others still wait, every node's start
     comes before the command's, and the start-up is well under the sum of the nodes' delays (a recorder that
-    connects one node after another waits that sum, and the fronts see one connection at a time)."""
-    fronts = [_SlowFront(ssh_node.port, 2.0) for _ in range(4)]
+    connects one node after another waits that sum and more, and the fronts see one connection at a time)."""
+    fronts = [_SlowFront(ssh_node.port, 3.0) for _ in range(4)]
     try:
         proc, out = record(tmp_path, ["true"], *observer_args(), env=_lane(tmp_path, ssh_node, fronts), timeout=120)
     finally:
@@ -127,7 +127,8 @@ def test_the_nodes_are_connected_side_by_side(ssh_node: SshNode, tmp_path: Path)
     serial = sum(f.relayed[0] - f.accepted[0] for f in fronts)  # what one node after another would wait at least
     opened = next(e for e in evs if e.kind == "stream.open")
     startup = (started.mono_ns - opened.mono_ns) / 1e9
-    assert startup < serial / 2, (startup, serial)
+    # the nodes' own start (their sshd, shell and observer, on this machine's cores) comes on top of the delays
+    assert startup < serial * 0.75, (startup, serial)
 
 
 def test_at_most_connect_concurrency_logins_are_under_way_at_once(ssh_node: SshNode, tmp_path: Path) -> None:
@@ -159,7 +160,8 @@ def test_at_most_connect_concurrency_logins_are_under_way_at_once(ssh_node: SshN
             f.close()
     assert [] == problems
     assert [1, 1, 1, 1] == [int(bool(n)) for n in nodelay]
-    assert 4 == len([a for kind, a in starts if kind == "device.observed" and a["observer"] == "simulated"])
+    observed = [a for kind, a in starts if kind == "device.observed"]
+    assert ["simulated"] * 4 == [a["observer"] for a in observed], [a.get("error") for a in observed]
     accepted = sorted(f.accepted[0] for f in fronts)
     relayed = sorted(f.relayed[0] for f in fronts)
     # two waited at once, never three: the third and fourth came only after the first two were let through
