@@ -65,6 +65,7 @@ from observe.exits import Exit
 __all__ = [
     "CONNECT_ATTEMPTS",
     "CONNECT_BACKOFF",
+    "CONNECT_CONCURRENCY",
     "CONNECT_TIMEOUT",
     "IDLE_WAKE",
     "NodeLink",
@@ -87,6 +88,11 @@ CONNECT_TIMEOUT = 10.0
 #: jitter); a refusal (host key, login) or a timeout is never tried again.
 CONNECT_ATTEMPTS = 6
 CONNECT_BACKOFF = 0.25
+#: The most nodes whose login is under way at once (TCP connection to the observer's upload): the others wait their
+#: turn, each taking a free place as soon as one logs in. More at once would not start the nodes sooner (each login
+#: is about 4 ms of the recorder's CPU, one core's worth under the GIL) but would leave every login half done until
+#: all are; so many pending logins behind one endpoint are also what ``MaxStartups`` drops.
+CONNECT_CONCURRENCY = 64
 #: How often the thread of an idle connection wakes (seconds; paramiko's own is 0.1 s: at 256 nodes 2,560 wake-ups a
 #: second of the recorder's). A node's lines still arrive as they come; its keepalive (5 s) is sent on time.
 IDLE_WAKE = 1.0
@@ -237,6 +243,9 @@ def _handshake(node: Node, listed: Any, facts: dict[str, Any]) -> Any:
     for attempt in range(1, CONNECT_ATTEMPTS + 1):
         facts["connect_attempts"] = attempt
         sock = socket.create_connection((node.address, node.port), timeout=CONNECT_TIMEOUT)
+        # each step of a login is a small message awaiting the other side's answer: sent at once, never held back
+        # for the previous one's acknowledgement (Nagle's algorithm; 40 ms a step against a delayed ACK)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport = paramiko.Transport(sock)
         try:
             opts = transport.get_security_options()
@@ -283,9 +292,12 @@ class NodeLink:
         config: dict[str, str],
         append: Append,
         key: ObserverKey | None = None,
+        turns: threading.BoundedSemaphore | None = None,
     ) -> None:
         self.node = node
         self.key = key
+        #: Shared by the links of one recording: a place among the logins under way (``CONNECT_CONCURRENCY``).
+        self.turns = turns
         self.bundle = bundle
         self.interval = interval
         self.simulated = simulated
@@ -427,6 +439,17 @@ class NodeLink:
             self.done.set()
 
     def _run(self) -> None:
+        with self.turns if self.turns is not None else contextlib.nullcontext():
+            channel = self._open()
+        with self._lock:
+            self.channel = channel
+            ending = self._ending
+        if ending:
+            self.end()
+        self._read(channel)
+
+    def _open(self) -> Any:
+        """Connect, log in, start the observer and send it the bundle and the setup: the channel it answers on."""
         self.transport = connect(self.node, self.facts, self.key)
         channel = self.transport.open_session(timeout=CONNECT_TIMEOUT)
         channel.exec_command(observer_command(self.node.python, self.bundle.sha256))
@@ -438,12 +461,7 @@ class NodeLink:
         }
         channel.sendall(str(len(self.bundle.data)).encode() + b"\n" + self.bundle.data)
         channel.sendall(json.dumps(setup).encode() + b"\n")
-        with self._lock:
-            self.channel = channel
-            ending = self._ending
-        if ending:
-            self.end()
-        self._read(channel)
+        return channel
 
     def _lines(self, channel: Any) -> Any:
         """The observer's stdout, line by line, each at most LINE_MAX bytes; raises _Overrun past the bounds."""
@@ -641,7 +659,8 @@ def open_links(
     env: dict[str, str], cwd: str, *, interval: float, append: Append, key: ObserverKey | None = None
 ) -> tuple[list[NodeLink], list[str]]:
     """A started link to each remote node the lane configs of ``env`` name (one per observer account, lane account,
-    address and port), logged in with ``key``, and what kept a config from naming its nodes."""
+    address and port), logged in with ``key``, and what kept a config from naming its nodes. The links connect side
+    by side, at most ``CONNECT_CONCURRENCY`` logins under way at once."""
     links: list[NodeLink] = []
     problems: list[str] = []
     seen: set[tuple[str, str, str, int]] = set()
@@ -670,7 +689,11 @@ def open_links(
                 sim = _read(os.path.abspath(sim_path)) if sim_path else None
                 if sim_path:
                     simulated = {"path": os.path.abspath(sim_path), "data_b64": base64.b64encode(sim or b"").decode()}
-            link = NodeLink(node, bundle, interval=interval, simulated=simulated, config=config, append=append, key=key)
-            link.start()
-            links.append(link)
+            links.append(
+                NodeLink(node, bundle, interval=interval, simulated=simulated, config=config, append=append, key=key)
+            )
+    turns = threading.BoundedSemaphore(max(min(CONNECT_CONCURRENCY, len(links)), 1))
+    for link in links:  # every node's thread at once, each logging in as soon as it has a place
+        link.turns = turns
+        link.start()
     return links, problems
