@@ -18,6 +18,7 @@ import pytest
 
 from tests.helpers.paths import ROOT
 from tests.helpers.run import ALPHA, child_env
+from tests.helpers.sshd import LANE_USER
 
 SECTION = "## Fleet sessions under Slurm"
 #: The folder and ports the page's slurm.conf names.
@@ -117,7 +118,9 @@ def test_the_slurm_recipe_runs_as_written(slurm: dict[str, str], tmp_path: Path)
     keygen = next(body for kind, body in blocks if kind == "sh" and "keygen" in body)
     commands = next(body for kind, body in blocks if kind == "sh" and "session run" in body)
     (tmp_path / "fleet-slurm.json").write_text(spec)
-    (tmp_path / "launch-slurm.sh").write_text(launcher)
+    # the page's lane account is the suite's (each xdist worker has its own)
+    assert "runuser -u lane " in launcher
+    (tmp_path / "launch-slurm.sh").write_text(launcher.replace("runuser -u lane ", f"runuser -u {LANE_USER} "))
     (tmp_path / "launch-slurm.sh").chmod(0o755)
     env = {**slurm, "PATH": f"{Path(ALPHA).parent}:{slurm['PATH']}"}
     lines = commands.strip().splitlines()
@@ -132,5 +135,6 @@ def test_the_slurm_recipe_runs_as_written(slurm: dict[str, str], tmp_path: Path)
     from aos.signing import load_public_key
     from aos.verify import verify_stream
 
-    node_key = load_public_key(tmp_path / "node-0.pub")
+    node_key = load_public_key(tmp_path / "keys" / "node-0.pub")
     assert node_key.key_id == verify_stream(tmp_path / "run-8" / "nodes" / "node-0.aos", node_key).key_id
+
