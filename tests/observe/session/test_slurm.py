@@ -137,4 +137,3 @@ def test_the_slurm_recipe_runs_as_written(slurm: dict[str, str], tmp_path: Path)
 
     node_key = load_public_key(tmp_path / "keys" / "node-0.pub")
     assert node_key.key_id == verify_stream(tmp_path / "run-8" / "nodes" / "node-0.aos", node_key).key_id
-
