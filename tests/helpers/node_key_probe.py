@@ -8,6 +8,7 @@ its recorder, in every process of its own account (another account's /proc entri
 found to ``--report`` as JSON::
 
     {"uid": N, "key_file": "read" | "denied: ERROR", "own_environ": bool, "recorder": PID | null,
+     "recorder_command": ["observe", "node", NAME] | null,
      "recorder_environ": "held" | "clean" | "denied: ERROR", "recorder_memory": "held" | "clean" | "denied",
      "holders": [{"pid": N, "where": "environ" | "memory"}], "scanned": N}
 
@@ -48,7 +49,16 @@ def _ancestors(pid: int) -> list[int]:
 
 
 def _is_recorder(cmdline: list[str]) -> bool:
-    return any(Path(a).name == "alpha" for a in cmdline[:2]) and "observe" in cmdline
+    """``alpha observe ...``: the console script, or the shim a recording hands its command (``python -I -c
+    '...observe.cli.entry...' observe ...``: a session's launcher finds that ``alpha`` first on its PATH)."""
+    alpha = any(Path(a).name == "alpha" for a in cmdline[:2]) or any("observe.cli.entry" in a for a in cmdline[:4])
+    return alpha and "observe" in cmdline
+
+
+def _command(pid: int) -> list[str]:
+    """The recorder's command: ``["observe", "node", NAME]`` for a node recorder (its words from ``observe``)."""
+    cmdline = _cmdline(pid)
+    return cmdline[cmdline.index("observe") :][:3]
 
 
 def _environ(pid: int, needle: bytes) -> str:
@@ -92,11 +102,12 @@ def command(probe: Path, key: Path, report: Path) -> str:
     return f"python3 {probe} --needle-hex {needle.hex()} --key-file {key} --report {report}"
 
 
-def out_of_reach(uid: int) -> dict[str, object]:
-    """What the probe reports, run as account ``uid``, when its node's key is out of its reach (``recorder``
-    and ``scanned`` aside: found, and how many processes of its own account it looked in)."""
+def out_of_reach(uid: int, node: str) -> dict[str, object]:
+    """What the probe reports, run as account ``uid`` under node ``node``'s recorder, when that node's key is out
+    of its reach (``recorder`` and ``scanned`` aside: its pid, and how many processes of its account it read)."""
     return {
         "uid": uid,
+        "recorder_command": ["observe", "node", node],
         "key_file": "denied: PermissionError",
         "own_environ": False,
         "recorder_environ": "denied: PermissionError",
@@ -140,6 +151,7 @@ def main() -> None:
         "key_file": key_file,
         "own_environ": own,
         "recorder": recorder,
+        "recorder_command": _command(recorder) if recorder else None,
         "recorder_environ": _environ(recorder, needle) if recorder else None,
         "recorder_memory": _memory(recorder, needle) if recorder else None,
         "holders": holders,

@@ -187,7 +187,7 @@ def test_the_pods_command_runs_as_a_session_member(tmp_path: Path, lane_folder: 
     }
     found = json.loads(report.read_text())
     assert isinstance(found["recorder"], int)
-    assert node_key_probe.out_of_reach(account.pw_uid) == {
+    assert node_key_probe.out_of_reach(account.pw_uid, "node-0") == {
         k: v for k, v in found.items() if k not in ("recorder", "scanned")
     }
 

@@ -4,21 +4,24 @@ one ``srun`` task per node, each a node recorder; skipped, with the reason, wher
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import node_key_probe
 from tests.helpers.paths import ROOT
 from tests.helpers.run import ALPHA, child_env
-from tests.helpers.sshd import LANE_USER
+from tests.helpers.sshd import LANE_USER, as_lane, lane_account
 
 SECTION = "## Fleet sessions under Slurm"
 #: The folder and ports the page's slurm.conf names.
@@ -111,25 +114,51 @@ def slurm() -> Iterator[dict[str, str]]:
 @pytest.mark.slow(reason="starts munged, slurmctld and slurmd")
 def test_the_slurm_recipe_runs_as_written(slurm: dict[str, str], tmp_path: Path) -> None:
     """The page's keys, spec, launcher and commands as written: the session and its verification exit 0, node-0
-    (the one Slurm node, its recorder an srun task signing with its declared key) proven."""
+    (the one Slurm node, its recorder an srun task signing with its declared key) proven; its training, run as
+    the lane account, found the key in neither the key file, its environment, nor its recorder's."""
     blocks = _blocks()
     (spec,) = [body for kind, body in blocks if kind == "json"]
     launcher = next(body for kind, body in blocks if kind == "sh" and body.startswith("#!/bin/sh"))
     keygen = next(body for kind, body in blocks if kind == "sh" and "keygen" in body)
     commands = next(body for kind, body in blocks if kind == "sh" and "session run" in body)
     (tmp_path / "fleet-slurm.json").write_text(spec)
-    # the page's lane account is the suite's (each xdist worker has its own)
-    assert "runuser -u lane " in launcher
-    (tmp_path / "launch-slurm.sh").write_text(launcher.replace("runuser -u lane ", f"runuser -u {LANE_USER} "))
-    (tmp_path / "launch-slurm.sh").chmod(0o755)
     env = {**slurm, "PATH": f"{Path(ALPHA).parent}:{slurm['PATH']}"}
     lines = commands.strip().splitlines()
     assert 2 == len(lines)
-    for line in keygen.strip().splitlines() + lines:
-        done = subprocess.run(
-            ["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False
-        )
-        assert 0 == done.returncode, (line, done.stdout, done.stderr)
+    for line in keygen.strip().splitlines():
+        done = subprocess.run(["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, timeout=60, check=False)
+        assert 0 == done.returncode, (line, done.stderr)
+    # the page's lane account is the suite's (each xdist worker has its own), and its training the probe that
+    # tries to take node-0's key (tests/helpers/node_key_probe.py, where the lane account can read it)
+    share = Path(tempfile.mkdtemp(prefix="aos-slurm-lane-"))
+    share.chmod(0o755)
+    as_lane(share)
+    probe = share / "node_key_probe.py"
+    shutil.copyfile(Path(node_key_probe.__file__), probe)
+    probe.chmod(0o644)
+    training = node_key_probe.command(probe, tmp_path / "keys" / "node-0.key", share / "probe.json")
+    filled = launcher
+    for placeholder, value in (
+        ("runuser -u lane ", f"runuser -u {LANE_USER} "),
+        ('echo training on "$SLURMD_NODENAME"', training),
+    ):
+        assert placeholder in filled
+        filled = filled.replace(placeholder, value)
+    (tmp_path / "launch-slurm.sh").write_text(filled)
+    (tmp_path / "launch-slurm.sh").chmod(0o755)
+    try:
+        for line in lines:
+            done = subprocess.run(
+                ["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False
+            )
+            assert 0 == done.returncode, (line, done.stdout, done.stderr)
+        found = json.loads((share / "probe.json").read_text())
+    finally:
+        shutil.rmtree(share, ignore_errors=True)
+    assert isinstance(found["recorder"], int), found
+    assert node_key_probe.out_of_reach(lane_account().pw_uid, "node-0") == {
+        k: v for k, v in found.items() if k not in ("recorder", "scanned")
+    }
     assert "1 proven, 0 did not run or not proven" in done.stdout
     assert (tmp_path / "run-8" / "nodes" / "node-0.aos").is_file()
     from aos.signing import load_public_key

@@ -113,11 +113,11 @@ def _probe(tmp: Path, folder: Path, key: str) -> str:
     return node_key_probe.command(probe, _key(tmp, key), folder / "probe.json")
 
 
-def _assert_key_out_of_reach(folder: Path) -> None:
-    """The probe ran, as the lane account, under its recorder, and found the key nowhere."""
+def _assert_key_out_of_reach(folder: Path, node: str) -> None:
+    """The probe ran, as the lane account, under node ``node``'s recorder, and found the key nowhere."""
     report = json.loads((folder / "probe.json").read_text())
     assert isinstance(report["recorder"], int)
-    assert node_key_probe.out_of_reach(lane_account().pw_uid) == {
+    assert node_key_probe.out_of_reach(lane_account().pw_uid, node) == {
         k: v for k, v in report.items() if k not in ("recorder", "scanned")
     }
 
@@ -166,8 +166,8 @@ class TestOverSshd:
             timeout=240,
         )
         assert 3 == proc.returncode, proc.stderr
-        for folder in folders[:2]:
-            _assert_key_out_of_reach(folder)
+        for i in (0, 1):
+            _assert_key_out_of_reach(folders[i], f"n{i}")
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
         report = verify_session(tmp_path / "S")
@@ -205,7 +205,7 @@ class TestSixteenOverSshd:
         the four racks verify offline, by the CLI and independently, once the nodes' folders are gone."""
         folders = [node.lane_folder(f"session16-{tmp_path.name}") for node in ssh_fleet16]
         racks = []
-        probed: list[Path] = []  # the nodes whose training tries to take their key
+        probed: list[tuple[Path, str]] = []  # the nodes whose training tries to take their key
         for r in range(4):
             lines = []
             for i in range(4):
@@ -219,7 +219,7 @@ class TestSixteenOverSshd:
                     origin, command = "example.com/another-session/1", "hostname"
                 else:
                     origin, command = '"$1"', _probe(tmp_path, folder, f"r{r}{name}")
-                    probed.append(folder)
+                    probed.append((folder, name))
                 script = _node_script(tmp_path, name, folder, command, origin, f"r{r}{name}")
                 script = script.rename(tmp_path / f"r{r}{name}.sh")
                 lines.append(_launch_bg(node, name, folder, script, f"{name}.aos"))
@@ -241,8 +241,8 @@ class TestSixteenOverSshd:
                      str(launcher), cwd=tmp_path, text=True, timeout=480)  # fmt: skip
         assert 0 == proc.returncode, proc.stderr  # every rack sealed: the top's members are proven
         assert 14 == len(probed)
-        for folder in probed:
-            _assert_key_out_of_reach(folder)
+        for folder, name in probed:
+            _assert_key_out_of_reach(folder, name)
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
         report = verify_session(tmp_path / "S")
