@@ -13,17 +13,16 @@ import copy
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from aos.signing import generate_keypair, load_public_key
-from tests.helpers import node_key_probe
+from tests.helpers.key_reach import assert_out_of_reach, fill, lane_scratch, probe_training
 from tests.helpers.paths import ROOT
 from tests.helpers.run import ALPHA, child_env
 from tests.helpers.sshd import as_lane, lane_account
@@ -53,14 +52,6 @@ def _container(manifest: dict[str, Any]) -> dict[str, Any]:
     (container,) = manifest["spec"]["template"]["spec"]["containers"]
     assert isinstance(container, dict)
     return container
-
-
-def _fill(text: str, pairs: list[tuple[str, str]]) -> str:
-    """``text`` with each placeholder replaced, in order; each must be there (the page changed otherwise)."""
-    for placeholder, value in pairs:
-        assert placeholder in text, (placeholder, text)
-        text = text.replace(placeholder, value)
-    return text
 
 
 class TestTheManifest:
@@ -112,23 +103,17 @@ class TestTheManifest:
         assert "/etc/alpha-observe" == volumes["keys"]["hostPath"]["path"]
 
 
-@pytest.fixture
-def lane_folder() -> Iterator[Path]:
-    """A folder of the lane account's, where the training (as it) may read the probe and write its report."""
-    folder = Path(tempfile.mkdtemp(prefix="aos-k8s-pod-"))
-    folder.chmod(0o755)
-    try:
-        yield as_lane(folder)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="the pod's recorder is the observer (root), its training another uid")
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="no setpriv (util-linux) here")
-def test_the_pods_command_runs_as_a_session_member(tmp_path: Path, lane_folder: Path) -> None:
+def test_the_pods_command_runs_as_a_session_member(tmp_path: Path) -> None:
     """The container's command line, as written, is node-0's recorder in a session: node-0 is proven by its
     declared key, and its training, run as the lane account, found the key in neither the key file, its own
     environment, nor its recorder's environment or memory."""
+    with lane_scratch("aos-k8s-pod-") as lane_folder:  # the training's: the probe and its report
+        _run_the_pod(tmp_path, lane_folder)
+
+
+def _run_the_pod(tmp_path: Path, lane_folder: Path) -> None:
     manifest = _manifest()
     container = _container(manifest)
     keys = tmp_path / "keys"  # the node's /etc/alpha-observe: root's, 0700, its key 0600
@@ -138,14 +123,10 @@ def test_the_pods_command_runs_as_a_session_member(tmp_path: Path, lane_folder: 
     assert 0o600 == (keys / "node-0.key").stat().st_mode & 0o777
     fleet = tmp_path / "fleet"  # the shared volume
     fleet.mkdir()
-    probe = lane_folder / "node_key_probe.py"
-    shutil.copyfile(Path(node_key_probe.__file__), probe)
-    probe.chmod(0o644)
-    report = lane_folder / "probe.json"
-    train = node_key_probe.command(probe, keys / "node-0.key", report)
+    train = probe_training(lane_folder, keys / "node-0.key")
     account = lane_account()
     assert ["sh", "-c"] == container["command"][:2]
-    line = _fill(
+    line = fill(
         container["command"][2],
         [
             ('"/keys/', f'"{keys}/'),
@@ -154,7 +135,7 @@ def test_the_pods_command_runs_as_a_session_member(tmp_path: Path, lane_folder: 
         ],
     )
     env = {e["name"]: e for e in container["env"]}
-    fleet_dir = _fill(env["ALPHA_FLEET_DIR"]["value"], [("/fleet/", f"{fleet}/")])
+    fleet_dir = fill(env["ALPHA_FLEET_DIR"]["value"], [("/fleet/", f"{fleet}/")])
     assert {"name": "alpha-session", "key": "origin"} == env["ALPHA_FLEET_ORIGIN"]["valueFrom"]["configMapKeyRef"]
     # the pod: the downward API's node name, the shared folder, the config map's origin (the session's own,
     # which the launcher puts there), in the container's working folder
@@ -162,7 +143,8 @@ def test_the_pods_command_runs_as_a_session_member(tmp_path: Path, lane_folder: 
     workdir.mkdir()
     as_lane(workdir)
     pod = tmp_path / "pod.sh"
-    pod.write_text(f"#!/bin/sh\ncd {workdir}\nNODE_NAME=node-0 ALPHA_FLEET_DIR={fleet_dir} exec sh -c {_quote(line)}\n")
+    pod_env = f"NODE_NAME=node-0 ALPHA_FLEET_DIR={fleet_dir}"
+    pod.write_text(f"#!/bin/sh\ncd {workdir}\n{pod_env} exec sh -c {shlex.quote(line)}\n")
     pod.chmod(0o755)
     spec = tmp_path / "fleet-k8s.json"
     spec.write_text(
@@ -187,14 +169,4 @@ def test_the_pods_command_runs_as_a_session_member(tmp_path: Path, lane_folder: 
     assert {"node-0": load_public_key(keys / "node-0.pub").key_id} == {
         m.path: m.key_id for m in verdict.members if m.status == "proven"
     }
-    found = json.loads(report.read_text())
-    assert isinstance(found["recorder"], int)
-    assert node_key_probe.out_of_reach(account.pw_uid, "node-0") == {
-        k: v for k, v in found.items() if k not in ("recorder", "scanned")
-    }
-
-
-def _quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
+    assert_out_of_reach(lane_folder, "node-0")

@@ -9,10 +9,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,8 @@ import pytest
 
 from aos.signing import generate_keypair
 from tests.helpers import node_key_probe
-from tests.helpers.sshd import LANE_USER, as_lane, lane_account
+from tests.helpers.key_reach import REPORT, lane_scratch, probe_training
+from tests.helpers.sshd import LANE_USER, lane_account
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the probe runs as the lane account (runuser: root)")
 
@@ -29,22 +28,15 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the probe runs as the
 @pytest.fixture
 def lane_folder() -> Iterator[Path]:
     """A folder of the lane account's: the probe, its report, and (for one control) a key file it may read."""
-    folder = Path(tempfile.mkdtemp(prefix="aos-probe-control-"))
-    folder.chmod(0o755)
-    try:
-        yield as_lane(folder)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with lane_scratch("aos-probe-control-") as folder:
+        yield folder
 
 
 def _probe(folder: Path, key: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run the probe as the lane account against ``key``; its report."""
-    probe = folder / "node_key_probe.py"
-    shutil.copyfile(Path(node_key_probe.__file__), probe)
-    probe.chmod(0o644)
-    report = folder / "probe.json"
+    report = folder / REPORT
     report.unlink(missing_ok=True)
-    words = node_key_probe.command(probe, key, report).split()
+    words = probe_training(folder, key).split()
     done = subprocess.run(
         ["runuser", "-u", LANE_USER, "--", *words],
         env={"PATH": os.environ["PATH"], **(env or {})},

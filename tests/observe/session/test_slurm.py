@@ -4,24 +4,22 @@ one ``srun`` task per node, each a node recorder; skipped, with the reason, wher
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import node_key_probe
+from tests.helpers.key_reach import assert_out_of_reach, fill, lane_scratch, probe_training
 from tests.helpers.paths import ROOT
 from tests.helpers.run import ALPHA, child_env
-from tests.helpers.sshd import LANE_USER, as_lane, lane_account
+from tests.helpers.sshd import LANE_USER
 
 SECTION = "## Fleet sessions under Slurm"
 #: The folder and ports the page's slurm.conf names.
@@ -130,35 +128,18 @@ def test_the_slurm_recipe_runs_as_written(slurm: dict[str, str], tmp_path: Path)
         assert 0 == done.returncode, (line, done.stderr)
     # the page's lane account is the suite's (each xdist worker has its own), and its training the probe that
     # tries to take node-0's key (tests/helpers/node_key_probe.py, where the lane account can read it)
-    share = Path(tempfile.mkdtemp(prefix="aos-slurm-lane-"))
-    share.chmod(0o755)
-    as_lane(share)
-    probe = share / "node_key_probe.py"
-    shutil.copyfile(Path(node_key_probe.__file__), probe)
-    probe.chmod(0o644)
-    training = node_key_probe.command(probe, tmp_path / "keys" / "node-0.key", share / "probe.json")
-    filled = launcher
-    for placeholder, value in (
-        ("runuser -u lane ", f"runuser -u {LANE_USER} "),
-        ('echo training on "$SLURMD_NODENAME"', training),
-    ):
-        assert placeholder in filled
-        filled = filled.replace(placeholder, value)
-    (tmp_path / "launch-slurm.sh").write_text(filled)
-    (tmp_path / "launch-slurm.sh").chmod(0o755)
-    try:
+    with lane_scratch("aos-slurm-lane-") as share:
+        training = probe_training(share, tmp_path / "keys" / "node-0.key")
+        lane = ("runuser -u lane ", f"runuser -u {LANE_USER} ")
+        filled = fill(launcher, [lane, ('echo training on "$SLURMD_NODENAME"', training)])
+        (tmp_path / "launch-slurm.sh").write_text(filled)
+        (tmp_path / "launch-slurm.sh").chmod(0o755)
         for line in lines:
             done = subprocess.run(
                 ["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False
             )
             assert 0 == done.returncode, (line, done.stdout, done.stderr)
-        found = json.loads((share / "probe.json").read_text())
-    finally:
-        shutil.rmtree(share, ignore_errors=True)
-    assert isinstance(found["recorder"], int), found
-    assert node_key_probe.out_of_reach(lane_account().pw_uid, "node-0") == {
-        k: v for k, v in found.items() if k not in ("recorder", "scanned")
-    }
+        assert_out_of_reach(share, "node-0")
     assert "1 proven, 0 did not run or not proven" in done.stdout
     assert (tmp_path / "run-8" / "nodes" / "node-0.aos").is_file()
     from aos.signing import load_public_key

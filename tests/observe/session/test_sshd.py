@@ -24,10 +24,10 @@ from typing import Any
 from aos.signing import generate_keypair, load_public_key
 from observe.session.verify import verify_session
 from tests.aos.test_session_format import independent_session_check
-from tests.helpers import node_key_probe
+from tests.helpers.key_reach import assert_out_of_reach, fill, probe_training
 from tests.helpers.paths import ROOT
 from tests.helpers.run import ALPHA, alpha
-from tests.helpers.sshd import LANE_USER, lane_account
+from tests.helpers.sshd import LANE_USER
 
 #: The recipe's placeholders (docs/NODES.md, "Fleet sessions"): node, key file, node's folder, training.
 NODE, KEY, FOLDER, TRAIN = "node-3", "/etc/alpha-observe/node-3.key", "/tmp/run-7", "/srv/train/train.sh"
@@ -41,14 +41,6 @@ def _recipe() -> tuple[str, str]:
     launch = next(b for b in blocks if b.startswith("ssh root@node-3 "))
     node = next(b for b in blocks if b.startswith("ALPHA_NODE_KEY="))
     return launch, node
-
-
-def _fill(text: str, pairs: list[tuple[str, str]]) -> str:
-    """``text`` with each placeholder replaced, in order; each must be there (the page changed otherwise)."""
-    for placeholder, value in pairs:
-        assert placeholder in text, (placeholder, text)
-        text = text.replace(placeholder, value)
-    return text
 
 
 def _key(tmp: Path, label: str) -> Path:
@@ -69,7 +61,7 @@ def _node_line(tmp: Path, name: str, folder: Path, command: str, origin: str = '
     """The page's ``node-3.sh`` line for node ``name`` on ``folder``, signing with ``keys/KEY.key`` (KEY the
     node's name unless given), its training ``command`` run as the lane account; the installation's ``alpha``
     (with its checkout on PYTHONPATH) and no device observer (the nodes have no GPU)."""
-    return _fill(
+    return fill(
         _recipe()[1],
         [
             (KEY, str(_key(tmp, key or name))),
@@ -105,27 +97,14 @@ def _killed_script(tmp: Path, name: str, folder: Path, key: str = "") -> Path:
 
 
 def _probe(tmp: Path, folder: Path, key: str) -> str:
-    """The training that tries to take the node's key (tests/helpers/node_key_probe.py, copied where the lane
-    account can read it), reporting to ``FOLDER/probe.json``."""
-    probe = folder / "node_key_probe.py"
-    shutil.copyfile(Path(node_key_probe.__file__), probe)
-    probe.chmod(0o644)
-    return node_key_probe.command(probe, _key(tmp, key), folder / "probe.json")
-
-
-def _assert_key_out_of_reach(folder: Path, node: str) -> None:
-    """The probe ran, as the lane account, under node ``node``'s recorder, and found the key nowhere."""
-    report = json.loads((folder / "probe.json").read_text())
-    assert isinstance(report["recorder"], int)
-    assert node_key_probe.out_of_reach(lane_account().pw_uid, node) == {
-        k: v for k, v in report.items() if k not in ("recorder", "scanned")
-    }
+    """The training that tries to take node ``key``'s key, reporting into the node's ``folder``."""
+    return probe_training(folder, _key(tmp, key))
 
 
 def _launch(node: Any, name: str, folder: Path, script: Path) -> str:
     """The page's launcher lines for ``node``: pipe ``script`` to it over SSH, then bring its stream back."""
     ssh = " ".join(shlex.quote(a) for a in node.observer_argv())
-    return _fill(
+    return fill(
         _recipe()[0], [("ssh root@node-3", ssh), ("node-3.sh", str(script)), (FOLDER, str(folder)), (NODE, name)]
     )
 
@@ -167,7 +146,7 @@ class TestOverSshd:
         )
         assert 3 == proc.returncode, proc.stderr
         for i in (0, 1):
-            _assert_key_out_of_reach(folders[i], f"n{i}")
+            assert_out_of_reach(folders[i], f"n{i}")
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
         report = verify_session(tmp_path / "S")
@@ -242,7 +221,7 @@ class TestSixteenOverSshd:
         assert 0 == proc.returncode, proc.stderr  # every rack sealed: the top's members are proven
         assert 14 == len(probed)
         for folder, name in probed:
-            _assert_key_out_of_reach(folder, name)
+            assert_out_of_reach(folder, name)
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
         report = verify_session(tmp_path / "S")
