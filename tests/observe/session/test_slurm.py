@@ -124,7 +124,9 @@ def test_the_slurm_recipe_runs_as_written(slurm: dict[str, str], tmp_path: Path)
     lines = commands.strip().splitlines()
     assert 2 == len(lines)
     for line in keygen.strip().splitlines():
-        done = subprocess.run(["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, timeout=60, check=False)
+        done = subprocess.run(
+            ["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
+        )
         assert 0 == done.returncode, (line, done.stderr)
     # the page's lane account is the suite's (each xdist worker has its own), and its training the probe that
     # tries to take node-0's key (tests/helpers/node_key_probe.py, where the lane account can read it)
