@@ -29,7 +29,10 @@ class TestFleetSessionsPage:
         """The keys made as shown; session run, verify and gate each exit 3 naming node-2, the one node the
         launcher never started; node-0 and node-1 proven by the keys the spec declares."""
         (spec,) = _blocks("json")
-        keygen, launcher, commands = _blocks("sh")
+        # the SSH recipe's two blocks are run by tests/observe/session/test_sshd.py, over real sshd nodes
+        ssh = [b for b in _blocks("sh") if b.startswith(("ssh root@", "ALPHA_NODE_KEY="))]
+        assert 2 == len(ssh)
+        keygen, launcher, commands = [b for b in _blocks("sh") if b not in ssh]
         (tmp_path / "fleet.json").write_text(spec)
         (tmp_path / "launch.sh").write_text(launcher)
         (tmp_path / "launch.sh").chmod(0o755)

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.key_reach import assert_out_of_reach, fill, lane_scratch, probe_training
 from tests.helpers.paths import ROOT
 from tests.helpers.run import ALPHA, child_env
+from tests.helpers.sshd import LANE_USER
 
 SECTION = "## Fleet sessions under Slurm"
 #: The folder and ports the page's slurm.conf names.
@@ -110,27 +112,40 @@ def slurm() -> Iterator[dict[str, str]]:
 @pytest.mark.slow(reason="starts munged, slurmctld and slurmd")
 def test_the_slurm_recipe_runs_as_written(slurm: dict[str, str], tmp_path: Path) -> None:
     """The page's keys, spec, launcher and commands as written: the session and its verification exit 0, node-0
-    (the one Slurm node, its recorder an srun task signing with its declared key) proven."""
+    (the one Slurm node, its recorder an srun task signing with its declared key) proven; its training, run as
+    the lane account, found the key in neither the key file, its environment, nor its recorder's."""
     blocks = _blocks()
     (spec,) = [body for kind, body in blocks if kind == "json"]
     launcher = next(body for kind, body in blocks if kind == "sh" and body.startswith("#!/bin/sh"))
     keygen = next(body for kind, body in blocks if kind == "sh" and "keygen" in body)
     commands = next(body for kind, body in blocks if kind == "sh" and "session run" in body)
     (tmp_path / "fleet-slurm.json").write_text(spec)
-    (tmp_path / "launch-slurm.sh").write_text(launcher)
-    (tmp_path / "launch-slurm.sh").chmod(0o755)
     env = {**slurm, "PATH": f"{Path(ALPHA).parent}:{slurm['PATH']}"}
     lines = commands.strip().splitlines()
     assert 2 == len(lines)
-    for line in keygen.strip().splitlines() + lines:
+    for line in keygen.strip().splitlines():
         done = subprocess.run(
-            ["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False
+            ["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
         )
-        assert 0 == done.returncode, (line, done.stdout, done.stderr)
+        assert 0 == done.returncode, (line, done.stderr)
+    # the page's lane account is the suite's (each xdist worker has its own), and its training the probe that
+    # tries to take node-0's key (tests/helpers/node_key_probe.py, where the lane account can read it)
+    with lane_scratch("aos-slurm-lane-") as share:
+        training = probe_training(share, tmp_path / "keys" / "node-0.key")
+        lane = ("runuser -u lane ", f"runuser -u {LANE_USER} ")
+        filled = fill(launcher, [lane, ('echo training on "$SLURMD_NODENAME"', training)])
+        (tmp_path / "launch-slurm.sh").write_text(filled)
+        (tmp_path / "launch-slurm.sh").chmod(0o755)
+        for line in lines:
+            done = subprocess.run(
+                ["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False
+            )
+            assert 0 == done.returncode, (line, done.stdout, done.stderr)
+        assert_out_of_reach(share, "node-0")
     assert "1 proven, 0 did not run or not proven" in done.stdout
     assert (tmp_path / "run-8" / "nodes" / "node-0.aos").is_file()
     from aos.signing import load_public_key
     from aos.verify import verify_stream
 
-    node_key = load_public_key(tmp_path / "node-0.pub")
+    node_key = load_public_key(tmp_path / "keys" / "node-0.pub")
     assert node_key.key_id == verify_stream(tmp_path / "run-8" / "nodes" / "node-0.aos", node_key).key_id
