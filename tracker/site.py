@@ -29,7 +29,9 @@ its SHA-256) and, for each report and run page, what it was made from (a
 report: the stream's BLAKE3 and file name, its link back, a digest of the
 report code; a run page: the run, its streams' views, its item's anchor, a
 digest of this module and its templates): a page made from the same and
-unchanged since is kept, not made again (a report reads the whole stream). Pages that no longer
+unchanged since is kept, not made again (a report reads the whole stream); whether it is unchanged
+since is known from this user's memo of each page's file identity (``_Previous``), without reading
+it. So an added run costs its own stream and pages, not every run's (issue 36). Pages that no longer
 belong are removed, never a file it did not write. A folder that is not empty and not such a site is refused
 (``tracker-site-dir``).
 """
@@ -617,8 +619,10 @@ def _view_key(row: dict[str, Any], keys: Mapping[str, Verifier], code: str) -> s
     except OSError:
         return None
     identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    # repr, not JSON: a tenth of an added run's build at 10,000 runs went to encoding these rows.
-    return _sha256(repr((tuple(row.items()), identity, sorted(keys), code)).encode())
+    # The row's values as JSON (its columns are _EVIDENCE's, which the code's digest covers): a value's type
+    # counts (a size of "3272" is not 3272), and one encoding of a list costs a fifth of encoding its pairs.
+    values = json.dumps(list(row.values()), default=repr)
+    return _sha256(f"{values}\0{identity}\0{sorted(keys)}\0{code}".encode())
 
 
 def _memo_entry(view: StreamView) -> dict[str, Any] | None:
@@ -1271,15 +1275,18 @@ def _commit(
     seen = {} if seen is None else seen
     ours = _Previous(root, {}, {}, {})
     # Nothing is written over a file the site did not write.
-    for rel in sorted(pages):
+    order = sorted(pages)
+    for rel in order:
+        if rel in old:
+            continue
         path = root / rel
-        if rel not in old and (path.exists() or path.is_symlink()):
+        if path.exists() or path.is_symlink():
             raise TrackerSiteDir(f"{path} exists and was not written by `{GENERATOR}`: it is left as it is")
     root.mkdir(parents=True, exist_ok=True)
     written: list[str] = []
     unchanged: list[str] = []
-    files: dict[str, str] = {}
-    for rel in sorted(pages):
+    files: dict[str, str] = {}  # in path order, as the manifest lists them
+    for rel in order:
         data = pages[rel]
         if isinstance(data, _Kept):
             files[rel] = data.sha256
@@ -1313,7 +1320,7 @@ def _commit(
     # A page edited by hand since is no longer the site's: it leaves the manifest, and stays.
     for rel in set(seen) - set(files):
         del seen[rel]
-    manifest: dict[str, Any] = {"generator": GENERATOR, "format": MANIFEST_FORMAT, "files": dict(sorted(files.items()))}
+    manifest: dict[str, Any] = {"generator": GENERATOR, "format": MANIFEST_FORMAT, "files": files}
     if keys:
         manifest["made"] = {rel: keys[rel] for rel in sorted(keys) if rel in files}
     text = _manifest_text(manifest)
