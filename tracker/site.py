@@ -625,43 +625,60 @@ def _view_key(row: dict[str, Any], keys: Mapping[str, Verifier], code: str) -> s
     return _sha256(f"{values}\0{identity}\0{sorted(keys)}\0{code}".encode())
 
 
-def _memo_entry(view: StreamView) -> dict[str, Any] | None:
-    """A verified view as the memo keeps it (a view without facts is derived again on every build)."""
+def _memo_entry(view: StreamView) -> list[Any] | None:
+    """A verified view as the memo keeps it, by position (``_restore``; the memo's key covers this module, so
+    an entry is read only by the code that wrote it); a view without facts is derived again on every build."""
     if view.facts is None:
         return None
-    facts = {f.name: getattr(view.facts, f.name) for f in dataclasses.fields(view.facts) if f.name != "verification"}
-    facts["path"] = str(facts["path"])
-    return {
-        "state": view.state,
-        "detail": view.detail,
-        "facts": facts,
-        "differ": view.differ,
-        "gpus": [dataclasses.asdict(g) for g in view.gpus],
-        "observers": view.observers,
-        "artifacts": [dataclasses.asdict(a) for a in view.artifacts],
-    }
+    facts = [getattr(view.facts, name) for name in _facts_fields()]
+    facts[0] = str(facts[0])
+    return [
+        view.state,
+        view.detail,
+        facts,
+        view.differ,
+        [[getattr(g, f.name) for f in dataclasses.fields(Gpu)] for g in view.gpus],
+        view.observers,
+        [[getattr(a, f.name) for f in dataclasses.fields(Artifact)] for a in view.artifacts],
+    ]
+
+
+@functools.cache
+def _facts_fields() -> tuple[str, ...]:
+    """``StreamFacts``' fields as the memo keeps them, in order: ``path`` first, no ``verification``."""
+    from tracker.streams import StreamFacts
+
+    fields = [f.name for f in dataclasses.fields(StreamFacts)]
+    assert fields[0] == "path" and fields[-1] == "verification"  # noqa: PT018 - the order _restore relies on
+    return tuple(fields[:-1])
 
 
 def _restore(view: StreamView, entry: Any) -> bool:
-    """Fill ``view`` from a memo entry (as read: its JSON text); False (``view`` untouched) when it is not one."""
+    """Fill ``view`` from a memo entry (as read: its JSON text); False (``view`` untouched) when it is not one.
+
+    By position, not by name: a tenth of a second at 10,000 streams (issue 36)."""
     from tracker.streams import StreamFacts
 
     try:
         if isinstance(entry, str):
             entry = json.loads(entry)
-        facts = dict(entry["facts"])
-        facts["path"] = Path(facts["path"])
-        facts["devices"] = tuple(facts["devices"])
-        facts["serials"] = tuple(tuple(s) for s in facts["serials"])
-        restored = StreamFacts(**facts)
-        gpus = [Gpu(**g) for g in entry["gpus"]]
-        artifacts = [Artifact(**a) for a in entry["artifacts"]]
-        state, detail = str(entry["state"]), str(entry["detail"])
-        differ, observers = [str(d) for d in entry["differ"]], [str(o) for o in entry["observers"]]
+        state, detail, values, differ, gpus, observers, artifacts = entry
+        names = _facts_fields()
+        if len(values) != len(names):
+            return False
+        values = [Path(values[0]), *values[1:]]
+        devices, serials = names.index("devices"), names.index("serials")
+        values[devices] = tuple(values[devices])
+        values[serials] = tuple(tuple(s) for s in values[serials])
+        restored = StreamFacts(*values)  # its fields in order; ``verification``, the last, left out
+        gpus = [Gpu(*g) for g in gpus] if gpus else []
+        artifacts = [Artifact(*a) for a in artifacts] if artifacts else []
+        if not all(isinstance(x, str) for x in (state, detail, *differ, *observers)):
+            return False
     except (KeyError, TypeError, ValueError, RecursionError):
         return False
-    view.state, view.detail, view.facts, view.differ = state, detail, restored, differ
-    view.gpus, view.observers, view.artifacts = gpus, observers, artifacts
+    view.state, view.detail, view.facts, view.differ = state, detail, restored, list(differ)
+    view.gpus, view.observers, view.artifacts = gpus, list(observers), artifacts
     view.local = restored.path
     return True
 
@@ -895,19 +912,19 @@ def _plain(value: Any) -> Any:
 _KEYED: dict[type, tuple[str, ...]] = {}
 
 
-def _render(site: Site, previous: _Previous | None = None) -> tuple[dict[str, bytes | _Kept], dict[str, str]]:
+def _render(site: Site, previous: _Previous | None = None) -> tuple[dict[str, _Page], dict[str, str]]:
     """The index and a page per run, and each run page's key; a run page the site in the folder holds, rendered
     from the same key and unchanged since (``_Previous.kept``), is kept as it is, not rendered again."""
     env = _environment()
     css = (Path(__file__).parent / "templates" / "site.css").read_text(encoding="utf-8")
-    pages: dict[str, bytes | _Kept] = {}
+    pages: dict[str, _Page] = {}
     keys: dict[str, str] = {}
     code = _templates_code()
     common = {"site": site, "css": css}
     run_keys: dict[str, str] = {}
     for run in site.runs:
         key = run_keys[run.id] = _run_key(run, site, code)
-        page: bytes | _Kept | None = previous.kept(run.page, key) if previous else None
+        page: _Page | None = previous.kept(run.page, key) if previous else None
         if page is None:
             page = env.get_template("site_run.html.j2").render(root="../", run=run, **common).encode()
         pages[run.page], keys[run.page] = page, key
@@ -974,8 +991,10 @@ def _report_code() -> str:
 def _report_key(file_digest: str, name: str, back: tuple[str, str], code: str) -> str:
     """What a stream's report page is made from: the stream's bytes (its BLAKE3), the file name the page
     shows, its link back, the code."""
-    link, label = _json_str(back[0]), _json_str(back[1])
-    text = f"[{_json_str(file_digest)}, {_json_str(name)}, [{link}, {label}], {_json_str(code)}]"  # json.dumps
+    if _JSON_PLAIN.fullmatch(f"{file_digest}{name}{back[0]}{back[1]}{code}"):  # json.dumps, without its call
+        text = f'["{file_digest}", "{name}", ["{back[0]}", "{back[1]}"], "{code}"]'
+    else:
+        text = json.dumps([file_digest, name, list(back), code])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -997,16 +1016,17 @@ def _manifest_text(manifest: Mapping[str, Any]) -> bytes:
         end = "," if n + 1 < len(manifest) else ""
         if isinstance(value, dict) and value:
             lines.append(f" {_json_str(name)}: {{")
-            lines.append(",\n".join(f"  {_json_str(k)}: {_json_str(v)}" for k, v in value.items()))
+            if _JSON_PLAIN.fullmatch("".join([*value, *value.values()])):  # one look at 40,000 plain strings
+                lines.append(",\n".join([f'  "{k}": "{v}"' for k, v in value.items()]))
+            else:
+                lines.append(",\n".join(f"  {_json_str(k)}: {_json_str(v)}" for k, v in value.items()))
             lines.append(f" }}{end}")
         else:
             lines.append(f" {_json_str(name)}: {json.dumps(value)}{end}")
     return ("\n".join(lines) + "\n}\n").encode()
 
 
-def _write_reports(
-    site: Site, tmp: Path, previous: _Previous | None = None
-) -> tuple[dict[str, bytes | _Kept], dict[str, str]]:
+def _write_reports(site: Site, tmp: Path, previous: _Previous | None = None) -> tuple[dict[str, _Page], dict[str, str]]:
     """A report page per available stream, made by ``observe.report.write.write_report``, and each page's key.
 
     A page the site in the folder already holds, made from the same key (the manifest's ``made``) and still
@@ -1014,7 +1034,7 @@ def _write_reports(
     the whole stream and is most of a site's cost (issue 36)."""
     from observe.report.write import write_report
 
-    pages: dict[str, bytes | _Kept] = {}
+    pages: dict[str, _Page] = {}
     keys: dict[str, str] = {}
     code = _report_code()
     runs = site.runs_by_id
@@ -1034,12 +1054,12 @@ def _write_reports(
         out = tmp / f"report-{s.evidence_id}.html"
         v = s.facts.verification  # this build's verification of the same file (derive): not made again
         facts = write_report(s.local, out, back_link=back, verification=v if v and not v.signature_checked else None)
-        data = out.read_bytes()
-        out.unlink()
         if facts.stream_id != s.facts.stream_id:  # pragma: no cover - derive() read the same bytes
             s.report_note = f"no report page: the report read stream {facts.stream_id}"
             continue
-        pages[page], keys[page] = data, key
+        # Left in ``tmp`` until the site is written: a first build held every report in memory (461 MB at
+        # 10,000 runs).
+        pages[page], keys[page] = _Spooled(out, _sha256(out.read_bytes())), key
         s.page = page
     return pages, keys
 
@@ -1051,6 +1071,17 @@ class _Kept:
 
     sha256: str
 
+
+@dataclass(frozen=True)
+class _Spooled:
+    """A page made in the build's temporary folder (``path``), with its SHA-256: read when it is written."""
+
+    path: Path
+    sha256: str
+
+
+#: A page as a build holds it: its bytes, kept as the site holds it, or made in a file.
+_Page = bytes | _Kept | _Spooled
 
 #: A page's file as this user's memo of pages holds it: its SHA-256, device, inode, size, modification and
 #: change time.
@@ -1096,7 +1127,9 @@ class _Previous:
         """The identity of ``page``'s file holding ``sha256``: a plain file of ours (no ``..``, no symlink on the
         way, ``_inside``'s rule, with each folder checked once a build); None otherwise."""
         parts = page.split("/")
-        if not page or page.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in page:
+        if not _PAGE.fullmatch(page) and (
+            not page or page.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in page
+        ):
             return None
         for k in range(1, len(parts)):
             folder = "/".join(parts[:k])
@@ -1114,6 +1147,10 @@ class _Previous:
         if not stat.S_ISREG(st.st_mode):
             return None
         return [sha256, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+#: A page's path as the site names its pages (``_inside``'s rule holds for it without looking at each part).
+_PAGE = re.compile(r"(?:(?:runs|streams)/)?[0-9A-Za-z_-]+\.html")
 
 
 def _read_page(path: str) -> bytes:
@@ -1253,7 +1290,7 @@ def write_site(conn: Connection, directory: str | os.PathLike[str]) -> SiteResul
         reports, keys = _write_reports(site, Path(tmp), previous)
         rendered, run_keys = _render(site, previous)
         pages = rendered | reports
-    result = _commit(root, site, pages, old, keys | run_keys, seen)
+        result = _commit(root, site, pages, old, keys | run_keys, seen)
     # Written when an entry came or went (an entry is a function of its key: compared by identity, not encoded).
     if memo.keys() != before.keys() or any(before[k] is not v for k, v in memo.items()):
         _write_view_memo(memo_path, memo)
@@ -1265,7 +1302,7 @@ def write_site(conn: Connection, directory: str | os.PathLike[str]) -> SiteResul
 def _commit(
     root: Path,
     site: Site,
-    pages: Mapping[str, bytes | _Kept],
+    pages: Mapping[str, _Page],
     old: dict[str, str],
     keys: Mapping[str, str] | None = None,
     seen: dict[str, _Identity] | None = None,
@@ -1293,7 +1330,10 @@ def _commit(
             unchanged.append(rel)
             continue
         path = root / rel
-        files[rel] = _sha256(data)
+        if isinstance(data, _Spooled):
+            files[rel], data = data.sha256, data.path.read_bytes()
+        else:
+            files[rel] = _sha256(data)
         if rel in old and path.is_file() and not path.is_symlink() and path.read_bytes() == data:
             unchanged.append(rel)
         else:

@@ -24,7 +24,7 @@ from tracker import records
 from tracker.attach import attach
 from tracker.backends import Connection
 from tracker.db import connect, init
-from tracker.site import MANIFEST, TrackerSiteDir, build_site, write_site
+from tracker.site import GENERATOR, MANIFEST, TrackerSiteDir, build_site, write_site
 from tracker.testing import flip_byte, sealed_stream
 
 #: Untrusted text, as a runner or a recorded command could write it.
@@ -326,6 +326,21 @@ class TestIncremental:
         assert [] == counts["read"]
         (report,) = [s.page for s in added.site.streams if s.run_id == run]
         assert sorted(["index.html", f"runs/{run}.html", str(report)]) == sorted(added.written)
+
+    def test_the_manifest_and_report_keys_are_what_json_writes(self) -> None:
+        """The site writes its manifest and its reports' keys without ``json``'s calls for plain strings; with a
+        quote, a backslash, a control or a non-ASCII character they fall back to ``json``: the same bytes."""
+        from tracker.site import _manifest_text, _report_key
+
+        odd = ['a"b', "a\\b", "tab\there", "é", "\x7f"]
+        for text in ["plain", "runs/x.html", *odd]:
+            manifest = {"generator": GENERATOR, "format": 1, "files": {text: "ab" * 32}, "made": {"index.html": text}}
+            assert (json.dumps(manifest, indent=1) + "\n").encode() == _manifest_text(manifest)
+            back = (f"../runs/{text}.html", f"run {text}")
+            expected = hashlib.sha256(json.dumps(["cd" * 32, text, list(back), "ef" * 32]).encode()).hexdigest()
+            assert expected == _report_key("cd" * 32, text, back, "ef" * 32)
+        empty = {"generator": GENERATOR, "format": 1, "files": {}}
+        assert (json.dumps(empty, indent=1) + "\n").encode() == _manifest_text(empty)
 
 
 class TestFiles:
