@@ -1084,8 +1084,8 @@ class _Spooled:
 _Page = bytes | _Kept | _Spooled
 
 #: A page's file as this user's memo of pages holds it: its SHA-256, device, inode, size, modification and
-#: change time.
-_Identity = list[Any]
+#: change time, in one line of text.
+_Identity = str
 
 
 @dataclass
@@ -1146,7 +1146,7 @@ class _Previous:
             return None
         if not stat.S_ISREG(st.st_mode):
             return None
-        return [sha256, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        return f"{sha256} {st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
 
 
 #: A page's path as the site names its pages (``_inside``'s rule holds for it without looking at each part).
@@ -1166,40 +1166,47 @@ def _pages_memo_path(root: Path) -> Path:
     return cache_folder("site-pages") / f"{hashlib.sha256(os.fsencode(os.path.abspath(root))).hexdigest()[:32]}.json"
 
 
-def _read_view_memo(path: Path) -> dict[str, Any]:
-    """The memo of the streams checked: a line per entry, its key, a tab and the entry's JSON, kept as text
-    until a build asks for that key (``_restore``) and written back as read: an added run's build at 10,000
-    runs no longer decodes and encodes every entry to add one. An empty memo when it is not there."""
+def _read_memo(path: Path) -> tuple[dict[str, Any], int]:
+    """One of this user's memos of the site (``site-checked``, ``site-pages``) and its count of lines: a line per
+    entry, its key, a tab and its value (a later line for the same key replaces it; an empty value removes it),
+    kept as text until a build asks for that key (``_restore``). An empty memo when it is not there."""
     memo: dict[str, Any] = {}
+    lines = 0
     with contextlib.suppress(OSError, UnicodeDecodeError):
         for line in path.read_text(encoding="utf-8").splitlines():
             key, tab, entry = line.partition("\t")
-            if tab:
+            lines += 1
+            if tab and entry:
                 memo[key] = entry
-    return memo
+            else:
+                memo.pop(key, None)
+    return memo, lines
 
 
-def _write_view_memo(path: Path, memo: Mapping[str, Any]) -> None:
-    """Write the memo of the streams checked (``_read_view_memo``'s lines)."""
-    lines = [f"{k}\t{v if isinstance(v, str) else json.dumps(v, separators=(',', ':'))}\n" for k, v in memo.items()]
+def _write_memo(path: Path, memo: Mapping[str, Any], before: Mapping[str, Any], lines: int) -> None:
+    """Bring the memo at ``path`` (``before``, read from ``lines`` lines) to ``memo``: the entries that came or
+    changed, and an empty line for each that went, appended (an added run's build at 10,000 runs rewrote two
+    memos of 10,000 and 20,000 entries to add three); the whole memo written again when it would grow past twice
+    its entries. A torn last line (a build killed while appending) is an entry that does not parse: derived or
+    read again. One that cannot be written is left: the next build reads more again."""
+
+    def text(v: Any) -> str:
+        return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+
+    changed = [f"{k}\t{text(v)}\n" for k, v in memo.items() if v is not before.get(k) and v != before.get(k)]
+    changed += [f"{k}\t\n" for k in before.keys() - memo.keys()]
+    if not changed:
+        return
     with contextlib.suppress(OSError, ValueError):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        replace_file(path, "".join(lines).encode(), mode=0o600)
-
-
-def _read_json_memo(path: Path) -> dict[str, Any]:
-    """A memo of this user's (a dict); an empty one when it is not there or not one."""
-    with contextlib.suppress(OSError, ValueError, RecursionError):
-        got = json.loads(path.read_bytes())
-        return got if isinstance(got, dict) else {}
-    return {}
-
-
-def _write_json_memo(path: Path, memo: Mapping[str, Any]) -> None:
-    """Write a memo of this user's; one that cannot be written is left: the next build reads all again."""
-    with contextlib.suppress(OSError, ValueError):
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        replace_file(path, json.dumps(memo, separators=(",", ":")).encode(), mode=0o600)
+        if lines + len(changed) > 2 * len(memo) + 64 or not path.is_file():
+            replace_file(path, "".join(f"{k}\t{text(v)}\n" for k, v in memo.items()).encode(), mode=0o600)
+            return
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.write(fd, "".join(changed).encode())
+        finally:
+            os.close(fd)
 
 
 # -- writing the folder ------------------------------------------------------------------------------
@@ -1280,9 +1287,9 @@ def write_site(conn: Connection, directory: str | os.PathLike[str]) -> SiteResul
     root = Path(directory)
     old, made = _read_manifest(root)
     memo_path, pages_path = _memo_path(root), _pages_memo_path(root)
-    memo = _read_view_memo(memo_path)
+    memo, memo_lines = _read_memo(memo_path)
     before = dict(memo)
-    seen = _read_json_memo(pages_path) if old else {}
+    seen, seen_lines = _read_memo(pages_path) if old else ({}, 0)
     previous = _Previous(root, old, made, seen) if old else None
     seen_before = dict(seen)
     with tempfile.TemporaryDirectory(prefix="alpha-site-") as tmp:
@@ -1291,11 +1298,8 @@ def write_site(conn: Connection, directory: str | os.PathLike[str]) -> SiteResul
         rendered, run_keys = _render(site, previous)
         pages = rendered | reports
         result = _commit(root, site, pages, old, keys | run_keys, seen)
-    # Written when an entry came or went (an entry is a function of its key: compared by identity, not encoded).
-    if memo.keys() != before.keys() or any(before[k] is not v for k, v in memo.items()):
-        _write_view_memo(memo_path, memo)
-    if seen != seen_before:
-        _write_json_memo(pages_path, seen)
+    _write_memo(memo_path, memo, before, memo_lines)
+    _write_memo(pages_path, seen, seen_before, seen_lines)
     return result
 
 

@@ -342,6 +342,35 @@ class TestIncremental:
         empty = {"generator": GENERATOR, "format": 1, "files": {}}
         assert (json.dumps(empty, indent=1) + "\n").encode() == _manifest_text(empty)
 
+    def test_a_memo_grows_by_what_changed_and_is_written_again_when_it_doubles(self, tmp_path: Path) -> None:
+        """The site's memos (``site-checked``, ``site-pages``) append the entries that came, changed or went; a
+        torn last line (a build killed while appending) is no entry; past twice its entries a memo is written
+        again whole."""
+        from tracker.site import _read_memo, _write_memo
+
+        path = tmp_path / "memo"
+        memo = {f"k{i}": f"v{i}" for i in range(100)}
+        _write_memo(path, memo, {}, 0)
+        assert (memo, 100) == _read_memo(path)
+        before = dict(memo)
+        memo["k1"], memo["new"] = "changed", ["a", 1]
+        del memo["k2"]
+        _write_memo(path, memo, before, 100)
+        got, lines = _read_memo(path)
+        assert ({**memo, "new": '["a",1]'}, 103) == (got, lines)
+        with path.open("a", encoding="utf-8") as f:
+            f.write("torn-key-without-its")
+        assert got == _read_memo(path)[0]
+        lines = 104
+        for word in ("again", "and again"):
+            before = dict(got)
+            for i in range(3, 100):
+                got[f"k{i}"] = word
+            _write_memo(path, got, before, lines)
+            _, lines = _read_memo(path)
+        assert 104 + 97 + 97 > 2 * len(got) + 64  # so the second was written whole
+        assert (got, 100) == _read_memo(path)
+
 
 class TestFiles:
     def test_an_added_run_leaves_the_other_pages_untouched(self, built: Built, tmp_path: Path) -> None:
