@@ -695,8 +695,10 @@ def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = 
     code = _derive_code() if memo is not None else ""
     fresh: dict[str, Any] = {}
     streams: list[StreamView] = []
-    for r in conn.execute(_EVIDENCE).fetchall():
-        row = dict(r)
+    evidence = conn.execute(_EVIDENCE).fetchall()
+    names = list(evidence[0].keys()) if evidence else []
+    for r in evidence:
+        row = dict(zip(names, r, strict=True))  # a row's values in _EVIDENCE's order: half of dict(row)'s cost
         view = StreamView(
             evidence_id=int(row["id"]),
             stream_id=str(row["stream_id"]),
