@@ -1171,13 +1171,14 @@ def _pages_memo_path(root: Path) -> Path:
 def _read_memo(path: Path) -> tuple[dict[str, Any], int]:
     """One of this user's memos of the site (``site-checked``, ``site-pages``) and its count of lines: a line per
     entry, its key, a tab and its value (a later line for the same key replaces it; an empty value removes it),
-    kept as text until a build asks for that key (``_restore``). An empty memo when it is not there."""
+    kept as text until a build asks for that key (``_restore``). An empty memo when it is not there; the count
+    is -1 when a line is not one (a torn line, another format): the memo is then written again whole."""
     memo: dict[str, Any] = {}
     lines = 0
     with contextlib.suppress(OSError, UnicodeDecodeError):
         for line in path.read_text(encoding="utf-8").splitlines():
             key, tab, entry = line.partition("\t")
-            lines += 1
+            lines = lines + 1 if tab and lines >= 0 else -1
             if tab and entry:
                 memo[key] = entry
             else:
@@ -1189,8 +1190,9 @@ def _write_memo(path: Path, memo: Mapping[str, Any], before: Mapping[str, Any], 
     """Bring the memo at ``path`` (``before``, read from ``lines`` lines) to ``memo``: the entries that came or
     changed, and an empty line for each that went, appended (an added run's build at 10,000 runs rewrote two
     memos of 10,000 and 20,000 entries to add three); the whole memo written again when it would grow past twice
-    its entries. A torn last line (a build killed while appending) is an entry that does not parse: derived or
-    read again. One that cannot be written is left: the next build reads more again."""
+    its entries or when a line of it was not one (``lines`` -1). A torn last line (a build killed while
+    appending) is no entry, or one that does not parse: derived or read again. One that cannot be written is
+    left: the next build reads more again."""
 
     def text(v: Any) -> str:
         return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
@@ -1201,7 +1203,7 @@ def _write_memo(path: Path, memo: Mapping[str, Any], before: Mapping[str, Any], 
         return
     with contextlib.suppress(OSError, ValueError):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if lines + len(changed) > 2 * len(memo) + 64 or not path.is_file():
+        if lines < 0 or lines + len(changed) > 2 * len(memo) + 64 or not path.is_file():
             replace_file(path, "".join(f"{k}\t{text(v)}\n" for k, v in memo.items()).encode(), mode=0o600)
             return
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -360,15 +360,20 @@ class TestIncremental:
         assert ({**memo, "new": '["a",1]'}, 103) == (got, lines)
         with path.open("a", encoding="utf-8") as f:
             f.write("torn-key-without-its")
-        assert got == _read_memo(path)[0]
-        lines = 104
+        assert (got, -1) == _read_memo(path)  # no entry; the memo is to be written again whole
+        _write_memo(path, got, got, -1)
+        assert (got, -1) == _read_memo(path)  # nothing changed: left as it is
+        got["k0"] = "zero"
+        _write_memo(path, got, {**got, "k0": "v0"}, -1)
+        assert (got, 100) == _read_memo(path)
+        lines = 100
         for word in ("again", "and again"):
             before = dict(got)
             for i in range(3, 100):
                 got[f"k{i}"] = word
             _write_memo(path, got, before, lines)
             _, lines = _read_memo(path)
-        assert 104 + 97 + 97 > 2 * len(got) + 64  # so the second was written whole
+        assert 100 + 97 + 97 > 2 * len(got) + 64  # so the second was written whole
         assert (got, 100) == _read_memo(path)
 
 
