@@ -349,7 +349,7 @@ class TestIncremental:
         from tracker.site import _read_memo, _write_memo
 
         path = tmp_path / "memo"
-        memo = {f"k{i}": f"v{i}" for i in range(100)}
+        memo: dict[str, Any] = {f"k{i}": f"v{i}" for i in range(100)}
         _write_memo(path, memo, {}, 0)
         assert (memo, 100) == _read_memo(path)
         before = dict(memo)
