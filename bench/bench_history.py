@@ -44,7 +44,8 @@ _PROBE = (
     "t = time.perf_counter()\n"
     "proc = subprocess.Popen(json.loads(sys.argv[1]), stdout=subprocess.DEVNULL, close_fds=True)\n"
     "_, status, ru = os.wait4(proc.pid, 0)\n"
-    "print(json.dumps([time.perf_counter() - t, ru.ru_maxrss >> 10, os.waitstatus_to_exitcode(status)]))\n"
+    "cpu = ru.ru_utime + ru.ru_stime\n"
+    "print(json.dumps([time.perf_counter() - t, ru.ru_maxrss >> 10, os.waitstatus_to_exitcode(status), cpu]))\n"
 )
 
 _LONG_GATE = """
@@ -73,11 +74,18 @@ step_stderr = ["warning"]
 
 def history_measure(argv: list[str]) -> tuple[float, int, int]:
     """Wall seconds, peak RSS (MB) and exit status of ``argv`` in a fresh process."""
+    wall, mb, rc, _ = history_measure_cpu(argv)
+    return wall, mb, rc
+
+
+def history_measure_cpu(argv: list[str]) -> tuple[float, int, int, float]:
+    """Wall seconds, peak RSS (MB), exit status and CPU seconds (user and system) of ``argv`` in a fresh
+    process: on a loaded machine the CPU seconds say what the command costs when the wall time does not."""
     out = subprocess.run(
         [sys.executable, "-c", _PROBE, json.dumps(argv)], capture_output=True, check=True, text=True
     ).stdout
-    wall, mb, rc = json.loads(out)
-    return float(wall), int(mb), int(rc)
+    wall, mb, rc, cpu = json.loads(out)
+    return float(wall), int(mb), int(rc), float(cpu)
 
 
 def history_tracker(folder: Path, n: int) -> str:
@@ -110,7 +118,7 @@ def history_journal_tail(db: str, share: float = 0.01) -> int:
 
 
 def history_tracker_rows(n: int, site: bool) -> dict[str, tuple[float, int]]:
-    """Each command's (seconds, MB) over a tracker of ``n`` runs."""
+    """Each command's (seconds, MB) over a tracker of ``n`` runs; the site's also in CPU seconds (stderr)."""
     out: dict[str, tuple[float, int]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-history-") as tmp:
         folder = Path(tmp)
@@ -128,14 +136,17 @@ def history_tracker_rows(n: int, site: bool) -> dict[str, tuple[float, int]]:
         if site:
             commands["site again (nothing changed)"] = ["site", str(folder / "site")]
         for name, args in commands.items():
-            wall, mb, rc = history_measure([*HISTORY_ALPHA, "tracker", "--db", db, *args])
+            wall, mb, rc, cpu = history_measure_cpu([*HISTORY_ALPHA, "tracker", "--db", db, *args])
             if rc != 0:
                 print(f"  {n} runs: `{' '.join(args)}` exited {rc}", file=sys.stderr)
             out[name] = (wall, mb)
+            print(f"  {n} runs: {name}: {wall:.2f} s, {cpu:.2f} CPU s", file=sys.stderr)
         if site:  # one more run, with its stream, then the site again: what an added run costs
             history_add_run(db, folder / "more")
-            wall, mb, _ = history_measure([*HISTORY_ALPHA, "tracker", "--db", db, "site", str(folder / "site")])
+            argv = [*HISTORY_ALPHA, "tracker", "--db", db, "site", str(folder / "site")]
+            wall, mb, _, cpu = history_measure_cpu(argv)
             out["site, one run added"] = (wall, mb)
+            print(f"  {n} runs: site, one run added: {wall:.2f} s, {cpu:.2f} CPU s", file=sys.stderr)
     return out
 
 

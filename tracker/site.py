@@ -29,19 +29,24 @@ its SHA-256) and, for each report and run page, what it was made from (a
 report: the stream's BLAKE3 and file name, its link back, a digest of the
 report code; a run page: the run, its streams' views, its item's anchor, a
 digest of this module and its templates): a page made from the same and
-unchanged since is kept, not made again (a report reads the whole stream). Pages that no longer
+unchanged since is kept, not made again (a report reads the whole stream); whether it is unchanged
+since is known from this user's memo of each page's file identity (``_Previous``), without reading
+it. So an added run costs its own stream and pages, not every run's (issue 36). Pages that no longer
 belong are removed, never a file it did not write. A folder that is not empty and not such a site is refused
 (``tracker-site-dir``).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -137,6 +142,8 @@ class StreamView:
     page: str | None = None
     report_note: str | None = None
     local: Path | None = None
+    #: What a verified local view was derived from (``_view_key``): the run page's key names it, not the view.
+    key: str | None = None
 
     @property
     def available(self) -> bool:
@@ -274,9 +281,31 @@ class Site:
     def count(self, shown: str) -> int:
         return sum(1 for i in self.items.values() if i.shown == shown)
 
-    @property
+    # The index's sums over every run, each made once a build (the template asked for some of them once per
+    # item or twice: a tenth of an added run's build at 10,000 runs).
+
+    @functools.cached_property
     def runs_by_id(self) -> dict[str, Run]:
         return {r.id: r for r in self.runs}
+
+    @functools.cached_property
+    def run_states(self) -> dict[str, int]:
+        """How many runs are in each state."""
+        return dict(collections.Counter(r.state for r in self.runs))
+
+    @functools.cached_property
+    def physical_passes(self) -> int:
+        """How many runs' physical pass their streams prove."""
+        return sum(1 for r in self.runs if r.physical_pass_proven)
+
+    @functools.cached_property
+    def runs_without_streams(self) -> list[Run]:
+        return [r for r in self.runs if not r.streams]
+
+    @functools.cached_property
+    def problem_streams(self) -> list[StreamView]:
+        """The streams the site cannot vouch for (not ``proven``)."""
+        return [s for s in self.streams if s.state != "proven"]
 
     @property
     def not_run(self) -> list[Item]:
@@ -296,7 +325,7 @@ class Site:
                     out.append((i, scopes))
         return out
 
-    @property
+    @functools.cached_property
     def gpus(self) -> list[dict[str, Any]]:
         """Every GPU the recorder observed in an available stream, with the runs it was seen in."""
         by: dict[tuple[str, str], dict[str, Any]] = {}
@@ -319,7 +348,11 @@ class Site:
         ]
 
     def stream_count(self, state: str) -> int:
-        return sum(1 for s in self.streams if s.state == state)
+        return self._stream_states.get(state, 0)
+
+    @functools.cached_property
+    def _stream_states(self) -> dict[str, int]:
+        return dict(collections.Counter(s.state for s in self.streams))
 
 
 # -- reading the tracker and its streams ------------------------------------------------------------
@@ -348,12 +381,12 @@ def _read_observed(view: StreamView, path: Path) -> None:
     import pyarrow.compute as pc
     import pyarrow.ipc as ipc
 
-    from aos.reader import StreamFile, read_options
+    from aos.reader import StreamFile, read_options, string_set
     from aos.schema import COLUMNS
     from aos.text import display
 
     fields = [COLUMNS.index("kind"), COLUMNS.index("attrs")]
-    wanted = pa.array([kinds.DEVICE_OBSERVED, kinds.ARTIFACT])
+    wanted = string_set([kinds.DEVICE_OBSERVED, kinds.ARTIFACT])
     gpus: dict[tuple[str, str, str | None, str], Gpu] = {}
     observers: set[str] = set()
     with StreamFile(path) as f:
@@ -585,46 +618,67 @@ def _view_key(row: dict[str, Any], keys: Mapping[str, Verifier], code: str) -> s
         st = os.stat(str(row["path"]))
     except OSError:
         return None
-    identity = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-    fields = [[k, str(row[k])] for k in sorted(row)]
-    return _sha256(json.dumps([fields, identity, sorted(keys), code]).encode())
+    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    # The row's values as JSON (its columns are _EVIDENCE's, which the code's digest covers): a value's type
+    # counts (a size of "3272" is not 3272), and one encoding of a list costs a fifth of encoding its pairs.
+    values = json.dumps(list(row.values()), default=repr)
+    return _sha256(f"{values}\0{identity}\0{sorted(keys)}\0{code}".encode())
 
 
-def _memo_entry(view: StreamView) -> dict[str, Any] | None:
-    """A verified view as the memo keeps it (a view without facts is derived again on every build)."""
+def _memo_entry(view: StreamView) -> list[Any] | None:
+    """A verified view as the memo keeps it, by position (``_restore``; the memo's key covers this module, so
+    an entry is read only by the code that wrote it); a view without facts is derived again on every build."""
     if view.facts is None:
         return None
-    facts = {f.name: getattr(view.facts, f.name) for f in dataclasses.fields(view.facts) if f.name != "verification"}
-    facts["path"] = str(facts["path"])
-    return {
-        "state": view.state,
-        "detail": view.detail,
-        "facts": facts,
-        "differ": view.differ,
-        "gpus": [dataclasses.asdict(g) for g in view.gpus],
-        "observers": view.observers,
-        "artifacts": [dataclasses.asdict(a) for a in view.artifacts],
-    }
+    facts = [getattr(view.facts, name) for name in _facts_fields()]
+    facts[0] = str(facts[0])
+    return [
+        view.state,
+        view.detail,
+        facts,
+        view.differ,
+        [[getattr(g, f.name) for f in dataclasses.fields(Gpu)] for g in view.gpus],
+        view.observers,
+        [[getattr(a, f.name) for f in dataclasses.fields(Artifact)] for a in view.artifacts],
+    ]
+
+
+@functools.cache
+def _facts_fields() -> tuple[str, ...]:
+    """``StreamFacts``' fields as the memo keeps them, in order: ``path`` first, no ``verification``."""
+    from tracker.streams import StreamFacts
+
+    fields = [f.name for f in dataclasses.fields(StreamFacts)]
+    assert fields[0] == "path" and fields[-1] == "verification"  # noqa: PT018 - the order _restore relies on
+    return tuple(fields[:-1])
 
 
 def _restore(view: StreamView, entry: Any) -> bool:
-    """Fill ``view`` from a memo entry; False (``view`` untouched) when the entry is not one."""
+    """Fill ``view`` from a memo entry (as read: its JSON text); False (``view`` untouched) when it is not one.
+
+    By position, not by name: a tenth of a second at 10,000 streams (issue 36)."""
     from tracker.streams import StreamFacts
 
     try:
-        facts = dict(entry["facts"])
-        facts["path"] = Path(facts["path"])
-        facts["devices"] = tuple(facts["devices"])
-        facts["serials"] = tuple(tuple(s) for s in facts["serials"])
-        restored = StreamFacts(**facts)
-        gpus = [Gpu(**g) for g in entry["gpus"]]
-        artifacts = [Artifact(**a) for a in entry["artifacts"]]
-        state, detail = str(entry["state"]), str(entry["detail"])
-        differ, observers = [str(d) for d in entry["differ"]], [str(o) for o in entry["observers"]]
-    except (KeyError, TypeError, ValueError):
+        if isinstance(entry, str):
+            entry = json.loads(entry)
+        state, detail, values, differ, gpus, observers, artifacts = entry
+        names = _facts_fields()
+        if len(values) != len(names):
+            return False
+        values = [Path(values[0]), *values[1:]]
+        devices, serials = names.index("devices"), names.index("serials")
+        values[devices] = tuple(values[devices])
+        values[serials] = tuple(tuple(s) for s in values[serials])
+        restored = StreamFacts(*values)  # its fields in order; ``verification``, the last, left out
+        gpus = [Gpu(*g) for g in gpus] if gpus else []
+        artifacts = [Artifact(*a) for a in artifacts] if artifacts else []
+        if not all(isinstance(x, str) for x in (state, detail, *differ, *observers)):
+            return False
+    except (KeyError, TypeError, ValueError, RecursionError):
         return False
-    view.state, view.detail, view.facts, view.differ = state, detail, restored, differ
-    view.gpus, view.observers, view.artifacts = gpus, observers, artifacts
+    view.state, view.detail, view.facts, view.differ = state, detail, restored, list(differ)
+    view.gpus, view.observers, view.artifacts = gpus, list(observers), artifacts
     view.local = restored.path
     return True
 
@@ -641,8 +695,10 @@ def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = 
     code = _derive_code() if memo is not None else ""
     fresh: dict[str, Any] = {}
     streams: list[StreamView] = []
-    for r in conn.execute(_EVIDENCE).fetchall():
-        row = dict(r)
+    evidence = conn.execute(_EVIDENCE).fetchall()
+    names = list(evidence[0].keys()) if evidence else []
+    for r in evidence:
+        row = dict(zip(names, r, strict=True))  # a row's values in _EVIDENCE's order: half of dict(row)'s cost
         view = StreamView(
             evidence_id=int(row["id"]),
             stream_id=str(row["stream_id"]),
@@ -653,7 +709,7 @@ def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = 
         key = _view_key(row, keys, code) if memo is not None else None
         kept = memo.get(key) if memo is not None and key is not None else None
         if key is not None and kept is not None and _restore(view, kept):
-            fresh[key] = kept
+            fresh[key], view.key = kept, key
             streams.append(view)
             continue
         path = _locate(view, fetch_dir)
@@ -661,7 +717,7 @@ def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = 
             _check(view, path, keys)
         entry = _memo_entry(view) if key is not None else None
         if key is not None and entry is not None:
-            fresh[key] = entry
+            fresh[key], view.key = entry, key
         streams.append(view)
     if memo is not None:
         memo.clear()
@@ -670,24 +726,27 @@ def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = 
     run_streams: dict[str, list[StreamView]] = {}
     for s in streams:
         run_streams.setdefault(s.run_id, []).append(s)
+    # Each table read once, not once per run (30,000 queries at 10,000 runs).
+    run_devices: dict[str, list[dict[str, Any]]] = {}
+    for d in conn.execute(
+        "SELECT rd.run_id, d.product, d.uuid, d.driver FROM run_devices rd JOIN devices d ON d.id = rd.device_id"
+        " ORDER BY rd.run_id, d.uuid"
+    ).fetchall():
+        run_devices.setdefault(str(d["run_id"]), []).append({"product": d["product"], "uuid": d["uuid"],
+                                                             "driver": d["driver"]})  # fmt: skip
+    run_measurements: dict[str, list[dict[str, Any]]] = {}
+    for m in conn.execute("SELECT run_id, name, value, unit FROM measurements ORDER BY run_id, id").fetchall():
+        run_measurements.setdefault(str(m["run_id"]), []).append({"name": m["name"], "value": m["value"],
+                                                                  "unit": m["unit"]})  # fmt: skip
+    with_sessions = {str(x[0]) for x in conn.execute("SELECT DISTINCT run_id FROM session_members").fetchall()}
     runs: list[Run] = []
     for r in conn.execute(
         "SELECT r.*, x.name AS experiment, x.item_id AS item FROM runs r"
         " LEFT JOIN experiments x ON x.id = r.experiment_id ORDER BY r.started_at, r.id"
     ).fetchall():
         run_id = str(r["id"])
-        devices = [
-            dict(d)
-            for d in conn.execute(
-                "SELECT d.product, d.uuid, d.driver FROM run_devices rd JOIN devices d ON d.id = rd.device_id"
-                " WHERE rd.run_id = ? ORDER BY d.uuid",
-                (run_id,),
-            )
-        ]
-        measurements = [
-            dict(m)
-            for m in conn.execute("SELECT name, value, unit FROM measurements WHERE run_id = ? ORDER BY id", (run_id,))
-        ]
+        devices = run_devices.get(run_id, [])
+        measurements = run_measurements.get(run_id, [])
         ci = (
             {"provider": r["ci_provider"], "job_url": r["ci_job_url"], "commit": r["ci_commit"]}
             if r["ci_provider"]
@@ -710,7 +769,7 @@ def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = 
                 devices=devices,
                 measurements=measurements,
                 streams=run_streams.get(run_id, []),
-                sessions=[_session_view(x) for x in run_sessions(conn, run_id)],
+                sessions=[_session_view(x) for x in run_sessions(conn, run_id)] if run_id in with_sessions else [],
             )
         )
     by_run = {r.id: r for r in runs}
@@ -813,13 +872,25 @@ def _templates_code() -> str:
 
 
 def _run_key(run: Run, site: Site, code: str) -> str:
-    """What a run's page is rendered from: the run and its streams' views (not where a stream's copy lies
-    this build, nor the verification a fresh view holds), the anchor of its item, the code."""
+    """What a run's page is rendered from: the run's own fields, its streams' views (not where a stream's copy
+    lies this build, nor the verification a fresh view holds), its sessions, the anchor of its item, the code.
+
+    A view derived from a local stream is named by what it was derived from (its ``key``: the evidence row, the
+    file's identity, the trusted keys, the deriving code), which decides all of it, and by its report page; any
+    other view by its whole content. Encoding every view's facts was most of an added run's build at 10,000
+    runs (issue 36)."""
     item = site.items.get(run.item) if run.item else None
-    return _sha256(json.dumps([_plain(run), item.anchor if item else None, code], default=str).encode())
+    own = [getattr(run, name) for name in _RUN_OWN]
+    streams = [(s.key, s.page, s.report_note) if s.key else _plain(s) for s in run.streams]
+    sessions = [_plain(x) for x in run.sessions]
+    return _sha256(repr((own, streams, sessions, item.anchor if item else None, code)).encode())
 
 
-_UNKEYED = frozenset({"local", "verification"})
+#: A run's fields that are its own (not its streams' or sessions').
+_RUN_OWN = tuple(f.name for f in dataclasses.fields(Run) if f.name not in ("streams", "sessions"))
+
+
+_UNKEYED = frozenset({"local", "verification", "key"})
 
 
 def _plain(value: Any) -> Any:
@@ -843,24 +914,22 @@ def _plain(value: Any) -> Any:
 _KEYED: dict[type, tuple[str, ...]] = {}
 
 
-def _render(
-    site: Site, root: Path | None = None, old: Mapping[str, str] | None = None, made: Mapping[str, str] | None = None
-) -> tuple[dict[str, bytes], dict[str, str]]:
-    """The index and a page per run, and each run page's key; a run page the site in ``root`` holds, rendered
-    from the same key and unchanged since (``_kept_page``), is kept as it is, not rendered again."""
+def _render(site: Site, previous: _Previous | None = None) -> tuple[dict[str, _Page], dict[str, str]]:
+    """The index and a page per run, and each run page's key; a run page the site in the folder holds, rendered
+    from the same key and unchanged since (``_Previous.kept``), is kept as it is, not rendered again."""
     env = _environment()
     css = (Path(__file__).parent / "templates" / "site.css").read_text(encoding="utf-8")
-    pages: dict[str, bytes] = {}
+    pages: dict[str, _Page] = {}
     keys: dict[str, str] = {}
     code = _templates_code()
     common = {"site": site, "css": css}
     run_keys: dict[str, str] = {}
     for run in site.runs:
         key = run_keys[run.id] = _run_key(run, site, code)
-        kept = _kept_page(root, run.page, old, made, key)
-        if kept is None:
-            kept = env.get_template("site_run.html.j2").render(root="../", run=run, **common).encode()
-        pages[run.page], keys[run.page] = kept, key
+        page: _Page | None = previous.kept(run.page, key) if previous else None
+        if page is None:
+            page = env.get_template("site_run.html.j2").render(root="../", run=run, **common).encode()
+        pages[run.page], keys[run.page] = page, key
     chunks = run_pages(len(site.runs))
     older = [(k, run_page_name(k)) for k in range(1, len(chunks))]
     for k, (start, stop) in enumerate(chunks[:-1], start=1):
@@ -868,9 +937,9 @@ def _render(
         newer = run_page_name(k + 1) if k + 1 < len(chunks) else "index.html"
         older_page = run_page_name(k - 1) if k > 1 else None
         key = _sha256(json.dumps([[run_keys[r.id] for r in runs], k, newer, RUNS_PER_PAGE, code]).encode())
-        kept = _kept_page(root, name, old, made, key)
-        if kept is None:
-            kept = (
+        page = previous.kept(name, key) if previous else None
+        if page is None:
+            page = (
                 env.get_template("site_runs_page.html.j2")
                 .render(
                     root="",
@@ -885,7 +954,7 @@ def _render(
                 )
                 .encode()
             )
-        pages[name], keys[name] = kept, key
+        pages[name], keys[name] = page, key
     start, stop = chunks[-1]
     index = env.get_template("site_index.html.j2")
     page_runs = site.runs[start:stop]
@@ -924,24 +993,50 @@ def _report_code() -> str:
 def _report_key(file_digest: str, name: str, back: tuple[str, str], code: str) -> str:
     """What a stream's report page is made from: the stream's bytes (its BLAKE3), the file name the page
     shows, its link back, the code."""
-    return hashlib.sha256(json.dumps([file_digest, name, list(back), code]).encode()).hexdigest()
+    if _JSON_PLAIN.fullmatch(f"{file_digest}{name}{back[0]}{back[1]}{code}"):  # json.dumps, without its call
+        text = f'["{file_digest}", "{name}", ["{back[0]}", "{back[1]}"], "{code}"]'
+    else:
+        text = json.dumps([file_digest, name, list(back), code])
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _write_reports(
-    site: Site,
-    tmp: Path,
-    root: Path | None = None,
-    old: Mapping[str, str] | None = None,
-    made: Mapping[str, str] | None = None,
-) -> tuple[dict[str, bytes], dict[str, str]]:
+#: A string that JSON writes as itself between quotes (printable ASCII, no quote, no backslash).
+_JSON_PLAIN = re.compile(r"[ !#-\[\]-~]*")
+
+
+def _json_str(text: str) -> str:
+    """``json.dumps(text)``, without its call for the plain strings a site is made of (80,000 calls in an added
+    run's build at 10,000 runs: its manifest and its reports' keys)."""
+    return f'"{text}"' if _JSON_PLAIN.fullmatch(text) else json.dumps(text)
+
+
+def _manifest_text(manifest: Mapping[str, Any]) -> bytes:
+    """``json.dumps(manifest, indent=1)`` and a newline, for a manifest of strings, numbers and dicts of strings:
+    with an indent ``json`` encodes in Python, a third of a second at 20,000 pages."""
+    lines = ["{"]
+    for n, (name, value) in enumerate(manifest.items()):
+        end = "," if n + 1 < len(manifest) else ""
+        if isinstance(value, dict) and value:
+            lines.append(f" {_json_str(name)}: {{")
+            if _JSON_PLAIN.fullmatch("".join([*value, *value.values()])):  # one look at 40,000 plain strings
+                lines.append(",\n".join([f'  "{k}": "{v}"' for k, v in value.items()]))
+            else:
+                lines.append(",\n".join(f"  {_json_str(k)}: {_json_str(v)}" for k, v in value.items()))
+            lines.append(f" }}{end}")
+        else:
+            lines.append(f" {_json_str(name)}: {json.dumps(value)}{end}")
+    return ("\n".join(lines) + "\n}\n").encode()
+
+
+def _write_reports(site: Site, tmp: Path, previous: _Previous | None = None) -> tuple[dict[str, _Page], dict[str, str]]:
     """A report page per available stream, made by ``observe.report.write.write_report``, and each page's key.
 
-    A page the site in ``root`` already holds, made from the same key (``made``, the manifest's ``made``)
-    and still the bytes the manifest lists (``old``), is kept as it is, not made again: making a report reads
+    A page the site in the folder already holds, made from the same key (the manifest's ``made``) and still
+    the bytes the manifest lists, is kept as it is, not made again (``_Previous.kept``): making a report reads
     the whole stream and is most of a site's cost (issue 36)."""
     from observe.report.write import write_report
 
-    pages: dict[str, bytes] = {}
+    pages: dict[str, _Page] = {}
     keys: dict[str, str] = {}
     code = _report_code()
     runs = site.runs_by_id
@@ -953,7 +1048,7 @@ def _write_reports(
         page = f"streams/{_safe(s.facts.stream_id)}.html"
         back = (f"../{run.page}", f"run {run.id}") if run else ("../index.html", "the tracker")
         key = _report_key(s.facts.file_digest, s.local.name, back, code)
-        kept = _kept_page(root, page, old, made, key)
+        kept = previous.kept(page, key) if previous else None
         if kept is not None:
             pages[page], keys[page] = kept, key
             s.page = page
@@ -961,32 +1056,161 @@ def _write_reports(
         out = tmp / f"report-{s.evidence_id}.html"
         v = s.facts.verification  # this build's verification of the same file (derive): not made again
         facts = write_report(s.local, out, back_link=back, verification=v if v and not v.signature_checked else None)
-        data = out.read_bytes()
-        out.unlink()
         if facts.stream_id != s.facts.stream_id:  # pragma: no cover - derive() read the same bytes
             s.report_note = f"no report page: the report read stream {facts.stream_id}"
             continue
-        pages[page], keys[page] = data, key
+        # Left in ``tmp`` until the site is written: a first build held every report in memory (461 MB at
+        # 10,000 runs).
+        pages[page], keys[page] = _Spooled(out, _sha256(out.read_bytes())), key
         s.page = page
     return pages, keys
 
 
-def _kept_page(
-    root: Path | None, page: str, old: Mapping[str, str] | None, made: Mapping[str, str] | None, key: str
-) -> bytes | None:
-    """The bytes of ``page`` as the site holds them, when made from ``key`` and unchanged since; else None."""
-    if root is None or old is None or made is None or made.get(page) != key or page not in old:
-        return None
-    path = _inside(root, page)
-    if path is None or not path.is_file():
-        return None
-    data = path.read_bytes()
-    return _Kept(data) if _sha256(data) == old[page] else None
+@dataclass(frozen=True)
+class _Kept:
+    """A page the site holds, made from the same key and still the bytes its manifest lists (``sha256``): kept
+    as it is, neither made again nor held in memory."""
+
+    sha256: str
 
 
-class _Kept(bytes):
-    """A page's bytes as the site holds them, just read and found to be the ones its manifest lists: not read
-    again to be compared (a rebuild of 10,000 runs read every page twice)."""
+@dataclass(frozen=True)
+class _Spooled:
+    """A page made in the build's temporary folder (``path``), with its SHA-256: read when it is written."""
+
+    path: Path
+    sha256: str
+
+
+#: A page as a build holds it: its bytes, kept as the site holds it, or made in a file.
+_Page = bytes | _Kept | _Spooled
+
+#: A page's file as this user's memo of pages holds it: its SHA-256, device, inode, size, modification and
+#: change time, in one line of text.
+_Identity = str
+
+
+@dataclass
+class _Previous:
+    """The site a build finds in its folder: the files its manifest lists (``files``: path -> SHA-256), what each
+    report and run page was made from (``made``), and this user's memo of the pages (``seen``: path -> the
+    file's identity when it last held the bytes listed; ``site-pages`` in the user's cache).
+
+    A page whose file has the identity ``seen`` holds is not read again to learn that it is unchanged: reading
+    and hashing every page was a quarter of an added run's build at 10,000 runs (issue 36). A page written,
+    renamed or ``chmod``ed since has another change time, so it misses and is read and hashed again."""
+
+    root: Path
+    files: dict[str, str]
+    made: dict[str, str]
+    seen: dict[str, _Identity]
+    _dirs: dict[str, bool] = field(default_factory=dict)
+
+    def kept(self, page: str, key: str) -> _Kept | None:
+        """``page`` as the site holds it, when made from ``key`` and unchanged since; else None."""
+        listed = self.files.get(page)
+        if listed is None or self.made.get(page) != key:
+            return None
+        ident = self.identity(page, listed)
+        if ident is None:
+            return None
+        if self.seen.get(page) == ident:
+            return _Kept(listed)
+        try:  # read after the stat: a write between the two leaves a later change time than the one kept
+            data = _read_page(os.path.join(self.root, page))
+        except OSError:
+            return None
+        if _sha256(data) != listed:
+            return None
+        self.seen[page] = ident
+        return _Kept(listed)
+
+    def identity(self, page: str, sha256: str) -> _Identity | None:
+        """The identity of ``page``'s file holding ``sha256``: a plain file of ours (no ``..``, no symlink on the
+        way, ``_inside``'s rule, with each folder checked once a build); None otherwise."""
+        parts = page.split("/")
+        if not _PAGE.fullmatch(page) and (
+            not page or page.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in page
+        ):
+            return None
+        for k in range(1, len(parts)):
+            folder = "/".join(parts[:k])
+            if folder not in self._dirs:
+                try:
+                    self._dirs[folder] = stat.S_ISDIR(os.lstat(os.path.join(self.root, folder)).st_mode)
+                except OSError:
+                    self._dirs[folder] = False
+            if not self._dirs[folder]:
+                return None
+        try:
+            st = os.lstat(os.path.join(self.root, page))
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return f"{sha256} {st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
+
+
+#: A page's path as the site names its pages (``_inside``'s rule holds for it without looking at each part).
+_PAGE = re.compile(r"(?:(?:runs|streams)/)?[0-9A-Za-z_-]+\.html")
+
+
+def _read_page(path: str) -> bytes:
+    """A page's bytes, read to learn whether it is still the one the manifest lists."""
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _pages_memo_path(root: Path) -> Path:
+    """This user's memo of the pages of the site in ``root`` (``observe.util.cache``)."""
+    from observe.util.cache import cache_folder
+
+    return cache_folder("site-pages") / f"{hashlib.sha256(os.fsencode(os.path.abspath(root))).hexdigest()[:32]}.json"
+
+
+def _read_memo(path: Path) -> tuple[dict[str, Any], int]:
+    """One of this user's memos of the site (``site-checked``, ``site-pages``) and its count of lines: a line per
+    entry, its key, a tab and its value (a later line for the same key replaces it; an empty value removes it),
+    kept as text until a build asks for that key (``_restore``). An empty memo when it is not there; the count
+    is -1 when a line is not one (a torn line, another format): the memo is then written again whole."""
+    memo: dict[str, Any] = {}
+    lines = 0
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            key, tab, entry = line.partition("\t")
+            lines = lines + 1 if tab and lines >= 0 else -1
+            if tab and entry:
+                memo[key] = entry
+            else:
+                memo.pop(key, None)
+    return memo, lines
+
+
+def _write_memo(path: Path, memo: Mapping[str, Any], before: Mapping[str, Any], lines: int) -> None:
+    """Bring the memo at ``path`` (``before``, read from ``lines`` lines) to ``memo``: the entries that came or
+    changed, and an empty line for each that went, appended (an added run's build at 10,000 runs rewrote two
+    memos of 10,000 and 20,000 entries to add three); the whole memo written again when it would grow past twice
+    its entries or when a line of it was not one (``lines`` -1). A torn last line (a build killed while
+    appending) is no entry, or one that does not parse: derived or read again. One that cannot be written is
+    left: the next build reads more again."""
+
+    def text(v: Any) -> str:
+        return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+
+    changed = [f"{k}\t{text(v)}\n" for k, v in memo.items() if v is not before.get(k) and v != before.get(k)]
+    changed += [f"{k}\t\n" for k in before.keys() - memo.keys()]
+    if not changed:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if lines < 0 or lines + len(changed) > 2 * len(memo) + 64 or not path.is_file():
+            replace_file(path, "".join(f"{k}\t{text(v)}\n" for k, v in memo.items()).encode(), mode=0o600)
+            return
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.write(fd, "".join(changed).encode())
+        finally:
+            os.close(fd)
 
 
 # -- writing the folder ------------------------------------------------------------------------------
@@ -1035,12 +1259,13 @@ def _inside(root: Path, rel: str) -> Path | None:
     return path
 
 
-def _read_manifest(root: Path) -> dict[str, str]:
-    """The files a previous run wrote; refuses a folder that is not empty and not a site of ours."""
+def _read_manifest(root: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The files a previous run wrote, and its ``made``: each report and run page's key (what it was made from;
+    none when it has none); refuses a folder that is not empty and not a site of ours."""
     if root.exists() and not root.is_dir():
         raise TrackerSiteDir(f"{root} is not a folder")
     if not root.exists():
-        return {}
+        return {}, {}
     manifest = root / MANIFEST
     if not manifest.is_file() or manifest.is_symlink():
         if any(root.iterdir()):
@@ -1048,7 +1273,7 @@ def _read_manifest(root: Path) -> dict[str, str]:
                 f"{root} is not empty and is not a site written by `{GENERATOR}` (no {MANIFEST}): name an empty"
                 " or new folder"
             )
-        return {}
+        return {}, {}
     try:
         data = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -1056,66 +1281,76 @@ def _read_manifest(root: Path) -> dict[str, str]:
     files = data.get("files") if isinstance(data, dict) else None
     if not isinstance(data, dict) or data.get("generator") != GENERATOR or not isinstance(files, dict):
         raise TrackerSiteDir(f"{manifest} is not the manifest of a site written by `{GENERATOR}`")
-    return {str(k): str(v) for k, v in files.items()}
+    made = data.get("made")
+    made = {str(k): str(v) for k, v in made.items()} if isinstance(made, dict) else {}
+    return {str(k): str(v) for k, v in files.items()}, made
 
 
 def write_site(conn: Connection, directory: str | os.PathLike[str]) -> SiteResult:
     """Write (or bring up to date) the tracker's site in ``directory``; see the module's docstring."""
     root = Path(directory)
-    old = _read_manifest(root)
-    made = _read_made(root) if old else {}
-    memo_path = _memo_path(root)
-    memo: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError, RecursionError):
-        got = json.loads(memo_path.read_bytes())
-        memo = got if isinstance(got, dict) else {}
-    before = json.dumps(memo, sort_keys=True)
+    old, made = _read_manifest(root)
+    memo_path, pages_path = _memo_path(root), _pages_memo_path(root)
+    memo, memo_lines = _read_memo(memo_path)
+    before = dict(memo)
+    seen, seen_lines = _read_memo(pages_path) if old else ({}, 0)
+    previous = _Previous(root, old, made, seen) if old else None
+    seen_before = dict(seen)
     with tempfile.TemporaryDirectory(prefix="alpha-site-") as tmp:
         site = build_site(conn, Path(tmp), memo)
-        reports, keys = _write_reports(site, Path(tmp), root, old, made)
-        rendered, run_keys = _render(site, root, old, made)
+        reports, keys = _write_reports(site, Path(tmp), previous)
+        rendered, run_keys = _render(site, previous)
         pages = rendered | reports
-    result = _commit(root, site, pages, old, keys | run_keys)
-    if json.dumps(memo, sort_keys=True) != before:
-        with contextlib.suppress(OSError, ValueError):  # a memo that cannot be written: the next build reads all
-            memo_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            replace_file(memo_path, json.dumps(memo, separators=(",", ":")).encode(), mode=0o600)
+        result = _commit(root, site, pages, old, keys | run_keys, seen)
+    _write_memo(memo_path, memo, before, memo_lines)
+    _write_memo(pages_path, seen, seen_before, seen_lines)
     return result
 
 
-def _read_made(root: Path) -> dict[str, str]:
-    """The manifest's ``made``: each report and run page's key (what it was made from); none when it has none."""
-    try:
-        data = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return {}
-    made = data.get("made") if isinstance(data, dict) else None
-    return {str(k): str(v) for k, v in made.items()} if isinstance(made, dict) else {}
-
-
 def _commit(
-    root: Path, site: Site, pages: dict[str, bytes], old: dict[str, str], keys: Mapping[str, str] | None = None
+    root: Path,
+    site: Site,
+    pages: Mapping[str, _Page],
+    old: dict[str, str],
+    keys: Mapping[str, str] | None = None,
+    seen: dict[str, _Identity] | None = None,
 ) -> SiteResult:
+    """Write the pages that changed, remove those that no longer belong, write the manifest; ``seen`` (this
+    user's memo of the pages, ``_Previous``) is brought up to date with every file written or read."""
+    seen = {} if seen is None else seen
+    ours = _Previous(root, {}, {}, {})
     # Nothing is written over a file the site did not write.
-    for rel in sorted(pages):
+    order = sorted(pages)
+    for rel in order:
+        if rel in old:
+            continue
         path = root / rel
-        if rel not in old and (path.exists() or path.is_symlink()):
+        if path.exists() or path.is_symlink():
             raise TrackerSiteDir(f"{path} exists and was not written by `{GENERATOR}`: it is left as it is")
     root.mkdir(parents=True, exist_ok=True)
     written: list[str] = []
     unchanged: list[str] = []
-    for rel in sorted(pages):
+    files: dict[str, str] = {}  # in path order, as the manifest lists them
+    for rel in order:
         data = pages[rel]
-        path = root / rel
-        if isinstance(data, _Kept) and rel in old:
+        if isinstance(data, _Kept):
+            files[rel] = data.sha256
             unchanged.append(rel)
             continue
+        path = root / rel
+        if isinstance(data, _Spooled):
+            files[rel], data = data.sha256, data.path.read_bytes()
+        else:
+            files[rel] = _sha256(data)
         if rel in old and path.is_file() and not path.is_symlink() and path.read_bytes() == data:
             unchanged.append(rel)
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        replace_file(path, data)
-        written.append(rel)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            replace_file(path, data)
+            written.append(rel)
+        ident = ours.identity(rel, files[rel])
+        if ident is not None:
+            seen[rel] = ident
     removed: list[str] = []
     kept: list[str] = []
     for rel in sorted(set(old) - set(pages)):
@@ -1131,11 +1366,12 @@ def _commit(
             with contextlib.suppress(OSError):  # a folder the site made, now empty
                 gone.parent.rmdir()
     # A page edited by hand since is no longer the site's: it leaves the manifest, and stays.
-    files = {rel: _sha256(data) for rel, data in sorted(pages.items())}
-    manifest: dict[str, Any] = {"generator": GENERATOR, "format": MANIFEST_FORMAT, "files": dict(sorted(files.items()))}
+    for rel in set(seen) - set(files):
+        del seen[rel]
+    manifest: dict[str, Any] = {"generator": GENERATOR, "format": MANIFEST_FORMAT, "files": files}
     if keys:
         manifest["made"] = {rel: keys[rel] for rel in sorted(keys) if rel in files}
-    text = (json.dumps(manifest, indent=1, sort_keys=False) + "\n").encode()
+    text = _manifest_text(manifest)
     mpath = root / MANIFEST
     if not mpath.is_file() or mpath.read_bytes() != text:
         mpath.write_bytes(text)

@@ -184,13 +184,13 @@ def _observed(
     import pyarrow.ipc as ipc
     from blake3 import blake3
 
-    from aos.reader import StreamFile, read_options
+    from aos.reader import StreamFile, read_options, string_set
     from aos.schema import COLUMNS
 
     # Only the three columns needed are decompressed; in each batch they are 0, 1, 2.
     fields = [COLUMNS.index("wall_ns"), COLUMNS.index("kind"), COLUMNS.index("attrs")]
     options = read_options(included_fields=fields)
-    wanted = pa.array([kinds.STREAM_OPEN, kinds.DEVICE_OBSERVED])
+    wanted = string_set([kinds.STREAM_OPEN, kinds.DEVICE_OBSERVED])
     opened: int | None = None
     commit: str | None = None
     uuids: set[str] = set()

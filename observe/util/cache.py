@@ -4,7 +4,8 @@
 ``~/.cache/alpha-observe``; each memo in a folder of its own under it
 (``index-checked``: index rows checked against their streams,
 ``observe.query.checked``; ``site-checked``: the streams a tracker's site
-verified, ``tracker.site``). A memo is the user's, never a store's or a
+verified, and ``site-pages``: the identity of each page it wrote, both
+``tracker.site``). A memo is the user's, never a store's or a
 site's: whoever can write there can make this user's commands trust what is
 written, as whoever can write the user's home can replace the tool.
 """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from tracker import records
 from tracker.attach import attach
 from tracker.backends import Connection
 from tracker.db import connect, init
-from tracker.site import MANIFEST, TrackerSiteDir, build_site, write_site
+from tracker.site import GENERATOR, MANIFEST, TrackerSiteDir, build_site, write_site
 from tracker.testing import flip_byte, sealed_stream
 
 #: Untrusted text, as a runner or a recorded command could write it.
@@ -207,6 +208,173 @@ class TestModel:
         assert "missing" == stream.state
         assert stream.detail.startswith("not in the store")
         assert "stream not available here" in html(out / second.site.runs[0].page)
+
+
+def site_files(out: Path) -> dict[str, bytes]:
+    """Every file of the site in ``out``, by its path there."""
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+class TestIncremental:
+    """Issue 36: a build after runs were added or changed costs what changed, and gives what a full build gives."""
+
+    def test_an_incremental_build_equals_a_full_build_file_by_file(
+        self, built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Runs added (one filling a page), a run finished, a measurement and a stream attached to an old run:
+        the site brought up to date is, file by file and its manifest included, the site a clean build in an
+        empty folder with an empty cache writes."""
+        import tracker.site
+
+        monkeypatch.setattr(tracker.site, "RUNS_PER_PAGE", 2)
+        out = tmp_path / "site"
+        write_site(built.conn, out)
+        for name in ("a", "b", "c"):
+            run = records.start_run(built.conn, lane="distributed-device")
+            sealed_stream(tmp_path / f"{name}.aos", scope="physical")
+            attach(built.conn, tmp_path / f"{name}.aos", run)
+        records.finish_run(built.conn, run, "completed", physical_pass=True)
+        records.add_measurement(built.conn, built.runs["empty"], "step-time", 0.5, "s")
+        sealed_stream(tmp_path / "late.aos", gate="exit-zero")
+        attach(built.conn, tmp_path / "late.aos", built.runs["empty"])
+        incremental = write_site(built.conn, out)
+        assert (True, True) == (bool(incremental.unchanged), bool(incremental.written))  # not made again
+        monkeypatch.setenv("ALPHA_CACHE", str(tmp_path / "empty-cache"))
+        full = write_site(built.conn, tmp_path / "full")
+        assert [] == full.unchanged
+        assert site_files(tmp_path / "full") == site_files(out)
+
+    def test_a_stream_edited_after_its_first_build_is_caught(self, built: Built, tmp_path: Path) -> None:
+        """The forgery: a proven stream's bytes edited after the site's first build, its size and modification
+        time put back. The memo keys on the file's change time too, so the next build reads it again: damaged,
+        and the item it proved is no longer shown verified."""
+        out = tmp_path / "site"
+        first = write_site(built.conn, out)
+        assert "verified" == first.site.items["N2"].shown
+        path = built.work / "static.aos"
+        st = path.stat()
+        flip_byte(path)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert (st.st_size, st.st_mtime_ns) == (path.stat().st_size, path.stat().st_mtime_ns)
+        second = write_site(built.conn, out)
+        (view,) = second.site.runs_by_id[built.runs["static"]].streams
+        assert ("damaged", None) == (view.state, view.facts)
+        assert "claimed-verified" == second.site.items["N2"].shown
+        assert "the file no longer matches the digest" in html(out / f"runs/{built.runs['static']}.html")
+        assert 'data-item="N2" data-status="claimed-verified"' in html(out / "index.html")
+
+    def test_a_page_edited_by_hand_is_caught_though_its_size_and_time_are_put_back(
+        self, built: Built, tmp_path: Path
+    ) -> None:
+        """The memo of pages (a page whose file is as this user's last build left it is not read again) keys on
+        the file's change time: a page edited to bytes of the same length, its modification time put back, is
+        read, found changed and made again."""
+        out = tmp_path / "site"
+        write_site(built.conn, out)
+        page = out / f"runs/{built.runs['physical']}.html"
+        data, st = page.read_bytes(), page.stat()
+        page.write_bytes(data.replace(b"<h1>", b"<h2>", 1))
+        os.utime(page, ns=(st.st_atime_ns, st.st_mtime_ns))
+        again = write_site(built.conn, out)
+        assert [f"runs/{built.runs['physical']}.html"] == again.written
+        assert data == page.read_bytes()
+
+    def test_an_added_run_renders_and_reads_only_what_changed(
+        self, built: Built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Counted, not timed: a build after one run was added derives only its stream, renders only its page
+        and the index (and makes only its report), and reads no page of the site: every other page is known
+        unchanged from this user's memo of the pages. A build with nothing changed renders only the index."""
+        import jinja2
+
+        import observe.report.write as report_write
+        import tracker.site
+        import tracker.streams
+
+        out = tmp_path / "site"
+        write_site(built.conn, out)
+        counts: dict[str, list[str]] = {"derive": [], "render": [], "report": [], "read": []}
+
+        def counting(name: str, real: Any, label: Any) -> Any:
+            def counted(*args: Any, **kw: Any) -> Any:
+                counts[name].append(label(*args))
+                return real(*args, **kw)
+
+            return counted
+
+        monkeypatch.setattr(
+            tracker.streams, "derive", counting("derive", tracker.streams.derive, lambda p, *a: Path(p).name)
+        )
+        monkeypatch.setattr(jinja2.Template, "render", counting("render", jinja2.Template.render, lambda t, *a: t.name))
+        monkeypatch.setattr(
+            report_write, "write_report", counting("report", report_write.write_report, lambda p, *a: Path(p).name)
+        )
+        monkeypatch.setattr(tracker.site, "_read_page", counting("read", tracker.site._read_page, lambda p: p))
+        again = write_site(built.conn, out)
+        assert {"derive": [], "render": ["site_index.html.j2"], "report": [], "read": []} == counts
+        assert [] == again.written
+        for v in counts.values():
+            v.clear()
+        run = records.start_run(built.conn, lane="distributed-device")
+        sealed_stream(tmp_path / "new.aos")
+        attach(built.conn, tmp_path / "new.aos", run)
+        added = write_site(built.conn, out)
+        assert ["new.aos"] == counts["derive"] == counts["report"]
+        assert ["site_index.html.j2", "site_run.html.j2"] == sorted(
+            n for n in counts["render"] if n.startswith("site_")
+        )
+        assert [] == counts["read"]
+        (report,) = [s.page for s in added.site.streams if s.run_id == run]
+        assert sorted(["index.html", f"runs/{run}.html", str(report)]) == sorted(added.written)
+
+    def test_the_manifest_and_report_keys_are_what_json_writes(self) -> None:
+        """The site writes its manifest and its reports' keys without ``json``'s calls for plain strings; with a
+        quote, a backslash, a control or a non-ASCII character they fall back to ``json``: the same bytes."""
+        from tracker.site import _manifest_text, _report_key
+
+        odd = ['a"b', "a\\b", "tab\there", "é", "\x7f"]
+        for text in ["plain", "runs/x.html", *odd]:
+            manifest = {"generator": GENERATOR, "format": 1, "files": {text: "ab" * 32}, "made": {"index.html": text}}
+            assert (json.dumps(manifest, indent=1) + "\n").encode() == _manifest_text(manifest)
+            back = (f"../runs/{text}.html", f"run {text}")
+            expected = hashlib.sha256(json.dumps(["cd" * 32, text, list(back), "ef" * 32]).encode()).hexdigest()
+            assert expected == _report_key("cd" * 32, text, back, "ef" * 32)
+        empty = {"generator": GENERATOR, "format": 1, "files": {}}
+        assert (json.dumps(empty, indent=1) + "\n").encode() == _manifest_text(empty)
+
+    def test_a_memo_grows_by_what_changed_and_is_written_again_when_it_doubles(self, tmp_path: Path) -> None:
+        """The site's memos (``site-checked``, ``site-pages``) append the entries that came, changed or went; a
+        torn last line (a build killed while appending) is no entry; past twice its entries a memo is written
+        again whole."""
+        from tracker.site import _read_memo, _write_memo
+
+        path = tmp_path / "memo"
+        memo: dict[str, Any] = {f"k{i}": f"v{i}" for i in range(100)}
+        _write_memo(path, memo, {}, 0)
+        assert (memo, 100) == _read_memo(path)
+        before = dict(memo)
+        memo["k1"], memo["new"] = "changed", ["a", 1]
+        del memo["k2"]
+        _write_memo(path, memo, before, 100)
+        got, lines = _read_memo(path)
+        assert ({**memo, "new": '["a",1]'}, 103) == (got, lines)
+        with path.open("a", encoding="utf-8") as f:
+            f.write("torn-key-without-its")
+        assert (got, -1) == _read_memo(path)  # no entry; the memo is to be written again whole
+        _write_memo(path, got, got, -1)
+        assert (got, -1) == _read_memo(path)  # nothing changed: left as it is
+        got["k0"] = "zero"
+        _write_memo(path, got, {**got, "k0": "v0"}, -1)
+        assert (got, 100) == _read_memo(path)
+        lines = 100
+        for word in ("again", "and again"):
+            before = dict(got)
+            for i in range(3, 100):
+                got[f"k{i}"] = word
+            _write_memo(path, got, before, lines)
+            _, lines = _read_memo(path)
+        assert 100 + 97 + 97 > 2 * len(got) + 64  # so the second was written whole
+        assert (got, 100) == _read_memo(path)
 
 
 class TestFiles:
