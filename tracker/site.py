@@ -33,7 +33,8 @@ unchanged since is kept, not made again (a report reads the whole stream); wheth
 since is known from this user's memo of each page's file identity (``_Previous``), without reading
 it. So an added run costs its own stream and pages, not every run's (issue 36). Pages that no longer
 belong are removed, never a file it did not write. A folder that is not empty and not such a site is refused
-(``tracker-site-dir``).
+(``tracker-site-dir``), unless each of its files is a page the build writes, byte for byte: what a build
+stopped before its manifest (Ctrl-C) leaves, so the next build finishes it.
 """
 
 from __future__ import annotations
@@ -1268,11 +1269,8 @@ def _read_manifest(root: Path) -> tuple[dict[str, str], dict[str, str]]:
         return {}, {}
     manifest = root / MANIFEST
     if not manifest.is_file() or manifest.is_symlink():
-        if any(root.iterdir()):
-            raise TrackerSiteDir(
-                f"{root} is not empty and is not a site written by `{GENERATOR}` (no {MANIFEST}): name an empty"
-                " or new folder"
-            )
+        # Not empty: only what a build of ours that was stopped before its manifest left is taken
+        # (``_commit`` checks each file is a page it writes, byte for byte), nothing else.
         return {}, {}
     try:
         data = json.loads(manifest.read_text(encoding="utf-8"))
@@ -1284,6 +1282,35 @@ def _read_manifest(root: Path) -> tuple[dict[str, str], dict[str, str]]:
     made = data.get("made")
     made = {str(k): str(v) for k, v in made.items()} if isinstance(made, dict) else {}
     return {str(k): str(v) for k, v in files.items()}, made
+
+
+def _page_bytes(page: _Page) -> bytes | None:
+    """A page's bytes as this build writes them (None for one kept as the site holds it)."""
+    if isinstance(page, _Kept):
+        return None
+    return page.path.read_bytes() if isinstance(page, _Spooled) else page
+
+
+def _holds(path: Path, page: _Page) -> bool:
+    """Whether ``path`` is a plain file holding exactly ``page``'s bytes."""
+    data = _page_bytes(page)
+    try:
+        return data is not None and path.is_file() and not path.is_symlink() and path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def _stopped_build(root: Path, pages: Mapping[str, _Page]) -> None:
+    """Refuse a folder without our manifest unless every file in it is a page of this build, byte for byte:
+    what a build of ours stopped (Ctrl-C) before it wrote its manifest leaves, and nothing else."""
+    for folder, dirs, names in os.walk(root):
+        for name in (*names, *(d for d in dirs if os.path.islink(os.path.join(folder, d)))):
+            rel = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
+            if rel not in pages or not _holds(root / rel, pages[rel]):
+                raise TrackerSiteDir(
+                    f"{root} is not empty and is not a site written by `{GENERATOR}` (no {MANIFEST}): name an"
+                    " empty or new folder"
+                )
 
 
 def write_site(conn: Connection, directory: str | os.PathLike[str]) -> SiteResult:
@@ -1319,13 +1346,16 @@ def _commit(
     user's memo of the pages, ``_Previous``) is brought up to date with every file written or read."""
     seen = {} if seen is None else seen
     ours = _Previous(root, {}, {}, {})
-    # Nothing is written over a file the site did not write.
     order = sorted(pages)
+    if not (root / MANIFEST).is_file() and root.is_dir() and any(root.iterdir()):
+        _stopped_build(root, pages)
+    # Nothing is written over a file the site did not write; a file a build of ours stopped before its
+    # manifest wrote holds exactly the page (else it is someone's).
     for rel in order:
         if rel in old:
             continue
         path = root / rel
-        if path.exists() or path.is_symlink():
+        if path.is_symlink() or (path.exists() and not _holds(path, pages[rel])):
             raise TrackerSiteDir(f"{path} exists and was not written by `{GENERATOR}`: it is left as it is")
     root.mkdir(parents=True, exist_ok=True)
     written: list[str] = []

@@ -633,6 +633,39 @@ class TestFiles:
         with pytest.raises(TrackerSiteDir):
             write_site(built.conn, afile)
 
+    def test_a_build_stopped_before_its_manifest_is_finished(self, built: Built, tmp_path: Path) -> None:
+        """A first build stopped (Ctrl-C) after some pages and before its manifest leaves a folder the next build
+        finishes, equal to an uninterrupted one; so does a rebuild stopped after its new pages. A file among
+        them that is not the page, byte for byte, is still someone's: refused, left as it is."""
+        whole = tmp_path / "whole"
+        write_site(built.conn, whole)
+        pages = sorted(json.loads((whole / MANIFEST).read_text())["files"])
+        stopped = tmp_path / "stopped"
+        for rel in pages[: len(pages) // 2]:  # what the stopped build had written
+            (stopped / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(whole / rel, stopped / rel)
+        write_site(built.conn, stopped)
+        assert _tree(whole) == _tree(stopped)
+        # a rebuild stopped after writing the added run's page, before the manifest that lists it
+        before = tmp_path / "before"
+        shutil.copytree(whole, before)
+        run = records.start_run(built.conn, lane="exit-zero")
+        after = tmp_path / "after"
+        write_site(built.conn, after)
+        new_page = f"runs/{run}.html"
+        shutil.copyfile(after / new_page, before / new_page)
+        write_site(built.conn, before)
+        assert _tree(after) == _tree(before)
+        # not the page: someone's file, refused and kept
+        third = tmp_path / "third"
+        shutil.copytree(whole, third)
+        (third / MANIFEST).unlink()
+        (third / new_page).write_text("someone's page")
+        with pytest.raises(TrackerSiteDir, match="is not empty and is not a site"):
+            write_site(built.conn, third)
+        assert "someone's page" == (third / new_page).read_text()
+        assert not (third / MANIFEST).exists()
+
     def test_untrusted_text_is_escaped(self, built: Built, tmp_path: Path) -> None:
         """Titles, notes, GPU names and artifact paths holding markup come out as text, never as markup."""
         out = tmp_path / "site"
@@ -905,3 +938,8 @@ def test_a_runs_gpus_are_listed_per_node(tracker_db: str, tmp_path: Path) -> Non
         assert re.findall(r"<li><code>(GPU-\d+)</code>", second[: second.index("</ul>")]) == ["GPU-10", "GPU-11"]
     finally:
         conn.close()
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` by its relative path, with its bytes."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
