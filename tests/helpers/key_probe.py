@@ -78,13 +78,15 @@ def _job_processes(runner: int) -> list[int]:
     return out
 
 
-def _in_memory(pid: int, needle: bytes) -> bool | None:
-    """Whether the process's readable memory holds ``needle`` (None: its memory cannot be read)."""
+def in_memory(pid: int, needle: bytes) -> bool | None:
+    """Whether the process's readable memory holds ``needle`` (None: its memory cannot be read, or none of it
+    could). tests/helpers/node_key_probe.py uses it too."""
     try:
         maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
         mem = open(f"/proc/{pid}/mem", "rb", buffering=0)  # noqa: SIM115 - closed below
     except OSError:
         return None
+    read_any = False
     with mem:
         for line in maps:
             match = re.match(r"([0-9a-f]+)-([0-9a-f]+) (\S+)", line)
@@ -98,9 +100,10 @@ def _in_memory(pid: int, needle: bytes) -> bool | None:
                 data = mem.read(end - start)
             except (OSError, ValueError, OverflowError):
                 continue
+            read_any = read_any or bool(data)
             if data and needle in data:
                 return True
-    return False
+    return False if read_any else None
 
 
 def _plant(path: Path, marker: Path) -> bool:
@@ -168,7 +171,7 @@ def main() -> None:
             environ = b""
         if needle in environ:
             holders.append({"pid": pid, "cmdline": _cmdline(pid), "where": "environ"})
-        if _in_memory(pid, needle):
+        if in_memory(pid, needle):
             holders.append({"pid": pid, "cmdline": _cmdline(pid), "where": "memory"})
     report = {"holders": holders, "replaced": replaced, "modules": modules, "recorder": recorder, "scanned": scanned}
     args.report.write_text(json.dumps(report))

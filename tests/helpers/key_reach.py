@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.helpers import node_key_probe
+from tests.helpers import key_probe, node_key_probe
 from tests.helpers.sshd import as_lane, lane_account
 
 #: Where in its folder the probe writes what it found.
@@ -45,7 +45,9 @@ def probe_training(folder: Path, key: Path) -> str:
     account can read and write), reporting to ``folder/probe.json``."""
     probe = folder / "node_key_probe.py"
     shutil.copyfile(Path(node_key_probe.__file__), probe)
-    probe.chmod(0o644)
+    shutil.copyfile(Path(key_probe.__file__), folder / "key_probe.py")  # its memory scan
+    for copied in (probe, folder / "key_probe.py"):
+        copied.chmod(0o644)
     return node_key_probe.command(probe, key, folder / REPORT)
 
 

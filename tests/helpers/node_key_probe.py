@@ -13,7 +13,8 @@ found to ``--report`` as JSON::
      "holders": [{"pid": N, "where": "environ" | "memory"}], "scanned": N}
 
 The key's bytes are given hex-encoded (``--needle-hex``), so that the command line that carries them never
-holds the needle itself; tests/helpers/key_probe.py is the same probe for the CI templates' jobs.
+holds the needle itself; tests/helpers/key_probe.py is the same probe for the CI templates' jobs (its
+memory scan is this one's: copy it beside this file).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from pathlib import Path
 
-#: Regions larger than this are skipped (a recorder maps far less that could hold a key).
-MAX_REGION = 256 * 1024 * 1024
+try:  # imported by the suite
+    from tests.helpers.key_probe import in_memory
+except ImportError:  # run as a script, key_probe.py copied beside it (tests/helpers/key_reach.py)
+    from key_probe import in_memory  # type: ignore[import-not-found,no-redef]
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -70,29 +72,7 @@ def _environ(pid: int, needle: bytes) -> str:
 
 def _memory(pid: int, needle: bytes) -> str:
     """``held`` when the process's readable memory holds ``needle``, ``clean``, or ``denied`` (not readable)."""
-    try:
-        maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
-        mem = open(f"/proc/{pid}/mem", "rb", buffering=0)  # noqa: SIM115 - closed below
-    except OSError:
-        return "denied"
-    read_any = False
-    with mem:
-        for line in maps:
-            match = re.match(r"([0-9a-f]+)-([0-9a-f]+) (\S+)", line)
-            if not match or not match.group(3).startswith("r"):
-                continue
-            start, end = int(match.group(1), 16), int(match.group(2), 16)
-            if end - start > MAX_REGION:
-                continue
-            try:
-                mem.seek(start)
-                data = mem.read(end - start)
-            except (OSError, ValueError, OverflowError):
-                continue
-            read_any = read_any or bool(data)
-            if data and needle in data:
-                return "held"
-    return "clean" if read_any else "denied"
+    return {True: "held", False: "clean", None: "denied"}[in_memory(pid, needle)]
 
 
 def command(probe: Path, key: Path, report: Path) -> str:
