@@ -38,7 +38,7 @@ def _ppid(pid: int) -> int | None:
     return int(text[text.rindex(")") + 2 :].split()[1])
 
 
-def _cmdline(pid: int) -> list[str]:
+def cmdline(pid: int) -> list[str]:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
@@ -60,7 +60,7 @@ def _runner(args: argparse.Namespace, ancestors: list[int]) -> int:
     if args.runner_pid:
         return int(args.runner_pid)
     for pid in ancestors:
-        if any(args.runner_match in a for a in _cmdline(pid)[:2]):  # the program, not its arguments
+        if any(args.runner_match in a for a in cmdline(pid)[:2]):  # the program, not its arguments
             return pid
     raise SystemExit(f"key_probe: no ancestor's command line holds {args.runner_match!r}")
 
@@ -147,14 +147,14 @@ def main() -> None:
     me = os.getpid()
     ancestors = _ancestors(me)
     runner = _runner(args, ancestors)
-    recorder = next((p for p in ancestors if _is_recorder(_cmdline(p))), None)
+    recorder = next((p for p in ancestors if _is_recorder(cmdline(p))), None)
     # planted first: a module the recorder imports from now on runs the command's code
     replaced = []
     modules = 0
     for pid in ancestors:
         if pid == runner:
             break
-        for arg in _cmdline(pid):
+        for arg in cmdline(pid):
             if Path(arg).name == "alpha" and arg.startswith("/"):
                 modules += _plant_modules(Path(arg), args.marker.resolve())
                 if _plant(Path(arg), args.marker.resolve()):
@@ -170,9 +170,9 @@ def main() -> None:
         except OSError:
             environ = b""
         if needle in environ:
-            holders.append({"pid": pid, "cmdline": _cmdline(pid), "where": "environ"})
+            holders.append({"pid": pid, "cmdline": cmdline(pid), "where": "environ"})
         if in_memory(pid, needle):
-            holders.append({"pid": pid, "cmdline": _cmdline(pid), "where": "memory"})
+            holders.append({"pid": pid, "cmdline": cmdline(pid), "where": "memory"})
     report = {"holders": holders, "replaced": replaced, "modules": modules, "recorder": recorder, "scanned": scanned}
     args.report.write_text(json.dumps(report))
 

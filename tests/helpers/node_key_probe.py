@@ -25,17 +25,9 @@ import os
 from pathlib import Path
 
 try:  # imported by the suite
-    from tests.helpers.key_probe import in_memory
+    from tests.helpers.key_probe import cmdline, in_memory
 except ImportError:  # run as a script, key_probe.py copied beside it (tests/helpers/key_reach.py)
-    from key_probe import in_memory  # type: ignore[import-not-found,no-redef]
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+    from key_probe import cmdline, in_memory  # type: ignore[import-not-found,no-redef]
 
 
 def _ancestors(pid: int) -> list[int]:
@@ -59,8 +51,8 @@ def _is_recorder(cmdline: list[str]) -> bool:
 
 def _command(pid: int) -> list[str]:
     """The recorder's command: ``["observe", "node", NAME]`` for a node recorder (its words from ``observe``)."""
-    cmdline = _cmdline(pid)
-    return cmdline[cmdline.index("observe") :][:3]
+    words = cmdline(pid)
+    return words[words.index("observe") :][:3]
 
 
 def _environ(pid: int, needle: bytes) -> str:
@@ -109,7 +101,7 @@ def main() -> None:
         key_file = f"denied: {type(e).__name__}"
     own = any(needle in os.fsencode(v) for v in os.environ.values())
     me = os.getpid()
-    recorder = next((p for p in _ancestors(me) if _is_recorder(_cmdline(p))), None)
+    recorder = next((p for p in _ancestors(me) if _is_recorder(cmdline(p))), None)
     holders = []
     scanned = 0
     for entry in os.listdir("/proc"):
