@@ -55,6 +55,8 @@ __all__ = [
     "StreamContents",
     "StreamFile",
     "check_metadata",
+    "compute",
+    "is_in",
     "iter_events",
     "open_buffer",
     "open_regular",
@@ -178,6 +180,21 @@ def read_options(included_fields: list[int] | None = None) -> pa.ipc.IpcReadOpti
     if included_fields is None:
         return ipc.IpcReadOptions(use_threads=False)
     return ipc.IpcReadOptions(use_threads=False, included_fields=included_fields)
+
+
+def compute(name: str, *args: Any, options: Any = None) -> Any:
+    """Arrow's compute function ``name`` on ``args`` (``pyarrow.compute.NAME(*args)``) without importing
+    ``pyarrow.compute``, whose Python wrappers, made when it is imported, cost about 20 ms a process."""
+    from pyarrow._compute import call_function
+
+    return call_function(name, list(args), options)
+
+
+def is_in(values: Any, value_set: Any) -> Any:
+    """``pyarrow.compute.is_in(values, value_set=value_set)``, through :func:`compute`."""
+    from pyarrow._compute import SetLookupOptions
+
+    return compute("is_in", values, options=SetLookupOptions(value_set))
 
 
 def string_set(values: list[str]) -> pa.Array:

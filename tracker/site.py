@@ -379,10 +379,9 @@ def _redact(location: str) -> str:
 def _read_observed(view: StreamView, path: Path) -> None:
     """The GPUs the recorder observed and the artifacts it captured, from a verified stream."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.ipc as ipc
 
-    from aos.reader import StreamFile, read_options, string_set
+    from aos.reader import StreamFile, compute, is_in, read_options, string_set
     from aos.schema import COLUMNS
     from aos.text import display
 
@@ -392,8 +391,8 @@ def _read_observed(view: StreamView, path: Path) -> None:
     observers: set[str] = set()
     with StreamFile(path) as f:
         for batch in ipc.open_stream(pa.py_buffer(f.view), options=read_options(included_fields=fields)):
-            mask = pc.is_in(batch.column(0), value_set=wanted)
-            if not pc.any(mask).as_py():
+            mask = is_in(batch.column(0), wanted)
+            if not compute("any", mask).as_py():
                 continue
             batch = batch.filter(mask)
             for kind, text in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
@@ -846,8 +845,11 @@ def _item_status(claimed: str, hardware: bool, linked: list[StreamView], runs: d
 def _environment() -> Any:
     import jinja2
 
+    from observe.util.templates import bytecode_cache
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+        bytecode_cache=bytecode_cache(),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

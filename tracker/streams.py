@@ -140,10 +140,9 @@ def device_observers(path: Path) -> dict[str, str]:
     ``simulated``...); empty when the file cannot be read as a stream. For labels in views only: a view says
     ``simulated`` from it, never more than the stream's verified row says."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.ipc as ipc
 
-    from aos.reader import StreamFile, read_options
+    from aos.reader import StreamFile, compute, is_in, read_options
     from aos.schema import COLUMNS
 
     fields = [COLUMNS.index("kind"), COLUMNS.index("attrs")]
@@ -152,8 +151,8 @@ def device_observers(path: Path) -> dict[str, str]:
     try:
         with StreamFile(path) as f:
             for batch in ipc.open_stream(pa.py_buffer(f.view), options=read_options(included_fields=fields)):
-                mask = pc.is_in(batch.column(0), value_set=wanted)
-                if not pc.any(mask).as_py():
+                mask = is_in(batch.column(0), wanted)
+                if not compute("any", mask).as_py():
                     continue
                 for text in batch.filter(mask).column(1).to_pylist():
                     attrs = json.loads(text)
@@ -180,11 +179,10 @@ def _observed(
     here as the plain Arrow IPC stream they are, without validating them again.
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.ipc as ipc
     from blake3 import blake3
 
-    from aos.reader import StreamFile, read_options, string_set
+    from aos.reader import StreamFile, compute, is_in, read_options, string_set
     from aos.schema import COLUMNS
 
     # Only the three columns needed are decompressed; in each batch they are 0, 1, 2.
@@ -202,8 +200,8 @@ def _observed(
         size = f.size
         for batch in ipc.open_stream(pa.py_buffer(f.view), options=options):
             if batch.num_rows > 256:  # a long batch: let Arrow pick the few rows wanted
-                mask = pc.is_in(batch.column(1), value_set=wanted)
-                if not pc.any(mask).as_py():
+                mask = is_in(batch.column(1), wanted)
+                if not compute("any", mask).as_py():
                     continue
                 batch = batch.filter(mask)
             for wall, kind, text in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):

@@ -16,7 +16,7 @@ the refusal, so a damaged stream prints exactly what it printed before.
 
 Nothing here converts a Python object to Arrow (``pa.array``, ``pa.scalar``): where pandas is
 installed, pyarrow imports it for that (about 150 ms). Constant text is built from buffers. The kernels
-are called by name through ``pyarrow._compute`` (:func:`_call`): ``pyarrow.compute`` itself wraps every
+are called by name through ``pyarrow._compute`` (``aos.reader.compute``): ``pyarrow.compute`` itself wraps every
 one of Arrow's ~300 functions in a Python function with its docstring when it is imported (30-60 ms,
 a fifth of ``read --json`` of 100k small events), and ``Array.cast`` and ``.filter`` import it.
 """
@@ -29,6 +29,7 @@ from itertools import accumulate
 from typing import IO, TYPE_CHECKING, Any
 
 from aos.event import Event
+from aos.reader import compute
 from aos.refusals import Refusal
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ def _write_all(batches: Iterable[Any], encode: Callable[[Event], str], out: IO[b
             from pyarrow._compute import SetLookupOptions
 
             value_set = _cast(wanted, batch.schema.field(3).type)
-            batch = _call("filter", batch, _call("is_in", batch.column(3), options=SetLookupOptions(value_set)))
+            batch = compute("filter", batch, compute("is_in", batch.column(3), options=SetLookupOptions(value_set)))
         if batch.num_rows == 0:
             continue
         if batch.num_rows < FEW:  # a few big chunks: the kernels' fixed cost and copies are not worth it
@@ -165,18 +166,11 @@ def _text(values: list[bytes]) -> pa.Array:
     )
 
 
-def _call(name: str, *args: Any, options: Any = None) -> Any:
-    """Arrow's compute function ``name`` on ``args`` (``pyarrow.compute.NAME(*args)``, without that module)."""
-    from pyarrow._compute import call_function
-
-    return call_function(name, list(args), options)
-
-
 def _cast(values: Any, to: Any) -> Any:
     """``values.cast(to)`` (a safe cast), without importing ``pyarrow.compute``."""
     from pyarrow._compute import CastOptions
 
-    return _call("cast", values, options=CastOptions.safe(to))
+    return compute("cast", values, options=CastOptions.safe(to))
 
 
 def _constants(*values: str) -> list[pa.Scalar]:
@@ -196,39 +190,41 @@ def _batch_lines(batch: pa.RecordBatch, encode: Callable[[Event], str]) -> memor
     text = pa.large_string()
     seq, wall, kind, step, attrs, data = (batch.column(i) for i in (0, 1, 3, 4, 5, 6))
     escaped = MatchSubstringOptions(_ESCAPED)
-    exact = _call("match_substring_regex", attrs, options=MatchSubstringOptions(ATTRS_EXACT))
-    exact = _call("and_not", exact, _call("match_substring_regex", kind, options=escaped))
-    step_escaped = _call("and_kleene", _call("match_substring_regex", step, options=escaped), _call("is_valid", step))
-    exact = _call("and_not", exact, step_escaped)
-    exact = _call("and_not", exact, _repeats_a_key(attrs, exact))
+    exact = compute("match_substring_regex", attrs, options=MatchSubstringOptions(ATTRS_EXACT))
+    exact = compute("and_not", exact, compute("match_substring_regex", kind, options=escaped))
+    step_escaped = compute(
+        "and_kleene", compute("match_substring_regex", step, options=escaped), compute("is_valid", step)
+    )
+    exact = compute("and_not", exact, step_escaped)
+    exact = compute("and_not", exact, _repeats_a_key(attrs, exact))
     quote, empty, null, head, kind_at, wall_at, step_at, attrs_at, end, b64_at = _constants(
         '"', "", "null", '{"seq":', ',"kind":"', '","wall_ns":', ',"step":', ',"attrs":', "}\n", ',"data_b64":"'
     )
     join = JoinOptions()  # a null anywhere makes the line null, as pyarrow.compute's default
 
     def joined(*parts: Any) -> Any:
-        return _call("binary_join_element_wise", *parts, options=join)
+        return compute("binary_join_element_wise", *parts, options=join)
 
-    step_json = _call("coalesce", joined(quote, _cast(step, text), quote, empty), null)
+    step_json = compute("coalesce", joined(quote, _cast(step, text), quote, empty), null)
     if data.null_count == 0:
         data_part = joined(b64_at, _text(_base64(data)), quote, empty)
     elif data.null_count < n:
-        present = _call("is_valid", data)
-        coded = joined(b64_at, _text(_base64(_call("filter", data, present))), quote, empty)
-        data_part = _call("replace_with_mask", _call("if_else", present, empty, empty), present, coded)
+        present = compute("is_valid", data)
+        coded = joined(b64_at, _text(_base64(compute("filter", data, present))), quote, empty)
+        data_part = compute("replace_with_mask", compute("if_else", present, empty, empty), present, coded)
     else:
         data_part = empty
     lines = joined(
         head, _cast(seq, text), kind_at, _cast(kind, text), wall_at, _cast(wall, text), step_at, step_json, attrs_at,
         _cast(attrs, text), data_part, end, empty,
     )  # fmt: skip
-    if not _call("all", exact).as_py():
-        slow = _call("invert", exact)
-        rows = _call("indices_nonzero", slow).to_pylist()
+    if not compute("all", exact).as_py():
+        slow = compute("invert", exact)
+        rows = compute("indices_nonzero", slow).to_pylist()
         fill = [b""] * n
-        for i, ev in zip(rows, batch_events(_call("filter", batch, slow)), strict=True):
+        for i, ev in zip(rows, batch_events(compute("filter", batch, slow)), strict=True):
             fill[i] = (encode(ev) + "\n").encode("utf-8")
-        lines = _call("if_else", slow, _text(fill), lines)
+        lines = compute("if_else", slow, _text(fill), lines)
     _, offsets, values = lines.buffers()
     bounds = memoryview(offsets).cast("q")
     return memoryview(values)[bounds[lines.offset] : bounds[lines.offset + n]]
@@ -250,16 +246,16 @@ def _repeats_a_key(attrs: pa.Array, exact: pa.Array) -> pa.Array:
     encoded the old way, never copied wrongly."""
     from pyarrow._compute import ReplaceSubstringOptions
 
-    none = _call("and_not", exact, exact)
-    digitless = _call(
-        "replace_substring_regex", _call("filter", attrs, exact), options=ReplaceSubstringOptions("[0-9]+", "")
+    none = compute("and_not", exact, exact)
+    digitless = compute(
+        "replace_substring_regex", compute("filter", attrs, exact), options=ReplaceSubstringOptions("[0-9]+", "")
     )
-    texts = _call("dictionary_encode", digitless)
-    shapes = _call("replace_substring_regex", texts.dictionary, options=ReplaceSubstringOptions(_TOKEN, r"\1"))
+    texts = compute("dictionary_encode", digitless)
+    shapes = compute("replace_substring_regex", texts.dictionary, options=ReplaceSubstringOptions(_TOKEN, r"\1"))
     repeats = [_shape_repeats(shape) for shape in shapes.to_pylist()]
     if not any(repeats):
         return none
-    return _call("replace_with_mask", none, exact, _call("take", _bools(repeats), texts.indices))
+    return compute("replace_with_mask", none, exact, compute("take", _bools(repeats), texts.indices))
 
 
 def _bools(values: list[bool]) -> pa.Array:

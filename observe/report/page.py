@@ -208,8 +208,11 @@ def _template() -> Any:
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
     from markupsafe import Markup
 
+    from observe.util.templates import bytecode_cache
+
     env = Environment(
         loader=PackageLoader("observe.report", "templates"),
+        bytecode_cache=bytecode_cache(),
         autoescape=select_autoescape(default=True, default_for_string=True),
         undefined=StrictUndefined,
         keep_trailing_newline=True,
