@@ -5,7 +5,8 @@
 (``index-checked``: index rows checked against their streams,
 ``observe.query.checked``; ``site-checked``: the streams a tracker's site
 verified, and ``site-pages``: the identity of each page it wrote, both
-``tracker.site``). A memo is the user's, never a store's or a
+``tracker.site``; ``store-mirror``: an S3 store's streams, ``observe.query.mirror``; ``templates``: Jinja's
+compiled templates, ``observe.util.templates``). A memo is the user's, never a store's or a
 site's: whoever can write there can make this user's commands trust what is
 written, as whoever can write the user's home can replace the tool.
 """
