@@ -88,18 +88,21 @@ def _ancestors(pid: int) -> set[int]:
 
 
 def _own_problems(out: str, *nodes: Any) -> list[str]:
-    """The problem lines of nodes check's output but the root sessions of SSH servers other than ``nodes`` (the
-    suite's test sshd servers): a node's observer sees every session of its machine's process table, and a
-    machine that runs other tests beside this one has such sessions (on CI there are none)."""
-    ours = {node.process.pid for node in nodes if node.process is not None}
+    """The problem lines of nodes check's output but the root sessions of SSH servers other than the reporting
+    node's own: a node's observer sees every session of its machine's process table, and here every node shares
+    one machine, so it sees other tests' sessions (on CI there are none) and, checking two nodes at once, the
+    check's own logins to the other node (on a pod, another machine's)."""
+    ours = {node.port: node.process.pid for node in nodes if node.process is not None}
     assert ours, "the suite's sshd servers are not running"
     kept = []
     for line in out.splitlines():
         if not line.startswith("  - "):
             continue
         said = re.search(r"another session of (?:\S+ or )?\S+ is open on the node \(([\d, ]+)\)", line)
-        if said is None or any(_ancestors(int(pid)) & ours for pid in said.group(1).split(", ")):
-            kept.append(line)  # not a session, or a session of the suite's own node: a real problem
+        port = re.match(r"  - \S+ port (\d+):", line)
+        own = {ours[int(port.group(1))]} if port and int(port.group(1)) in ours else set(ours.values())
+        if said is None or any(_ancestors(int(pid)) & own for pid in said.group(1).split(", ")):
+            kept.append(line)  # not a session, or a session of the reporting node's own sshd: a real problem
     return kept
 
 

@@ -67,12 +67,13 @@ def test_a_key_file_it_may_read(lane_folder: Path) -> None:
 
 
 def test_a_key_file_it_may_not_read(tmp_path: Path, lane_folder: Path) -> None:
-    """The same probe on a key of root's, mode 0600 in a folder of 0700: denied, and no recorder above it."""
+    """The same probe on a key of root's, mode 0600 in a folder of 0700: denied, and no node recorder above it
+    (the suite itself may run under ``alpha observe gate``, as .ci/run runs it: that one is found, not a node's)."""
     keys = tmp_path / "keys"
     keys.mkdir(mode=0o700)
     found = _probe(lane_folder, _key(keys))
     assert "denied: PermissionError" == found["key_file"]
-    assert (None, None, None) == (found["recorder"], found["recorder_environ"], found["recorder_memory"])
+    assert found["recorder_command"] is None or found["recorder_command"][:2] != ["observe", "node"], found
 
 
 def test_the_key_in_its_environment(tmp_path: Path, lane_folder: Path) -> None:
