@@ -151,7 +151,7 @@ class TestSimulatedObserver:
         """telemetry counts the live tree (recorder's descendants), its CPU and RSS, and each GPU's readings."""
         doc = dict(
             GPUS,
-            processes=[{"gpu": "GPU-1111", "pid": "tree", "argv_contains": "gpu-worker-marker", "utilization": 70}],
+            processes=[{"gpu": "GPU-1111", "pid": "tree", "argv_contains": "gpu-worker-marker", "utilization": 40}],
         )
         evs = _train(tmp_path, doc)
         tele = [e.attrs for e in evs if e.kind == "telemetry"]
@@ -170,8 +170,11 @@ class TestSimulatedObserver:
         assert all(t["tree"]["rss"] >= 0 for t in tele)
         assert max(t["tree"]["cpu_ns"] for t in tele) > 0
         assert all(isinstance(t["tree"]["cpu_ns"], int) for t in tele)
+        # 40 per matching process: the step client's argv holds the marker as well as the step the recorder runs,
+        # so a sample counts one or both of them (under load, every sample counted both), none once they ended.
         busy = [t["gpus"][1]["utilization"] for t in tele]
-        assert 70 in busy
+        assert max(busy) in (40, 80), busy
+        assert all(b in (0, 40, 80) for b in busy), busy
         assert all(t["gpus"][0]["utilization"] == 0 for t in tele)
         assert ["GPU-0000", "GPU-1111"] == [g["uuid"] for g in tele[0]["gpus"]]
 
