@@ -373,7 +373,8 @@ _USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/@]*@", re.IGNORECASE)
 
 
 def _redact(location: str) -> str:
-    return _USERINFO.sub(r"\1***@", location)
+    """``location`` without a URL's user and password (a path, without ``@``, as it is)."""
+    return _USERINFO.sub(r"\1***@", location) if "@" in location else location
 
 
 def _read_observed(view: StreamView, path: Path) -> None:
@@ -608,21 +609,27 @@ def _derive_code() -> str:
     return h.hexdigest()
 
 
-def _view_key(row: dict[str, Any], keys: Mapping[str, Verifier], code: str) -> str | None:
+def _view_basis(keys: Mapping[str, Verifier], code: str) -> Any:
+    """What every local view's key starts from (``_view_key``): the trusted keys and the deriving code."""
+    return hashlib.sha256(f"{sorted(keys)}\0{code}\0".encode())
+
+
+def _view_key(row: dict[str, Any], basis: Any) -> str | None:
     """What a local stream's view is derived from: its evidence row, its file's identity (device, inode, size,
-    modification and change time: a write, rename or chmod changes the last), the trusted keys and the code.
-    None for a stream kept in a store (fetched on every build)."""
+    modification and change time: a write, rename or chmod changes the last), and ``basis`` (``_view_basis``:
+    the trusted keys and the code). None for a stream kept in a store (fetched on every build)."""
     if row["url"]:
         return None
     try:
         st = os.stat(str(row["path"]))
     except OSError:
         return None
-    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    # The row's values as JSON (its columns are _EVIDENCE's, which the code's digest covers): a value's type
-    # counts (a size of "3272" is not 3272), and one encoding of a list costs a fifth of encoding its pairs.
-    values = json.dumps(list(row.values()), default=repr)
-    return _sha256(f"{values}\0{identity}\0{sorted(keys)}\0{code}".encode())
+    # The row's values by ``repr`` (its columns are _EVIDENCE's, which the code's digest covers; SQLite gives
+    # str, int, float, bytes or None, whose reprs differ: a size of "3272" is not 3272), half of JSON's cost.
+    h = basis.copy()
+    identity = f"{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
+    h.update(f"{tuple(row.values())!r}\0{identity}".encode())
+    return h.hexdigest()  # type: ignore[no-any-return]
 
 
 def _memo_entry(view: StreamView) -> list[Any] | None:
@@ -653,6 +660,13 @@ def _facts_fields() -> tuple[str, ...]:
     return tuple(fields[:-1])
 
 
+@functools.cache
+def _facts_tuples() -> tuple[int, int]:
+    """Where ``devices`` and ``serials`` (tuples, which JSON keeps as lists) are among ``_facts_fields``."""
+    names = _facts_fields()
+    return names.index("devices"), names.index("serials")
+
+
 def _restore(view: StreamView, entry: Any) -> bool:
     """Fill ``view`` from a memo entry (as read: its JSON text); False (``view`` untouched) when it is not one.
 
@@ -663,14 +677,16 @@ def _restore(view: StreamView, entry: Any) -> bool:
         if isinstance(entry, str):
             entry = json.loads(entry)
         state, detail, values, differ, gpus, observers, artifacts = entry
-        names = _facts_fields()
-        if len(values) != len(names):
+        if len(values) != len(_facts_fields()):
             return False
-        values = [Path(values[0]), *values[1:]]
-        devices, serials = names.index("devices"), names.index("serials")
+        values[0] = Path(values[0])
+        devices, serials = _facts_tuples()
         values[devices] = tuple(values[devices])
         values[serials] = tuple(tuple(s) for s in values[serials])
-        restored = StreamFacts(*values)  # its fields in order; ``verification``, the last, left out
+        # Its fields in order, ``verification`` (the last) none: set as unpickling sets them, without the
+        # frozen ``__init__``'s call per field (a third of this function at 10,000 streams).
+        restored = object.__new__(StreamFacts)
+        restored.__dict__.update(zip(_facts_fields(), values, strict=True), verification=None)
         gpus = [Gpu(*g) for g in gpus] if gpus else []
         artifacts = [Artifact(*a) for a in artifacts] if artifacts else []
         if not all(isinstance(x, str) for x in (state, detail, *differ, *observers)):
@@ -692,7 +708,7 @@ def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = 
     from tracker.sessions import run_sessions
 
     keys = trusted_keys(conn)
-    code = _derive_code() if memo is not None else ""
+    basis = _view_basis(keys, _derive_code()) if memo is not None else None
     fresh: dict[str, Any] = {}
     streams: list[StreamView] = []
     evidence = conn.execute(_EVIDENCE).fetchall()
@@ -706,7 +722,7 @@ def build_site(conn: Connection, fetch_dir: Path, memo: dict[str, Any] | None = 
             location=_redact(str(row["url"] or row["path"])),
             row=row,
         )
-        key = _view_key(row, keys, code) if memo is not None else None
+        key = _view_key(row, basis) if basis is not None else None
         kept = memo.get(key) if memo is not None and key is not None else None
         if key is not None and kept is not None and _restore(view, kept):
             fresh[key], view.key = kept, key
@@ -1109,6 +1125,9 @@ class _Previous:
     seen: dict[str, _Identity]
     _dirs: dict[str, bool] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self._top = os.fspath(self.root)  # joined to 20,000 pages a build: not converted each time
+
     def kept(self, page: str, key: str) -> _Kept | None:
         """``page`` as the site holds it, when made from ``key`` and unchanged since; else None."""
         listed = self.files.get(page)
@@ -1120,7 +1139,7 @@ class _Previous:
         if self.seen.get(page) == ident:
             return _Kept(listed)
         try:  # read after the stat: a write between the two leaves a later change time than the one kept
-            data = _read_page(os.path.join(self.root, page))
+            data = _read_page(os.path.join(self._top, page))
         except OSError:
             return None
         if _sha256(data) != listed:
@@ -1140,13 +1159,13 @@ class _Previous:
             folder = "/".join(parts[:k])
             if folder not in self._dirs:
                 try:
-                    self._dirs[folder] = stat.S_ISDIR(os.lstat(os.path.join(self.root, folder)).st_mode)
+                    self._dirs[folder] = stat.S_ISDIR(os.lstat(os.path.join(self._top, folder)).st_mode)
                 except OSError:
                     self._dirs[folder] = False
             if not self._dirs[folder]:
                 return None
         try:
-            st = os.lstat(os.path.join(self.root, page))
+            st = os.lstat(os.path.join(self._top, page))
         except OSError:
             return None
         if not stat.S_ISREG(st.st_mode):

@@ -28,6 +28,7 @@ from observe.cli.options import (
     reports_refusals,
     sign_key_options,
     signing_key,
+    without_numpy,
 )
 from observe.env import TrackerVars
 
@@ -213,9 +214,15 @@ def tracker_group(ctx: click.Context, db: str, sign_key: Path | None, sign_key_e
     made through this tool is journalled (hash-chained, signed with
     --sign-key or --sign-key-env); `audit` names any change made around it.
     """
+    if ctx.invoked_subcommand in NO_NUMPY_TRACKER:
+        without_numpy()  # a third of pyarrow's import: most of an added run's site build past its pages
     ctx.ensure_object(dict)
     ctx.obj["db"] = db
     ctx.obj["sign_key"] = (sign_key, sign_key_env)
+
+
+#: The tracker's commands that never hand numpy anything (Arrow buffers and Python objects only).
+NO_NUMPY_TRACKER = frozenset({"site"})
 
 
 @example("alpha tracker init")

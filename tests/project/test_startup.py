@@ -326,3 +326,31 @@ def test_the_shims_receipt_and_step_skip_site(tmp_path: Path) -> None:
         assert ("site" in out.decode()) is loaded_site, out
         if not loaded_site:
             assert out.strip() == b"[]"
+
+
+def test_tracker_site_loads_no_numpy(tmp_path: Path) -> None:
+    """`tracker site` reads its streams (GPUs observed, artifacts) with pyarrow but without numpy (a third of
+    pyarrow's import, most of an added run's build past its pages at 10,000 runs: issue 36); the pages show
+    what the stream holds."""
+    from gates.testing import device_lane
+    from tracker import records
+    from tracker.attach import attach
+    from tracker.db import init
+
+    db, stream = str(tmp_path / "t.sqlite3"), tmp_path / "lane.aos"
+    conn = init(db)
+    try:
+        run = records.start_run(conn, lane="distributed-device")
+        lane = device_lane()
+        lane.add("artifact", {"path": "out/report.txt", "size": 3, "blake3": "0" * 64})
+        lane.add("verdict", lane.evaluate().to_attrs())
+        lane.write(stream)
+        attach(conn, stream, run)
+    finally:
+        conn.close()
+    mods = loaded(["tracker", "--db", db, "site", str(tmp_path / "site")], tmp_path, full=True)
+    assert "pyarrow" in mods  # the probe does see it
+    assert "numpy" not in mods
+    (page,) = (tmp_path / "site" / "runs").iterdir()
+    text = page.read_text(encoding="utf-8")
+    assert ("GPU-0000-alpha" in text, "out/report.txt" in text) == (True, True)
