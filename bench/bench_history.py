@@ -144,7 +144,9 @@ def history_tracker_rows(n: int, site: bool) -> dict[str, tuple[float, int]]:
         if site:  # one more run, with its stream, then the site again: what an added run costs
             history_add_run(db, folder / "more")
             argv = [*HISTORY_ALPHA, "tracker", "--db", db, "site", str(folder / "site")]
-            wall, mb, _, cpu = history_measure_cpu(argv)
+            wall, mb, rc, cpu = history_measure_cpu(argv)
+            if rc != 0:
+                print(f"  {n} runs: `site` with one run added exited {rc}", file=sys.stderr)
             out["site, one run added"] = (wall, mb)
             print(f"  {n} runs: site, one run added: {wall:.2f} s, {cpu:.2f} CPU s", file=sys.stderr)
     return out
