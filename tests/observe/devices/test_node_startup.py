@@ -11,75 +11,20 @@ never a fixed time.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from tests.helpers.recorder import events, record
+from tests.helpers.relay import TcpFront
 from tests.helpers.sshd import SshNode, observer_args, observer_env, observer_key
 
 VAR = "ALPHA_PARTITIONED_DEVICE_CONFIG"
 GPU = {"index": 0, "minor": 0, "uuid": "GPU-startup-0", "name": "NVIDIA H200", "memory": 141 << 30}
 
 
-class _SlowFront:
-    """A node slow to answer: each connection accepted is held ``delay`` seconds, then relayed to the sshd at
-    ``target`` (what the recorder sends past its first ``HELD_AFTER`` bytes, the login's, held ``hold`` seconds
-    more); when each was accepted and when its relay began are kept."""
-
-    #: More than a login sends (about 8 KB with the observer's command line); the bundle is 80 KB.
-    HELD_AFTER = 16384
-
-    def __init__(self, target: int, delay: float, hold: float = 0.0) -> None:
-        self.target, self.delay, self.hold = target, delay, hold
-        self.accepted: list[float] = []
-        self.relayed: list[float] = []
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.server.getsockname()[1])
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            self.accepted.append(time.monotonic())
-            threading.Thread(target=self._relay, args=(conn,), daemon=True).start()
-
-    def _relay(self, conn: socket.socket) -> None:
-        time.sleep(self.delay)
-        self.relayed.append(time.monotonic())
-        upstream = socket.create_connection(("127.0.0.1", self.target))
-        threading.Thread(target=self._pipe, args=(conn, upstream, self.hold), daemon=True).start()
-        threading.Thread(target=self._pipe, args=(upstream, conn, 0.0), daemon=True).start()
-
-    @classmethod
-    def _pipe(cls, a: socket.socket, b: socket.socket, hold: float) -> None:
-        sent = 0
-        try:
-            while data := a.recv(65536):
-                if hold and sent + len(data) > cls.HELD_AFTER:
-                    time.sleep(hold)
-                    hold = 0.0
-                sent += len(data)
-                b.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (a, b):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self.server.close()
-
-
-def _lane(tmp_path: Path, node: SshNode, fronts: list[_SlowFront]) -> dict[str, str]:
+def _lane(tmp_path: Path, node: SshNode, fronts: list[TcpFront]) -> dict[str, str]:
     """The recorder's environment: an ssh-tunnel config naming each front as a node of one role, simulated GPUs."""
     known = tmp_path / "known_hosts"
     known.write_text("".join(f"[127.0.0.1]:{f.port} {node.host_key_pub}\n" for f in fronts))
@@ -104,7 +49,7 @@ def test_the_nodes_are_connected_side_by_side(ssh_node: SshNode, tmp_path: Path)
     """Four nodes, each slow to answer: every connection is made while the others still wait, every node's start
     comes before the command's, and the start-up is well under the sum of the nodes' delays (a recorder that
     connects one node after another waits that sum and more, and the fronts see one connection at a time)."""
-    fronts = [_SlowFront(ssh_node.port, 3.0) for _ in range(4)]
+    fronts = [TcpFront(ssh_node.port, delay=3.0) for _ in range(4)]
     try:
         proc, out = record(tmp_path, ["true"], *observer_args(), env=_lane(tmp_path, ssh_node, fronts), timeout=120)
     finally:
@@ -137,7 +82,7 @@ def test_at_most_connect_concurrency_logins_are_under_way_at_once(ssh_node: SshN
     messages at once (``TCP_NODELAY``)."""
     from observe.devices import remote
 
-    fronts = [_SlowFront(ssh_node.port, 1.0) for _ in range(4)]
+    fronts = [TcpFront(ssh_node.port, delay=1.0) for _ in range(4)]
     found: list[tuple[str, dict[str, Any]]] = []
     env = _lane(tmp_path, ssh_node, fronts)
     key = remote.ObserverKey("env", "$KEY", observer_key().read_text())
@@ -176,7 +121,7 @@ def test_a_node_that_answers_after_the_command_started_is_recorded_late(ssh_node
     late, and its end follows: observed, never dropped and never passed off as on time."""
     from observe.recorder.sampler import NODE_START_WAIT
 
-    fronts = [_SlowFront(ssh_node.port, 0.0), _SlowFront(ssh_node.port, 0.0, hold=NODE_START_WAIT + 2.0)]
+    fronts = [TcpFront(ssh_node.port), TcpFront(ssh_node.port, hold=NODE_START_WAIT + 2.0)]
     try:
         proc, out = record(
             tmp_path, ["sleep", "8"], *observer_args(), env=_lane(tmp_path, ssh_node, fronts), timeout=120

@@ -24,6 +24,7 @@ from aos.event import Event
 from gates.devices_nodes import node_account_findings
 from gates.typing import Findings
 from tests.helpers.recorder import events, record, wait_for
+from tests.helpers.relay import TcpFront
 from tests.helpers.sshd import (
     LANE_USER,
     SshNode,
@@ -397,50 +398,6 @@ def test_two_nodes_of_one_machine_see_each_others_observer_as_an_observer(
         assert not any(f"(pid {s['pid']})" in reason for s in siblings), reason
 
 
-class _Dropper:
-    """A TCP front for a node that closes its first ``drops`` connections unanswered, as OpenSSH's MaxStartups
-    does past its limit, then relays each connection to the node."""
-
-    def __init__(self, port: int, drops: int) -> None:
-        import socket
-        import threading
-
-        self.target, self.drops, self.accepted = port, drops, 0
-        self.frozen = threading.Event()  # once set, nothing more is relayed either way (the connections stay open)
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        import socket
-        import threading
-
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            if self.accepted <= self.drops:
-                conn.close()
-                continue
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            for a, b in ((conn, upstream), (upstream, conn)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    def _pipe(self, a: Any, b: Any) -> None:
-        try:
-            while data := a.recv(65536):
-                if not self.frozen.is_set():
-                    b.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (a, b):
-                with contextlib.suppress(OSError):
-                    s.shutdown(2)
-
-
 @pytest.mark.parametrize(("drops", "observed"), [(3, True), (6, False)])
 def test_a_node_that_drops_connections_is_tried_again_with_bounded_back_off(
     ssh_node: SshNode, tmp_path: Path, drops: int, observed: bool
@@ -451,7 +408,7 @@ def test_a_node_that_drops_connections_is_tried_again_with_bounded_back_off(
     from observe.devices.lane_nodes import lane_nodes
     from observe.devices.remote import CONNECT_ATTEMPTS, ObserverKey, observe_once
 
-    front = _Dropper(ssh_node.port, drops)
+    front = TcpFront(ssh_node.port, drops=drops)
     known = tmp_path / "known_hosts"
     known.write_text(f"[127.0.0.1]:{front.port} {ssh_node.host_key_pub}\n")
     config = ssh_node.config(transport="loopback", port=front.port, known_hosts=str(known))
@@ -460,18 +417,18 @@ def test_a_node_that_drops_connections_is_tried_again_with_bounded_back_off(
     found = observe_once(node, ObserverKey("env", "$KEY", observer_key().read_text()))
     start = next(a for kind, a in found if kind == "device.observed")
     if observed:
-        assert (drops + 1, drops + 1) == (start["node"]["connect_attempts"], front.accepted)
+        assert (drops + 1, drops + 1) == (start["node"]["connect_attempts"], len(front.accepted))
         # connected, verified and logged in: the observer ran there (no NVML on this machine: observer none, saying so)
         assert start["node"]["host_key_verified"] is True
         assert start["node"]["observer_sha256"] is not None, start.get("error")
     else:
-        assert (CONNECT_ATTEMPTS, CONNECT_ATTEMPTS) == (start["node"]["connect_attempts"], front.accepted)
+        assert (CONNECT_ATTEMPTS, CONNECT_ATTEMPTS) == (start["node"]["connect_attempts"], len(front.accepted))
         assert "none" == start["observer"]
         assert "unreachable" in start["error"]
-    front.server.close()
+    front.close()
 
 
-def _link_through(ssh_node: SshNode, tmp_path: Path, front: _Dropper, found: list[tuple[str, dict[str, Any]]]) -> Any:
+def _link_through(ssh_node: SshNode, tmp_path: Path, front: TcpFront, found: list[tuple[str, dict[str, Any]]]) -> Any:
     """A started NodeLink to ``ssh_node`` through ``front``, appending to ``found``, with simulated GPUs."""
     import base64
 
@@ -502,7 +459,7 @@ def test_a_late_start_and_a_late_end_are_recorded_as_late(ssh_node: SshNode, tmp
     """The recorder stopped waiting for a node's start (the command started) and for its end (the end wait was
     over): both still come and are appended, each marked ``late``, never dropped."""
     found: list[tuple[str, dict[str, Any]]] = []
-    front = _Dropper(ssh_node.port, 0)
+    front = TcpFront(ssh_node.port)
     link = _link_through(ssh_node, tmp_path, front, found)
     assert [] == link.take_start(0.0)  # not ready at once: the node's start follows when it comes
     wait_for(lambda: any(a.get("phase") == "start" for _k, a in found), 30)
@@ -514,14 +471,14 @@ def test_a_late_start_and_a_late_end_are_recorded_as_late(ssh_node: SshNode, tmp
     assert ("start", True) == phases[0]
     assert ("end", True) == phases[-1]
     assert all(late is None for _phase, late in phases[1:-1])
-    front.server.close()
+    front.close()
 
 
 def test_a_node_that_never_answers_its_end_is_named(ssh_node: SshNode, tmp_path: Path) -> None:
     """A node whose connection goes silent after its start (nothing relayed, nothing closed): no end comes, and
     the recorder names it, ``node.lost`` saying it never answered, instead of ending without a word."""
     found: list[tuple[str, dict[str, Any]]] = []
-    front = _Dropper(ssh_node.port, 0)
+    front = TcpFront(ssh_node.port)
     link = _link_through(ssh_node, tmp_path, front, found)
     assert link.take_start(30)
     front.frozen.set()
@@ -535,7 +492,7 @@ def test_a_node_that_never_answers_its_end_is_named(ssh_node: SshNode, tmp_path:
     assert "no end observation in the 3 s the recorder waited for it: the node never answered" == lost[0]["reason"]
     assert front.port == lost[0]["node"]["port"]
     assert not [a for kind, a in found if kind == "device.observed" and a.get("phase") == "end"]
-    front.server.close()
+    front.close()
 
 
 def _switches(tid: int) -> int:
@@ -549,7 +506,7 @@ def test_an_idle_connection_wakes_the_recorder_once_a_second_not_ten_times(ssh_n
     from observe.devices.remote import IDLE_WAKE
 
     found: list[tuple[str, dict[str, Any]]] = []
-    front = _Dropper(ssh_node.port, 0)
+    front = TcpFront(ssh_node.port)
     link = _link_through(ssh_node, tmp_path, front, found)
     try:
         assert link.take_start(30)
@@ -564,4 +521,4 @@ def test_an_idle_connection_wakes_the_recorder_once_a_second_not_ten_times(ssh_n
         assert "end" == [a.get("phase") for kind, a in found if kind == "device.observed"][-1]
     finally:
         link.close()
-        front.server.close()
+        front.close()
