@@ -240,22 +240,36 @@ def _base64(data: pa.Array) -> list[bytes]:
 def _repeats_a_key(attrs: pa.Array, exact: pa.Array) -> pa.Array:
     """True where an object of a row's attrs (one that matched ``ATTRS_EXACT``) may name a key twice.
 
-    The rows are first told apart with their digits taken out (a batch of events of a few kinds has
+    The rows are first told apart with every digit read as ``0`` (a batch of events of a few kinds has
     a few such texts); each distinct one is then reduced to its shape (``_TOKEN``: keys and brackets)
-    and checked in Python. Two keys that differ only in digits count as the same key: such a row is
-    encoded the old way, never copied wrongly."""
+    and checked in Python. Two keys that differ only in which digits they hold count as the same key:
+    such a row is encoded the old way, never copied wrongly. The digits are mapped in the column's
+    bytes at once (``bytes.translate``: its offsets still hold), a fifth of a regular expression's
+    replace over 100k rows."""
     from pyarrow._compute import ReplaceSubstringOptions
 
     none = compute("and_not", exact, exact)
-    digitless = compute(
-        "replace_substring_regex", compute("filter", attrs, exact), options=ReplaceSubstringOptions("[0-9]+", "")
-    )
-    texts = compute("dictionary_encode", digitless)
+    texts = compute("dictionary_encode", compute("filter", _digits_zeroed(attrs), exact))
     shapes = compute("replace_substring_regex", texts.dictionary, options=ReplaceSubstringOptions(_TOKEN, r"\1"))
     repeats = [_shape_repeats(shape) for shape in shapes.to_pylist()]
     if not any(repeats):
         return none
     return compute("replace_with_mask", none, exact, compute("take", _bools(repeats), texts.indices))
+
+
+#: Every digit as ``0`` (``_digits_zeroed``).
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+
+
+def _digits_zeroed(column: pa.Array) -> pa.Array:
+    """A string column with every ASCII digit replaced by ``0`` (one byte for one: the offsets still hold)."""
+    import pyarrow as pa
+
+    validity, offsets, data = column.buffers()
+    zeroed = pa.py_buffer(data.to_pybytes().translate(_ZERO_DIGITS)) if data is not None else None
+    return pa.Array.from_buffers(
+        column.type, len(column), [validity, offsets, zeroed], null_count=column.null_count, offset=column.offset
+    )
 
 
 def _bools(values: list[bool]) -> pa.Array:

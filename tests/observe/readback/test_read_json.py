@@ -135,6 +135,8 @@ TRICKY = [
     '{"a":1,"a":2}',  # a repeated key: comes back once
     '{"b":{"k":1,"x":[1,2],"k":3}}',  # repeated in a nested object
     '{"k1":1,"k2":2}',  # keys that differ in digits only (encoded the old way, same line)
+    '{"k12":1,"k12":2}',  # a repeated key with digits
+    '{"k10":1,"k2":{"k10":3,"k10":4}}',  # keys of other digit counts, one repeated in a nested object
     '{"a":[{"n":1},{"n":2}]}',  # one key in two objects: no repeat
     '{"a": 1}',  # a space
     '{"a":1.0}',  # a float
@@ -165,6 +167,16 @@ def test_tricky_attrs_lines_as_event_json(tmp_path: Path) -> None:
     assert reference([good]) == batched([good])
     twice = [good, good.slice(5, FEW)]  # taken together, the second a slice (an offset)
     assert reference(twice) == batched(twice)
+
+
+def test_repeated_keys_found_in_a_slice() -> None:
+    """The repeated-key check reads a sliced column's own rows (its digits mapped in the whole buffer)."""
+    from observe.readback.jsonl import _repeats_a_key
+
+    texts = ['{"k1":1}'] * 5 + ['{"k12":1,"k12":2}', '{"k3":3}', '{"k4":{"k5":1,"k5":2}}']
+    column = pa.array(texts, pa.string()).slice(5)
+    exact = pa.array([True] * len(column), pa.bool_())
+    assert [True, False, True] == _repeats_a_key(column, exact).to_pylist()
 
 
 def test_a_refusal_after_the_lines_before_it() -> None:
