@@ -12,11 +12,12 @@ builds it). Then, by MODE:
   verdict of GATE, and no daemon: if nothing puts the recorder's stream back, the
   path is left holding the forgery (``alpha observe verdict PATH`` would print
   its ``pass``) and the real stream sits under the forger's name (``.real``).
-- ``overwrite``: rewrites the real file *in place* (same inode) with the forgery
-  and leaves a daemon that writes the saved real bytes back over it once the
-  recorder has sealed (so an inode check sees nothing).
+- ``overwrite``: once the recorder has written a batch past the schema, rewrites
+  the real file *in place* (same inode) with the forgery and leaves a daemon
+  that writes the saved real bytes back over it once the recorder has sealed
+  (so an inode check sees nothing).
 - ``append``: appends the forgery's batches to the real file while it runs.
-- ``truncate``: truncates the real file to its schema while it runs.
+- ``truncate``: once a batch is written, truncates the real file to its schema.
 
 Then it exits with EXIT. ``$ATTACK_DONE`` names a file the daemon creates when it
 has finished (or given up), so a test can wait for it.
@@ -72,14 +73,17 @@ def daemon(work: callable, done: Path) -> None:  # type: ignore[valid-type]
         os._exit(0)
 
 
-def wait_sealed(path: Path, limit: float = 20.0) -> bool:
+def wait_sealed(path: Path, limit: float = 20.0, *, past: int = 0) -> bool:
+    """Whether the file at ``path`` ends with the end-of-stream marker within ``limit`` seconds, once longer than
+    ``past`` bytes (a forgery written over a shorter stream ends with its own marker: not the recorder's)."""
     end = time.monotonic() + limit
     while time.monotonic() < end:
         try:
             with open(path, "rb") as f:
-                f.seek(-8, os.SEEK_END)
-                if f.read(8) == EOS:
-                    return True
+                if f.seek(0, os.SEEK_END) > past:
+                    f.seek(-8, os.SEEK_END)
+                    if f.read(8) == EOS:
+                        return True
         except OSError:
             pass
         time.sleep(0.02)
@@ -108,14 +112,14 @@ def main() -> int:
 
         daemon(restore, done)
     elif mode == "overwrite":
-        saved = stream.read_bytes()
+        saved = _first_batch(stream)  # the forgery then covers bytes the recorder wrote, not only its schema
         fake = forged.read_bytes()
         with open(stream, "r+b") as f:
             f.write(fake)
         os.unlink(forged)
 
         def put_back() -> None:
-            if wait_sealed(stream):
+            if wait_sealed(stream, past=len(fake)):
                 size = stream.stat().st_size
                 with open(stream, "r+b") as f:
                     f.write(saved)
@@ -131,16 +135,21 @@ def main() -> int:
             f.write(body[schema_end:])
         done.write_bytes(b"done")
     elif mode == "truncate":
-        body = stream.read_bytes()
-        end = time.monotonic() + 10
-        while len(body) <= _schema_end(body) and time.monotonic() < end:  # wait for a first batch
-            time.sleep(0.02)
-            body = stream.read_bytes()
-        os.truncate(stream, _schema_end(body))
+        os.truncate(stream, _schema_end(_first_batch(stream)))
         done.write_bytes(b"done")
     else:
         raise SystemExit(f"unknown mode {mode}")
     return code
+
+
+def _first_batch(stream: Path, limit: float = 10.0) -> bytes:
+    """The stream's bytes once the recorder has written a batch past its schema (or after ``limit`` seconds)."""
+    body = stream.read_bytes()
+    end = time.monotonic() + limit
+    while len(body) <= _schema_end(body) and time.monotonic() < end:
+        time.sleep(0.02)
+        body = stream.read_bytes()
+    return body
 
 
 def _schema_end(body: bytes) -> int:
