@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from aos.reader import read_stream  # noqa: E402 - after the checkout is on the path
 from tests.helpers.run import ALPHA, child_env  # noqa: E402
-from tests.helpers.sshd import observer_args, observer_env, observer_key, running_node  # noqa: E402
+from tests.helpers.sshd import end_links, observer_args, observer_env, observer_key, running_node  # noqa: E402
 
 SECONDS = float(os.environ.get("ALPHA_BENCH_NODE_SECONDS", "10"))
 PHASES = True  # --no-phases: no breakdown of the start-up
@@ -138,11 +138,7 @@ def phases(nodes: list[Any], folder: Path, cfg: Path) -> dict[str, Any]:
         for link in links:
             link.take_start(max(began + 60 - time.monotonic(), 0.0))
         took, cpu = time.monotonic() - began, time.process_time() - cpu
-        for link in links:
-            link.end()
-        for link in links:
-            link.done.wait(30)
-            link.close()
+        end_links(links)
     finally:
         remote.connect = connect
         remote.NodeLink._hello, remote.NodeLink._emit = hello, emit  # type: ignore[method-assign]

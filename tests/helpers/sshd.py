@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.helpers.accounts import ensure, per_worker
 from tests.helpers.eagain import retry_eagain
@@ -347,3 +348,13 @@ def running_node(folder: Path, name: str) -> Iterator[SshNode]:
         keys = lane_home() / ".ssh" / "authorized_keys"
         with contextlib.suppress(OSError):
             keys.write_text("".join(f"{line}\n" for line in keys.read_text().splitlines() if line != pub))
+
+
+def end_links(links: list[Any], wait: float = 30.0) -> None:
+    """Ask every node link (``observe.devices.remote.NodeLink``) for its end at once, then wait for each and
+    close it: what a recording does when its command has ended, without the recorder's deadlines."""
+    for link in links:
+        link.end()
+    for link in links:
+        link.done.wait(wait)
+        link.close()

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from tests.helpers.recorder import events, record
 from tests.helpers.relay import TcpFront
-from tests.helpers.sshd import SshNode, observer_args, observer_env, observer_key
+from tests.helpers.sshd import SshNode, end_links, observer_args, observer_env, observer_key
 
 VAR = "ALPHA_PARTITIONED_DEVICE_CONFIG"
 GPU = {"index": 0, "minor": 0, "uuid": "GPU-startup-0", "name": "NVIDIA H200", "memory": 141 << 30}
@@ -45,16 +46,23 @@ def _starts(evs: list[Any]) -> dict[int, Any]:
     }
 
 
+def _record_through(
+    tmp_path: Path, node: SshNode, fronts: list[TcpFront], argv: list[str]
+) -> tuple[subprocess.CompletedProcess[bytes], Path]:
+    """Record ``argv`` with each front as a node of the lane (``_lane``); the fronts closed after."""
+    try:
+        return record(tmp_path, argv, *observer_args(), env=_lane(tmp_path, node, fronts), timeout=120)
+    finally:
+        for f in fronts:
+            f.close()
+
+
 def test_the_nodes_are_connected_side_by_side(ssh_node: SshNode, tmp_path: Path) -> None:
     """Four nodes, each slow to answer: every connection is made while the others still wait, every node's start
     comes before the command's, and the start-up is well under the sum of the nodes' delays (a recorder that
     connects one node after another waits that sum and more, and the fronts see one connection at a time)."""
     fronts = [TcpFront(ssh_node.port, delay=3.0) for _ in range(4)]
-    try:
-        proc, out = record(tmp_path, ["true"], *observer_args(), env=_lane(tmp_path, ssh_node, fronts), timeout=120)
-    finally:
-        for f in fronts:
-            f.close()
+    proc, out = _record_through(tmp_path, ssh_node, fronts, ["true"])
     assert 0 == proc.returncode, proc.stderr
     evs = events(out)
     started = next(e for e in evs if e.kind == "process.start")
@@ -94,11 +102,7 @@ def test_at_most_connect_concurrency_logins_are_under_way_at_once(ssh_node: SshN
         starts = [s for link in links for s in link.take_start(60)]
         # each login's small messages sent at once, never held for a delayed acknowledgement (Nagle)
         nodelay = [link.transport.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for link in links]
-        for link in links:
-            link.end()
-        for link in links:
-            link.done.wait(30)
-            link.close()
+        end_links(links)
     finally:
         remote.CONNECT_CONCURRENCY = was
         for f in fronts:
@@ -122,13 +126,7 @@ def test_a_node_that_answers_after_the_command_started_is_recorded_late(ssh_node
     from observe.recorder.sampler import NODE_START_WAIT
 
     fronts = [TcpFront(ssh_node.port), TcpFront(ssh_node.port, hold=NODE_START_WAIT + 2.0)]
-    try:
-        proc, out = record(
-            tmp_path, ["sleep", "8"], *observer_args(), env=_lane(tmp_path, ssh_node, fronts), timeout=120
-        )
-    finally:
-        for f in fronts:
-            f.close()
+    proc, out = _record_through(tmp_path, ssh_node, fronts, ["sleep", "8"])
     assert 0 == proc.returncode, proc.stderr
     evs = events(out)
     opened = next(e for e in evs if e.kind == "stream.open")
