@@ -599,7 +599,9 @@ class TestProcessTree:
             while True:
                 snap = tree.snapshot()
                 kids = sorted(pid for pid, parent in snap.parents.items() if parent == proc.pid)
-                if len(kids) == 2 or time.monotonic() > deadline:
+                # both forked and exec'd: a child forked by sh still shows sh's argv until its exec
+                execd = len(kids) == 2 and all(snap.argv(k) == ["sleep", "30"] for k in kids)
+                if execd or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
             assert os.getpid() == snap.parents[proc.pid]
