@@ -23,10 +23,6 @@ from array import array
 from collections.abc import Sequence
 from itertools import accumulate
 
-# Imported here, by whoever imports the writer, never first by an encoder thread: a thread holding an import
-# lock while the recorder forks its command would leave the child waiting on it.
-import zstandard
-
 __all__ = ["batch_message", "schema_message"]
 
 #: pyarrow's schema message for stream id ``"0" * 32`` (``aos.schema.arrow_schema(...).serialize()``).
@@ -146,5 +142,7 @@ def _compressor(level: int):  # type: ignore[no-untyped-def]
         cached = _local.compressors = {}
     compress = cached.get(level)
     if compress is None:
+        import zstandard
+
         compress = cached[level] = zstandard.ZstdCompressor(level=level, write_content_size=True).compress
     return compress
