@@ -179,7 +179,7 @@ class Control:
     def drain(self) -> None:
         """Record what the command's and the steps' pipes hold now."""
         self.drain_command()
-        self.steps.drain()
+        self.steps.drain(self.sel)
 
     def open_steps(self) -> list[tuple[str, int | None]]:
         """``(name, pid)`` of each step open now, in the order they started (any thread may call it): the pid

@@ -176,12 +176,17 @@ class Steps:
                         self._close_pipe(sel, run, pipe)
                 self._settle(sel, run)
 
-    def drain(self) -> None:
-        """Record what every step's pipes hold now (before a receipt or a span boundary is recorded)."""
+    def drain(self, sel: selectors.BaseSelector | None) -> None:
+        """Record what every step's pipes hold now (before a receipt or a span boundary is recorded), and send
+        on at once what is to be forwarded: the pipes are empty now, so no turn of the loop would wake for it,
+        and a step that waits for its client to read what it wrote would wait for ever (a coordinator that
+        announced its address, in a lane over SSH, did)."""
         for run in list(self.runs.values()):
             for pipe in run.pipes:
                 if pipe.open and pipe.registered:
                     self._read(None, run, pipe, 8 << 20)
+            if sel is not None and run.outbox:
+                self._flush(sel, run)
 
     def writable(self, run: Run, sel: selectors.BaseSelector) -> None:
         """The client's connection can take more of what is forwarded to it (its step's pipes may resume)."""

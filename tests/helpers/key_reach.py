@@ -55,6 +55,5 @@ def assert_out_of_reach(folder: Path, node: str) -> None:
     """The probe of ``folder`` ran as the lane account, under node ``node``'s recorder, and found the key nowhere."""
     found = json.loads((folder / REPORT).read_text())
     assert isinstance(found["recorder"], int), found
-    assert node_key_probe.out_of_reach(lane_account().pw_uid, node) == {
-        k: v for k, v in found.items() if k not in ("recorder", "scanned")
-    }
+    expected = node_key_probe.out_of_reach(lane_account().pw_uid, node)
+    assert expected == {k: v for k, v in found.items() if k not in ("recorder", "scanned")}, (found, expected)

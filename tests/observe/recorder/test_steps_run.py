@@ -11,11 +11,21 @@ it; a span opened by hand carries no result.
 from __future__ import annotations
 
 import hashlib
+import os
+import select
+import selectors
+import signal
+import socket
 import sys
 from pathlib import Path
 
+from aos.writer import StreamWriter
 from gates.evaluation import evaluate_events
 from gates.language import parse_gate_text
+from observe.channel.protocol import FRAME_ERR, FrameReader
+from observe.recorder.sinks import Echo, Sink
+from observe.recorder.steps import Run, Steps
+from observe.secrets.masking import SecretSet
 from tests.helpers.recorder import events, one, output, record
 
 GATE = """
@@ -368,3 +378,46 @@ class TestRefusalControls:
         proc, path = record(tmp_path, ["sh", "-c", script], "--quiet", "--observe-devices", "off")
         assert 0 == proc.returncode, proc.stderr
         assert "pass" == self._verdict(path)
+
+
+class TestForwardedAtASpanBoundary:
+    def test_what_a_span_boundary_reads_reaches_the_client_at_once(self, tmp_path: Path) -> None:
+        """A step's output that the recorder reads at another span's boundary (``drain``, before that span's
+        ``step.start``) is sent to its client then, not when the step next writes: a step that waits for its client
+        to read what it said (a lane's coordinator announcing its address, then accepting) never says more, and
+        the run hung. The step's line is left in its pipe unread by the loop, as when it lands between the loop's
+        wake-up and another client's ``step.run``."""
+        writer = StreamWriter(tmp_path / "s.aos", background_flush=False, fsync="never")
+        sink = Sink(writer)
+        steps = Steps(sink, Echo(False), SecretSet(), lambda run: None)
+        sel = selectors.DefaultSelector()
+        ours, client = socket.socketpair()
+        ours.setblocking(False)
+        conn = ("conn", None)
+        sel.register(ours, selectors.EVENT_READ, conn)
+        argv = ["sh", "-c", "echo 'coordinator: listening on tcp:127.0.0.1:1' >&2; exec sleep 30"]
+        run = steps.start(
+            sel,
+            span="ab" * 8,
+            argv=argv,
+            env=dict(os.environ),
+            cwd=str(tmp_path),
+            stdin=None,
+            echo=(False, False),
+            sock=ours,
+            conn=conn,
+        )
+        assert isinstance(run, Run), run
+        try:
+            err = run.pipes[1].fd
+            assert select.select([err], [], [], 20)[0], "the step never wrote"
+            steps.drain(sel)  # the boundary: what the pipes hold is recorded (and no loop turn follows here)
+            client.settimeout(10)
+            frames = list(FrameReader().feed(client.recv(1 << 16)))
+            assert [(FRAME_ERR, b"coordinator: listening on tcp:127.0.0.1:1\n")] == frames
+        finally:
+            os.killpg(run.pid, signal.SIGKILL)
+            steps.finish_all(sel)
+            sink.seal()
+            client.close()
+            ours.close()
