@@ -1,15 +1,16 @@
 """The append-only stream writer.
 
-One ``write()`` per batch (each batch is encoded into memory natively, then
-written whole), never a seek: a recorder killed at any moment leaves
-a file whose complete batches read and verify. Events are hashed into the chain
-as they are appended; a batch is flushed when it is full, when its oldest event
-is ``flush_interval`` old (a background thread sees to that while events
-arrive), or on demand. A ``checkpoint`` event closes the first batch flushed
-after each ``checkpoint_interval``. The ``seal`` event goes in a batch of its
-own and commits to the chain head, the event count and the BLAKE3 digest of
-every file byte before its batch: the digest of the bytes this writer wrote,
-never of the file re-read from its path.
+One ``write()`` per batch (each batch is encoded into memory, as pyarrow
+encodes it, by ``aos.ipc`` without importing pyarrow, then written whole),
+never a seek: a recorder killed at any moment leaves a file whose complete
+batches read and verify. Events are hashed into the chain as they are appended;
+a batch is flushed when it is full, when its oldest event is ``flush_interval``
+old (a background thread sees to that while events arrive), or on demand. A
+``checkpoint`` event closes the first batch flushed after each
+``checkpoint_interval``. The ``seal`` event goes in a batch of its own and
+commits to the chain head, the event count and the BLAKE3 digest of every file
+byte before its batch: the digest of the bytes this writer wrote, never of the
+file re-read from its path.
 
 With ``keep_copy=True`` every byte written to the stream is also written to a
 private, nameless copy (``O_TMPFILE``: no path, so a process that can rename or
@@ -22,17 +23,17 @@ With ``pipelined=True`` batches are compressed by a pool of ``encoders``
 threads (by default one per core, up to ``MAX_ENCODERS``) and written in order
 by one more, while the caller goes on appending (and hashing); zstd and BLAKE3
 release the GIL, so compression spreads over the cores. Each batch is compressed
-whole on one encoder thread (Arrow's own thread pool is not used: a batch has
-one large buffer, so fanning its 20 buffers out buys nothing and costs wake-ups).
+whole on one encoder thread (a batch has one large buffer, so fanning its 20
+buffers out would buy nothing and cost wake-ups).
 At most ``encoders + 1`` batches wait for or are in compression, so memory
 stays bounded by about ``(encoders + 2) * batch_max_bytes``; ``flush()`` and
 ``seal()`` wait for them, and a write failure surfaces on the next ``append``,
 ``flush`` or ``seal``.
 
 Copies per byte of ``data``: none into the batch when it is one event's bytes
-(the Arrow buffer wraps them), one join otherwise; zstd reads them once; the
-compressed message is written from Arrow's buffer (no copy to Python bytes), to
-the stream and, with ``keep_copy``, the same buffer to the private copy.
+(they are the column's buffer as they are), one join otherwise; zstd reads them
+once; the compressed frames are joined once into the message, which is written
+to the stream and, with ``keep_copy``, the same bytes to the private copy.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from aos.canonical import canonical_json
 from aos.chain import checkpoint_message, genesis, link, seal_message
 from aos.event import Event
 from aos.framing import MAX_BATCH_BYTES, MAX_BATCH_ROWS, MAX_EVENT_BYTES
+from aos.ipc import batch_message, schema_message
 from aos.kinds import CHECKPOINT, SEAL
 from aos.refusals import StreamWrite
 
@@ -132,13 +134,6 @@ class StreamWriter:
         encoders: int | None = None,
         keep_copy: bool = False,
     ) -> None:
-        import pyarrow as pa
-        import pyarrow.ipc as ipc
-
-        from aos.schema import arrow_schema
-
-        self._pa = pa
-        self._ipc_mod = ipc
         self.path = Path(path)
         self.stream_id = stream_id or new_stream_id()
         self.signer = signer
@@ -150,7 +145,7 @@ class StreamWriter:
         self.batch_max_events = max(1, min(batch_max_events, MAX_BATCH_ROWS - 1))
         self.fsync = fsync
         self._clock = clock
-        self._schema = arrow_schema(self.stream_id)
+        self.compression_level = compression_level
         self._lock = threading.RLock()
         self._prev = genesis(self.stream_id)
         self._seq = 0
@@ -177,12 +172,8 @@ class StreamWriter:
             except OSError as exc:
                 os.close(self._fd)
                 raise StreamWrite(f"cannot create a private copy beside {self.path}: {exc.strerror or exc}") from exc
-        schema_bytes = self._schema.serialize().to_pybytes()
-        self._schema_len = len(schema_bytes)
-        # use_threads=False: the whole batch is compressed on the thread that encodes it
-        # (the pipelined pool gives the parallelism; the bytes are the same either way).
-        self._options = ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level), use_threads=False)
-        self._write_bytes(schema_bytes)
+        # The messages are pyarrow's, byte for byte, encoded without it (aos.ipc): no pyarrow import to write.
+        self._write_bytes(schema_message(self.stream_id))
 
         self._jobs: queue.Queue[Future[Any] | None] | None = None
         self._io: threading.Thread | None = None
@@ -366,35 +357,11 @@ class StreamWriter:
             if self.fsync == "batch":
                 self._sync()
 
-    def _encode_job(self, job: _Job) -> memoryview:
-        pa = self._pa
-        batch = pa.record_batch(
-            [
-                pa.array(job.seq, pa.uint64()),
-                pa.array(job.wall, pa.int64()),
-                pa.array(job.mono, pa.int64()),
-                pa.array(job.kind, pa.string()),
-                pa.array(job.step, pa.string()),
-                pa.array(job.attrs, pa.string()),
-                _binary_column(pa, job.data),
-                pa.array(job.hash, pa.binary(32)),
-            ],
-            schema=self._schema,
+    def _encode_job(self, job: _Job) -> bytes:
+        """One batch's record batch message (``aos.ipc``; its zstd frames compressed with the GIL released)."""
+        return batch_message(
+            job.seq, job.wall, job.mono, job.kind, job.step, job.attrs, job.data, job.hash, self.compression_level
         )
-        return self._encode(batch)
-
-    def _encode(self, batch: Any) -> memoryview:
-        """One record batch as its IPC stream message, encoded natively (no Python callbacks).
-
-        The message is a view of Arrow's output buffer (no copy into Python bytes).
-        """
-        ipc = self._ipc_mod
-        sink = self._pa.BufferOutputStream()
-        with ipc.new_stream(sink, self._schema, options=self._options) as w:
-            w.write_batch(batch)
-        whole = sink.getvalue()
-        # The stream is schema | batch | end-of-stream: keep the batch message.
-        return memoryview(whole.slice(self._schema_len, whole.size - self._schema_len - len(_EOS)))
 
     def _io_loop(self) -> None:
         jobs = self._jobs
@@ -650,32 +617,6 @@ def _event_bytes(kind: str, step: str | None, attrs_json: str, data: bytes | Non
         + (_utf8_len(step) if step is not None else 0)
         + _utf8_len(attrs_json)
         + (len(data) if data else 0)
-    )
-
-
-def _binary_column(pa: Any, values: list[bytes | None]) -> Any:
-    """The ``data`` column, equal to ``pa.array(values, pa.binary())``, without copying a lone chunk.
-
-    A batch of captured output usually holds one large chunk among small events: its
-    bytes become the column's data buffer as they are (Arrow keeps a reference); several
-    non-empty values are joined once.
-    """
-    present = [v for v in values if v]
-    total = sum(len(v) for v in present)
-    if total < (64 << 10) or total >= (1 << 31) - 1:
-        return pa.array(values, pa.binary())
-    import array
-
-    offsets = array.array("i", [0])
-    at = 0
-    for v in values:
-        at += len(v) if v else 0
-        offsets.append(at)
-    joined = present[0] if len(present) == 1 else b"".join(present)
-    nulls = sum(1 for v in values if v is None)
-    validity = pa.array([v is not None for v in values], pa.bool_()).buffers()[1] if nulls else None
-    return pa.Array.from_buffers(
-        pa.binary(), len(values), [validity, pa.py_buffer(offsets), pa.py_buffer(joined)], null_count=nulls
     )
 
 

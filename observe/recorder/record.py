@@ -138,7 +138,7 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
 
         opening = ObserverOpening(options.observe_devices, os.environ)  # NVML loads while the rest starts
     try:
-        recording = _open_stream(argv, options, opening)
+        recording = _open_stream(argv, options, opening, reads_back=before_seal is not None)
         try:
             return _record_and_seal(recording, before_seal)
         finally:
@@ -148,17 +148,20 @@ def record(argv: Sequence[str], options: RecordOptions, *, before_seal: BeforeSe
             opening.release()  # closed here when no sampler took it (a refused --out, a bad key, a crash)
 
 
-def _open_stream(argv: Sequence[str], options: RecordOptions, opening: ObserverOpening | None) -> Recording:
+def _open_stream(
+    argv: Sequence[str], options: RecordOptions, opening: ObserverOpening | None, *, reads_back: bool = False
+) -> Recording:
     """Open the stream and what writes to it: the only stage that refuses (``--out``, the signing key).
 
-    The writer keeps a private copy of what it writes: ``before_seal`` reads it back, and the path is checked
-    against it (and the stream put back from it) when the recording ends (observe.recorder.outpath).
+    The writer keeps a private copy of what it writes: ``before_seal`` reads it back (``reads_back``: with
+    pyarrow, whose memory is set up now), and the path is checked against it (and the stream put back from
+    it) when the recording ends (observe.recorder.outpath).
     """
     from aos.refusals import StreamWrite
     from aos.writer import StreamWriter, new_stream_id
     from observe.refusals import OutExists
 
-    tuning.lean_memory()
+    tuning.lean_memory(arrow=reads_back)
     _not_dumpable()
     cwd = os.getcwd()
     stream_id = new_stream_id()

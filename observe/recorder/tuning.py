@@ -84,17 +84,29 @@ def encoders() -> int | None:
     return int(count)
 
 
-def lean_memory() -> None:
+def lean_memory(*, arrow: bool = True) -> None:
     """Keep the recorder's memory small, flat in the stream's size, and its pages reused.
 
-    Arrow's buffers come from the system allocator, like Python's: pyarrow's own
-    (mimalloc or jemalloc) keeps freed batches beside glibc's free memory, ~15-25 MB
-    more peak RSS. glibc is asked to keep what is freed (no trimming, no ``mmap``
-    for chunks below 16 MiB, at most 4 arenas), so each batch reuses the pages of
-    the one before instead of faulting fresh ones in (page faults are dear under
-    gVisor); what is in flight is bounded (aos.writer, observe.recorder.sinks.Sink), so
-    what is kept is too. The recorded command is exec'd: none of this reaches it.
+    With ``arrow`` (a recording whose events are read back: a gate), pyarrow is
+    loaded now, and its buffers come from the system allocator, like Python's:
+    pyarrow's own (mimalloc or jemalloc) keeps freed batches beside glibc's free
+    memory, ~15-25 MB more peak RSS. Without it pyarrow is not loaded at all (the
+    writer encodes without it, ``aos.ipc``). glibc is asked to keep what is freed
+    (no trimming, no ``mmap`` for chunks below 16 MiB, at most 4 arenas), so each
+    batch reuses the pages of the one before instead of faulting fresh ones in
+    (page faults are dear under gVisor); what is in flight is bounded (aos.writer,
+    observe.recorder.sinks.Sink), so what is kept is too. The recorded command is
+    exec'd: none of this reaches it.
     """
+    if arrow:
+        _arrow_system_pool()
+    from observe.util.allocator import keep_freed_memory
+
+    keep_freed_memory()
+
+
+def _arrow_system_pool() -> None:
+    """Load pyarrow with the system allocator as its default pool (``lean_memory``)."""
     # Arrow picks its default pool once, from ARROW_DEFAULT_MEMORY_POOL, when it is first
     # used: set it only for that moment (the command's environment is the recorder's own).
     # Switching pools later (set_memory_pool) leaves the first pool's reservations: ~20 MB.
@@ -113,6 +125,3 @@ def lean_memory() -> None:
             del os.environ[RecorderVars.ARROW_MEMORY_POOL]
         else:
             os.environ[RecorderVars.ARROW_MEMORY_POOL] = saved
-    from observe.util.allocator import keep_freed_memory
-
-    keep_freed_memory()
