@@ -62,7 +62,7 @@ def _object(depth: int) -> str:
 ATTRS_EXACT = _object(DEPTH)
 
 #: Consecutive batches are taken together up to this many events, or this many bytes.
-GROUP_ROWS = 1 << 16
+GROUP_ROWS = 1 << 14
 GROUP_BYTES = 16 << 20
 
 #: A batch of fewer events than this (a log's: a few chunks of a MiB) is written event by event.
