@@ -4,7 +4,8 @@ Run as the command a node recorder records (``python3 node_key_probe.py ...``; s
 Python runs it, as any account). It tries what a command on the node could do to sign a stream of its own as
 that node: read the key file (``--key-file``), find the key in its own environment, and in its recorder's
 (the ``alpha ... observe`` process it descends from) ``/proc/PID/environ`` and ``/proc/PID/mem``; and, beyond
-its recorder, in every process of its own account (another account's /proc entries are closed to it). It writes what it
+its recorder, in every process of its own account (another account's /proc entries are closed to it; another
+node's probe, running beside it, for its environment only: its memory holds what it read). It writes what it
 found to ``--report`` as JSON::
 
     {"uid": N, "key_file": "read" | "denied: ERROR", "own_environ": bool, "recorder": PID | null,
@@ -47,6 +48,11 @@ def _is_recorder(cmdline: list[str]) -> bool:
     '...observe.cli.entry...' observe ...``: a session's launcher finds that ``alpha`` first on its PATH)."""
     alpha = any(Path(a).name == "alpha" for a in cmdline[:2]) or any("observe.cli.entry" in a for a in cmdline[:4])
     return alpha and "observe" in cmdline
+
+
+def _is_probe(words: list[str]) -> bool:
+    """Whether a process runs this probe (for another node: the suite's probes run at once on one machine)."""
+    return any(Path(w).name == Path(__file__).name for w in words[:3])
 
 
 def _command(pid: int) -> list[str]:
@@ -116,7 +122,9 @@ def main() -> None:
         scanned += 1
         if _environ(pid, needle) == "held":
             holders.append({"pid": pid, "where": "environ"})
-        if _memory(pid, needle) == "held":
+        # Another node's probe is read for its environment only: its memory holds what it read of this probe's
+        # (this probe's needle among it) while the two ran side by side, as the suite's nodes share one machine.
+        if not _is_probe(cmdline(pid)) and _memory(pid, needle) == "held":
             holders.append({"pid": pid, "where": "memory"})
     report = {
         "uid": os.getuid(),

@@ -85,14 +85,21 @@ def test_the_key_in_its_environment(tmp_path: Path, lane_folder: Path) -> None:
     assert found["own_environ"] is True
 
 
-def test_the_key_in_another_process_of_its_account(tmp_path: Path, lane_folder: Path) -> None:
-    """A process of the lane account that holds the key in its memory (dumpable, the account's own) is named."""
+@pytest.mark.parametrize("script", ["holder.py", "node_key_probe.py"])
+def test_the_key_in_another_process_of_its_account(tmp_path: Path, lane_folder: Path, script: str) -> None:
+    """A process of the lane account that holds the key in its memory (dumpable, the account's own) is named; but
+    not another node's probe (``node_key_probe.py``), which holds what it read of this probe's memory when the
+    suite's nodes probe side by side on one machine (test_sshd.py's sixteen: one in a loaded run), and is read for
+    its environment only."""
     keys = tmp_path / "keys"
     keys.mkdir(mode=0o700)
     key = _key(keys)
+    (lane_folder / "other").mkdir(mode=0o755)
+    holding = lane_folder / "other" / script
+    holding.write_text("import sys, time\nk = sys.stdin.read()\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    holding.chmod(0o644)
     holder = subprocess.Popen(
-        ["runuser", "-u", LANE_USER, "--", "python3", "-c",
-         "import sys, time; k = sys.stdin.read(); print('ready', flush=True); time.sleep(60)"],
+        ["runuser", "-u", LANE_USER, "--", "python3", str(holding)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -109,4 +116,5 @@ def test_the_key_in_another_process_of_its_account(tmp_path: Path, lane_folder: 
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
         holder.wait(timeout=30)
-    assert any(h["where"] == "memory" for h in found["holders"]), found
+    held = [h["where"] for h in found["holders"] if h["pid"] in {int(p) for p in children}]
+    assert (["memory"] if script == "holder.py" else []) == held, found
